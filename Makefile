@@ -1,0 +1,61 @@
+# fold-inspector: `make test` sets up everything it needs and runs the whole suite.
+
+SHELL := /bin/bash
+.DELETE_ON_ERROR:
+.DEFAULT_GOAL := setup
+
+# Python 3.11 is required (tosa-tools and the pinned torch wheel); fall back to
+# python3 when python3.11 is not on PATH (the version check below catches a wrong one).
+PYTHON ?= $(shell command -v python3.11 >/dev/null 2>&1 && echo python3.11 || echo python3)
+VENV := .venv
+VENV_PYTHON := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+# jupyter lab exits at once as root without --allow-root.
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
+
+PYTEST_ARGS ?=
+
+.PHONY: setup setup-browser demo lab test bench clean
+
+# The venv is rebuilt only when pyproject.toml changes. Every dependency is an
+# exact pin (torch==2.13.0), so pip takes the CPU wheel and never an unpinned torch.
+# pip must only ever install into the venv, never into $(PYTHON)'s own site-packages.
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || \
+		{ echo "fold-inspector needs Python 3.11; '$(PYTHON)' is $$($(PYTHON) --version 2>&1). Run: make PYTHON=/path/to/python3.11" >&2; exit 1; }
+	test -f $(VENV)/pyvenv.cfg || $(PYTHON) -m venv $(VENV)
+	@$(VENV_PYTHON) -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)' || \
+		{ echo "$(VENV) is not a virtual environment; remove it and run make again" >&2; exit 1; }
+	$(VENV_PYTHON) -m pip install --quiet --upgrade pip
+	$(VENV_PYTHON) -m pip install -e '.[test]'
+	touch $@
+
+setup: $(STAMP)
+	@bash scripts/ensure_system_deps.sh dot
+
+setup-browser: setup
+	@bash scripts/ensure_system_deps.sh chromium
+
+demo: setup
+	$(VENV_PYTHON) -m inspector demo --html demo-report.html
+
+lab: setup
+	$(VENV)/bin/jupyter lab $(ALLOW_ROOT) notebooks/01_quickstart.ipynb
+
+test: setup-browser
+	$(VENV_PYTHON) -m pytest $(PYTEST_ARGS)
+
+bench: setup
+	@set -e; found=0; \
+	for script in bench/bench_*.py; do \
+		[ -e "$$script" ] || continue; \
+		found=1; \
+		echo "== $$script"; \
+		$(VENV_PYTHON) "$$script"; \
+	done; \
+	[ "$$found" -eq 1 ] || echo "no bench/bench_*.py scripts found"
+
+clean:
+	rm -rf $(VENV) .pytest_cache test-artifacts build demo-report.html *.egg-info
+	find . -path ./.git -prune -o \( -name __pycache__ -o -name .ipynb_checkpoints \) -type d -prune -exec rm -rf {} +

@@ -1,0 +1,50 @@
+"""How deciding sites scales with graph size (one run, ratios printed; no thresholds asserted).
+
+Prints the time to decide every site of generated tfa graphs of about 1,000 and
+10,000 nodes, and the ratio: a linear core gives a ratio near the node ratio.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from inspector._load import Target  # noqa: E402
+from inspector._stages import StageGraph  # noqa: E402
+from inspector.analysis import _decide  # noqa: E402
+from sample_models.generated import tfa_blocks  # noqa: E402
+
+
+def decide_seconds(blocks: int, repeats: int = 3) -> tuple[int, float, dict]:
+    gm = tfa_blocks(blocks)
+    stage = StageGraph("tfa", gm, None)
+    target = Target("generated", None, ())
+    best, timings = float("inf"), {}
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        result = _decide(target, stage, "state-aware-strict", ())
+        elapsed = time.perf_counter() - t0
+        if elapsed < best:
+            best, timings = elapsed, result.timings
+    return len(gm.graph.nodes), best, timings
+
+
+def main() -> None:
+    decide_seconds(10, repeats=1)  # warm-up: imports executorch once
+    small_nodes, small, st = decide_seconds(230)
+    large_nodes, large, lt = decide_seconds(2300)
+    print(f"decide all sites, {small_nodes:6d} nodes: {small * 1e3:8.1f} ms  {_fmt(st)}")
+    print(f"decide all sites, {large_nodes:6d} nodes: {large * 1e3:8.1f} ms  {_fmt(lt)}")
+    print(f"node ratio {large_nodes / small_nodes:.1f}x, time ratio {large / small:.1f}x "
+          f"(linear: about equal)")
+
+
+def _fmt(timings: dict) -> str:
+    return " ".join(f"{k}={v * 1e3:.0f}ms" for k, v in timings.items())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+"""fold-inspector core: find, decide, explain and compare every conv->mul fold site.
+
+No UI here: ``widgets`` imports this package, never the reverse.
+"""
+
+from .analysis import WIDE_RANGE_RATIO, Analysis, ScaleSummary, Site, analyze
+from .errors import ExplanationMismatchWarning, InspectorError
+from .policies import POLICIES
+from .reasons import Reason, ReasonCode, Risk, RiskCode
+from ._stages import STAGES
+
+__all__ = [
+    "Analysis",
+    "ExplanationMismatchWarning",
+    "InspectorError",
+    "POLICIES",
+    "Reason",
+    "ReasonCode",
+    "Risk",
+    "RiskCode",
+    "STAGES",
+    "ScaleSummary",
+    "Site",
+    "WIDE_RANGE_RATIO",
+    "analyze",
+]
+__version__ = "0.1.0"

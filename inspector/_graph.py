@@ -1,0 +1,314 @@
+"""Graph facts the analysis needs: sites, stable ids, constants, state reachability.
+
+Everything here is a read-only query over an FX graph; nothing is rewritten.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import torch
+from torch.fx import GraphModule, Node
+
+from . import _executorch
+
+CARRIED_STATE_KEY = "carried_quant_state"
+
+_MUL_OPS = {"mul.Tensor", "mul.Scalar", "mul_.Tensor", "mul_.Scalar"}
+_CONV_PACKETS = {
+    "conv1d", "conv2d", "conv3d", "convolution", "_convolution",
+    "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+}
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+
+
+def op_name(node: Node) -> str:
+    """``aten.conv2d.default`` for aten and edge ops alike ("" for non-ops)."""
+    if node.op != "call_function":
+        return ""
+    target = node.target
+    name = getattr(target, "_name", None) or getattr(target, "__name__", None) or str(target)
+    name = str(name).replace("::", ".")
+    overload = getattr(target, "_overloadname", None)
+    if overload is not None and not name.endswith("." + overload):
+        name = f"{name}.{overload}"
+    if not name.startswith("aten.") and "aten." in name:
+        name = name[name.index("aten."):]
+    return name if name.startswith("aten.") else name
+
+
+def is_mul(node: Node) -> bool:
+    name = op_name(node)
+    return name.startswith("aten.") and name[len("aten."):] in _MUL_OPS
+
+
+def is_conv(node: Node) -> bool:
+    """Any convolution-family op, transposed too, whether or not the pass matches it."""
+    name = op_name(node)
+    parts = name.split(".")
+    return len(parts) >= 2 and parts[0] == "aten" and parts[1] in _CONV_PACKETS
+
+
+def is_transposed(conv: Node) -> bool:
+    parts = op_name(conv).split(".")
+    if parts[1].startswith("conv_transpose"):
+        return True
+    if parts[1] in ("convolution", "_convolution") and len(conv.args) > 6:
+        return bool(conv.args[6])
+    return False
+
+
+def marked(node: Node) -> bool:
+    """Whether ``node`` carries the carried-state marker, top-level or in ``meta["custom"]``."""
+    custom = node.meta.get("custom") or {}
+    return bool(node.meta.get(CARRIED_STATE_KEY) or (isinstance(custom, dict) and custom.get(CARRIED_STATE_KEY)))
+
+
+def set_marker(node: Node) -> None:
+    """Mark ``node`` the way upstream reads it, and in ``meta["custom"]``, which survives re-export."""
+    node.meta[CARRIED_STATE_KEY] = True
+    custom = node.meta.get("custom")
+    custom = dict(custom) if isinstance(custom, dict) else {}
+    custom[CARRIED_STATE_KEY] = True
+    node.meta["custom"] = custom
+
+
+# ---------------------------------------------------------------- candidates
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A mul whose operand is (through earlier same-conv muls) a convolution."""
+
+    mul: Node
+    conv: Node
+    scale: Any  # the other operand: a Node or a Python number
+    via: Node | None  # the earlier mul between conv and this one (``conv(x) * a * b``), if any
+
+
+def candidates(graph: torch.fx.Graph) -> list[Candidate]:
+    """Every site in graph order, near-misses and chained muls included."""
+    found: list[Candidate] = []
+    by_mul: dict[Node, Candidate] = {}
+    for node in graph.nodes:
+        if not is_mul(node):
+            continue
+        operands = node.args[:2]
+        for i, operand in enumerate(operands):
+            if not isinstance(operand, Node):
+                continue
+            other = operands[1 - i] if len(operands) > 1 else None
+            if is_conv(operand):
+                cand = Candidate(node, operand, other, None)
+            elif operand in by_mul and isinstance(other, (int, float, Node)) and not (
+                isinstance(other, Node) and (is_conv(other) or other in by_mul)
+            ):
+                cand = Candidate(node, by_mul[operand].conv, other, operand)
+            else:
+                continue
+            found.append(cand)
+            by_mul[node] = cand
+            break
+    return found
+
+
+# ---------------------------------------------------------------- identity
+
+
+def _user_frame(node: Node) -> tuple[str, int] | None:
+    frames = _FRAME.findall(node.meta.get("stack_trace") or "")
+    if not frames:
+        return None
+    path, line, _ = frames[-1]
+    return os.path.basename(path), int(line)
+
+
+def module_path(node: Node) -> str:
+    """The dotted path of the innermost module that produced ``node`` ("" at the root)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return ""
+    path = list(stack.values())[-1][0]
+    # strict export spells paths L['self'].block.conv or L__self___block_conv; keep the dotted form
+    return re.sub(r"^L\['self'\]\.?|^L__self__\.?", "", str(path))
+
+
+def original_name(node: Node) -> str:
+    """The name the node had when first traced (``from_node`` chain), else its name."""
+    chain = node.meta.get("from_node") or []
+    first = chain[0] if chain else None
+    while first is not None and getattr(first, "from_node", None):
+        first = first.from_node[0]
+    return getattr(first, "name", None) or node.name
+
+
+def site_ids(cands: Iterable[Candidate]) -> list[str]:
+    """Stable ids ``<conv module>@<file>:<line>`` (``#k`` when several muls share a line).
+
+    Built from module path and source location, which survive every stage, never
+    from ``debug_handle`` (changes between runs) or node names (renamed at edge).
+    """
+    bases = []
+    for c in cands:
+        frame = _user_frame(c.mul)
+        where = f"{frame[0]}:{frame[1]}" if frame else original_name(c.mul)
+        bases.append(f"{module_path(c.conv) or 'root'}@{where}")
+    counts: dict[str, int] = {}
+    for b in bases:
+        counts[b] = counts.get(b, 0) + 1
+    seen: dict[str, int] = {}
+    ids = []
+    for b in bases:
+        if counts[b] == 1:
+            ids.append(b)
+        else:
+            seen[b] = seen.get(b, 0) + 1
+            ids.append(f"{b}#{seen[b]}")
+    return ids
+
+
+def location(node: Node) -> str:
+    frame = _user_frame(node)
+    return f"{frame[0]}:{frame[1]}" if frame else ""
+
+
+# ---------------------------------------------------------------- constants
+
+
+def constant_tensor(node: Any, program: Any) -> torch.Tensor | None:
+    """The tensor behind a constant node as the pass reads it, or None if it is not constant."""
+    if not isinstance(node, Node):
+        return None
+    if program is not None:
+        try:
+            t = _executorch.get_param_tensor(program, node)
+        except (RuntimeError, AttributeError):
+            return None
+        return t if isinstance(t, torch.Tensor) else None
+    if node.op != "get_attr":
+        return None
+    owner = node.graph.owning_module
+    if owner is None:
+        return None
+    target = str(node.target)
+    for getter in (owner.get_parameter, owner.get_buffer):
+        try:
+            return getter(target)
+        except AttributeError:
+            pass
+    t = getattr(owner, target, None)
+    return t if isinstance(t, torch.Tensor) else None
+
+
+def value_meta(node: Any):
+    """The fake/meta value recorded for a node (shape and dtype), or None."""
+    if isinstance(node, Node):
+        v = node.meta.get("val")
+        return v if hasattr(v, "shape") else None
+    return None
+
+
+# ---------------------------------------------------------------- state reachability
+
+
+@dataclass
+class StateReach:
+    """For each state-boundary kind, which nodes reach a boundary and the next hop towards it.
+
+    Computed in one backward sweep over the graph for all sites at once.
+    """
+
+    next_hop: dict[str, dict[Node, Node]] = field(default_factory=dict)
+    # boundary node -> human description ("buffer 'state'", "marker on mul_1")
+    boundary: dict[Node, str] = field(default_factory=dict)
+
+    def reaches(self, kind: str, node: Node) -> bool:
+        return node in self.next_hop.get(kind, {})
+
+    def path(self, kind: str, node: Node) -> list[Node]:
+        """Nodes from ``node`` to the boundary it reaches (inclusive)."""
+        hops = self.next_hop.get(kind, {})
+        out = [node]
+        cur = node
+        while cur in hops and hops[cur] is not cur and len(out) <= len(hops) + 1:
+            cur = hops[cur]
+            out.append(cur)
+        return out
+
+
+BUFFER, INPUT, MARKER = "feeds-buffer-mutation", "feeds-input-mutation", "marked-carried-state"
+
+
+def _inplace_destination(node: Node) -> bool:
+    schema = getattr(node.target, "_schema", None)
+    if schema is None or not schema.arguments:
+        return False
+    info = schema.arguments[0].alias_info
+    return bool(info is not None and info.is_write)
+
+
+def state_reach(
+    graph: torch.fx.Graph,
+    signature: Any = None,
+    *,
+    in_place_writes: bool = False,
+    markers: bool = True,
+) -> StateReach:
+    """Which nodes feed carried state: signature mutations, optional in-place writes, markers.
+
+    ``signature`` is an ExportedProgram's graph signature (None for a bare GraphModule).
+    With ``in_place_writes`` an in-place op writing into a ``get_attr`` buffer or a
+    placeholder counts as a boundary too (visible where no signature exists).
+    """
+    reach = StateReach({BUFFER: {}, INPUT: {}, MARKER: {}})
+    nodes = list(graph.nodes)
+    terminal: set[Node] = set()
+    buffer_inputs: set[str] = set()
+    if signature is not None:
+        from torch.export.graph_signature import InputKind, OutputKind
+
+        buffer_inputs = {s.arg.name for s in signature.input_specs if s.kind == InputKind.BUFFER}
+        out = next((n for n in reversed(nodes) if n.op == "output"), None)
+        if out is not None:
+            values = out.args[0] if isinstance(out.args[0], (list, tuple)) else [out.args[0]]
+            for spec, value in zip(signature.output_specs, values):
+                if not isinstance(value, Node):
+                    continue
+                if spec.kind == OutputKind.BUFFER_MUTATION:
+                    reach.next_hop[BUFFER].setdefault(value, out)
+                    reach.boundary.setdefault(out, f"buffer '{spec.target}' (graph signature)")
+                elif spec.kind == OutputKind.USER_INPUT_MUTATION:
+                    reach.next_hop[INPUT].setdefault(value, out)
+                    reach.boundary.setdefault(out, f"input '{spec.target}' (graph signature)")
+            terminal.add(out)
+    if in_place_writes:
+        for n in nodes:
+            if n.op != "call_function" or not n.args or not _inplace_destination(n):
+                continue
+            dest = n.args[0]
+            if not isinstance(dest, Node) or dest.op not in ("get_attr", "placeholder"):
+                continue
+            kind = BUFFER if dest.op == "get_attr" or dest.name in buffer_inputs else INPUT
+            written = "buffer" if kind == BUFFER else "input"
+            reach.boundary[n] = f"{n.name} writes into {written} '{dest.target}'"
+            terminal.add(n)
+            for src in n.all_input_nodes:
+                if src is not dest:
+                    reach.next_hop[kind].setdefault(src, n)
+    if markers:
+        for n in nodes:
+            if marked(n):
+                reach.next_hop[MARKER][n] = n
+                reach.boundary[n] = f"marker on {n.name}"
+    # One backward sweep: users come after their producers in an FX graph.
+    for n in reversed(nodes):
+        for user in n.users:
+            if user in terminal:
+                continue
+            for hops in reach.next_hop.values():
+                if user in hops and n not in hops:
+                    hops[n] = user
+    return reach

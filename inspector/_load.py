@@ -1,0 +1,176 @@
+"""Turn what a user hands us into a private exported program plus example inputs.
+
+The caller's module, program and tensors are never touched: everything
+downstream works on deep copies made here (the Arm pipeline writes scaled
+weights in place into whatever module it is given; FACTS.md).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .errors import InspectorError
+
+SAMPLE_PREFIX = "sample:"
+
+
+@dataclass(frozen=True)
+class Target:
+    """A model ready for analysis: a private export, its inputs, and a pristine eager copy."""
+
+    name: str  # what the user called it: "sample:conv_mul_scalar", "MyNet", "model.pt2"
+    exported: torch.export.ExportedProgram  # private; never run a pass on it directly
+    inputs: tuple  # example inputs (private copies)
+    model: nn.Module | None = None  # pristine private eager copy (None for programs and .pt2)
+    recurrent: dict = field(default_factory=dict)  # output index -> input index fed on the next call
+
+    def eager(self) -> nn.Module:
+        """A fresh private module computing the model in float (eager copy, or the program's module)."""
+        if self.model is not None:
+            return copy.deepcopy(self.model)
+        return copy.deepcopy(self.exported).module(check_guards=False)
+
+
+def load(target: Any, example_inputs: Any = None) -> Target:
+    """Resolve ``target`` (module, ExportedProgram, sample name, ``.pt2`` path, ``file.py:Class``)."""
+    if isinstance(target, Target):
+        return target
+    if isinstance(target, torch.export.ExportedProgram):
+        return _from_program(target, example_inputs, type(target).__name__)
+    if isinstance(target, nn.Module):
+        return _from_module(target, example_inputs, type(target).__name__)
+    if isinstance(target, (str, os.PathLike)):
+        text = os.fspath(target)
+        if text.startswith(SAMPLE_PREFIX) or _is_sample(text):
+            return _from_sample(text.removeprefix(SAMPLE_PREFIX), example_inputs)
+        if text.endswith(".pt2"):
+            return _from_program(load_pt2(text), example_inputs, os.path.basename(text))
+        if ".py:" in text:
+            return _from_script(text, example_inputs)
+        raise InspectorError(
+            f"cannot tell what {text!r} is; give a sample (sample:NAME), a .pt2 file, or path/to/file.py:ClassName"
+        )
+    raise InspectorError(
+        f"cannot analyze a {type(target).__name__}; give an nn.Module with example inputs, an ExportedProgram, "
+        "a sample name, a .pt2 path, or path/to/file.py:ClassName"
+    )
+
+
+def _is_sample(name: str) -> bool:
+    import sample_models
+
+    return name in sample_models.names()
+
+
+def _from_sample(name: str, example_inputs: Any) -> Target:
+    import sample_models
+
+    if name not in sample_models.names():
+        raise InspectorError(f"unknown sample {name!r}; known samples: {', '.join(sample_models.names())}")
+    model = sample_models.get(name)
+    return _from_module(model, example_inputs, SAMPLE_PREFIX + name)
+
+
+def load_pt2(path: str | os.PathLike) -> torch.export.ExportedProgram:
+    """Load a ``.pt2`` archive written by ``torch.export.save`` (the one place that reads them)."""
+    path = Path(path)
+    if not path.is_file():
+        raise InspectorError(f"no such file: {path}")
+    try:
+        return torch.export.load(str(path))
+    except Exception as exc:  # noqa: BLE001 - any loader failure is a bad file for the user
+        raise InspectorError(f"cannot load {path.name} as a torch.export .pt2 archive: {_first_line(exc)}") from None
+
+
+def _from_script(spec: str, example_inputs: Any) -> Target:
+    """``path/to/file.py:ClassName``: import the file, build the class with no arguments."""
+    file, _, cls_name = spec.rpartition(":")
+    path = Path(file)
+    if not path.is_file():
+        raise InspectorError(f"no such file: {file}")
+    mod_name = "_fold_inspector_user_" + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
+    module_spec = importlib.util.spec_from_file_location(mod_name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[mod_name] = module  # dataclasses and pickling look the module up by name
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:  # noqa: BLE001
+        raise InspectorError(f"importing {path.name} failed: {type(exc).__name__}: {_first_line(exc)}") from None
+    cls = getattr(module, cls_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        classes = sorted(n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, nn.Module) and v.__module__ == mod_name)
+        raise InspectorError(f"{path.name} has no nn.Module class {cls_name!r}; found: {', '.join(classes) or 'none'}")
+    try:
+        model = cls()
+    except Exception as exc:  # noqa: BLE001
+        raise InspectorError(f"{cls_name}() failed: {type(exc).__name__}: {_first_line(exc)}") from None
+    if example_inputs is None:
+        example_inputs = getattr(module, "EXAMPLE_INPUTS", None)
+    return _from_module(model, example_inputs, cls_name)
+
+
+def _inputs_of(model: nn.Module, example_inputs: Any, name: str) -> tuple:
+    if example_inputs is None and callable(getattr(model, "example_inputs", None)):
+        example_inputs = model.example_inputs()
+    if example_inputs is None:
+        example_inputs = getattr(model, "EXAMPLE_INPUTS", None)
+    if example_inputs is None:
+        raise InspectorError(
+            f"{name} needs example inputs: pass example_inputs=(tensor, ...), give the class an "
+            "example_inputs() method, or use --input-shape"
+        )
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    example_inputs = tuple(example_inputs)
+    for i, x in enumerate(example_inputs):
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and not torch.isfinite(x).all():
+            raise InspectorError(f"example input {i} of {name} contains NaN or Inf; give finite inputs")
+    return copy.deepcopy(example_inputs)
+
+
+def _from_module(model: nn.Module, example_inputs: Any, name: str) -> Target:
+    inputs = _inputs_of(model, example_inputs, name)
+    private = copy.deepcopy(model).eval()
+    try:
+        exported = torch.export.export(copy.deepcopy(private), copy.deepcopy(inputs))
+    except Exception as exc:  # noqa: BLE001 - export errors are the user's model/input mismatch
+        raise InspectorError(
+            f"torch.export failed for {name} with inputs {describe_inputs(inputs)}: "
+            f"{type(exc).__name__}: {_first_line(exc)}; check the example inputs or --input-shape"
+        ) from None
+    recurrent = dict(getattr(model, "RECURRENT", {}) or {})
+    return Target(name, exported, inputs, private, recurrent)
+
+
+def _from_program(program, example_inputs: Any, name: str) -> Target:
+    program = copy.deepcopy(program)
+    if example_inputs is None:
+        stored = getattr(program, "example_inputs", None)
+        example_inputs = stored[0] if stored else None
+    if example_inputs is None:
+        raise InspectorError(f"{name} carries no example inputs; pass example_inputs or --input-shape")
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    return Target(name, program, copy.deepcopy(tuple(example_inputs)))
+
+
+def describe_inputs(inputs: tuple) -> str:
+    return "(" + ", ".join(
+        "x".join(map(str, x.shape)) + f" {str(x.dtype).replace('torch.', '')}" if isinstance(x, torch.Tensor) else repr(x)
+        for x in inputs
+    ) + ")"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,112 @@
+"""Stage graphs: the graph the fold pass sees at ``aten``, ``tfa`` and ``edge``.
+
+A ``StageGraph`` is built once per (model, stage) and never modified: every
+decision runs the pass on a deep copy, so toggling markers or switching
+policies re-decides without re-exporting.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.fx import GraphModule
+
+from . import _executorch
+from .errors import InspectorError
+from .fold_swap import swapped_fold_pass
+from .policies import FoldLog, policy_pass_class
+
+STAGES = ("aten", "tfa", "edge")
+STAGE_HELP = {
+    "aten": "the torch.export program",
+    "tfa": "the GraphModule the quantizer's transform-for-annotation folds on (weights as get_attr); "
+    "where the INT flow really folds",
+    "edge": "the to_edge program",
+}
+
+
+def check_stage(stage: str) -> str:
+    if stage not in STAGES:
+        raise InspectorError(f"unknown stage {stage!r}; choose one of: {', '.join(STAGES)}")
+    return stage
+
+
+@dataclass(frozen=True)
+class StageGraph:
+    """The pristine graph the pass receives at one stage (never run the pass on it directly)."""
+
+    stage: str  # aten | tfa | edge
+    graph_module: GraphModule  # the graph, with weights as placeholders (aten, edge) or get_attr (tfa)
+    program: Any  # the ExportedProgram at aten and edge, None at tfa
+    notes: tuple[str, ...] = ()  # what went wrong around the capture that the user should know
+
+    def fresh_copy(self) -> tuple[GraphModule, Any]:
+        """A private (graph module, program) pair the pass may rewrite."""
+        if self.program is None:
+            gm = copy.deepcopy(self.graph_module)
+            return gm, None
+        program = copy.deepcopy(self.program)
+        return program.graph_module, program
+
+    def run(self, *inputs: torch.Tensor):
+        """Run this graph in float on ``inputs`` (on a private copy: buffers are not touched)."""
+        return run_graph(*self.fresh_copy(), inputs)
+
+
+def run_graph(gm: GraphModule, program: Any, inputs: tuple):
+    """Execute a stage graph (tfa graph module or exported program) in float."""
+    with torch.no_grad():
+        if program is not None:
+            return program.module()(*inputs)
+        return gm(*inputs)
+
+
+def build(exported: torch.export.ExportedProgram, stage: str) -> StageGraph:
+    """The stage graph for ``exported`` (which is itself left untouched)."""
+    check_stage(stage)
+    if stage == "aten":
+        program = copy.deepcopy(exported)
+        return StageGraph(stage, program.graph_module, program)
+    if stage == "edge":
+        program = _executorch.to_edge(copy.deepcopy(exported))
+        return StageGraph(stage, program.graph_module, program)
+    return StageGraph(stage, *_capture_tfa_graph(exported))
+
+
+def _capture_tfa_graph(exported) -> tuple[GraphModule, None, tuple[str, ...]]:
+    """Run the quantizer's own transform-for-annotation and keep the graph the fold receives.
+
+    Other passes run before the fold in that pipeline, so ``ep.module()`` alone is
+    not the same graph (FACTS.md). The capture runs the pass under policy ``off``,
+    so the rest of the pipeline sees an unfolded graph that is then discarded.
+    """
+    log = FoldLog(snapshots=True)
+    gm = copy.deepcopy(exported).module(check_guards=False)
+    quantizer = _executorch.tosa_int_quantizer()
+    notes: tuple[str, ...] = ()
+    try:
+        with swapped_fold_pass(policy_pass_class("off", log=log)):
+            quantizer.transform_for_annotation(gm)
+    except Exception as exc:  # noqa: BLE001 - a failure after the fold leaves the capture valid
+        if not log.runs:
+            raise InspectorError(
+                f"the quantizer's transform-for-annotation failed before the fold pass ran: {_first_line(exc)}"
+            ) from None
+        notes = (f"the quantizer's transform-for-annotation failed after the fold pass ran "
+                 f"(this model will not quantize as is): {_first_line(exc)}",)
+    if not log.runs:
+        raise InspectorError("the quantizer's transform-for-annotation pipeline never ran the fold pass; "
+                             "this executorch version is not supported (see pyproject.toml)")
+    return log.runs[0].before, None, notes
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    # ExecuTorch wraps pass failures as "An error occurred when running the 'X' pass after ..."
+    for line in lines:
+        if "error occurred when running" in line:
+            return line.split(" after the following passes")[0].strip()
+    return lines[0] if lines else type(exc).__name__

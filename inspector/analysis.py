@@ -1,0 +1,457 @@
+"""``analyze``: find every conv->mul site, decide it with the real pass, explain every skip."""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+import warnings
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable
+
+import torch
+from torch.fx import GraphModule, Node
+
+from . import _graph, _load, _stages
+from ._explain import Context, explain
+from .errors import ExplanationMismatchWarning, InspectorError
+from .policies import FoldLog, check_policy, policy_pass_class, resolve_markers
+from .reasons import Reason, ReasonCode, Risk, RiskCode
+
+# max|s| / min|s| at or above which a scale is flagged ``wide-dynamic-range-scale``.
+WIDE_RANGE_RATIO = 1e3
+
+
+@dataclass(frozen=True)
+class ScaleSummary:
+    """What multiplies the conv output."""
+
+    kind: str  # scalar (Python number) | scalar-tensor | channel | tensor | input-dependent
+    shape: tuple[int, ...]  # () for a Python number
+    dtype: str  # "float32", "int64", "python-float", ...
+    min_abs: float | None  # smallest |s| (None when not a constant)
+    max_abs: float | None  # largest |s|
+    ratio: float | None  # max_abs / min_abs (inf when some s is 0; None when not a constant)
+
+    def short(self) -> str:
+        if self.min_abs is None:
+            return f"{self.kind} {list(self.shape)}"
+        if self.min_abs == self.max_abs:
+            return f"{self.kind} {self.max_abs:.4g}"
+        return f"{self.kind} {list(self.shape)} |s| {self.min_abs:.3g}..{self.max_abs:.3g}"
+
+    def to_dict(self) -> dict:
+        d = dict(vars(self))
+        d["shape"] = list(self.shape)
+        if self.ratio is not None and math.isinf(self.ratio):
+            d["ratio"] = "inf"
+        return d
+
+
+@dataclass(frozen=True)
+class Site:
+    """One mul fed by a convolution, with the real pass's decision and why."""
+
+    id: str  # stable across stages and runs: "<conv module>@<file>:<line>[#k]"
+    index: int  # position among the sites, in graph order
+    mul: str  # mul node name at this stage
+    conv: str  # conv node name at this stage
+    conv_op: str  # e.g. "aten.conv2d.default"
+    module_path: str  # the conv's module path ("" at the root)
+    location: str  # "file.py:line" of the mul in user code ("" if unknown)
+    scale: ScaleSummary  # what multiplies the conv output
+    decision: str  # "fold" or "skip": what the installed pass really did
+    reasons: tuple[Reason, ...]  # why it was skipped, the pass's first reason first (empty if folded)
+    risks: tuple[Risk, ...]  # warnings that do not change the decision
+    marked: bool  # the mul itself carries the carried-state marker
+    chained_after: str | None  # the earlier mul on the same conv (``conv(x) * a * b``), if any
+    state_path: tuple[str, ...]  # node names from the mul to the state boundary it reaches (empty if none)
+    state_boundary: str  # what that boundary is ("buffer 'state' ...", "marker on mul")
+    folded_weight: str | None  # weight node the conv reads after the fold (None if not folded)
+    folded_bias: str | None  # bias node the conv reads after the fold
+    mismatch: str | None  # set when the explainer disagrees with the pass: never expected
+
+    @property
+    def folded(self) -> bool:
+        return self.decision == "fold"
+
+    @property
+    def reason_codes(self) -> tuple[str, ...]:
+        return tuple(r.code for r in self.reasons)
+
+    def to_dict(self) -> dict:
+        return {
+            "id": self.id,
+            "conv": self.conv,
+            "mul": self.mul,
+            "conv_op": self.conv_op,
+            "module_path": self.module_path,
+            "location": self.location,
+            "decision": self.decision,
+            "reasons": [r.to_dict() for r in self.reasons],
+            "risks": [r.to_dict() for r in self.risks],
+            "scale": self.scale.to_dict(),
+            "marked": self.marked,
+            "chained_after": self.chained_after,
+            "state_path": list(self.state_path),
+            "state_boundary": self.state_boundary,
+            "folded_weight": self.folded_weight,
+            "folded_bias": self.folded_bias,
+            "mismatch": self.mismatch,
+        }
+
+
+class Analysis:
+    """The sites of one model at one stage under one policy, with the graphs before and after.
+
+    Cheap to re-decide: ``with_policy``, ``with_markers`` and ``toggle_marker`` reuse
+    the exported stage graph; ``with_stage`` reuses the export.
+    """
+
+    def __init__(self, target, stage_graph, policy, markers, sites, before, after, timings):
+        self.target: _load.Target = target  # the private model, inputs and export
+        self.stage_graph: _stages.StageGraph = stage_graph  # the pristine stage graph
+        self.stage: str = stage_graph.stage
+        self.policy: str = policy
+        self.markers: tuple[str, ...] = tuple(markers)
+        self.sites: tuple[Site, ...] = tuple(sites)
+        self._before = before  # (graph module, program) the pass received, markers set
+        self._after = after  # (graph module, program) after the pass
+        self.timings: dict[str, float] = timings  # seconds per step
+
+    # -- graphs
+    @property
+    def before(self) -> GraphModule:
+        """The graph the pass received (markers applied)."""
+        return self._before[0]
+
+    @property
+    def after(self) -> GraphModule:
+        """The graph after the real pass ran."""
+        return self._after[0]
+
+    @property
+    def before_program(self):
+        """The ExportedProgram behind ``before`` (None at tfa)."""
+        return self._before[1]
+
+    @property
+    def after_program(self):
+        """The ExportedProgram behind ``after`` (None at tfa)."""
+        return self._after[1]
+
+    def run_before(self, *inputs):
+        """Float outputs of the before-graph (on a private copy; default: the example inputs)."""
+        return _stages.run_graph(*_copy_pair(self._before), inputs or self.target.inputs)
+
+    def run_after(self, *inputs):
+        """Float outputs of the after-graph (on a private copy; default: the example inputs)."""
+        return _stages.run_graph(*_copy_pair(self._after), inputs or self.target.inputs)
+
+    # -- queries
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """Things the user should know about how the stage graph was obtained."""
+        return self.stage_graph.notes
+
+    @property
+    def name(self) -> str:
+        return self.target.name
+
+    def site(self, site_id: str) -> Site:
+        for s in self.sites:
+            if s.id == site_id:
+                return s
+        raise InspectorError(f"no site {site_id!r}; sites: {', '.join(s.id for s in self.sites) or 'none'}")
+
+    @property
+    def folded(self) -> tuple[Site, ...]:
+        return tuple(s for s in self.sites if s.folded)
+
+    @property
+    def skipped(self) -> tuple[Site, ...]:
+        return tuple(s for s in self.sites if not s.folded)
+
+    @property
+    def mismatches(self) -> tuple[Site, ...]:
+        return tuple(s for s in self.sites if s.mismatch)
+
+    def summary(self) -> str:
+        """One line: "3 sites, 1 folded, 2 skipped (conv-has-other-users: 2)"."""
+        by_reason: dict[str, int] = {}
+        for s in self.skipped:
+            code = s.reasons[0].code if s.reasons else "?"
+            by_reason[code] = by_reason.get(code, 0) + 1
+        text = f"{len(self.sites)} site{'s' * (len(self.sites) != 1)}, {len(self.folded)} folded, {len(self.skipped)} skipped"
+        if by_reason:
+            text += " (" + ", ".join(f"{k}: {v}" for k, v in by_reason.items()) + ")"
+        if self.mismatches:
+            text += f"; {len(self.mismatches)} EXPLANATION MISMATCH"
+        return text
+
+    # -- re-deciding
+    def with_policy(self, policy: str) -> "Analysis":
+        return _decide(self.target, self.stage_graph, policy, self.markers)
+
+    def with_markers(self, markers: Iterable[str]) -> "Analysis":
+        return _decide(self.target, self.stage_graph, self.policy, tuple(markers))
+
+    def toggle_marker(self, marker: str) -> "Analysis":
+        """Add ``marker`` (a site id or node name) if absent, else remove it."""
+        markers = [m for m in self.markers if m != marker]
+        if len(markers) == len(self.markers):
+            markers.append(marker)
+        return self.with_markers(markers)
+
+    def with_stage(self, stage: str) -> "Analysis":
+        return analyze(self.target, stage=stage, policy=self.policy, markers=self._portable_markers())
+
+    def _portable_markers(self) -> tuple[str, ...]:
+        # node names differ between stages; site ids do not
+        ids = {s.mul: s.id for s in self.sites}
+        return tuple(ids.get(m, m) for m in self.markers)
+
+    # -- presentation
+    def to_dict(self) -> dict:
+        return {
+            "target": self.name,
+            "stage": self.stage,
+            "policy": self.policy,
+            "markers": list(self.markers),
+            "summary": self.summary(),
+            "notes": list(self.notes),
+            "sites": [s.to_dict() for s in self.sites],
+        }
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        from ._present import analysis_html, analysis_text
+
+        return {"text/plain": analysis_text(self), "text/html": analysis_html(self)}
+
+    def __repr__(self) -> str:
+        return f"<Analysis {self.name} stage={self.stage} policy={self.policy}: {self.summary()}>"
+
+
+def analyze(
+    target: Any,
+    example_inputs: Any = None,
+    *,
+    stage: str = "edge",
+    policy: str = "upstream",
+    markers: Iterable[str] = (),
+) -> Analysis:
+    """Find, decide and explain every conv->mul site of ``target`` at ``stage`` under ``policy``.
+
+    ``target`` is an ``nn.Module`` (with ``example_inputs``, or its own
+    ``example_inputs()``), an ``ExportedProgram``, a sample name (``"sample:NAME"``),
+    a path to a ``.pt2`` file, or ``"path/to/file.py:ClassName"``. ``markers`` are
+    site ids or node names to mark ``carried_quant_state``. The decision at every
+    site is what the installed ``FoldScalarMulIntoConvPass`` did on a private copy.
+    The caller's model is never modified.
+    """
+    _stages.check_stage(stage)
+    check_policy(policy)
+    t0 = time.perf_counter()
+    loaded = _load.load(target, example_inputs)
+    t1 = time.perf_counter()
+    stage_graph = stage_graph_of(loaded, stage)
+    t2 = time.perf_counter()
+    result = _decide(loaded, stage_graph, policy, tuple(markers))
+    result.timings = {"load": t1 - t0, "stage": t2 - t1, **result.timings}
+    return result
+
+
+def stage_graph_of(target: _load.Target, stage: str) -> _stages.StageGraph:
+    """The stage graph of ``target`` at ``stage``, built once per target and reused."""
+    cache = _STAGE_CACHE.setdefault(id(target), (target, {}))[1]
+    if stage not in cache:
+        cache[stage] = _stages.build(target.exported, stage)
+    return cache[stage]
+
+
+# id(target) -> (target, {stage: StageGraph}); holding the target keeps the id from being reused.
+_STAGE_CACHE: dict[int, tuple[_load.Target, dict]] = {}
+
+
+def _copy_pair(pair):
+    gm, program = pair
+    if program is None:
+        return copy.deepcopy(gm), None
+    program = copy.deepcopy(program)
+    return program.graph_module, program
+
+
+def _decide(target, stage_graph, policy: str, markers: tuple[str, ...]) -> Analysis:
+    check_policy(policy)
+    t0 = time.perf_counter()
+    gm, program = stage_graph.fresh_copy()
+    graph = gm.graph
+    found, unknown = resolve_markers(graph, markers)
+    if unknown:
+        cands = _graph.candidates(graph)
+        known = ", ".join(_graph.site_ids(cands)) or "no sites"
+        raise InspectorError(
+            f"unknown marker {unknown[0]!r} at stage {stage_graph.stage}: give a site id ({known}) or a node name of this graph"
+        )
+    for node in found.values():
+        _graph.set_marker(node)
+
+    cands = _graph.candidates(graph)
+    ids = _graph.site_ids(cands)
+    signature = program.graph_signature if program is not None else None
+    guard_on = policy in ("state-aware", "state-aware-strict")
+    guard_reach = (
+        _graph.state_reach(graph, signature, in_place_writes=policy == "state-aware-strict")
+        if guard_on else _graph.StateReach({})
+    )
+    ctx = Context(stage_graph.stage, policy, program, guard_reach, set())
+    explained = explain(ctx, cands)
+    # Every boundary, whatever the policy: for risks and for drawing the path to state.
+    all_reach = _graph.state_reach(graph, signature, in_place_writes=True)
+    recurrent = _recurrent_reach(graph, signature, target.recurrent)
+    t1 = time.perf_counter()
+
+    before = (gm, program)
+    after = _copy_pair(before)
+    log = FoldLog()
+    pass_class = policy_pass_class(policy, markers, log)
+    after_gm, after_program = after
+    fold_pass = pass_class(after_program) if after_program is not None else pass_class(tfa_pass=True)
+    fold_pass(after_gm)
+    run = log.runs[-1]
+    t2 = time.perf_counter()
+
+    folded = set(run.folded)
+    after_convs = {n.name: n for n in after_gm.graph.nodes if _graph.is_conv(n)}
+    weight_users: dict[str, list[int]] = {}
+    sites = []
+    for i, (c, site_id, reasons) in enumerate(zip(cands, ids, explained)):
+        decision = "fold" if c.mul.name in folded else "skip"
+        predicted = "skip" if reasons else "fold"
+        mismatch = None
+        if predicted != decision:
+            mismatch = (
+                f"the installed pass chose {decision} but the explainer predicted {predicted}"
+                + (f" ({', '.join(r.code for r in reasons)})" if reasons else "")
+            )
+            warnings.warn(f"site {site_id}: {mismatch}", ExplanationMismatchWarning, stacklevel=3)
+            if decision == "skip":
+                reasons = [Reason.of(ReasonCode.EXPLANATION_MISMATCH, mismatch)]
+        scale = _scale_summary(c, program)
+        kind = next((k for k in (_graph.MARKER, _graph.BUFFER, _graph.INPUT) if all_reach.reaches(k, c.mul)), None)
+        path = tuple(n.name for n in all_reach.path(kind, c.mul)) if kind else ()
+        boundary = all_reach.boundary.get(all_reach.path(kind, c.mul)[-1], "") if kind else ""
+        risks = _risks(c, scale, decision, kind, boundary, recurrent)
+        conv_after = after_convs.get(c.conv.name)
+        fw = fb = None
+        if decision == "fold" and conv_after is not None:
+            fw = _arg_name(conv_after, 1)
+            fb = _arg_name(conv_after, 2)
+            if fw is not None:
+                weight_users.setdefault(fw, []).append(i)
+        sites.append(Site(
+            id=site_id, index=i, mul=c.mul.name, conv=c.conv.name, conv_op=_graph.op_name(c.conv),
+            module_path=_graph.module_path(c.conv), location=_graph.location(c.mul), scale=scale,
+            decision=decision, reasons=tuple(reasons) if decision == "skip" else (),
+            risks=tuple(risks), marked=_graph.marked(c.mul), chained_after=c.via.name if c.via is not None else None,
+            state_path=path, state_boundary=boundary, folded_weight=fw, folded_bias=fb, mismatch=mismatch,
+        ))
+    sites = _flag_reused_weights(sites, weight_users, program)
+    timings = {"explain": t1 - t0, "fold": t2 - t1, "sites": time.perf_counter() - t2}
+    return Analysis(target, stage_graph, policy, markers, sites, before, after, timings)
+
+
+def _arg_name(node: Node, i: int) -> str | None:
+    return node.args[i].name if len(node.args) > i and isinstance(node.args[i], Node) else None
+
+
+def _scale_summary(c: _graph.Candidate, program) -> ScaleSummary:
+    s = c.scale
+    if isinstance(s, (int, float)) and not isinstance(s, bool):
+        v = abs(float(s))
+        return ScaleSummary("scalar", (), f"python-{type(s).__name__}", v, v, 1.0 if v else math.inf)
+    tensor = _graph.constant_tensor(s, program)
+    if tensor is None:
+        meta = _graph.value_meta(s)
+        shape = tuple(int(d) for d in meta.shape) if meta is not None else ()
+        dtype = str(meta.dtype).replace("torch.", "") if meta is not None else "unknown"
+        return ScaleSummary("input-dependent", shape, dtype, None, None, None)
+    from ._explain import channel_broadcast
+
+    shape = tuple(int(d) for d in tensor.shape)
+    dtype = str(tensor.dtype).replace("torch.", "")
+    a = tensor.detach().abs().double().flatten()
+    lo, hi = (float(a.min()), float(a.max())) if a.numel() else (0.0, 0.0)
+    ratio = hi / lo if lo > 0 else (math.inf if hi > 0 else 1.0)
+    if tensor.numel() == 1:
+        kind = "scalar-tensor"
+    elif channel_broadcast(c.conv, shape) is None:
+        kind = "channel"
+    else:
+        kind = "tensor"
+    return ScaleSummary(kind, shape, dtype, lo, hi, ratio)
+
+
+def _recurrent_reach(graph, signature, recurrent: dict) -> dict[Node, int]:
+    """Nodes reaching a user output declared recurrent -> that output's index."""
+    if not recurrent:
+        return {}
+    out = next((n for n in reversed(graph.nodes) if n.op == "output"), None)
+    if out is None:
+        return {}
+    values = list(out.args[0]) if isinstance(out.args[0], (list, tuple)) else [out.args[0]]
+    if signature is not None:
+        from torch.export.graph_signature import OutputKind
+
+        values = [v for v, spec in zip(values, signature.output_specs) if spec.kind == OutputKind.USER_OUTPUT]
+    reach: dict[Node, int] = {}
+    for idx in recurrent:
+        if 0 <= idx < len(values) and isinstance(values[idx], Node):
+            reach.setdefault(values[idx], idx)
+    for n in reversed(list(graph.nodes)):
+        for u in n.users:
+            if u in reach and n not in reach:
+                reach[n] = reach[u]
+    return reach
+
+
+def _risks(c, scale: ScaleSummary, decision: str, kind, boundary: str, recurrent: dict) -> list[Risk]:
+    risks = []
+    if scale.ratio is not None and scale.ratio >= WIDE_RANGE_RATIO:
+        risks.append(Risk.of(
+            RiskCode.WIDE_DYNAMIC_RANGE_SCALE,
+            f"max|s|/min|s| = {scale.ratio:.3g} (|s| from {scale.min_abs:.3g} to {scale.max_abs:.3g}); "
+            f"threshold {WIDE_RANGE_RATIO:g}",
+            scale.ratio,
+        ))
+    if decision == "fold" and kind is not None:
+        risks.append(Risk.of(RiskCode.FEEDS_CARRIED_STATE, f"{c.mul.name} reaches {boundary}"))
+    if c.mul in recurrent and not _graph.marked(c.mul):
+        idx = recurrent[c.mul]
+        risks.append(Risk.of(
+            RiskCode.FEEDS_RECURRENT_OUTPUT,
+            f"{c.mul.name} reaches output {idx}, which the model feeds back on the next call; "
+            "mark the site to let the state-aware policies protect it",
+        ))
+    return risks
+
+
+def _flag_reused_weights(sites: list[Site], weight_users: dict[str, list[int]], program) -> list[Site]:
+    """Flag folds whose convs read one scaled weight after the pass (names a shared weight twice).
+
+    With an exported program the installed pass names the scaled weight after the
+    original one and returns an existing placeholder of that name, so two folds of
+    one shared weight both read the first scale (chained muls on one conv are fine:
+    they are one conv).
+    """
+    if program is None:
+        return sites
+    for weight, idxs in weight_users.items():
+        convs = {sites[i].conv for i in idxs}
+        if len(convs) < 2:
+            continue
+        names = ", ".join(sites[i].mul for i in idxs)
+        for i in idxs:
+            risk = Risk.of(RiskCode.FOLDED_WEIGHT_REUSED, f"{names} all fold into {weight}, scaled once")
+            sites[i] = replace(sites[i], risks=sites[i].risks + (risk,))
+    return sites

@@ -1,0 +1,146 @@
+"""``python -m inspector``: analyze a model from the shell, or run the demo.
+
+Bad input prints one line (``error: ...``) and exits with status 2; ``--debug``
+shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import warnings
+from pathlib import Path
+
+from .errors import InspectorError
+
+DESCRIPTION = "Inspect ExecuTorch's Arm FoldScalarMulIntoConvPass: which conv->mul sites fold, and why not."
+
+
+def _quiet_imports() -> None:
+    # torch/torchao log import-time noise (optional CUDA kernels, pytree deprecations) that
+    # says nothing about the user's model; keep the terminal for the inspector's own output.
+    for name in ("torchao", "torch.utils._pytree", "torch._export", "torch.export"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+
+
+def _parser() -> argparse.ArgumentParser:
+    from .policies import POLICIES, POLICY_HELP
+    from ._stages import STAGES, STAGE_HELP
+
+    p = argparse.ArgumentParser(prog="python -m inspector", description=DESCRIPTION)
+    p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    a = sub.add_parser("analyze", help="list every conv->mul site, its decision and reasons",
+                       description="TARGET is sample:NAME, path/to/file.py:ClassName, or model.pt2.")
+    a.add_argument("target", metavar="TARGET")
+    a.add_argument("--input-shape", action="append", default=[], metavar="1,3,8,8",
+                   help="shape of one example input (repeat per input); random seeded float32")
+    a.add_argument("--stage", choices=STAGES, default="edge",
+                   help="; ".join(f"{k}: {v}" for k, v in STAGE_HELP.items()) + " (default: edge)")
+    a.add_argument("--policy", choices=POLICIES, default="upstream",
+                   help="; ".join(f"{k}: {v}" for k, v in POLICY_HELP.items()) + " (default: upstream)")
+    a.add_argument("--mark", action="append", default=[], metavar="ID",
+                   help="mark a site id or node name as carried state (repeatable)")
+    a.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    d = sub.add_parser("demo", help="analyze the default sample under each policy; write an HTML report")
+    d.add_argument("--sample", default=None, help="sample name (default: the default sample)")
+    d.add_argument("--stage", choices=STAGES, default="tfa")
+    d.add_argument("--html", default="demo-report.html", metavar="FILE", help="where to write the report")
+
+    sub.add_parser("samples", help="list the built-in sample models")
+    return p
+
+
+def _inputs_from_shapes(shapes: list[str]):
+    import torch
+
+    if not shapes:
+        return None
+    gen = torch.Generator().manual_seed(0)
+    out = []
+    for text in shapes:
+        try:
+            dims = tuple(int(d) for d in text.split(","))
+            if not dims or any(d <= 0 for d in dims):
+                raise ValueError
+        except ValueError:
+            raise InspectorError(f"bad --input-shape {text!r}: give positive integers separated by commas, e.g. 1,3,8,8") from None
+        out.append(torch.rand(dims, generator=gen) * 2 - 1)
+    return tuple(out)
+
+
+def _analyze(args) -> int:
+    from .analysis import analyze
+    from ._present import analysis_text
+
+    result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage,
+                     policy=args.policy, markers=args.mark)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print(analysis_text(result))
+    return 0
+
+
+def _demo(args) -> int:
+    import html
+
+    import sample_models
+    from .analysis import analyze
+    from .policies import POLICIES
+    from ._present import analysis_html, analysis_text
+
+    name = args.sample or sample_models.DEFAULT
+    if name not in sample_models.names():
+        raise InspectorError(f"unknown sample {name!r}; known samples: {', '.join(sample_models.names())}")
+    print(f"sample:{name}: {sample_models.describe(name)}\n")
+    first = analyze("sample:" + name, stage=args.stage, policy="upstream")
+    results = [first] + [first.with_policy(p) for p in POLICIES if p != "upstream"]
+    for r in results:
+        print(analysis_text(r), end="\n\n")
+    body = "".join(f"<section>{analysis_html(r)}</section><hr>" for r in results)
+    page = (
+        "<!doctype html><html><head><meta charset='utf-8'><title>fold inspector: "
+        f"{html.escape(name)}</title></head><body><h1>fold inspector: sample:{html.escape(name)}</h1>"
+        f"<p>{html.escape(sample_models.describe(name))}</p>{body}</body></html>"
+    )
+    out = Path(args.html)
+    out.write_text(page, encoding="utf-8")
+    print(f"wrote {out}")
+    return 0
+
+
+def _samples(args) -> int:
+    import sample_models
+
+    for name in sample_models.names():
+        print(f"{name:36} {sample_models.describe(name)}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    _quiet_imports()
+    handler = {"analyze": _analyze, "demo": _demo, "samples": _samples}[args.command]
+    try:
+        return handler(args)
+    except InspectorError as exc:
+        if args.debug:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the last line of defence for a CLI user
+        if args.debug:
+            raise
+        print(f"error: internal error {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''} "
+              "(rerun with --debug for the traceback, and please report it)", file=sys.stderr)
+        return 1

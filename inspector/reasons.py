@@ -1,0 +1,86 @@
+"""Stable reason and risk codes: why a site is skipped, and what to watch when it folds.
+
+The codes are a contract (DESIGN.md): UI, JSON, reports and tests key on them.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class ReasonCode(str, enum.Enum):
+    """Why a site is skipped; ``.value`` is the stable code and ``.sentence`` says it in words."""
+
+    POLICY_OFF = ("policy-off", "the policy 'off' never folds")
+    DISALLOWED_BY_QUANTIZER = ("disallowed-by-quantizer", "the quantizer excluded this node from transform-for-annotation")
+    MARKED_CARRIED_STATE = ("marked-carried-state", "the mul output reaches a node marked carried_quant_state")
+    FEEDS_BUFFER_MUTATION = ("feeds-buffer-mutation", "the mul output is written back into a mutable buffer")
+    FEEDS_INPUT_MUTATION = ("feeds-input-mutation", "the mul output is written back into a mutated input")
+    MUL_OP_NOT_MATCHED = ("mul-op-not-matched", "the mul is an op form the pass does not match (e.g. in-place mul_)")
+    FOLLOWS_UNFOLDED_MUL = ("follows-unfolded-mul", "its operand is an earlier mul on the same conv that did not fold")
+    CONV_OP_NOT_MATCHED = ("conv-op-not-matched", "the convolution is not an op form the pass matches at this stage")
+    TRANSPOSED_CONV = ("transposed-conv", "the convolution is transposed")
+    CONV_HAS_OTHER_USERS = ("conv-has-other-users", "the conv output has users besides this mul")
+    SCALE_NOT_CONSTANT = ("scale-not-constant", "the scale is not a constant")
+    SCALE_NOT_FLOAT = ("scale-not-float", "the scale is not a floating-point value")
+    SCALE_NOT_CHANNELWISE = ("scale-not-channelwise", "the scale does not broadcast over output channels only")
+    WEIGHT_NOT_CONSTANT = ("weight-not-constant", "the conv weight or bias is not a constant")
+    WEIGHT_NOT_FLOAT = ("weight-not-float", "the conv weight is not floating point")
+    BIAS_NOT_FLOAT = ("bias-not-float", "the conv bias is not floating point")
+    WEIGHT_SHARED = ("weight-shared", "the conv weight or bias is shared with other nodes, so it cannot be rewritten in place")
+    EXPLANATION_MISMATCH = ("explanation-mismatch", "the inspector cannot explain what the installed pass did here")
+
+    def __new__(cls, code: str, sentence: str):
+        obj = str.__new__(cls, code)
+        obj._value_ = code
+        obj.sentence = sentence
+        return obj
+
+
+class RiskCode(str, enum.Enum):
+    """A warning that does not change the decision."""
+
+    WIDE_DYNAMIC_RANGE_SCALE = ("wide-dynamic-range-scale", "the scale spans a wide range, so folding widens the conv's quantization range")
+    FEEDS_CARRIED_STATE = ("feeds-carried-state", "this fold scales a value that is carried to the next step; quantization error can compound")
+    FEEDS_RECURRENT_OUTPUT = ("feeds-recurrent-output", "the mul output reaches an output the model declares as recurrent state; mark it to protect it")
+    FOLDED_WEIGHT_REUSED = ("folded-weight-reused", "two folds scale one shared weight, and the pass reuses the first scaled constant for both")
+
+    def __new__(cls, code: str, sentence: str):
+        obj = str.__new__(cls, code)
+        obj._value_ = code
+        obj.sentence = sentence
+        return obj
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One reason a site is skipped."""
+
+    code: str  # stable code, a ReasonCode value
+    message: str  # the human sentence for the code
+    detail: str  # names the nodes involved, e.g. "conv2d has 2 users: mul, add"
+
+    @classmethod
+    def of(cls, code: ReasonCode, detail: str) -> "Reason":
+        return cls(code.value, code.sentence, detail)
+
+    def to_dict(self) -> dict:
+        return {"code": self.code, "message": self.message, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class Risk:
+    """One warning about a site; never changes the decision."""
+
+    code: str  # stable code, a RiskCode value
+    message: str  # the human sentence for the code
+    detail: str  # the numbers or nodes behind it
+    value: float | None = None  # the measured quantity, e.g. the scale ratio
+
+    @classmethod
+    def of(cls, code: RiskCode, detail: str, value: float | None = None) -> "Risk":
+        return cls(code.value, code.sentence, detail, value)
+
+    def to_dict(self) -> dict:
+        return {"code": self.code, "message": self.message, "detail": self.detail, "value": self.value}

@@ -1,0 +1,47 @@
+"""Built-in sample models, each teaching one behaviour of FoldScalarMulIntoConvPass.
+
+``names()`` lists them; ``get(name)`` builds one with fixed weights. Every model
+has ``example_inputs()`` and ``expected(stage, policy)``.
+"""
+
+from __future__ import annotations
+
+from ._base import POLICIES, STAGES, SampleModel
+from . import models as _models
+
+_SAMPLES: dict[str, type[SampleModel]] = {
+    "conv_mul_channel_scale": _models.ConvMulChannelScale,
+    "conv_mul_scalar": _models.ConvMulScalar,
+    "conv_mul_multiple_users": _models.ConvMulMultipleUsers,
+    "conv_mul_width_scale": _models.ConvMulWidthScale,
+    "conv_mul_wide_dynamic_range_scale": _models.ConvMulWideDynamicRangeScale,
+    "stateful_conv_mul": _models.StatefulConvMul,
+    "functional_recurrent_conv_mul": _models.FunctionalRecurrentConvMul,
+    "conv1d_mul": _models.Conv1dMul,
+    "conv_transpose_mul": _models.ConvTransposeMul,
+    "conv_mul_chain": _models.ConvMulChain,
+    "conv_mul_input_scale": _models.ConvMulInputScale,
+    "shared_conv_mul": _models.SharedConvMul,
+}
+
+DEFAULT = "stateful_conv_mul"
+
+__all__ = ["DEFAULT", "POLICIES", "STAGES", "SampleModel", "describe", "get", "names"]
+
+
+def names() -> list[str]:
+    """The sample names, in teaching order."""
+    return list(_SAMPLES)
+
+
+def get(name: str) -> SampleModel:
+    """A fresh instance of sample ``name`` (fixed weights; same on every call)."""
+    try:
+        return _SAMPLES[name]()
+    except KeyError:
+        raise KeyError(f"unknown sample {name!r}; known samples: {', '.join(_SAMPLES)}") from None
+
+
+def describe(name: str) -> str:
+    """The first line of the sample's docstring."""
+    return (_SAMPLES[name].__doc__ or "").strip().splitlines()[0]

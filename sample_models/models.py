@@ -1,0 +1,310 @@
+"""The built-in sample models: each teaches one behaviour of FoldScalarMulIntoConvPass.
+
+Every model has fixed weights, ``example_inputs()``, and ``expected(stage, policy)``:
+the decision and reason codes the inspector must report for each site, in graph order.
+The expectations are written from the pass's rules (see DESIGN.md) and checked
+against the real installed pass by the test suite.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ._base import FOLD, SampleModel, Verdict, seeded, seeded_input, skip
+
+
+
+class ConvMulChannelScale(SampleModel):
+    """``conv(x) * s`` with a learnable per-channel (1, C, 1, 1) scale: folds at every stage."""
+
+    SEED = 1
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.scale = nn.Parameter(torch.ones(1, 4, 1, 1))
+        seeded(self, self.SEED)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x) * self.scale
+
+    def example_inputs(self):
+        return (seeded_input(1, 3, 8, 8),)
+
+    def expected_upstream(self, stage: str) -> tuple[Verdict, ...]:
+        return (FOLD,)
+
+
+class ConvMulScalar(SampleModel):
+    """``0.25 * conv(x)``: a Python scalar on the left folds at every stage."""
+
+    SEED = 2
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        seeded(self, self.SEED)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return 0.25 * self.conv(x)
+
+    def example_inputs(self):
+        return (seeded_input(1, 3, 8, 8),)
+
+    def expected_upstream(self, stage: str) -> tuple[Verdict, ...]:
+        return (FOLD,)
+
+
+class ConvMulMultipleUsers(SampleModel):
+    """``y * 0.25 + y``: the conv output has a second user, so the pass cannot rewrite it."""
+
+    SEED = 3
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        seeded(self, self.SEED)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        return y * 0.25 + y
+
+    def example_inputs(self):
+        return (seeded_input(1, 3, 8, 8),)
+
+    def expected_upstream(self, stage: str) -> tuple[Verdict, ...]:
+        return (skip("conv-has-other-users"),)
+
+
+class ConvMulWidthScale(SampleModel):
+    """A (C,) scale broadcasts over the last (width) axis, not over channels: not foldable.
+
+    Width equals the channel count on purpose, so the element count matches and only
+    the broadcast axis tells the two apart.
+    """
+
+    SEED = 4
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.register_buffer("scale", torch.tensor([0.5, 1.0, 2.0, 4.0]))
+        seeded(self, self.SEED)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x) * self.scale
+
+    def example_inputs(self):
+        return (seeded_input(1, 3, 6, 4),)
+
+    def expected_upstream(self, stage: str) -> tuple[Verdict, ...]:
+        return (skip("scale-not-channelwise"),)
+
+
+class ConvMulWideDynamicRangeScale(SampleModel):
+    """Per-channel scale from 1e-3 to 100 (five orders of magnitude): folds, flagged as a risk.
+
+    After the fold one channel's output is 1e5 times smaller than another's inside one
+    per-tensor quantized range; whether that hurts is what the TOSA reference run shows.
+    """
+
+    SEED = 5
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        seeded(self, self.SEED)
+        self.register_buffer("scale", torch.tensor([1e-3, 1.0, 30.0, 100.0]).reshape(1, 4, 1, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x) * self.scale
+
+    def example_inputs(self):
+        return (seeded_input(1, 3, 8, 8),)
+
+    def expected_upstream(self, stage: str) -> tuple[Verdict, ...]:
+        return (FOLD,)
+
+
+class StatefulConvMul(SampleModel):
+    """``state <- conv(x + state) * 0.25`` written back into a registered buffer with ``copy_``.
+
+    The installed pass folds it everywhere. ``state-aware`` skips it only at edge,
+    where the graph signature records the write as a BUFFER_MUTATION. At aten
+    (torch 2.13 keeps the ``copy_`` in the exported graph) and at tfa, where the INT
+    flow really folds, only ``state-aware-strict`` sees the in-place write.
+    """
+
+    SEED = 6
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+        seeded(self, self.SEED)
+        self.register_buffer("state", torch.zeros(1, 4, 8, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x + self.state) * 0.25
+        self.state.copy_(y)
+        return y
+
+    def example_inputs(self):
+        return (seeded_input(1, 4, 8, 8),)
+
+    def expected_upstream(self, stage: str) -> tuple[Verdict, ...]:
+        return (FOLD,)
+
+    def expected(self, stage: str, policy: str) -> tuple[Verdict, ...]:
+        guarded = policy == "state-aware-strict" or (policy == "state-aware" and stage == "edge")
+        if guarded:
+            return (skip("feeds-buffer-mutation"),)
+        return super().expected(stage, policy)
+
+
+class FunctionalRecurrentConvMul(SampleModel):
+    """State passed in and returned: ``h' = conv(x + h) * 0.25``; returns ``(h' + x, h')``.
+
+    No graph signature records that output 1 is fed back as input 1, so no structural
+    guard can see it: only a ``carried_quant_state`` marker on the site stops the fold
+    under the state-aware policies. ``RECURRENT`` declares the feedback for the runner.
+    """
+
+    SEED = 7
+    RECURRENT = {1: 1}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+        seeded(self, self.SEED)
+
+    def forward(self, x: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h_next = self.conv(x + h) * 0.25
+        return h_next + x, h_next
+
+    def example_inputs(self):
+        return (seeded_input(1, 4, 8, 8), torch.zeros(1, 4, 8, 8))
+
+    def expected_upstream(self, stage: str) -> tuple[Verdict, ...]:
+        return (FOLD,)
+
+
+class Conv1dMul(SampleModel):
+    """``conv1d(x) * 0.5``: ``aten.conv1d`` is not in the pass's op set before edge.
+
+    At aten and tfa it is a near-miss (``conv-op-not-matched``); to_edge turns it into
+    ``convolution`` and there it folds.
+    """
+
+    SEED = 8
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(3, 4, 3, padding=1)
+        seeded(self, self.SEED)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x) * 0.5
+
+    def example_inputs(self):
+        return (seeded_input(1, 3, 16),)
+
+    def expected_upstream(self, stage: str) -> tuple[Verdict, ...]:
+        return (FOLD,) if stage == "edge" else (skip("conv-op-not-matched"),)
+
+
+class ConvTransposeMul(SampleModel):
+    """A transposed convolution times a scalar: never folded (``transposed-conv``)."""
+
+    SEED = 9
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.deconv = nn.ConvTranspose2d(4, 3, 3, stride=2)
+        seeded(self, self.SEED)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.deconv(x) * 0.5
+
+    def example_inputs(self):
+        return (seeded_input(1, 4, 5, 5),)
+
+    def expected_upstream(self, stage: str) -> tuple[Verdict, ...]:
+        # aten.conv_transpose2d is not in the op set; it becomes convolution(transposed=True) at edge.
+        return (skip("transposed-conv"),) if stage == "edge" else (skip("conv-op-not-matched", "transposed-conv"),)
+
+
+class ConvMulChain(SampleModel):
+    """``conv(x) * a * b``: the second mul only becomes foldable once the first one folded."""
+
+    SEED = 10
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        seeded(self, self.SEED)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x) * 0.5 * 3.0
+
+    def example_inputs(self):
+        return (seeded_input(1, 3, 8, 8),)
+
+    def expected_upstream(self, stage: str) -> tuple[Verdict, ...]:
+        return (FOLD, FOLD)
+
+    def expected(self, stage: str, policy: str) -> tuple[Verdict, ...]:
+        if policy == "off":
+            return (skip("policy-off"), skip("policy-off", "follows-unfolded-mul"))
+        return super().expected(stage, policy)
+
+
+class ConvMulInputScale(SampleModel):
+    """``conv(x) * gate`` where the gate is a model input: the scale is not a constant."""
+
+    SEED = 11
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        seeded(self, self.SEED)
+
+    def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        return self.conv(x) * gate
+
+    def example_inputs(self):
+        return (seeded_input(1, 3, 8, 8), seeded_input(1, 4, 1, 1, seed=99))
+
+    def expected_upstream(self, stage: str) -> tuple[Verdict, ...]:
+        return (skip("scale-not-constant"),)
+
+
+class SharedConvMul(SampleModel):
+    """One conv module called twice, each output scaled differently.
+
+    At tfa both convs read the same ``get_attr`` weight, which the pass will not
+    overwrite in place (``weight-shared``). With an exported program (aten, edge) it
+    folds both, but names the scaled weight after the shared original and reuses the
+    first one it made: both convs end up with the first scale, and the folded graph
+    no longer computes the same float output. The inspector flags this as the risk
+    ``folded-weight-reused``.
+    """
+
+    SEED = 12
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        seeded(self, self.SEED)
+
+    def forward(self, x: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
+        return self.conv(x) * 0.5 + self.conv(x2) * 2.0
+
+    def example_inputs(self):
+        return (seeded_input(1, 3, 8, 8), seeded_input(1, 3, 8, 8, seed=77))
+
+    def expected_upstream(self, stage: str) -> tuple[Verdict, ...]:
+        if stage == "tfa":
+            return (skip("weight-shared"), skip("weight-shared"))
+        return (FOLD, FOLD)

@@ -1,0 +1,63 @@
+"""Shared fixtures. Tests that need a tool carry a marker; in CI a missing tool fails, never skips."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import inspector
+import sample_models
+
+ROOT = Path(__file__).resolve().parent.parent
+_TOOLS = {
+    "requires_dot": (lambda: shutil.which("dot") is not None, "graphviz's dot: apt-get install -y graphviz"),
+    "browser": (lambda: Path("/usr/bin/chromium").exists(), "Chromium: apt-get install -y chromium"),
+}
+
+
+def pytest_configure(config):
+    warnings.filterwarnings("ignore", category=FutureWarning)
+
+
+def pytest_runtest_setup(item):
+    for marker, (available, install) in _TOOLS.items():
+        if item.get_closest_marker(marker) and not available():
+            if os.environ.get("CI"):
+                pytest.fail(f"CI must provide {install}")
+            pytest.skip(f"needs {install}")
+
+
+@pytest.fixture(scope="session")
+def stage_analyses():
+    """One upstream analysis per (sample, stage), built once; re-decide with ``with_policy``."""
+    cache = {}
+
+    def get(name: str, stage: str) -> inspector.Analysis:
+        if (name, stage) not in cache:
+            cache[name, stage] = inspector.analyze("sample:" + name, stage=stage, policy="upstream")
+        return cache[name, stage]
+
+    return get
+
+
+def state_of(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A bit-exact snapshot of every parameter and buffer."""
+    return {k: v.detach().clone() for k, v in module.state_dict(keep_vars=True).items()}
+
+
+def assert_bit_identical(before: dict, module: torch.nn.Module) -> None:
+    after = module.state_dict(keep_vars=True)
+    assert before.keys() == after.keys()
+    for k, v in before.items():
+        assert torch.equal(v, after[k].detach()), f"{k} changed"
+
+
+def flat(outputs) -> list[torch.Tensor]:
+    if isinstance(outputs, torch.Tensor):
+        return [outputs]
+    return [t for o in outputs for t in flat(o)]

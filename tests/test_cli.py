@@ -1,0 +1,120 @@
+"""``python -m inspector``: tables, JSON, and one-line errors with exit status 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from inspector.cli import main
+from conftest import ROOT
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_done_when_stateful_sample_json(capsys):
+    code, out, _ = run(capsys, "analyze", "sample:stateful_conv_mul", "--stage", "edge", "--policy", "state-aware", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["stage"] == "edge" and data["policy"] == "state-aware"
+    (site,) = data["sites"]
+    assert site["decision"] == "skip" and [r["code"] for r in site["reasons"]] == ["feeds-buffer-mutation"]
+    assert {"id", "conv", "mul", "conv_op", "decision", "reasons", "risks", "scale"} <= site.keys()
+    assert {"code", "message", "detail"} == site["reasons"][0].keys()
+    _, out, _ = run(capsys, "analyze", "sample:stateful_conv_mul", "--stage", "edge", "--policy", "upstream", "--json")
+    assert json.loads(out)["sites"][0]["decision"] == "fold"
+    decisions = {}
+    for policy in ("upstream", "state-aware", "state-aware-strict", "off"):
+        _, out, _ = run(capsys, "analyze", "sample:stateful_conv_mul", "--stage", "tfa", "--policy", policy, "--json")
+        decisions[policy] = json.loads(out)["sites"][0]["decision"]
+    assert decisions == {"upstream": "fold", "state-aware": "fold", "state-aware-strict": "skip", "off": "skip"}
+
+
+def test_table_output_and_markers(capsys):
+    code, out, _ = run(capsys, "analyze", "sample:functional_recurrent_conv_mul", "--stage", "tfa",
+                       "--policy", "state-aware", "--mark", "conv@models.py:183")
+    assert code == 0
+    assert "marked-carried-state" in out and "1 skipped" in out
+
+
+SCRIPT = textwrap.dedent('''
+    import torch
+    from torch import nn
+
+    class WithMethod(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        def forward(self, x):
+            return self.conv(x) * 0.5
+        def example_inputs(self):
+            return (torch.randn(1, 3, 8, 8),)
+
+    class Bare(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        def forward(self, x):
+            y = self.conv(x)
+            return y * 0.5 + y
+
+    class NoSites(nn.Module):
+        def forward(self, x):
+            return x + 1
+
+    class Broken(nn.Module):
+        def __init__(self):
+            raise ValueError("needs a config")
+''')
+
+
+def test_script_targets(tmp_path, capsys):
+    path = tmp_path / "user_model.py"
+    path.write_text(SCRIPT)
+    code, out, _ = run(capsys, "analyze", f"{path}:WithMethod", "--json")
+    assert code == 0 and json.loads(out)["sites"][0]["decision"] == "fold"
+    code, out, _ = run(capsys, "analyze", f"{path}:Bare", "--input-shape", "1,3,8,8", "--stage", "tfa")
+    assert code == 0 and "conv-has-other-users" in out
+    code, out, _ = run(capsys, "analyze", f"{path}:NoSites", "--input-shape", "2,2", "--json")
+    assert code == 0 and json.loads(out)["sites"] == []
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["analyze", "sample:nope"], "unknown sample 'nope'"),
+    (["analyze", "missing.pt2"], "no such file: missing.pt2"),
+    (["analyze", "{tmp}/user_model.py:Nope"], "has no nn.Module class 'Nope'; found: Bare, Broken, NoSites, WithMethod"),
+    (["analyze", "{tmp}/user_model.py:Bare"], "Bare needs example inputs"),
+    (["analyze", "{tmp}/user_model.py:Bare", "--input-shape", "1,5,8,8"], "torch.export failed for Bare with inputs (1x5x8x8 float32)"),
+    (["analyze", "{tmp}/user_model.py:Bare", "--input-shape", "1,x"], "bad --input-shape '1,x'"),
+    (["analyze", "{tmp}/user_model.py:Broken"], "Broken() failed: ValueError: needs a config"),
+    (["analyze", "sample:conv_mul_scalar", "--mark", "zzz"], "unknown marker 'zzz'"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
+    (tmp_path / "user_model.py").write_text(SCRIPT)
+    code, out, err = run(capsys, *[a.format(tmp=tmp_path) for a in argv])
+    assert code == 2 and out == ""
+    assert err.startswith("error: ") and err.count("\n") == 1 and message in err
+
+
+def test_demo_writes_an_html_report(tmp_path, capsys):
+    report = tmp_path / "r.html"
+    code, out, _ = run(capsys, "demo", "--html", str(report))
+    assert code == 0 and "policy=state-aware-strict" in out and "feeds-buffer-mutation" in out
+    html = report.read_text()
+    assert html.startswith("<!doctype html>") and html.count("<table") == 4
+
+
+def test_real_entry_point_prints_no_traceback():
+    ok = subprocess.run([sys.executable, "-m", "inspector", "analyze", "sample:conv_mul_multiple_users", "--stage", "aten"],
+                        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0 and "conv-has-other-users" in ok.stdout
+    bad = subprocess.run([sys.executable, "-m", "inspector", "analyze", "sample:nope"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip().splitlines()[-1].startswith("error: unknown sample")
