@@ -4,6 +4,7 @@ No UI here: ``widgets`` imports this package, never the reverse.
 """
 
 from .analysis import WIDE_RANGE_RATIO, Analysis, ScaleSummary, Site, analyze
+from .compare import Comparison, Metrics, QParams, SiteOutcome, Variant, VariantResult, compare
 from .errors import ExplanationMismatchWarning, InspectorError
 from .policies import POLICIES
 from .reasons import Reason, ReasonCode, Risk, RiskCode
@@ -11,6 +12,13 @@ from ._stages import STAGES
 
 __all__ = [
     "Analysis",
+    "Comparison",
+    "Metrics",
+    "QParams",
+    "SiteOutcome",
+    "Variant",
+    "VariantResult",
+    "compare",
     "ExplanationMismatchWarning",
     "InspectorError",
     "POLICIES",

@@ -7,9 +7,11 @@ weights in place into whatever module it is given; FACTS.md).
 
 from __future__ import annotations
 
+import collections
 import copy
 import hashlib
 import importlib.util
+import threading
 import os
 import sys
 from dataclasses import dataclass, field
@@ -19,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ._hashing import digest
 from .errors import InspectorError
 
 SAMPLE_PREFIX = "sample:"
@@ -33,6 +36,8 @@ class Target:
     inputs: tuple  # example inputs (private copies)
     model: nn.Module | None = None  # pristine private eager copy (None for programs and .pt2)
     recurrent: dict = field(default_factory=dict)  # output index -> input index fed on the next call
+    # Derived data computed once per target (stage graphs, fingerprints, predicted decisions).
+    memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     def eager(self) -> nn.Module:
         """A fresh private module computing the model in float (eager copy, or the program's module)."""
@@ -41,10 +46,56 @@ class Target:
         return copy.deepcopy(self.exported).module(check_guards=False)
 
 
+_MEMO: "collections.OrderedDict[tuple, Target]" = collections.OrderedDict()
+_MEMO_SIZE = 16
+_MEMO_LOCK = threading.Lock()
+
+
 def load(target: Any, example_inputs: Any = None) -> Target:
-    """Resolve ``target`` (module, ExportedProgram, sample name, ``.pt2`` path, ``file.py:Class``)."""
+    """Resolve ``target`` (module, ExportedProgram, sample name, ``.pt2`` path, ``file.py:Class``).
+
+    The same content (class, weights, inputs; or file and its mtime) gives the same
+    ``Target`` again, so repeated calls do not re-export.
+    """
     if isinstance(target, Target):
         return target
+    key = _memo_key(target, example_inputs)
+    if key is not None:
+        with _MEMO_LOCK:
+            hit = _MEMO.get(key)
+            if hit is not None:
+                _MEMO.move_to_end(key)
+                return hit
+    loaded = _load(target, example_inputs)
+    if key is not None:
+        with _MEMO_LOCK:
+            _MEMO[key] = loaded
+            while len(_MEMO) > _MEMO_SIZE:
+                _MEMO.popitem(last=False)
+    return loaded
+
+
+def _memo_key(target: Any, example_inputs: Any) -> tuple | None:
+    """A content key for ``target``, or None when it cannot be computed cheaply and safely."""
+    try:
+        if isinstance(target, nn.Module):
+            if example_inputs is None and callable(getattr(target, "example_inputs", None)):
+                example_inputs = target.example_inputs()
+            recurrent = getattr(target, "RECURRENT", None)
+            return ("module", id(type(target)), digest(target.state_dict()), digest(example_inputs), repr(recurrent))
+        if isinstance(target, torch.export.ExportedProgram):
+            return ("program", id(target), target.graph_module.code, digest(dict(target.state_dict)), digest(example_inputs))
+        if isinstance(target, (str, os.PathLike)):
+            text = os.fspath(target)
+            file = text.rpartition(":")[0] if ".py:" in text else text
+            stamp = os.stat(file).st_mtime_ns if os.path.isfile(file) else None
+            return ("path", text, os.path.abspath(file), stamp, digest(example_inputs))
+    except Exception:  # noqa: BLE001 - no key just means no memo
+        return None
+    return None
+
+
+def _load(target: Any, example_inputs: Any) -> Target:
     if isinstance(target, torch.export.ExportedProgram):
         return _from_program(target, example_inputs, type(target).__name__)
     if isinstance(target, nn.Module):

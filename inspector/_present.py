@@ -84,3 +84,53 @@ def analysis_html(analysis) -> str:
     )
     notes = "".join(f"<p class='fi-note'>note: {_esc(n)}</p>" for n in analysis.notes)
     return f"<div class='fi-analysis'>{_STYLE}{head}{table}<p>{_esc(analysis.summary())}</p>{notes}</div>"
+
+
+def comparison_rows(comparison) -> list[dict[str, str]]:
+    """One dict of display strings per (variant, output) at the last step."""
+    rows = []
+    last = comparison.steps - 1
+    for r in comparison.results:
+        outputs = sorted({m.output for m in r.metrics})
+        for o in outputs:
+            m = r.at_step(last, o)
+            first = r.at_step(0, o)
+            rows.append({
+                "variant": r.variant.label + (" (cached)" if r.cached else ""),
+                "folds tfa/lower": f"{r.folds['tfa']}/{r.folds['lowering']}",
+                "output": str(o),
+                "SQNR dB": f"{m.sqnr_db:.2f}",
+                "SQNR step 1": f"{first.sqnr_db:.2f}",
+                "max |err|": f"{m.max_abs_error:.4g}",
+                "MSE": f"{m.mse:.3g}",
+                "flushed": f"{m.flushed_to_zero:.1%}",
+                "min ch SQNR": f"{min(m.sqnr_per_channel_db):.2f}" if m.sqnr_per_channel_db else "-",
+            })
+    return rows
+
+
+def comparison_text(comparison) -> str:
+    head = (f"{comparison.target}: TOSA INT reference vs float, {comparison.steps} step(s)"
+            f"{' (metrics at the last step)' if comparison.steps > 1 else ''}")
+    rows = comparison_rows(comparison)
+    if not rows:
+        return head
+    cols = list(rows[0])
+    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in cols}
+    lines = [head, "  ".join(c.ljust(widths[c]) for c in cols).rstrip(),
+             "  ".join("-" * widths[c] for c in cols)]
+    lines += ["  ".join(r[c].ljust(widths[c]) for c in cols).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def comparison_html(comparison) -> str:
+    rows = comparison_rows(comparison)
+    head = (f"<b>{_esc(comparison.target)}</b>: TOSA INT reference vs float, {comparison.steps} step(s)"
+            f"<br><small>calibration: {_esc(comparison.calibration)}; quantization: {_esc(comparison.quantization)}</small>")
+    if not rows:
+        return f"<div class='fi-comparison'>{head}</div>"
+    cols = list(rows[0])
+    body = "".join("<tr>" + "".join(f"<td>{_esc(r[c])}</td>" for c in cols) + "</tr>" for r in rows)
+    header = "".join(f"<th>{_esc(c)}</th>" for c in cols)
+    return (f"<div class='fi-comparison'>{_STYLE}{head}<table class='fi-table'><thead><tr>{header}</tr></thead>"
+            f"<tbody>{body}</tbody></table></div>")

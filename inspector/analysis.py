@@ -211,6 +211,18 @@ class Analysis:
         ids = {s.mul: s.id for s in self.sites}
         return tuple(ids.get(m, m) for m in self.markers)
 
+    # -- numbers
+    def compare(self, variants=("off", "upstream", "state-aware-strict"), *, markers=None, **kwargs):
+        """Quantize and run each variant on the TOSA INT reference model (see ``inspector.compare``).
+
+        ``markers`` defaults to this analysis's markers (as site ids).
+        """
+        from .compare import compare
+
+        if markers is None:
+            markers = self._portable_markers()
+        return compare(self.target, variants, markers=markers, **kwargs)
+
     # -- presentation
     def to_dict(self) -> dict:
         return {
@@ -263,14 +275,10 @@ def analyze(
 
 def stage_graph_of(target: _load.Target, stage: str) -> _stages.StageGraph:
     """The stage graph of ``target`` at ``stage``, built once per target and reused."""
-    cache = _STAGE_CACHE.setdefault(id(target), (target, {}))[1]
-    if stage not in cache:
-        cache[stage] = _stages.build(target.exported, stage)
-    return cache[stage]
-
-
-# id(target) -> (target, {stage: StageGraph}); holding the target keeps the id from being reused.
-_STAGE_CACHE: dict[int, tuple[_load.Target, dict]] = {}
+    key = ("stage", stage)
+    if key not in target.memo:
+        target.memo[key] = _stages.build(target.exported, stage)
+    return target.memo[key]
 
 
 def _copy_pair(pair):

@@ -48,6 +48,18 @@ def _parser() -> argparse.ArgumentParser:
                    help="mark a site id or node name as carried state (repeatable)")
     a.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
+    c = sub.add_parser("compare", help="quantize each variant, run the TOSA INT reference model, compare with float",
+                       description="TARGET is sample:NAME, path/to/file.py:ClassName, or model.pt2.")
+    c.add_argument("target", metavar="TARGET")
+    c.add_argument("--input-shape", action="append", default=[], metavar="1,3,8,8",
+                   help="shape of one example input (repeat per input); random seeded float32")
+    c.add_argument("--variants", default="off,upstream,state-aware-strict", metavar="P,P,...",
+                   help="comma-separated policies to compare (default: off,upstream,state-aware-strict)")
+    c.add_argument("--steps", type=int, default=1, help="recurrent steps to run (default: 1)")
+    c.add_argument("--mark", action="append", default=[], metavar="ID",
+                   help="mark a site id or node name as carried state in every variant (repeatable)")
+    c.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
     d = sub.add_parser("demo", help="analyze the default sample under each policy; write an HTML report")
     d.add_argument("--sample", default=None, help="sample name (default: the default sample)")
     d.add_argument("--stage", choices=STAGES, default="tfa")
@@ -85,6 +97,39 @@ def _analyze(args) -> int:
         print(json.dumps(result.to_dict(), indent=2))
     else:
         print(analysis_text(result))
+    return 0
+
+
+class _ProgressBar:
+    """A one-line progress bar on stderr, only when stderr is a terminal."""
+
+    def __init__(self, stream=None) -> None:
+        self.stream = stream or sys.stderr
+        self.on = self.stream.isatty()
+
+    def __call__(self, stage: str, fraction: float) -> None:
+        if not self.on:
+            return
+        filled = int(round(30 * max(0.0, min(1.0, fraction))))
+        self.stream.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {fraction:4.0%} {stage[:60]:60}")
+        self.stream.flush()
+        if fraction >= 1.0 and stage == "done":
+            self.stream.write("\n")
+
+
+def _compare(args) -> int:
+    from .compare import compare
+    from ._present import comparison_text
+
+    if args.steps < 1:
+        raise InspectorError(f"--steps must be at least 1, got {args.steps}")
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    result = compare(args.target, variants, example_inputs=_inputs_from_shapes(args.input_shape),
+                     markers=args.mark, steps=args.steps, progress=_ProgressBar())
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print(comparison_text(result))
     return 0
 
 
@@ -127,7 +172,7 @@ def _samples(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _quiet_imports()
-    handler = {"analyze": _analyze, "demo": _demo, "samples": _samples}[args.command]
+    handler = {"analyze": _analyze, "compare": _compare, "demo": _demo, "samples": _samples}[args.command]
     try:
         return handler(args)
     except InspectorError as exc:

@@ -44,6 +44,7 @@ class FoldRun:
     folded: list[str] = field(default_factory=list)  # mul names the installed pass folded, in order
     folded_ids: list[str] = field(default_factory=list)  # their site ids
     site_ids: dict[str, str] = field(default_factory=dict)  # mul name -> site id, before the pass
+    convs: dict[str, str] = field(default_factory=dict)  # mul name -> its conv's name, before the pass
     guarded: dict[str, list[str]] = field(default_factory=dict)  # mul name -> guard kinds that hid it
     before: GraphModule | None = None  # deep copy of the graph the pass received (if snapshots on)
     after: GraphModule | None = None  # deep copy of the graph after the pass (if snapshots on)
@@ -102,6 +103,7 @@ def policy_pass_class(policy: str, markers: Iterable[str] = (), log: FoldLog | N
             cands = _graph.candidates(graph)
             run = FoldRun(tfa=self.exported_program is None)
             run.site_ids = {c.mul.name: i for c, i in zip(cands, _graph.site_ids(cands))}
+            run.convs = {c.mul.name: c.conv.name for c in cands}
             if log is not None and log.snapshots:
                 run.before = copy.deepcopy(graph_module)
             self._inspector_run = run

@@ -1,0 +1,569 @@
+"""``compare``: quantize each fold variant, run it on the TOSA INT reference model, measure against float.
+
+For every variant (a policy plus markers) the model goes through the real Arm
+flow on a private copy: ``TOSAQuantizer`` (symmetric int8, per-channel weights by
+default) -> calibrate -> convert -> re-export -> lower for TOSA-1.0+INT -> the
+bit-accurate TOSA reference model. The variant's policy governs the fold pass in
+every stage it runs in (``fold_swap``). Outputs are compared with the float eager
+model per output, output channel and recurrent step.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+
+from . import _executorch, _graph, _load, _tosa
+from ._hashing import digest as _digest
+from .errors import InspectorError
+from .fold_swap import swapped_fold_pass
+from .policies import FoldLog, check_policy, policy_pass_class
+
+DEFAULT_VARIANTS = ("off", "upstream", "state-aware-strict")
+# Default calibration: the example inputs plus this many perturbed copies (seeded).
+CALIBRATION_COPIES = 7
+CALIBRATION_NOISE = 0.1  # perturbation std, relative to each input's own std
+CALIBRATION_SEED = 0
+
+Progress = Callable[[str, float], None]
+STEPS_OF_A_VARIANT = ("export", "prepare", "calibrate", "convert", "re-export", "lower", "reference", "metrics")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One configuration to quantize and run: a fold policy plus carried-state markers."""
+
+    policy: str  # off | upstream | state-aware | state-aware-strict
+    markers: tuple[str, ...] = ()  # site ids or node names marked carried_quant_state
+
+    @property
+    def label(self) -> str:
+        return self.policy + (f"+marked({','.join(self.markers)})" if self.markers else "")
+
+
+@dataclass(frozen=True)
+class QParams:
+    """Per-tensor quantization parameters of one activation."""
+
+    scale: float  # the quantization step
+    zero_point: int  # the integer that represents 0.0
+
+
+@dataclass(frozen=True)
+class SiteOutcome:
+    """What happened to one site in one variant's real quantized flow."""
+
+    site_id: str  # the stable site id (same as in ``analyze``)
+    folded_at: str | None  # "tfa", "lowering", or None when it did not fold
+    conv_output: QParams | None  # calibrated qparams of the conv output in the quantized graph
+    mul_output: QParams | None  # of the mul output (None once folded: the mul is gone)
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """Quantized vs float for one output at one step."""
+
+    output: int  # output index (flattened)
+    step: int  # 0-based recurrent step
+    max_abs_error: float  # max |q - f|
+    mean_abs_error: float  # mean |q - f|
+    mse: float  # mean (q - f)^2
+    sqnr_db: float  # 10 log10(sum f^2 / sum (q - f)^2); inf when equal
+    sqnr_per_channel_db: tuple[float, ...]  # the same per output channel (dim 1)
+    flushed_to_zero: float  # share of elements with f != 0 but q == 0
+
+    def to_dict(self) -> dict:
+        d = dict(vars(self))
+        d["sqnr_db"] = _json_float(self.sqnr_db)
+        d["sqnr_per_channel_db"] = [_json_float(v) for v in self.sqnr_per_channel_db]
+        return d
+
+
+@dataclass(frozen=True)
+class NotDelegated:
+    """A node of the lowered program that runs outside the TOSA delegate."""
+
+    node: str  # node name in the lowered program
+    target: str  # its op
+    reason: str  # the partitioner's reason, or why it stays outside
+
+
+@dataclass(frozen=True)
+class VariantResult:
+    """The numbers of one variant."""
+
+    variant: Variant  # what was run
+    folds: dict  # {"tfa": n, "lowering": n}: how many muls the pass folded per stage
+    sites: tuple[SiteOutcome, ...]  # per site: where it folded, qparams around it
+    metrics: tuple[Metrics, ...]  # per (step, output), steps in order
+    not_delegated: tuple[NotDelegated, ...]  # nodes outside the delegate
+    timings: dict  # seconds per stage of the flow
+    cached: bool = False  # answered from the cache
+    outputs: tuple = field(default=(), repr=False, compare=False)  # quantized outputs per step (flat tuples)
+
+    def at_step(self, step: int, output: int = 0) -> Metrics:
+        return next(m for m in self.metrics if m.step == step and m.output == output)
+
+    def drift(self, output: int = 0, metric: str = "sqnr_db") -> list[float]:
+        """``metric`` of ``output`` per step (the drift curve)."""
+        return [getattr(m, metric) for m in self.metrics if m.output == output]
+
+    def to_dict(self) -> dict:
+        return {
+            "variant": {"policy": self.variant.policy, "markers": list(self.variant.markers), "label": self.variant.label},
+            "folds": dict(self.folds),
+            "sites": [
+                {"id": s.site_id, "folded_at": s.folded_at,
+                 "conv_output": vars(s.conv_output) if s.conv_output else None,
+                 "mul_output": vars(s.mul_output) if s.mul_output else None}
+                for s in self.sites
+            ],
+            "metrics": [m.to_dict() for m in self.metrics],
+            "not_delegated": [vars(n) for n in self.not_delegated],
+            "timings": dict(self.timings),
+            "cached": self.cached,
+        }
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Every variant's quantized outputs against float, on the TOSA INT reference model."""
+
+    target: str  # model name
+    steps: int  # recurrent steps run
+    calibration: str  # how the quantizer was calibrated
+    quantization: str  # the quantization config used
+    results: tuple[VariantResult, ...]  # one per variant, in the order asked
+    reference: tuple = field(default=(), repr=False, compare=False)  # float outputs per step (flat tuples)
+
+    def result(self, policy_or_label: str) -> VariantResult:
+        for r in self.results:
+            if policy_or_label in (r.variant.label, r.variant.policy):
+                return r
+        raise InspectorError(f"no variant {policy_or_label!r}; variants: {', '.join(r.variant.label for r in self.results)}")
+
+    def to_dict(self) -> dict:
+        return {
+            "target": self.target,
+            "steps": self.steps,
+            "calibration": self.calibration,
+            "quantization": self.quantization,
+            "variants": [r.to_dict() for r in self.results],
+        }
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        from ._present import comparison_html, comparison_text
+
+        return {"text/plain": comparison_text(self), "text/html": comparison_html(self)}
+
+    def __repr__(self) -> str:
+        return f"<Comparison {self.target}: {', '.join(r.variant.label for r in self.results)}, {self.steps} step(s)>"
+
+    def plot(self, kind: str = "drift", output: int = 0):
+        """A matplotlib Figure: ``drift`` (SQNR per step per variant) or ``channels`` (SQNR per channel)."""
+        from ._plots import plot_comparison
+
+        return plot_comparison(self, kind, output)
+
+
+def _json_float(v: float):
+    return "inf" if math.isinf(v) else v
+
+
+# ---------------------------------------------------------------- the cache
+
+
+@dataclass
+class _Cache:
+    """Results keyed by what determines them; thread-safe."""
+
+    entries: dict = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def get(self, key):
+        with self.lock:
+            return self.entries.get(key)
+
+    def put(self, key, value):
+        with self.lock:
+            self.entries[key] = value
+
+
+_CACHE = _Cache()
+
+
+def clear_cache() -> None:
+    """Forget every cached variant result."""
+    with _CACHE.lock:
+        _CACHE.entries.clear()
+
+
+def model_fingerprint(target: _load.Target) -> str:
+    """A hash of the exported graph's code and every weight and buffer (computed once per target)."""
+    if "fingerprint" not in target.memo:
+        program = target.exported
+        target.memo["fingerprint"] = _digest(program.graph_module.code, dict(program.state_dict), dict(program.constants))
+    return target.memo["fingerprint"]
+
+
+# ---------------------------------------------------------------- the public call
+
+
+def compare(
+    target: Any,
+    variants: Iterable[str | Variant | tuple] = DEFAULT_VARIANTS,
+    *,
+    example_inputs: Any = None,
+    markers: Iterable[str] | None = None,
+    steps: int = 1,
+    calibration: Sequence[Sequence[torch.Tensor]] | None = None,
+    quantization_config: Any = None,
+    progress: Progress | None = None,
+) -> Comparison:
+    """Quantize, lower and run each variant on the TOSA INT reference model; compare with float.
+
+    ``variants`` are policies (``"upstream"``), ``Variant`` records, or ``(policy, markers)``
+    pairs; ``markers`` applies to the variants given as plain policies. ``steps > 1``
+    runs recurrent models step after step: mutable buffers start from the model's
+    initial state; functional state is fed back per the model's ``RECURRENT``
+    declaration (output index -> input index). ``calibration`` is a list of input
+    tuples (default: the example inputs plus seeded perturbed copies).
+    ``progress(stage, fraction)`` is called as the work advances.
+    """
+    loaded = _load.load(target, example_inputs)
+    if not isinstance(steps, int) or steps < 1:
+        raise InspectorError(f"steps must be a positive integer, got {steps!r}")
+    wanted = _variants(variants, markers)
+    batches, calibration_text = _calibration(loaded, calibration, steps)
+    quant_text = _describe_config(quantization_config)
+    base_key = (model_fingerprint(loaded), _digest(loaded.inputs), _digest(batches), quant_text, steps)
+
+    reference = _CACHE.get(("reference",) + base_key)
+    results = []
+    for i, variant in enumerate(wanted):
+        def report(stage: str, fraction: float, i=i, variant=variant):
+            if progress is not None:
+                progress(f"{variant.label}: {stage}", (i + fraction) / len(wanted))
+
+        # Key by the fold decisions the variant leads to: a marker toggle that changes no
+        # decision is answered from the cache. A custom quantization config can change
+        # which nodes the quantizer lets fold, so then the variant itself is the key.
+        decisions = _predicted_decisions(loaded, variant) if quantization_config is None else None
+        key = base_key + (("decisions", decisions) if decisions is not None else ("variant", variant))
+        hit = _CACHE.get(key)
+        if hit is not None:
+            results.append(_relabel(hit, variant))
+            report("cached", 1.0)
+            continue
+        if reference is None:
+            _check_recurrent(loaded)
+            reference = _float_reference(loaded, steps)
+            _CACHE.put(("reference",) + base_key, reference)
+        result = _run_variant(loaded, variant, batches, quantization_config, steps, reference, report)
+        _CACHE.put(key, result)
+        results.append(result)
+    if progress is not None:
+        progress("done", 1.0)
+    return Comparison(loaded.name, steps, calibration_text, quant_text, tuple(results),
+                      reference=tuple(tuple(step) for step in reference))
+
+
+def _relabel(result: VariantResult, variant: Variant) -> VariantResult:
+    return VariantResult(variant, result.folds, result.sites, result.metrics, result.not_delegated,
+                         {k: 0.0 for k in result.timings}, cached=True, outputs=result.outputs)
+
+
+def _variants(variants, markers) -> list[Variant]:
+    default_markers = tuple(markers or ())
+    out = []
+    for v in variants:
+        if isinstance(v, Variant):
+            variant = v
+        elif isinstance(v, str):
+            variant = Variant(v, default_markers)
+        elif isinstance(v, tuple) and len(v) == 2:
+            variant = Variant(v[0], tuple(v[1]))
+        else:
+            raise InspectorError(f"cannot read variant {v!r}; give a policy name, a Variant, or (policy, markers)")
+        check_policy(variant.policy)
+        out.append(variant)
+    if not out:
+        raise InspectorError("no variants to compare; give at least one policy")
+    return out
+
+
+def _predicted_decisions(target: _load.Target, variant: Variant) -> tuple[str, ...]:
+    """The site ids the pass folds at tfa for this variant (same real pass, captured graph)."""
+    from .analysis import analyze
+
+    key = ("decisions", variant.policy, variant.markers)
+    if key not in target.memo:
+        result = analyze(target, stage="tfa", policy=variant.policy, markers=variant.markers)
+        target.memo[key] = tuple(s.id for s in result.folded)
+    return target.memo[key]
+
+
+# ---------------------------------------------------------------- inputs, calibration, state
+
+
+def _check_recurrent(target: _load.Target) -> None:
+    if not target.recurrent:
+        return
+    outputs = _flat(target.eager()(*copy.deepcopy(target.inputs)))
+    for out_idx, in_idx in target.recurrent.items():
+        if not (0 <= out_idx < len(outputs)):
+            raise InspectorError(f"{target.name} declares output {out_idx} as recurrent, but it has {len(outputs)} outputs")
+        if not (0 <= in_idx < len(target.inputs)):
+            raise InspectorError(f"{target.name} feeds output {out_idx} into input {in_idx}, but it takes {len(target.inputs)} inputs")
+        if outputs[out_idx].shape != target.inputs[in_idx].shape:
+            raise InspectorError(
+                f"{target.name} feeds output {out_idx} {tuple(outputs[out_idx].shape)} into input {in_idx} "
+                f"{tuple(target.inputs[in_idx].shape)}: the shapes differ"
+            )
+
+
+def _calibration(target: _load.Target, calibration, steps: int) -> tuple[list[tuple], str]:
+    if calibration is not None:
+        batches = [tuple(b) if isinstance(b, (list, tuple)) else (b,) for b in calibration]
+        if not batches:
+            raise InspectorError("calibration is empty; give at least one batch of inputs")
+        for i, batch in enumerate(batches):
+            _check_finite(batch, f"calibration batch {i}")
+        return batches, f"{len(batches)} user batches"
+    _check_finite(target.inputs, "example inputs")
+    gen = torch.Generator().manual_seed(CALIBRATION_SEED)
+    batches = [copy.deepcopy(target.inputs)]
+    for _ in range(CALIBRATION_COPIES):
+        batch = []
+        for x in target.inputs:
+            if isinstance(x, torch.Tensor) and x.is_floating_point():
+                std = float(x.std()) if x.numel() > 1 else 1.0
+                x = x + torch.randn(x.shape, generator=gen) * CALIBRATION_NOISE * (std or 1.0)
+            batch.append(x)
+        batches.append(tuple(batch))
+    text = (f"example inputs + {CALIBRATION_COPIES} copies with N(0, ({CALIBRATION_NOISE} * std)^2) noise, "
+            f"seed {CALIBRATION_SEED}")
+    if target.recurrent:
+        text += f"; each batch free-runs {min(steps, 8)} recurrent step(s)"
+    return batches, text
+
+
+def _check_finite(batch, what: str) -> None:
+    for i, x in enumerate(batch):
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and not torch.isfinite(x).all():
+            raise InspectorError(f"{what}: input {i} contains NaN or Inf; give finite inputs")
+
+
+def _describe_config(config) -> str:
+    if config is None:
+        return "symmetric int8, per-channel weights (get_symmetric_quantization_config())"
+    return re.sub(r" at 0x[0-9a-f]+", "", repr(config))
+
+
+def _run_steps(module: torch.nn.Module, target: _load.Target, steps: int) -> list[list[torch.Tensor]]:
+    """Call ``module`` ``steps`` times, feeding declared recurrent outputs back; flat outputs per step."""
+    inputs = list(copy.deepcopy(target.inputs))
+    per_step = []
+    with torch.no_grad():
+        for _ in range(steps):
+            outputs = _flat(module(*inputs))
+            per_step.append([o.detach().clone() for o in outputs])
+            for out_idx, in_idx in target.recurrent.items():
+                inputs[in_idx] = outputs[out_idx].detach().clone()
+    return per_step
+
+
+def _float_reference(target: _load.Target, steps: int) -> list[list[torch.Tensor]]:
+    return _run_steps(target.eager(), target, steps)
+
+
+def _flat(outputs) -> list[torch.Tensor]:
+    if isinstance(outputs, torch.Tensor):
+        return [outputs]
+    if isinstance(outputs, dict):
+        outputs = list(outputs.values())
+    return [t for o in outputs for t in _flat(o)]
+
+
+def _reset_state(module: torch.nn.Module, initial: dict[str, torch.Tensor]) -> None:
+    """Put the lowered program's buffers back to the model's initial state (calibration moved them)."""
+    with torch.no_grad():
+        for name, buf in module.named_buffers():
+            if name in initial and buf.shape == initial[name].shape:
+                buf.copy_(initial[name])
+
+
+# ---------------------------------------------------------------- one variant
+
+
+def _run_variant(target, variant: Variant, batches, config, steps, reference, report) -> VariantResult:
+    timings: dict[str, float] = {}
+    log = FoldLog()
+    clock = time.perf_counter()
+
+    def mark(stage: str, index: int) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        timings[stage] = now - clock
+        clock = now
+        report(stage, (index + 1) / len(STEPS_OF_A_VARIANT))
+
+    model = target.eager()
+    initial = {k: v.detach().clone() for k, v in model.named_buffers()}
+    quantizer = _executorch.tosa_int_quantizer(config=config)
+    with swapped_fold_pass(policy_pass_class(variant.policy, variant.markers, log)):
+        exported = _stage("export", variant, lambda: torch.export.export(model, copy.deepcopy(target.inputs)))
+        mark("export", 0)
+        prepared = _stage("prepare", variant, lambda: _tosa.prepare_pt2e(exported.module(check_guards=False), quantizer))
+        mark("prepare", 1)
+        _stage("calibrate", variant, lambda: _calibrate(prepared, batches, target, steps))
+        mark("calibrate", 2)
+        converted = _stage("convert", variant, lambda: _tosa.convert_pt2e(prepared))
+        qparams = _site_qparams(converted, log)
+        mark("convert", 3)
+        reexported = _stage("re-export", variant, lambda: torch.export.export(converted, copy.deepcopy(target.inputs)))
+        mark("re-export", 4)
+        with _tosa.partition_rejections() as rejected:
+            lowered = _stage("lower", variant, lambda: _tosa.lower(reexported))
+        mark("lower", 5)
+    program = lowered.exported_program()
+    module = program.module()
+    _reset_state(module, initial)
+    try:
+        with _tosa.reference_dispatch():
+            quantized = _run_steps(module, target, steps)
+    except InspectorError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise InspectorError(f"the TOSA reference model failed for variant {variant.label}: {_first_line(exc)}") from None
+    mark("reference", 6)
+    metrics = tuple(
+        _metrics(o, s, q, f)
+        for s, (q_outs, f_outs) in enumerate(zip(quantized, reference))
+        for o, (q, f) in enumerate(zip(q_outs, f_outs))
+    )
+    folds, sites = _site_outcomes(log, qparams)
+    mark("metrics", 7)
+    return VariantResult(variant, folds, sites, metrics, _not_delegated(program, rejected), timings,
+                         outputs=tuple(tuple(step) for step in quantized))
+
+
+def _stage(name: str, variant: Variant, fn):
+    try:
+        return fn()
+    except InspectorError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - name the stage and the pass or op that failed
+        raise InspectorError(f"{name} failed for variant {variant.label}: {_first_line(exc)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    from ._stages import _first_line as first
+
+    return f"{type(exc).__name__}: {first(exc)}"
+
+
+def _calibrate(prepared, batches, target, steps) -> None:
+    """Feed every batch; recurrent models free-run a few steps so observers see carried state."""
+    runs = min(steps, 8) if target.recurrent else 1
+    with torch.no_grad():
+        for batch in batches:
+            inputs = list(copy.deepcopy(batch))
+            for _ in range(runs):
+                outputs = _flat(prepared(*inputs))
+                for out_idx, in_idx in target.recurrent.items():
+                    inputs[in_idx] = outputs[out_idx].detach()
+
+
+def _quant_args(node) -> QParams | None:
+    for user in node.users:
+        if "quantize_per_tensor" in str(user.target) and "dequantize" not in str(user.target):
+            scale, zero_point = user.args[1], user.args[2]
+            if isinstance(scale, (int, float)) and isinstance(zero_point, int):
+                return QParams(float(scale), int(zero_point))
+    return None
+
+
+def _site_qparams(converted, log: FoldLog) -> dict[str, tuple[QParams | None, QParams | None]]:
+    """Per site id: qparams of the conv output and the mul output in the converted graph."""
+    tfa = next((r for r in log.runs if r.tfa), None)
+    if tfa is None:
+        return {}
+    nodes = {n.name: n for n in converted.graph.nodes}
+    out = {}
+    for mul_name, site_id in tfa.site_ids.items():
+        conv_name = tfa.convs.get(mul_name)
+        conv, mul = nodes.get(conv_name), nodes.get(mul_name)
+        out[site_id] = (_quant_args(conv) if conv is not None else None,
+                        _quant_args(mul) if mul is not None and mul_name not in tfa.folded else None)
+    return out
+
+
+def _site_outcomes(log: FoldLog, qparams) -> tuple[dict, tuple[SiteOutcome, ...]]:
+    folds = {"tfa": 0, "lowering": 0}
+    where: dict[str, str] = {}
+    order: list[str] = []
+    for run in log.runs:
+        stage = "tfa" if run.tfa else "lowering"
+        folds[stage] += len(run.folded)
+        for site_id in run.folded_ids:
+            where.setdefault(site_id, stage)
+        for site_id in run.site_ids.values():
+            if site_id not in order:
+                order.append(site_id)
+    sites = tuple(
+        SiteOutcome(s, where.get(s), *(qparams.get(s) or (None, None))) for s in order
+    )
+    return folds, sites
+
+
+def _metrics(output: int, step: int, q: torch.Tensor, f: torch.Tensor) -> Metrics:
+    q, f = q.detach().double(), f.detach().double()
+    if q.shape != f.shape:
+        raise InspectorError(f"output {output} has shape {tuple(q.shape)} quantized but {tuple(f.shape)} in float")
+    err = q - f
+    return Metrics(
+        output=output,
+        step=step,
+        max_abs_error=float(err.abs().max()) if err.numel() else 0.0,
+        mean_abs_error=float(err.abs().mean()) if err.numel() else 0.0,
+        mse=float((err ** 2).mean()) if err.numel() else 0.0,
+        sqnr_db=_sqnr(f, err),
+        sqnr_per_channel_db=tuple(_sqnr(f.select(1, c), err.select(1, c)) for c in range(f.shape[1])) if f.dim() >= 2 else (),
+        flushed_to_zero=float(((f != 0) & (q == 0)).double().mean()) if f.numel() else 0.0,
+    )
+
+
+def _sqnr(signal: torch.Tensor, noise: torch.Tensor) -> float:
+    s, n = float((signal ** 2).sum()), float((noise ** 2).sum())
+    if n == 0:
+        return math.inf
+    if s == 0:
+        return -math.inf
+    return 10 * math.log10(s / n)
+
+
+_BOUNDARY_OPS = ("quantize_per_tensor", "dequantize_per_tensor", "quantize_per_channel", "dequantize_per_channel")
+
+
+def _not_delegated(program, rejected: dict[str, str]) -> tuple[NotDelegated, ...]:
+    out = []
+    for n in program.graph.nodes:
+        if n.op != "call_function" or "executorch_call_delegate" in str(n.target) or n.target.__name__ == "getitem":
+            continue
+        target = _graph.op_name(n) or str(n.target)
+        if n.name in rejected:
+            reason = rejected[n.name]
+        elif any(op in str(n.target) for op in _BOUNDARY_OPS):
+            reason = "(de)quantization at the delegate's input or output"
+        else:
+            reason = "not claimed by the TOSA partitioner (no reason reported)"
+        out.append(NotDelegated(n.name, target, reason))
+    return tuple(out)

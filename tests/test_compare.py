@@ -1,0 +1,243 @@
+"""``compare``: real quantize -> lower -> TOSA reference runs per variant, measured against float."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import threading
+
+import pytest
+import torch
+from torch import nn
+
+import inspector
+import sample_models
+from inspector import InspectorError, _executorch, _tosa, compare
+from inspector.compare import clear_cache
+from inspector.cli import main
+from conftest import assert_bit_identical, state_of
+
+pytestmark = pytest.mark.requires_tosa
+
+
+@pytest.fixture(scope="module")
+def stateful20():
+    clear_cache()
+    events = []
+    result = compare("sample:stateful_conv_mul", ("off", "upstream", "state-aware-strict"), steps=20,
+                     progress=lambda stage, fraction: events.append((stage, fraction)))
+    return result, events
+
+
+def test_done_when_stateful_twenty_steps(stateful20):
+    result, _ = stateful20
+    assert [r.variant.policy for r in result.results] == ["off", "upstream", "state-aware-strict"]
+    folds = {r.variant.policy: r.folds for r in result.results}
+    assert folds == {"off": {"tfa": 0, "lowering": 0}, "upstream": {"tfa": 1, "lowering": 0},
+                     "state-aware-strict": {"tfa": 0, "lowering": 0}}
+    for r in result.results:
+        assert [m.step for m in r.metrics] == list(range(20))
+        assert all(math.isfinite(m.sqnr_db) for m in r.metrics)
+        assert all(math.isfinite(v) for m in r.metrics for v in m.sqnr_per_channel_db)
+        assert len(r.metrics[0].sqnr_per_channel_db) == 4
+    upstream = result.result("upstream").sites[0]
+    assert upstream.folded_at == "tfa" and upstream.mul_output is None and upstream.conv_output is not None
+    off = result.result("off").sites[0]
+    assert off.folded_at is None and off.mul_output is not None
+    # the fold moved the conv's requantization range: unfolded conv output spans 4x the folded one (scale 0.25)
+    assert off.conv_output.scale == pytest.approx(4 * upstream.conv_output.scale, rel=1e-4)
+    data = json.loads(json.dumps(result.to_dict()))
+    assert len(data["variants"][0]["metrics"]) == 20
+
+
+def test_progress_names_stages_and_advances(stateful20):
+    result, events = stateful20
+    fractions = [f for _, f in events]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0
+    stages = {s.split(": ")[-1] for s, _ in events}
+    assert {"export", "prepare", "calibrate", "convert", "re-export", "lower", "reference", "metrics"} <= stages
+    for r in result.results:
+        if not r.cached:
+            assert set(r.timings) >= {"lower", "reference"} and r.timings["lower"] > 0
+
+
+def test_state_is_reset_before_the_run(stateful20):
+    """Step 0 of a 20-step run starts from the model's initial state, as a 1-step run does."""
+    result, _ = stateful20
+    one = compare("sample:stateful_conv_mul", ("upstream",), steps=1)
+    assert torch.equal(one.results[0].outputs[0][0], result.result("upstream").outputs[0][0])
+    eager = sample_models.get("stateful_conv_mul")
+    first = eager(*eager.example_inputs())
+    err = (result.result("upstream").outputs[0][0] - first).abs().max()
+    assert err < 0.1, "step 0 was not computed from the initial (zero) state"
+    assert torch.equal(result.reference[0][0], first)
+
+
+def test_cache_answers_known_variants_and_recomputes_changed_ones(stateful20):
+    again = compare("sample:stateful_conv_mul", ("off", "upstream", "state-aware-strict"), steps=20)
+    assert all(r.cached for r in again.results)
+    assert [r.metrics for r in again.results] == [r.metrics for r in stateful20[0].results]
+
+
+def test_seeded_runs_give_identical_numbers():
+    clear_cache()
+    a = compare("sample:conv_mul_wide_dynamic_range_scale", ("upstream",))
+    clear_cache()
+    b = compare("sample:conv_mul_wide_dynamic_range_scale", ("upstream",))
+    assert not b.results[0].cached
+    assert a.results[0].metrics == b.results[0].metrics
+
+
+def test_functional_state_marker_makes_state_aware_skip_and_runs_free():
+    clear_cache()
+    site = inspector.analyze("sample:functional_recurrent_conv_mul", stage="tfa").sites[0].id
+    result = compare("sample:functional_recurrent_conv_mul", ("upstream", ("state-aware", (site,)), "state-aware"), steps=5)
+    folds = [r.folds["tfa"] for r in result.results]
+    assert folds == [1, 0, 1]
+    upstream, marked, unmarked = result.results
+    assert unmarked.cached and not marked.cached  # same fold decisions as upstream: answered from the cache
+    assert len(marked.metrics) == 5 * 2  # 5 steps x 2 outputs
+    # the float reference free-runs: step k's state input is step k-1's state output
+    model = sample_models.get("functional_recurrent_conv_mul")
+    x, h = model.example_inputs()
+    for _ in range(3):
+        out, h = model(x, h)
+    assert torch.equal(result.reference[2][1], h)
+    # toggling the marker off again is answered from the cache
+    toggled = compare("sample:functional_recurrent_conv_mul", ("state-aware",), steps=5, markers=())
+    assert toggled.results[0].cached
+
+
+def test_off_folds_nothing_and_upstream_is_bit_identical_to_the_plain_flow():
+    clear_cache()
+    model = sample_models.get("conv_mul_channel_scale")
+    inputs = model.example_inputs()
+    gen = torch.Generator().manual_seed(3)
+    batches = [inputs] + [(inputs[0] + 0.1 * torch.randn(inputs[0].shape, generator=gen),) for _ in range(3)]
+    snap = state_of(model)
+    result = compare(model, ("off", "upstream"), example_inputs=inputs, calibration=batches)
+    assert_bit_identical(snap, model)
+    off, upstream = result.results
+    assert off.folds == {"tfa": 0, "lowering": 0} and off.sites[0].folded_at is None
+    assert upstream.folds["tfa"] == 1
+    # the plain ExecuTorch flow, no inspector anywhere (FACTS.md recipe)
+    quantizer = _executorch.tosa_int_quantizer()
+    ep = torch.export.export(copy.deepcopy(model), inputs)
+    gm = _tosa.prepare_pt2e(ep.module(check_guards=False), quantizer)
+    for batch in batches:
+        gm(*batch)
+    gm = _tosa.convert_pt2e(gm)
+    lowered = _tosa.lower(torch.export.export(gm, inputs))
+    with _tosa.reference_dispatch():
+        plain = lowered.exported_program().module()(*inputs)
+    assert torch.equal(upstream.outputs[0][0], plain)
+    assert not torch.equal(off.outputs[0][0], plain)
+
+
+class Unsupported(nn.Module):
+    """``sort`` has no TOSA INT lowering: it stays outside the delegate."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 2, 1)
+
+    def forward(self, x):
+        return (self.conv(x) * 0.5).sort(dim=3)[0]
+
+
+def test_not_delegated_nodes_carry_the_partitioners_reason():
+    torch.manual_seed(0)
+    result = compare(Unsupported(), ("upstream",), example_inputs=(torch.randn(1, 2, 4, 4),))
+    outside = {n.target: n.reason for n in result.results[0].not_delegated}
+    assert "BaseTOSASupportList" in outside["aten.sort.default"]
+    assert any("delegate's input or output" in r for t, r in outside.items() if "quantize" in t)
+    assert result.results[0].folds["tfa"] == 1
+
+
+class Exploding(nn.Module):
+    """``cumprod`` is not in the core ATen opset: lowering refuses it."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 2, 1)
+
+    def forward(self, x):
+        return torch.cumprod(self.conv(x) * 0.5, 3)
+
+
+def test_errors_are_one_line_and_name_what_failed():
+    with pytest.raises(InspectorError, match="NaN or Inf"):
+        compare("sample:conv_mul_scalar", ("upstream",), calibration=[(torch.full((1, 3, 8, 8), float("nan")),)])
+    bad = sample_models.get("functional_recurrent_conv_mul")
+    bad.RECURRENT = {1: 0, 5: 1}
+    with pytest.raises(InspectorError, match="declares output 5 as recurrent, but it has 2 outputs"):
+        compare(bad, ("upstream",))
+    with pytest.raises(InspectorError, match="unknown policy"):
+        compare("sample:conv_mul_scalar", ("sometimes",))
+    with pytest.raises(InspectorError, match="steps must be a positive integer"):
+        compare("sample:conv_mul_scalar", steps=0)
+    model = Exploding()
+    snap = state_of(model)
+    with pytest.raises(InspectorError, match=r"^lower failed for variant upstream: SpecViolationError: .*cumprod") as info:
+        compare(model, ("upstream",), example_inputs=(torch.randn(1, 2, 2, 2),))
+    assert "\n" not in str(info.value)
+    assert_bit_identical(snap, model)
+
+
+def test_concurrent_swaps_never_see_each_others_pass():
+    from inspector.fold_swap import active_fold_pass, swapped_fold_pass
+    from inspector.policies import policy_pass_class
+
+    seen, barrier = [], threading.Barrier(2, timeout=30)
+
+    def worker(policy):
+        cls = policy_pass_class(policy)
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError:
+            pass
+        for _ in range(50):
+            with swapped_fold_pass(cls):
+                seen.append(active_fold_pass() is cls)
+
+    threads = [threading.Thread(target=worker, args=(p,)) for p in ("off", "upstream")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(seen) == 100 and all(seen)
+    assert active_fold_pass() is _executorch.fold_pass_class()
+
+
+def test_plots_and_tables(stateful20):
+    result, _ = stateful20
+    fig = result.plot("drift")
+    lines = fig.axes[0].get_lines()
+    assert [line.get_label() for line in lines] == ["off", "upstream", "state-aware-strict"]
+    assert len(lines[0].get_xdata()) == 20
+    bars = result.plot("channels").axes[0].patches
+    assert len(bars) == 3 * 4
+    with pytest.raises(InspectorError, match="unknown plot kind"):
+        result.plot("pie")
+    text = result._repr_mimebundle_()["text/plain"]
+    assert "state-aware-strict" in text and "SQNR" in text
+
+
+def test_cli_compare_json(capsys):
+    code = main(["compare", "sample:stateful_conv_mul", "--variants", "off,upstream,state-aware-strict",
+                 "--steps", "20", "--json"])
+    out, err = capsys.readouterr()
+    data = json.loads(out)
+    assert code == 0 and err == ""  # no progress bar when stderr is not a terminal
+    assert [len(v["metrics"]) for v in data["variants"]] == [20, 20, 20]
+    assert [v["folds"]["tfa"] for v in data["variants"]] == [0, 1, 0]
+    assert all(isinstance(m["sqnr_db"], float) for v in data["variants"] for m in v["metrics"])
+
+
+def test_analysis_compare_uses_its_markers():
+    a = inspector.analyze("sample:functional_recurrent_conv_mul", stage="tfa", policy="state-aware")
+    marked = a.toggle_marker(a.sites[0].id)
+    result = marked.compare(("state-aware",), steps=2)
+    assert result.results[0].variant.markers == (a.sites[0].id,)
+    assert result.results[0].folds["tfa"] == 0
