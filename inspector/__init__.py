@@ -8,6 +8,7 @@ from .compare import Comparison, Metrics, QParams, SiteOutcome, Variant, Variant
 from .errors import ExplanationMismatchWarning, InspectorError
 from .policies import POLICIES
 from .reasons import Reason, ReasonCode, Risk, RiskCode
+from .render import render, svg
 from ._stages import STAGES
 
 __all__ = [
@@ -31,5 +32,7 @@ __all__ = [
     "Site",
     "WIDE_RANGE_RATIO",
     "analyze",
+    "render",
+    "svg",
 ]
 __version__ = "0.1.0"

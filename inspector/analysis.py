@@ -115,11 +115,19 @@ class Analysis:
         self.policy: str = policy
         self.markers: tuple[str, ...] = tuple(markers)
         self.sites: tuple[Site, ...] = tuple(sites)
-        self._before = before  # (graph module, program) the pass received, markers set
+        self._before_pair = before if isinstance(before, tuple) else None
+        self._before_factory = before if callable(before) else None  # builds the before pair on first use
         self._after = after  # (graph module, program) after the pass
         self.timings: dict[str, float] = timings  # seconds per step
 
     # -- graphs
+    @property
+    def _before(self):
+        """(graph module, program) the pass received, markers set; built on first use."""
+        if self._before_pair is None:
+            self._before_pair = self._before_factory()
+        return self._before_pair
+
     @property
     def before(self) -> GraphModule:
         """The graph the pass received (markers applied)."""
@@ -243,6 +251,25 @@ class Analysis:
     def __repr__(self) -> str:
         return f"<Analysis {self.name} stage={self.stage} policy={self.policy}: {self.summary()}>"
 
+    # -- pictures
+    def render(self, which: str = "before", **kw):
+        """The ``before`` or ``after`` graph as a ``graphviz.Digraph`` (see ``inspector.render``)."""
+        from .render import render
+
+        return render(self, which, **kw)
+
+    def render_pair(self, **kw):
+        """Before and after side by side in one ``graphviz.Digraph`` (see ``inspector.render.render_pair``)."""
+        from .render import render_pair
+
+        return render_pair(self, **kw)
+
+    def svg(self, which: str = "before", **kw) -> str:
+        """The SVG text of ``render(which, **kw)``; needs graphviz's ``dot``."""
+        from .render import render, svg
+
+        return svg(render(self, which, **kw))
+
 
 def analyze(
     target: Any,
@@ -277,7 +304,15 @@ def stage_graph_of(target: _load.Target, stage: str) -> _stages.StageGraph:
     """The stage graph of ``target`` at ``stage``, built once per target and reused."""
     key = ("stage", stage)
     if key not in target.memo:
-        target.memo[key] = _stages.build(target.exported, stage)
+        try:
+            target.memo[key] = _stages.build(target.exported, stage)
+        except InspectorError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - torch/executorch failing on this model: one line
+            raise InspectorError(
+                f"building the {stage} graph of {target.name} failed: {type(exc).__name__}: "
+                f"{_stages._first_line(exc)}; try another stage"
+            ) from None
     return target.memo[key]
 
 
@@ -317,24 +352,32 @@ def _decide(target, stage_graph, policy: str, markers: tuple[str, ...]) -> Analy
     # Every boundary, whatever the policy: for risks and for drawing the path to state.
     all_reach = _graph.state_reach(graph, signature, in_place_writes=True)
     recurrent = _recurrent_reach(graph, signature, target.recurrent)
+    # Everything that needs the pre-fold graph is read now: the pass runs on this same copy
+    # (the explainer only reads), and the marked before-graph is rebuilt lazily on demand.
+    scales = [_scale_summary(c, program) for c in cands]
+    kinds = [next((k for k in (_graph.MARKER, _graph.BUFFER, _graph.INPUT) if all_reach.reaches(k, c.mul)), None)
+             for c in cands]
+    paths = [all_reach.path(k, c.mul) if k else [] for c, k in zip(cands, kinds)]
+    boundaries = [all_reach.boundary.get(p[-1], "") if p else "" for p in paths]
+    pre = [(c.mul.name, c.conv.name, _graph.op_name(c.conv), _graph.module_path(c.conv), _graph.location(c.mul),
+            _graph.marked(c.mul), c.via.name if c.via is not None else None) for c in cands]
+    marked_names = tuple(n.name for n in found.values())
     t1 = time.perf_counter()
 
-    before = (gm, program)
-    after = _copy_pair(before)
     log = FoldLog()
     pass_class = policy_pass_class(policy, markers, log)
-    after_gm, after_program = after
-    fold_pass = pass_class(after_program) if after_program is not None else pass_class(tfa_pass=True)
-    fold_pass(after_gm)
+    fold_pass = pass_class(program) if program is not None else pass_class(tfa_pass=True)
+    fold_pass(gm)
     run = log.runs[-1]
     t2 = time.perf_counter()
 
     folded = set(run.folded)
-    after_convs = {n.name: n for n in after_gm.graph.nodes if _graph.is_conv(n)}
+    after_convs = {n.name: n for n in gm.graph.nodes if _graph.is_conv(n)}
     weight_users: dict[str, list[int]] = {}
     sites = []
     for i, (c, site_id, reasons) in enumerate(zip(cands, ids, explained)):
-        decision = "fold" if c.mul.name in folded else "skip"
+        mul, conv, conv_op, mod_path, where, is_marked, via = pre[i]
+        decision = "fold" if mul in folded else "skip"
         predicted = "skip" if reasons else "fold"
         mismatch = None
         if predicted != decision:
@@ -345,12 +388,8 @@ def _decide(target, stage_graph, policy: str, markers: tuple[str, ...]) -> Analy
             warnings.warn(f"site {site_id}: {mismatch}", ExplanationMismatchWarning, stacklevel=3)
             if decision == "skip":
                 reasons = [Reason.of(ReasonCode.EXPLANATION_MISMATCH, mismatch)]
-        scale = _scale_summary(c, program)
-        kind = next((k for k in (_graph.MARKER, _graph.BUFFER, _graph.INPUT) if all_reach.reaches(k, c.mul)), None)
-        path = tuple(n.name for n in all_reach.path(kind, c.mul)) if kind else ()
-        boundary = all_reach.boundary.get(all_reach.path(kind, c.mul)[-1], "") if kind else ""
-        risks = _risks(c, scale, decision, kind, boundary, recurrent)
-        conv_after = after_convs.get(c.conv.name)
+        risks = _risks(c, scales[i], decision, kinds[i], boundaries[i], recurrent)
+        conv_after = after_convs.get(conv)
         fw = fb = None
         if decision == "fold" and conv_after is not None:
             fw = _arg_name(conv_after, 1)
@@ -358,15 +397,24 @@ def _decide(target, stage_graph, policy: str, markers: tuple[str, ...]) -> Analy
             if fw is not None:
                 weight_users.setdefault(fw, []).append(i)
         sites.append(Site(
-            id=site_id, index=i, mul=c.mul.name, conv=c.conv.name, conv_op=_graph.op_name(c.conv),
-            module_path=_graph.module_path(c.conv), location=_graph.location(c.mul), scale=scale,
-            decision=decision, reasons=tuple(reasons) if decision == "skip" else (),
-            risks=tuple(risks), marked=_graph.marked(c.mul), chained_after=c.via.name if c.via is not None else None,
-            state_path=path, state_boundary=boundary, folded_weight=fw, folded_bias=fb, mismatch=mismatch,
+            id=site_id, index=i, mul=mul, conv=conv, conv_op=conv_op, module_path=mod_path, location=where,
+            scale=scales[i], decision=decision, reasons=tuple(reasons) if decision == "skip" else (),
+            risks=tuple(risks), marked=is_marked, chained_after=via, state_path=tuple(n.name for n in paths[i]),
+            state_boundary=boundaries[i], folded_weight=fw, folded_bias=fb, mismatch=mismatch,
         ))
     sites = _flag_reused_weights(sites, weight_users, program)
     timings = {"explain": t1 - t0, "fold": t2 - t1, "sites": time.perf_counter() - t2}
-    return Analysis(target, stage_graph, policy, markers, sites, before, after, timings)
+    before = lambda: _marked_copy(stage_graph, marked_names)  # noqa: E731
+    return Analysis(target, stage_graph, policy, markers, sites, before, (gm, program), timings)
+
+
+def _marked_copy(stage_graph, marked_names: tuple[str, ...]):
+    """A private copy of the stage graph with the markers set, as the pass received it."""
+    gm, program = stage_graph.fresh_copy()
+    by_name = {n.name: n for n in gm.graph.nodes}
+    for name in marked_names:
+        _graph.set_marker(by_name[name])
+    return gm, program
 
 
 def _arg_name(node: Node, i: int) -> str | None:

@@ -1,4 +1,4 @@
-"""``python -m inspector``: analyze a model from the shell, or run the demo.
+"""``python -m inspector``: analyze or draw a model from the shell, or run the demo.
 
 Bad input prints one line (``error: ...``) and exits with status 2; ``--debug``
 shows the traceback instead.
@@ -59,6 +59,25 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--mark", action="append", default=[], metavar="ID",
                    help="mark a site id or node name as carried state in every variant (repeatable)")
     c.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    r = sub.add_parser("render", help="draw the graph before/after the fold, sites highlighted (graphviz)",
+                       description="TARGET is sample:NAME, path/to/file.py:ClassName, or model.pt2.")
+    r.add_argument("target", metavar="TARGET")
+    r.add_argument("--input-shape", action="append", default=[], metavar="1,3,8,8",
+                   help="shape of one example input (repeat per input); random seeded float32")
+    r.add_argument("--stage", choices=STAGES, default="edge",
+                   help="; ".join(f"{k}: {v}" for k, v in STAGE_HELP.items()) + " (default: edge)")
+    r.add_argument("--policy", choices=POLICIES, default="upstream",
+                   help="; ".join(f"{k}: {v}" for k, v in POLICY_HELP.items()) + " (default: upstream)")
+    r.add_argument("--mark", action="append", default=[], metavar="ID",
+                   help="mark a site id or node name as carried state (repeatable)")
+    r.add_argument("--which", choices=("before", "after", "both"), default="before",
+                   help="the graph the pass received, the graph after it, or both side by side (default: before)")
+    r.add_argument("--focus", default=None, metavar="ID", help="draw only this site and its neighbourhood")
+    r.add_argument("--hops", type=int, default=2, help="neighbourhood size around --focus, in edges (default: 2)")
+    r.add_argument("--format", choices=("svg", "png", "dot"), default=None,
+                   help="output format (default: from the --out suffix, else svg); dot needs no graphviz install")
+    r.add_argument("--out", required=True, metavar="FILE", help="where to write the picture")
 
     d = sub.add_parser("demo", help="analyze the default sample under each policy; write an HTML report")
     d.add_argument("--sample", default=None, help="sample name (default: the default sample)")
@@ -133,6 +152,29 @@ def _compare(args) -> int:
     return 0
 
 
+def _render(args) -> int:
+    from .analysis import analyze
+    from .render import _pipe, render, render_pair, svg
+
+    out = Path(args.out)
+    fmt = args.format or {".png": "png", ".dot": "dot", ".gv": "dot"}.get(out.suffix.lower(), "svg")
+    if not out.parent.is_dir():
+        raise InspectorError(f"cannot write {out}: directory {out.parent} does not exist")
+    result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage,
+                     policy=args.policy, markers=args.mark)
+    kw = {"focus": args.focus, "hops": args.hops}
+    graph = render_pair(result, **kw) if args.which == "both" else render(result, args.which, **kw)
+    if fmt == "dot":
+        data = graph.source.encode("utf-8")
+    elif fmt == "svg":
+        data = svg(graph).encode("utf-8")
+    else:
+        data = _pipe(graph, fmt)
+    out.write_bytes(data)
+    print(f"wrote {out} ({fmt}): {result.summary()}")
+    return 0
+
+
 def _demo(args) -> int:
     import html
 
@@ -172,7 +214,8 @@ def _samples(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _quiet_imports()
-    handler = {"analyze": _analyze, "compare": _compare, "demo": _demo, "samples": _samples}[args.command]
+    handler = {"analyze": _analyze, "compare": _compare, "render": _render, "demo": _demo,
+               "samples": _samples}[args.command]
     try:
         return handler(args)
     except InspectorError as exc:

@@ -61,3 +61,14 @@ def flat(outputs) -> list[torch.Tensor]:
     if isinstance(outputs, torch.Tensor):
         return [outputs]
     return [t for o in outputs for t in flat(o)]
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-goldens", action="store_true", default=False,
+                     help="rewrite the golden files (tests/goldens/) instead of comparing against them")
+
+
+@pytest.fixture
+def update_goldens(request) -> bool:
+    """True under ``pytest --update-goldens``: golden tests rewrite their files instead of comparing."""
+    return request.config.getoption("--update-goldens")

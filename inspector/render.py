@@ -1,0 +1,610 @@
+"""Pictures of the stage graph before and after the fold: a pure function of (graph, verdicts).
+
+``render(analysis, "before" | "after")`` returns a ``graphviz.Digraph``; nothing
+here runs ``dot`` except ``svg`` (and the CLI's PNG), through ``_pipe``, the one
+door to the executable. Every node's look comes from ``STYLES``, keyed by what
+the node is (a folded / skipped / near-miss site, an input, a constant, ...), so
+the same graph with the same verdicts draws the same way on every run.
+
+In the SVG, every drawn node's ``class`` is its kind (plus ``marked``), and the
+highlighted edges' class is ``state-path`` or ``risk-path``; a node's ``<title>``
+is its FX name (``before.``/``after.`` prefixed in ``render_pair``).
+
+Escaping: every model-derived string (node names, targets, module paths, stack
+traces, reason details) goes through ``_text`` (``_tooltip`` for tooltips), which
+makes it a plain-text DOT string (backslashes doubled, never read as an HTML-like
+label); ``dot`` then XML-escapes it in the SVG, so no model string can inject markup.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from typing import Any, Iterable
+
+import graphviz
+from torch.fx import GraphModule, Node
+
+from . import _graph
+from .errors import InspectorError
+
+WHICH = ("before", "after")
+HIDEABLE = ("constants",)
+
+# One table for the whole picture: graphviz attributes per node kind (and the two
+# path edge kinds). A node has one kind; ``marked`` is drawn over it (border only),
+# so a marked site keeps its site colour. A site's conv and mul share the site's
+# kind, so the same site has the same colour before and after the pass.
+STYLES: dict[str, dict[str, str]] = {
+    "folded": {"shape": "box", "style": "rounded,filled", "fillcolor": "#a6dba0", "color": "#1b7837", "penwidth": "2"},
+    "removed": {"shape": "box", "style": "rounded,filled,dashed", "fillcolor": "#a6dba0", "color": "#1b7837",
+                "penwidth": "2", "fontcolor": "#555555"},
+    "skipped": {"shape": "box", "style": "rounded,filled", "fillcolor": "#f4a582", "color": "#b2182b", "penwidth": "2"},
+    "near-miss": {"shape": "box", "style": "rounded,filled", "fillcolor": "#fee08b", "color": "#b8860b",
+                  "penwidth": "2"},
+    "marked": {"color": "#7b3294", "penwidth": "3", "peripheries": "2"},
+    "boundary": {"shape": "cylinder", "style": "filled", "fillcolor": "#fddbc7", "color": "#b2182b", "penwidth": "2"},
+    "op": {"shape": "box", "style": "rounded,filled", "fillcolor": "#ffffff", "color": "#888888"},
+    "input": {"shape": "invhouse", "style": "filled", "fillcolor": "#deebf7", "color": "#4292c6"},
+    "output": {"shape": "house", "style": "filled", "fillcolor": "#deebf7", "color": "#4292c6"},
+    "constant": {"shape": "note", "style": "filled", "fillcolor": "#f0f0f0", "color": "#bbbbbb",
+                 "fontcolor": "#666666", "fontsize": "10"},
+    "state-path": {"color": "#b2182b", "penwidth": "3.5"},
+    "risk-path": {"color": "#f4a582", "penwidth": "2.5", "style": "dashed"},
+}
+
+# What each style means, in the legend (same keys as STYLES, same order).
+LEGEND: dict[str, str] = {
+    "folded": "folded site (conv, mul)",
+    "removed": "mul removed by the fold",
+    "skipped": "skipped site",
+    "near-miss": "near-miss: the pass\ndoes not match it",
+    "marked": "marked carried state",
+    "boundary": "state boundary\n(buffer/input write)",
+    "op": "op",
+    "input": "input or state buffer",
+    "output": "output",
+    "constant": "weight / constant",
+    "state-path": "path to state\n(skipped for state)",
+    "risk-path": "path to state\n(folded: risk)",
+}
+
+# A skipped site whose first reason says the pass never even matched it.
+NEAR_MISS_REASONS = frozenset({"conv-op-not-matched", "transposed-conv", "mul-op-not-matched", "follows-unfolded-mul"})
+# Reasons that make the path to the state boundary worth drawing.
+STATE_REASONS = frozenset({"feeds-buffer-mutation", "feeds-input-mutation", "marked-carried-state"})
+CARRIED_STATE_RISK = "feeds-carried-state"
+
+_GRAPH_ATTR = {"rankdir": "TB", "fontname": "Helvetica", "fontsize": "12", "labelloc": "t", "labeljust": "l",
+               "nodesep": "0.25", "ranksep": "0.35"}
+_NODE_ATTR = {"fontname": "Helvetica", "fontsize": "11"}
+_EDGE_ATTR = {"color": "#777777", "arrowsize": "0.7"}
+_CLIP = 60  # longest model string in a label; the full text is in the tooltip
+_LEGEND_ROW = 4  # legend entries per row
+_HUB_DEGREE = 10  # a node with more neighbours ends a neighbourhood walk (see _neighbourhood)
+
+
+# ---------------------------------------------------------------- public API
+
+
+def render(
+    analysis,
+    which: str = "before",
+    *,
+    focus: str | None = None,
+    hops: int = 2,
+    hide: Iterable[str] = ("constants",),
+    cluster_by_module: bool = False,
+    max_nodes: int | None = 400,
+) -> graphviz.Digraph:
+    """The ``before`` or ``after`` graph of ``analysis`` as a ``graphviz.Digraph``, sites highlighted.
+
+    Node styles come from ``STYLES`` (a legend cluster lists them). A skipped
+    site shows its first reason code, and every reason in its tooltip; a folded
+    site's mul is drawn as removed (before) and its conv names the weight and
+    bias it reads after the fold (after). The path from a site to the state it
+    feeds is drawn thick when that is why it was skipped, light when it folded
+    anyway (risk ``feeds-carried-state``).
+
+    ``focus=site_id`` draws only the site and the nodes within ``hops`` edges of
+    it. Without a focus, a graph of more than ``max_nodes`` shown nodes draws the
+    neighbourhoods of all sites and says what it left out (``max_nodes=None``
+    draws everything). ``hide=("constants",)`` leaves out weights, parameters and
+    constant buffers, but never a buffer written as state, nor in the after
+    graph the weight and bias a folded conv now reads (they are where the scale
+    went). ``cluster_by_module`` groups nodes by their ``nn_module_stack`` path.
+    """
+    view = _View(analysis, which, focus=focus, hops=hops, hide=hide, max_nodes=max_nodes)
+    g = _digraph()
+    g.attr("graph", label=_text_left(*_headline(analysis, which), *view.notes))
+    view.draw(g, prefix="", cluster_by_module=cluster_by_module)
+    _legend(g)
+    return g
+
+
+def render_pair(analysis, **kw) -> graphviz.Digraph:
+    """Before and after side by side: one ``Digraph`` with a cluster each (node ids prefixed
+    ``before.`` and ``after.``). Takes the keyword arguments of ``render``."""
+    cluster_by_module = kw.pop("cluster_by_module", False)
+    views = [_View(analysis, which, **kw) for which in WHICH]
+    g = _digraph()
+    g.attr("graph", label=_text_left(*_headline(analysis, None)))
+    for which, view in zip(WHICH, views):
+        with g.subgraph(name=f"cluster_{which}") as sub:
+            sub.attr("graph", label=_text_left(f"{which} the pass", *view.notes), style="rounded", color="#cccccc")
+            view.draw(sub, prefix=f"{which}.", cluster_by_module=cluster_by_module)
+    _legend(g)
+    return g
+
+
+DOT_MISSING = ("graphviz's dot is not installed: apt-get install -y graphviz (or conda install graphviz); "
+               "Digraph.source still works")
+
+
+def svg(digraph: graphviz.Digraph) -> str:
+    """The SVG text of ``digraph`` (from ``<svg`` on: ready to inline into HTML)."""
+    text = _pipe(digraph, "svg").decode("utf-8")
+    start = text.find("<svg")
+    return text[start:] if start >= 0 else text
+
+
+def _pipe(digraph: graphviz.Digraph, fmt: str) -> bytes:
+    """Lay out ``digraph`` with ``dot`` into ``fmt`` bytes: the only place that runs ``dot``."""
+    try:
+        return digraph.pipe(format=fmt, quiet=True)  # dot's warnings (fonts, sizes) are not the user's business
+    except graphviz.ExecutableNotFound:
+        raise InspectorError(DOT_MISSING) from None
+    except graphviz.CalledProcessError as exc:
+        err = (exc.stderr or b"").decode("utf-8", "replace").strip().splitlines()
+        raise InspectorError(f"dot failed to draw the graph: {err[0] if err else exc}") from None
+
+
+# ---------------------------------------------------------------- escaping
+
+
+def _escape(value: Any, clip: int | None = None) -> str:
+    """A model-derived string as literal DOT text: backslashes doubled, newlines as DOT's ``\\n``."""
+    s = str(value)
+    if clip is not None and len(s) > clip:
+        s = s[: clip - 1] + "…"
+    s = s.replace("\\", "\\\\").replace("\r\n", "\n").replace("\r", "\n").replace("\n", "\\n")
+    # Other control characters have no business in a picture (and some break XML).
+    return re.sub(r"[\x00-\x08\x0b-\x1f\x7f]", "?", s)
+
+
+def _text(*lines: Any) -> str:
+    """Lines of already-meant-literal text joined into one plain-text DOT label or tooltip.
+
+    ``nohtml`` stops the graphviz package from reading ``<...>`` as an HTML label.
+    """
+    return graphviz.nohtml("\\n".join(_escape(line) for line in lines))
+
+
+def _tooltip(*lines: Any) -> str:
+    """Like ``_text``, for tooltips: a backslash is shown as "⧵" (U+29F5).
+
+    dot 2.43 unescapes tooltips twice, so ``\\\\N`` still turns into the node name
+    there; no escaping is right in every graphviz version, a look-alike is.
+    """
+    return _text(*(str(line).replace("\\", "\u29f5") for line in lines))
+
+
+def _text_clipped(*lines: Any) -> str:
+    """Like ``_text``, each line clipped to ``_CLIP`` characters (the tooltip has it whole)."""
+    return graphviz.nohtml("\\n".join(_escape(line, _CLIP) for line in lines))
+
+
+def _text_left(*lines: Any) -> str:
+    """Like ``_text``, every line left-justified (DOT's ``\\l``): for graph and cluster captions."""
+    return graphviz.nohtml("".join(_escape(line) + "\\l" for line in lines))
+
+
+# ---------------------------------------------------------------- building blocks
+
+
+def _digraph() -> graphviz.Digraph:
+    return graphviz.Digraph("fold_inspector", graph_attr=_GRAPH_ATTR, node_attr=_NODE_ATTR, edge_attr=_EDGE_ATTR)
+
+
+def _headline(analysis, which: str | None) -> list[str]:
+    what = f"{which} the pass" if which else "before | after the pass"
+    head = f"{analysis.name}: {analysis.stage}, policy {analysis.policy}, {what}"
+    lines = [head, analysis.summary()]
+    if analysis.markers:
+        lines.append("markers: " + ", ".join(analysis.markers))
+    return lines
+
+
+def _legend(g: graphviz.Digraph) -> None:
+    """A cluster with one sample of every style, in rows of ``_LEGEND_ROW`` (read left to right)."""
+    with g.subgraph(name="cluster_legend") as lg:
+        lg.attr("graph", label="legend", style="rounded", color="#cccccc", fontsize="11")
+        kinds = list(LEGEND)
+        rows = [kinds[i:i + _LEGEND_ROW] for i in range(0, len(kinds), _LEGEND_ROW)]
+        firsts = []
+        for r, row in enumerate(rows):
+            with lg.subgraph(name=f"legend_row_{r}") as line:
+                # Same rank plus invisible edges keep the entries in table order, left to right.
+                line.attr("graph", rank="same")
+                chain = []
+                for kind in row:
+                    node_id = f"legend.{kind}"
+                    if kind in ("state-path", "risk-path"):
+                        # An edge style: a dot, then the edge (horizontal: same rank) to its meaning.
+                        line.node(node_id, label="", shape="point", width="0.08")
+                        line.node(node_id + ".to", label=_text(LEGEND[kind]), shape="plaintext", fontsize="10")
+                        line.edge(node_id, node_id + ".to", **STYLES[kind], **{"class": kind})
+                        chain += [node_id, node_id + ".to"]
+                        continue
+                    attrs = {"fontsize": "10", **(STYLES["op"] if kind == "marked" else {}), **STYLES[kind],
+                             "class": f"legend {kind}"}
+                    line.node(node_id, label=_text(LEGEND[kind]), **attrs)
+                    chain.append(node_id)
+                for a, b in zip(chain, chain[1:]):
+                    if not (a.endswith("-path") and b == a + ".to"):
+                        line.edge(a, b, style="invis")
+                firsts.append(chain[0])
+        for a, b in zip(firsts, firsts[1:]):
+            lg.edge(a, b, style="invis")
+
+
+def _short_op(node: Node) -> str:
+    """``conv2d``, ``mul.Tensor``, ``_operator.getitem``: what a node calls, short and address-free."""
+    if node.op != "call_function":
+        return str(node.target)
+    target = node.target
+    if hasattr(target, "_schema"):  # an aten / edge / custom op overload
+        return _graph.op_name(node).removeprefix("aten.").removesuffix(".default")
+    # A Python callable: its qualified name, never its repr (which may hold an address).
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or type(target).__name__
+    return f"{getattr(target, '__module__', None) or ''}.{name}".lstrip(".")
+
+
+def _shape(node: Node) -> str:
+    """``float32[1, 4, 8, 8]`` from the node's recorded value (tuples joined), or ""."""
+    val = node.meta.get("val")
+    vals = val if isinstance(val, (list, tuple)) else [val]
+    parts = []
+    for v in vals:
+        if hasattr(v, "shape") and hasattr(v, "dtype"):
+            dims = [int(d) if str(d).isdigit() else str(d) for d in v.shape]  # symbolic sizes stay names
+            parts.append(f"{str(v.dtype).removeprefix('torch.')}{dims}")
+    return ", ".join(parts)
+
+
+def _module_types(node: Node) -> tuple[str, str]:
+    """(dotted module path, short class name) of the innermost module that made ``node``."""
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return "", ""
+    _, type_name = list(stack.values())[-1]
+    type_name = str(getattr(type_name, "__name__", type_name))
+    return _graph.module_path(node), type_name.rsplit(".", 1)[-1]
+
+
+# ---------------------------------------------------------------- one graph, classified
+
+
+class _View:
+    """Which nodes of one graph to draw, and how: built in one pass over the nodes."""
+
+    def __init__(self, analysis, which: str, *, focus=None, hops=2, hide=("constants",), max_nodes=400):
+        if which not in WHICH:
+            raise InspectorError(f"unknown graph {which!r}; choose one of: {', '.join(WHICH)}")
+        hide = (hide,) if isinstance(hide, str) else tuple(hide or ())
+        bad = [h for h in hide if h not in HIDEABLE]
+        if bad:
+            raise InspectorError(f"cannot hide {bad[0]!r}; hideable: {', '.join(HIDEABLE)}")
+        if not isinstance(hops, int) or hops < 0:
+            raise InspectorError(f"hops must be a non-negative integer, got {hops!r}")
+        if max_nodes is not None and (not isinstance(max_nodes, int) or max_nodes < 1):
+            raise InspectorError(f"max_nodes must be a positive integer or None, got {max_nodes!r}")
+        focus_site = analysis.site(focus) if focus is not None else None  # raises for an unknown site id
+
+        self.after = which == "after"
+        gm: GraphModule = analysis.after if self.after else analysis.before
+        program = analysis.after_program if self.after else analysis.before_program
+        self.nodes: list[Node] = list(gm.graph.nodes)
+        self.sites = analysis.sites
+        self._signature_roles(program)
+        by_name = {n.name: n for n in self.nodes}
+
+        # Sites by the names their nodes have in this graph (a folded mul is gone after the pass).
+        self.site_of_mul: dict[str, Any] = {}
+        self.sites_of_conv: dict[str, list] = {}
+        keep: set[str] = set()  # folded weights/bias shown in the after graph even when constants are hidden
+        for s in self.sites:
+            if s.mul in by_name and not (self.after and s.folded):
+                self.site_of_mul[s.mul] = s
+            if s.conv in by_name:
+                self.sites_of_conv.setdefault(s.conv, []).append(s)
+            if self.after and s.folded:
+                keep.update(n for n in (s.folded_weight, s.folded_bias) if n)
+
+        # The state paths to highlight: (tail, head) -> edge kind; thick wins over light.
+        self.path_edges: dict[tuple[str, str], tuple[str, str]] = {}
+        for s in self.sites:
+            if len(s.state_path) < 2:
+                continue
+            if not s.folded and STATE_REASONS & set(s.reason_codes):
+                kind = "state-path"
+            elif s.folded and CARRIED_STATE_RISK in {r.code for r in s.risks}:
+                kind = "risk-path"
+            else:
+                continue
+            path = list(s.state_path)
+            if self.after and s.folded:
+                path[0] = s.conv  # the mul is gone: its users now read the conv
+            for edge in zip(path, path[1:]):
+                if self.path_edges.get(edge, ("",))[0] != "state-path":
+                    self.path_edges[edge] = (kind, f"site {s.id} -> {s.state_boundary}")
+
+        # One pass: every node's kind, and whether it is hidden.
+        self.kind: dict[Node, str] = {}
+        hidden: set[Node] = set()
+        for n in self.nodes:
+            kind = self._kind(n)
+            self.kind[n] = kind
+            if kind == "constant" and "constants" in hide and n.name not in keep:
+                hidden.add(n)
+        visible = [n for n in self.nodes if n not in hidden]
+
+        self.notes: list[str] = []
+        if hidden:
+            self.notes.append(f"{len(hidden):,} constant{'s' * (len(hidden) != 1)} hidden (hide=() shows them)")
+        if focus_site is not None:
+            names = (focus_site.conv,) if self.after and focus_site.folded else (focus_site.mul, focus_site.conv)
+            seeds = [by_name[name] for name in names if name in by_name]
+            shown = _neighbourhood(seeds, hops, hidden)
+            self.notes.append(f"focus: site {focus_site.id} and {hops} hop{'s' * (hops != 1)} around it "
+                              f"({len(shown):,} of {len(visible):,} nodes)")
+        elif max_nodes is not None and len(visible) > max_nodes and not (self.site_of_mul or self.sites_of_conv):
+            shown = set(visible[:max_nodes])
+            self.notes.append(f"showing the first {max_nodes:,} of {len(visible):,} nodes (no sites here); "
+                              "pass max_nodes=None for all")
+        elif max_nodes is not None and len(visible) > max_nodes:
+            seeds = [n for n in visible if n.name in self.site_of_mul or n.name in self.sites_of_conv]
+            # Shrink the neighbourhoods until they fit; at 0 hops only the sites themselves remain.
+            h = hops
+            shown = _neighbourhood(seeds, h, hidden)
+            while len(shown) > max_nodes and h > 0:
+                h -= 1
+                shown = _neighbourhood(seeds, h, hidden)
+            n_sites = len({s.id for s in self.sites if s.mul in self.site_of_mul or s.conv in self.sites_of_conv})
+            self.notes.append(f"showing {len(shown):,} of {len(visible):,} nodes: the neighbourhoods "
+                              f"({h} hop{'s' * (h != 1)}) of {n_sites:,} site{'s' * (n_sites != 1)}; "
+                              "pass max_nodes=None for all")
+        else:
+            shown = set(visible)
+        self.shown: list[Node] = [n for n in visible if n in shown]
+        # In a partial view, say on each border node how many neighbours were left out.
+        self.cut: dict[Node, str] = {}
+        if len(self.shown) < len(visible):
+            for n in self.shown:
+                ins = sum(1 for m in n.all_input_nodes if m not in shown and m not in hidden)
+                outs = sum(1 for m in n.users if m not in shown and m not in hidden)
+                parts = [f"{k:,} {what}{'s' * (k != 1)}" for k, what in ((ins, "input"), (outs, "user")) if k]
+                if parts:
+                    self.cut[n] = "+" + ", ".join(parts) + " not shown"
+
+    # -- classification
+
+    def _signature_roles(self, program) -> None:
+        """Placeholders that are user inputs vs weights; outputs that are state writes."""
+        self.constant_inputs: set[str] = set()  # placeholder names of parameters, buffers, constants
+        self.buffer_inputs: set[str] = set()  # placeholder names of buffers
+        self.state_inputs: set[str] = set()  # placeholder names the signature says are written back
+        self.output_writes: list[str] = []  # "buffer 'state' (graph signature)", per mutation output
+        signature = program.graph_signature if program is not None else None
+        if signature is None:
+            return
+        from torch.export.graph_signature import InputKind, OutputKind
+
+        mutated = {s.target for s in signature.output_specs
+                   if s.kind in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION)}
+        for spec in signature.input_specs:
+            name = getattr(spec.arg, "name", None)
+            if name is None:
+                continue
+            if spec.kind == InputKind.BUFFER:
+                self.buffer_inputs.add(name)
+            if spec.kind in (InputKind.BUFFER, InputKind.USER_INPUT) and (spec.target or name) in mutated:
+                self.state_inputs.add(name)
+            elif spec.kind != InputKind.USER_INPUT:
+                self.constant_inputs.add(name)
+        for spec in signature.output_specs:
+            if spec.kind == OutputKind.BUFFER_MUTATION:
+                self.output_writes.append(f"buffer '{spec.target}' (graph signature)")
+            elif spec.kind == OutputKind.USER_INPUT_MUTATION:
+                self.output_writes.append(f"input '{spec.target}' (graph signature)")
+
+    def _written(self, n: Node) -> Node | None:
+        """The buffer or input ``n`` writes into in place (``copy_`` into a get_attr or placeholder)."""
+        if n.op != "call_function" or not n.args or not _graph._inplace_destination(n):
+            return None
+        dest = n.args[0]
+        return dest if isinstance(dest, Node) and dest.op in ("get_attr", "placeholder") else None
+
+    def _kind(self, n: Node) -> str:
+        if n.name in self.site_of_mul:
+            s = self.site_of_mul[n.name]
+            return "removed" if s.folded else _skip_kind(s)
+        if n.name in self.sites_of_conv:
+            s = self.sites_of_conv[n.name][0]
+            return "folded" if s.folded else _skip_kind(s)
+        if n.op == "output":
+            return "boundary" if self.output_writes else "output"
+        if n.op in ("placeholder", "get_attr"):
+            # A buffer the graph writes back into is state, not a constant (in-place at tfa and
+            # aten, a signature mutation at edge).
+            if n.name in self.state_inputs or any(self._written(u) is n for u in n.users):
+                return "input"
+            return "constant" if n.op == "get_attr" or n.name in self.constant_inputs else "input"
+        if self._written(n) is not None:
+            return "boundary"
+        return "op"
+
+    # -- drawing
+
+    def draw(self, g: graphviz.Digraph, *, prefix: str, cluster_by_module: bool) -> None:
+        """Add the shown nodes (optionally inside module clusters) and their edges to ``g``."""
+        shown = set(self.shown)
+        if cluster_by_module:
+            self._draw_clusters(g, prefix)
+        else:
+            for n in self.shown:
+                self._draw_node(g, n, prefix)
+        for n in self.shown:
+            for src in n.all_input_nodes:
+                if src not in shown:
+                    continue
+                path = self.path_edges.get((src.name, n.name))
+                if path is None:
+                    g.edge(prefix + src.name, prefix + n.name)
+                else:
+                    kind, why = path
+                    g.edge(prefix + src.name, prefix + n.name, tooltip=_tooltip(why), **STYLES[kind],
+                           **{"class": kind})
+
+    def _draw_clusters(self, g: graphviz.Digraph, prefix: str) -> None:
+        # A tree of module paths ("a" > "a.b" > "a.b.c") in order of first appearance.
+        children: dict[str, list[str]] = {"": []}
+        members: dict[str, list[Node]] = {"": []}
+        types: dict[str, str] = {}
+        for n in self.shown:
+            path, type_name = _module_types(n) if n.op == "call_function" else ("", "")
+            if path and path not in types:
+                types[path] = type_name
+            parts = path.split(".") if path else []
+            parent = ""
+            for i in range(len(parts)):
+                sub = ".".join(parts[: i + 1])
+                if sub not in members:
+                    members[sub] = []
+                    children[sub] = []
+                    children[parent].append(sub)
+                parent = sub
+            members[path].append(n)
+        counter = iter(range(len(members)))
+
+        def emit(graph, path):
+            for n in members[path]:
+                self._draw_node(graph, n, prefix)
+            for child in children[path]:
+                with graph.subgraph(name=f"cluster_{prefix.rstrip('.') or 'g'}_m{next(counter)}") as c:
+                    label = child + (f" ({types[child]})" if types.get(child) else "")
+                    c.attr("graph", label=_text_clipped(label), tooltip=_tooltip(label), style="rounded,dashed",
+                           color="#999999", fontsize="10")
+                    emit(c, child)
+
+        emit(g, "")
+
+    def _draw_node(self, g: graphviz.Digraph, n: Node, prefix: str) -> None:
+        kind = self.kind[n]
+        attrs = dict(STYLES[kind])
+        classes = [kind]
+        if _graph.marked(n):
+            attrs.update(STYLES["marked"])
+            classes.append("marked")
+        label, tooltip = self._describe(n, kind)
+        g.node(prefix + n.name, label=label, tooltip=tooltip, **attrs, **{"class": " ".join(classes)})
+
+    def _describe(self, n: Node, kind: str) -> tuple[str, str]:
+        """(label, tooltip): names and verdicts in the label; shapes, details, stack trace in the tooltip."""
+        if n.op in ("placeholder", "get_attr"):
+            if kind == "constant":
+                what = "weight / constant"
+            elif n.op == "get_attr" or n.name in self.buffer_inputs:
+                what = "state buffer"
+            else:
+                what = "input"
+        else:
+            what = _short_op(n)
+        label = [n.name] if n.op != "output" else ["output"]
+        if what != n.name and n.op != "output":
+            label.append(what)
+        tip = [f"{n.name} ({n.op}: {_short_op(n) if n.op == 'call_function' else n.target})"]
+        shape = _shape(n)
+        if shape:
+            tip.append(f"value: {shape}")
+        path, type_name = _module_types(n)
+        if path or type_name:
+            tip.append(f"module: {path or '(root)'} ({type_name})")
+
+        reads: dict[str, None] = {}  # ordered set
+        sites = ([self.site_of_mul[n.name]] if n.name in self.site_of_mul else []) + self.sites_of_conv.get(n.name, [])
+        for s in sites:
+            is_mul = s.mul == n.name
+            label.append(f"site {s.id}")
+            if is_mul:
+                label.append(f"scale: {s.scale.short()}")
+            if s.folded:
+                if is_mul:
+                    label.append("removed by fold")
+                elif self.after:
+                    label.append(f"absorbed the scale ({s.scale.short()})")
+                    # Chained folds on one conv read the same constants: name them once, below.
+                    reads.update(dict.fromkeys(f"{role}: {name}" for role, name in
+                                               (("weight", s.folded_weight), ("bias", s.folded_bias)) if name))
+                else:
+                    label.append("fold")
+            else:
+                more = f" (+{len(s.reasons) - 1})" if len(s.reasons) > 1 else ""
+                label.append(f"skip: {s.reasons[0].code if s.reasons else '?'}{more}")
+            if s.risks:
+                label.append("risk: " + ", ".join(r.code for r in s.risks))
+            tip.append(f"site {s.id}: {s.decision}; conv {s.conv} ({s.conv_op}) -> mul {s.mul}, "
+                       f"scale {s.scale.short()}")
+            tip += [f"  {r.code}: {r.detail}" for r in s.reasons]
+            tip += [f"  risk {r.code}: {r.detail}" for r in s.risks]
+            if s.folded and self.after and not is_mul:
+                tip.append(f"  reads weight {s.folded_weight} and bias {s.folded_bias or '(none)'} after the fold")
+            if s.state_boundary:
+                tip.append(f"  reaches {s.state_boundary}: {' -> '.join(s.state_path)}")
+            if s.mismatch:
+                tip.append(f"  MISMATCH: {s.mismatch}")
+        label += list(reads)
+        if n in self.cut:
+            label.append(self.cut[n])
+        if _graph.marked(n):
+            label.append("marked carried state")
+            tip.append("marked carried_quant_state")
+        if kind == "boundary":
+            dest = self._written(n)
+            if dest is not None:
+                written = "buffer" if dest.op == "get_attr" or dest.name in self.buffer_inputs else "input"
+                where = f"writes into {written} '{dest.target}'"
+            else:
+                where = "writes " + ", ".join(self.output_writes)
+            label.append("state: " + where)
+            tip.append("state boundary: " + where)
+        trace = (n.meta.get("stack_trace") or "").strip()
+        if trace:
+            tip += ["", "stack trace:", trace]
+        # Site ids stay whole in labels (they are what the user searches for); other text is clipped.
+        clipped = (_escape(line, None if line.startswith("site ") else _CLIP) for line in label)
+        return graphviz.nohtml("\\n".join(clipped)), _tooltip(*tip)
+
+
+def _skip_kind(site) -> str:
+    return "near-miss" if site.reasons and site.reasons[0].code in NEAR_MISS_REASONS else "skipped"
+
+
+def _neighbourhood(seeds: list[Node], hops: int, hidden: set[Node]) -> set[Node]:
+    """Nodes within ``hops`` edges of any seed, both directions, not walking through hidden nodes.
+
+    One breadth-first search from all seeds at once: every node is expanded at most once.
+    A hub (more than ``_HUB_DEGREE`` neighbours, e.g. the input every block reads) is
+    drawn but not walked through, or one hop would pull in the whole graph.
+    """
+    seen = set(seeds)
+    frontier = deque((n, 0) for n in seeds)
+    while frontier:
+        n, d = frontier.popleft()
+        if d == hops or (d > 0 and len(n.users) + len(n.all_input_nodes) > _HUB_DEGREE):
+            continue
+        for m in (*n.all_input_nodes, *n.users):
+            if m not in seen and m not in hidden:
+                seen.add(m)
+                frontier.append((m, d + 1))
+    return seen

@@ -1,0 +1,377 @@
+"""Pictures: ``inspector.render`` draws verdicts from one style table, safely and the same every run.
+
+Golden DOT sources live in tests/goldens/render/; ``pytest --update-goldens`` rewrites them.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import graphviz
+import pytest
+import torch
+from torch import nn
+
+import inspector
+import sample_models
+from inspector import InspectorError
+from inspector._load import Target
+from inspector._stages import StageGraph
+from inspector.analysis import _decide
+from inspector.cli import main
+from inspector.render import LEGEND, STYLES, _text, _tooltip, render, render_pair, svg
+from sample_models.generated import tfa_blocks
+from conftest import ROOT
+
+GOLDENS = ROOT / "tests" / "goldens" / "render"
+SVG_NS = "{http://www.w3.org/2000/svg}"
+
+
+def scrub(source: str) -> str:
+    """DOT source without what differs between machines: install paths and addresses."""
+    source = re.sub(r'[^"\s]*/site-packages/', "<site-packages>/", source)
+    source = source.replace(str(ROOT), "<repo>")
+    return re.sub(r"0x[0-9a-f]+", "0x?", source)
+
+
+def node_lines(source: str) -> dict[str, str]:
+    """Node id -> its DOT statement (attributes included), for nodes outside the legend."""
+    out = {}
+    for line in source.splitlines():
+        m = re.match(r'\s*("(?:[^"\\]|\\.)*"|\w+) \[', line)
+        if m and "legend" not in m.group(1) and m.group(1) not in ("graph", "node", "edge"):
+            out[m.group(1).strip('"')] = line
+    return out
+
+
+def classes(source: str, node: str) -> set[str]:
+    line = node_lines(source)[node]
+    m = re.search(r'class=("[^"]*"|[\w-]+)', line)
+    return set(m.group(1).strip('"').split()) if m else set()
+
+
+def label(source: str, node: str) -> str:
+    m = re.search(r'label="((?:[^"\\]|\\.)*)"|label=(\w+)', node_lines(source)[node])
+    return (m.group(1) or m.group(2)).replace("\\n", "\n")
+
+
+def svg_nodes(text: str) -> dict[str, tuple[set[str], str]]:
+    """SVG node title -> (classes, the text drawn in the node): what a viewer sees."""
+    root = ET.fromstring(text)
+    out = {}
+    for g in root.iter(f"{SVG_NS}g"):
+        cls = g.get("class", "").split()
+        if "node" not in cls:
+            continue
+        title = g.find(f"{SVG_NS}title").text
+        out[title] = (set(cls), "\n".join(t.text or "" for t in g.iter(f"{SVG_NS}text")))
+    return out
+
+
+# ---------------------------------------------------------------- goldens
+
+GOLDEN_CASES = [(name, "upstream") for name in sample_models.names()] + [("stateful_conv_mul", "state-aware-strict")]
+
+
+@pytest.mark.parametrize("name,policy", GOLDEN_CASES, ids=[f"{n}-{p}" for n, p in GOLDEN_CASES])
+def test_golden_dot_source(name, policy, stage_analyses, update_goldens):
+    analysis = stage_analyses(name, "tfa").with_policy(policy)
+    source = scrub(render_pair(analysis).source)
+    path = GOLDENS / f"{name}.tfa.{policy}.dot"
+    if update_goldens:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source, encoding="utf-8")
+        return
+    assert path.exists(), f"no golden {path.name}: run pytest --update-goldens"
+    assert source == path.read_text(encoding="utf-8"), f"{path.name} changed: inspect, then pytest --update-goldens"
+
+
+def test_same_graph_same_source(stage_analyses):
+    analysis = stage_analyses("conv_mul_chain", "edge")
+    again = analysis.with_policy("upstream")
+    assert render(analysis).source == render(again).source
+    assert render_pair(analysis, cluster_by_module=True).source == render_pair(again, cluster_by_module=True).source
+    assert not re.search(r"0x[0-9a-f]{6,}", render(analysis, hide=()).source)
+
+
+# ---------------------------------------------------------------- styles follow verdicts
+
+
+def test_one_style_table_with_a_legend_entry_each(stage_analyses):
+    assert list(LEGEND) == list(STYLES)
+    source = render(stage_analyses("conv_mul_scalar", "tfa")).source
+    for kind in STYLES:
+        assert f'"legend.{kind}"' in source
+
+
+def test_skipped_site_shows_first_reason_and_all_in_tooltip(stage_analyses):
+    analysis = stage_analyses("conv_transpose_mul", "tfa")
+    (site,) = analysis.sites
+    assert site.reason_codes == ("conv-op-not-matched", "transposed-conv")
+    source = render(analysis).source
+    for node in (site.conv, site.mul):
+        assert classes(source, node) == {"near-miss"}
+        assert f"site {site.id}" in label(source, node)
+        assert "skip: conv-op-not-matched (+1)" in label(source, node)
+        assert "transposed-conv:" in node_lines(source)[node].split("tooltip=")[1]
+
+    users = stage_analyses("conv_mul_multiple_users", "tfa")
+    source = render(users).source
+    assert classes(source, users.sites[0].mul) == {"skipped"}
+    assert "skip: conv-has-other-users" in label(source, users.sites[0].conv)
+
+
+def test_folded_site_before_and_after(stage_analyses):
+    analysis = stage_analyses("conv_mul_channel_scale", "edge")
+    (site,) = analysis.sites
+    before, after = render(analysis, "before").source, render(analysis, "after").source
+    assert classes(before, site.conv) == {"folded"} and classes(before, site.mul) == {"removed"}
+    assert "removed by fold" in label(before, site.mul) and "dashed" in node_lines(before)[site.mul]
+    assert site.mul not in node_lines(after)
+    assert classes(after, site.conv) == {"folded"}
+    text = label(after, site.conv)
+    assert "absorbed the scale" in text
+    assert f"weight: {site.folded_weight}" in text and f"bias: {site.folded_bias}" in text
+    # Same site, same colour, before and after.
+    fill = re.compile(r'fillcolor="([^"]+)"')
+    assert fill.search(node_lines(before)[site.conv]).group(1) == fill.search(node_lines(after)[site.conv]).group(1)
+    # Constants are hidden, but not the folded weight and bias the conv reads now.
+    assert site.folded_weight in node_lines(after) and site.folded_bias in node_lines(after)
+    assert not any(n.startswith("p_conv") for n in node_lines(before))
+
+
+def test_toggling_a_marker_changes_the_style(stage_analyses):
+    analysis = stage_analyses("functional_recurrent_conv_mul", "tfa").with_policy("state-aware")
+    (site,) = analysis.sites
+    source = render(analysis).source
+    assert classes(source, site.mul) == {"removed"}
+    assert "risk: feeds-recurrent-output" in label(source, site.mul)
+    marked = analysis.toggle_marker(site.id)
+    source = render(marked).source
+    assert classes(source, site.mul) == {"skipped", "marked"}
+    assert classes(source, site.conv) == {"skipped"}
+    assert "skip: marked-carried-state" in label(source, site.mul) and "marked carried state" in label(source, site.mul)
+    assert 'peripheries=2' in node_lines(source)[site.mul]
+    assert render(marked.toggle_marker(site.id)).source == render(analysis).source
+
+
+@pytest.mark.parametrize("stage,policy,edge", [
+    ("tfa", "state-aware-strict", ("mul", "copy_")),
+    ("aten", "state-aware-strict", ("mul", "copy_")),
+    ("edge", "state-aware", ("aten_mul_tensor", "output")),
+])
+def test_path_to_the_buffer_write_is_highlighted(stage, policy, edge, stage_analyses):
+    analysis = stage_analyses("stateful_conv_mul", stage).with_policy(policy)
+    (site,) = analysis.sites
+    assert site.reason_codes == ("feeds-buffer-mutation",) and site.state_path == edge
+    for source in (render(analysis).source, render(analysis, "after").source):
+        assert re.search(rf'\b{edge[0]} -> {edge[1]} \[class="state-path"', source)
+        assert classes(source, edge[1]) == {"boundary"}
+    pair = render_pair(analysis).source
+    assert f'"before.{edge[0]}" -> "before.{edge[1]}" [class="state-path"' in pair
+
+
+def test_folded_into_carried_state_draws_a_light_path(stage_analyses):
+    analysis = stage_analyses("stateful_conv_mul", "tfa")  # upstream folds it
+    (site,) = analysis.sites
+    assert site.folded and "feeds-carried-state" in [r.code for r in site.risks]
+    assert 'mul -> copy_ [class="risk-path"' in render(analysis).source
+    # After the fold the mul is gone: the conv feeds the write directly.
+    assert f'{site.conv} -> copy_ [class="risk-path"' in render(analysis, "after").source
+    assert "state-path" not in node_lines(render(analysis).source).get("copy_", "")
+
+
+def test_state_buffer_is_never_hidden(stage_analyses):
+    for stage in ("tfa", "aten", "edge"):
+        nodes = node_lines(render(stage_analyses("stateful_conv_mul", stage)).source)
+        assert any(n in nodes for n in ("state", "b_state")), stage
+        assert not any("conv_weight" in n for n in nodes), stage
+
+
+# ---------------------------------------------------------------- focus, hide, big graphs
+
+
+def test_focus_and_hops(stage_analyses):
+    analysis = stage_analyses("conv_mul_multiple_users", "tfa")
+    site = analysis.sites[0]
+    assert set(node_lines(render(analysis, focus=site.id, hops=0).source)) == {site.conv, site.mul}
+    one = set(node_lines(render(analysis, focus=site.id, hops=1).source))
+    everything = set(node_lines(render(analysis).source))
+    assert {site.conv, site.mul} < one <= everything
+    assert "focus: site" in render(analysis, focus=site.id).source
+    with pytest.raises(InspectorError, match="no site 'nope'"):
+        render(analysis, focus="nope")
+    with pytest.raises(InspectorError, match="unknown graph 'during'"):
+        render(analysis, "during")
+    with pytest.raises(InspectorError, match="cannot hide 'inputs'"):
+        render(analysis, hide=("inputs",))
+
+
+def test_hide_constants(stage_analyses):
+    analysis = stage_analyses("conv_mul_channel_scale", "tfa")
+    shown = set(node_lines(render(analysis).source))
+    everything = set(node_lines(render(analysis, hide=()).source))
+    assert everything - shown == {"conv_weight", "conv_bias", "scale"}
+    assert "3 constants hidden" in render(analysis).source
+
+
+def generated(blocks: int, policy: str = "state-aware-strict") -> inspector.Analysis:
+    return _decide(Target("generated", None, ()), StageGraph("tfa", tfa_blocks(blocks), None), policy, ())
+
+
+def test_big_graph_draws_the_neighbourhoods_of_the_sites():
+    analysis = generated(120)
+    total = len(analysis.before.graph.nodes)
+    constants = sum(1 for n in analysis.before.graph.nodes if n.op == "get_attr") - 1  # the state buffer stays
+    full = node_lines(render(analysis, max_nodes=None).source)
+    assert len(full) == total - constants
+    small = render(analysis, max_nodes=100).source
+    m = re.search(r"showing ([\d,]+) of ([\d,]+) nodes: the neighbourhoods \((\d) hops?\) of 120 sites; "
+                  r"pass max_nodes=None for all", small)
+    assert m and int(m.group(2)) == total - constants and int(m.group(1)) == len(node_lines(small))
+    shown = node_lines(small)
+    assert all(s.conv in shown and s.mul in shown for s in analysis.sites)
+    # A focus view stays small even though every block reads the same input (a hub).
+    focus = node_lines(render(analysis, focus=analysis.sites[3].id).source)
+    assert len(focus) < 12 and "users not shown" in focus["x"]
+
+
+def test_graph_without_sites_still_draws_something():
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    for _ in range(30):
+        x = graph.call_function(torch.ops.aten.relu.default, (x,))
+    graph.output(x)
+    gm = torch.fx.GraphModule(nn.Module(), graph)
+    analysis = _decide(Target("relus", None, ()), StageGraph("tfa", gm, None), "upstream", ())
+    source = render(analysis, max_nodes=10).source
+    assert len(node_lines(source)) == 10 and "showing the first 10 of 32 nodes (no sites here)" in source
+
+
+# ---------------------------------------------------------------- escaping
+
+EVIL = "<script>alert(1)</script>"
+
+
+class EvilNames(nn.Module):
+    """A conv whose module path is markup; its output is scaled and written into a buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        block = nn.Module()
+        block.add_module(EVIL, nn.Conv2d(3, 4, 3, padding=1))
+        self.add_module("block", block)
+        self.register_buffer("state", torch.zeros(1, 4, 8, 8))
+
+    def forward(self, x):
+        y = getattr(self.block, EVIL)(x) * 0.5
+        self.state.copy_(y)
+        return y
+
+
+@pytest.mark.requires_dot
+@pytest.mark.parametrize("stage", ["tfa", "edge"])
+def test_model_strings_are_escaped(stage):
+    analysis = inspector.analyze(EvilNames(), (torch.randn(1, 3, 8, 8),), stage=stage, policy="state-aware-strict")
+    (site,) = analysis.sites
+    assert EVIL in site.id and site.reason_codes == ("feeds-buffer-mutation",)
+    for graph in (render(analysis, cluster_by_module=True, hide=()), render_pair(analysis, cluster_by_module=True)):
+        source = graph.source
+        assert EVIL in source  # as plain text inside quoted strings...
+        assert not re.search(r"=\s*<", source)  # ...never as an HTML-like label
+        text = svg(graph)
+        assert text.startswith("<svg") and "<script" not in text.lower()
+        assert html.escape(EVIL, quote=False) in text
+        drawn = [t for _, t in svg_nodes(text).values()]  # parses: well-formed XML
+        assert any(f"site {site.id}" in t.split("\n") for t in drawn)  # the site id is findable in the picture
+
+
+def test_cluster_by_module_nests_module_paths():
+    analysis = inspector.analyze(EvilNames(), (torch.randn(1, 3, 8, 8),), stage="tfa")
+    conv = analysis.sites[0].conv
+    source = render(analysis, cluster_by_module=True).source
+    lines = source.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.strip().startswith(f"{conv} ["))
+    opened = [line.strip() for line in lines[:at] if line.strip().startswith("subgraph cluster_g_")]
+    assert opened == ["subgraph cluster_g_m0 {", "subgraph cluster_g_m1 {"]
+    assert f'label="block.{EVIL} (Conv2d)"' in source and "label=block " in source
+    assert "subgraph cluster_before_m0" in render_pair(analysis, cluster_by_module=True).source
+
+
+@pytest.mark.requires_dot
+def test_dot_special_characters_come_out_literally():
+    nasty = 'a\\N b\\l "q" <b>x</b> \\'
+    g = graphviz.Digraph()
+    g.node("n", label=_text(nasty, "line two"), tooltip=_tooltip(nasty))
+    text = svg(g)
+    ((_, drawn),) = svg_nodes(text).values()
+    assert drawn == f"{nasty}\nline two"
+    # Tooltips show a backslash as a look-alike: dot 2.43 unescapes them twice.
+    assert html.unescape(re.search(r'xlink:title="([^"]*)"', text).group(1)) == nasty.replace("\\", "\u29f5")
+
+
+# ---------------------------------------------------------------- svg, methods, CLI
+
+
+@pytest.mark.requires_dot
+def test_svg_and_analysis_methods(stage_analyses):
+    analysis = stage_analyses("conv_mul_scalar", "tfa")
+    text = analysis.svg("after")
+    assert text.startswith("<svg") and text == svg(analysis.render("after"))
+    pair = analysis.render_pair()
+    ids = node_lines(pair.source)
+    site = analysis.sites[0]
+    assert {f"before.{site.conv}", f"before.{site.mul}", f"after.{site.conv}"} <= set(ids)
+    assert f"after.{site.mul}" not in ids
+    assert "cluster_before" in pair.source and "cluster_after" in pair.source
+    nodes = svg_nodes(svg(pair))
+    assert "folded" in nodes[f"after.{site.conv}"][0]
+
+
+def test_missing_dot_is_one_clear_error(monkeypatch, stage_analyses):
+    def no_dot(*args, **kwargs):
+        raise graphviz.ExecutableNotFound(("dot",))
+
+    monkeypatch.setattr(graphviz.Digraph, "pipe", no_dot)
+    graph = render(stage_analyses("conv_mul_scalar", "tfa"))
+    with pytest.raises(InspectorError, match=r"^graphviz's dot is not installed: apt-get install -y graphviz"):
+        svg(graph)
+    assert graph.source.startswith("digraph")
+
+
+@pytest.mark.requires_dot
+def test_done_when_cli_writes_an_svg_showing_the_reason(tmp_path):
+    out = tmp_path / "x.svg"
+    proc = subprocess.run(
+        [sys.executable, "-m", "inspector", "render", "sample:conv_mul_multiple_users", "--which", "before",
+         "--format", "svg", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text(encoding="utf-8")
+    assert text.startswith("<svg")
+    shows = [title for title, (cls, drawn) in svg_nodes(text).items()
+             if "skipped" in cls and "skip: conv-has-other-users" in drawn]
+    assert sorted(shows) == ["aten_convolution_default", "aten_mul_tensor"]
+
+
+@pytest.mark.requires_dot
+def test_cli_formats_and_errors(tmp_path, capsys):
+    dot = tmp_path / "pair.dot"
+    assert main(["render", "sample:stateful_conv_mul", "--stage", "tfa", "--policy", "state-aware-strict",
+                 "--which", "both", "--out", str(dot)]) == 0
+    assert '"before.mul" -> "before.copy_" [class="state-path"' in dot.read_text()
+    png = tmp_path / "focus.png"
+    assert main(["render", "sample:stateful_conv_mul", "--stage", "tfa", "--focus", "conv@models.py:149",
+                 "--hops", "1", "--out", str(png)]) == 0
+    assert png.read_bytes().startswith(b"\x89PNG")
+    capsys.readouterr()
+    assert main(["render", "sample:stateful_conv_mul", "--stage", "tfa", "--focus", "nope", "--out", str(png)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: no site 'nope'") and err.count("\n") == 1
+    assert main(["render", "sample:stateful_conv_mul", "--hops", "-1", "--out", str(png)]) == 2
+    assert main(["render", "sample:stateful_conv_mul", "--out", str(tmp_path / "no" / "x.svg")]) == 2
