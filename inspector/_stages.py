@@ -43,6 +43,13 @@ class StageGraph:
     program: Any  # the ExportedProgram at aten and edge, None at tfa
     notes: tuple[str, ...] = ()  # what went wrong around the capture that the user should know
 
+    @classmethod
+    def of_tfa_graph(cls, graph_module: GraphModule) -> "StageGraph":
+        """A tfa stage graph from a GraphModule built elsewhere (generated models, tests), held lazily."""
+        from torch.fx._lazy_graph_module import _LazyGraphModule
+
+        return cls("tfa", _LazyGraphModule.from_graphmodule(graph_module), None)
+
     def fresh_copy(self) -> tuple[GraphModule, Any]:
         """A private (graph module, program) pair the pass may rewrite."""
         if self.program is None:
@@ -100,7 +107,11 @@ def _capture_tfa_graph(exported) -> tuple[GraphModule, None, tuple[str, ...]]:
     if not log.runs:
         raise InspectorError("the quantizer's transform-for-annotation pipeline never ran the fold pass; "
                              "this executorch version is not supported (see pyproject.toml)")
-    return log.runs[0].before, None, notes
+    # A lazy GraphModule generates its Python code only when called: copies and the pass's
+    # own recompile() stay cheap, so re-deciding after a marker toggle needs no codegen.
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    return _LazyGraphModule.from_graphmodule(log.runs[0].before), None, notes
 
 
 def _first_line(exc: BaseException) -> str:

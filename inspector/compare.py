@@ -166,6 +166,15 @@ class Comparison:
     def __repr__(self) -> str:
         return f"<Comparison {self.target}: {', '.join(r.variant.label for r in self.results)}, {self.steps} step(s)>"
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "Comparison":
+        """Rebuild a comparison from ``to_dict()`` (raw output tensors are not kept in JSON)."""
+        try:
+            return cls(data["target"], int(data["steps"]), data["calibration"], data["quantization"],
+                       tuple(_variant_result_from_dict(v) for v in data["variants"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InspectorError(f"not a saved comparison: {type(exc).__name__}: {exc}") from None
+
     def plot(self, kind: str = "drift", output: int = 0):
         """A matplotlib Figure: ``drift`` (SQNR per step per variant) or ``channels`` (SQNR per channel)."""
         from ._plots import plot_comparison
@@ -174,7 +183,30 @@ class Comparison:
 
 
 def _json_float(v: float):
-    return "inf" if math.isinf(v) else v
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return v
+
+
+def _float(v) -> float:
+    return float(v)  # float("inf") / float("-inf") read the strings back
+
+
+def _variant_result_from_dict(d: dict) -> VariantResult:
+    qp = lambda q: QParams(float(q["scale"]), int(q["zero_point"])) if q else None  # noqa: E731
+    return VariantResult(
+        variant=Variant(d["variant"]["policy"], tuple(d["variant"]["markers"])),
+        folds=dict(d["folds"]),
+        sites=tuple(SiteOutcome(s["id"], s["folded_at"], qp(s["conv_output"]), qp(s["mul_output"])) for s in d["sites"]),
+        metrics=tuple(
+            Metrics(m["output"], m["step"], _float(m["max_abs_error"]), _float(m["mean_abs_error"]), _float(m["mse"]),
+                    _float(m["sqnr_db"]), tuple(_float(v) for v in m["sqnr_per_channel_db"]), _float(m["flushed_to_zero"]))
+            for m in d["metrics"]
+        ),
+        not_delegated=tuple(NotDelegated(n["node"], n["target"], n["reason"]) for n in d["not_delegated"]),
+        timings=dict(d["timings"]),
+        cached=bool(d.get("cached", False)),
+    )
 
 
 # ---------------------------------------------------------------- the cache

@@ -1,7 +1,5 @@
-"""fold-inspector UI: ipywidgets over the ``inspector`` core (imports ``inspector``, never the reverse).
+"""fold-inspector UI: ipywidgets over the ``inspector`` core (imports ``inspector``, never the reverse)."""
 
-The interactive ``FoldInspector`` arrives with the widgets issue; until then the
-quickstart notebook shows the core's rich tables directly.
-"""
+from .app import FoldInspector
 
-__all__: list[str] = []
+__all__ = ["FoldInspector"]

@@ -1,0 +1,218 @@
+"""Real-browser tests: the quickstart in JupyterLab and in Voila, driven by Playwright + Debian's Chromium.
+
+Follows ../shared/recipes/BROWSER_TESTING.md (private Jupyter folders, ?reset, kernel settle,
+no network). Screenshots land in test-artifacts/ (or $SHOT_DIR).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from conftest import ROOT
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+BIN, TOKEN = Path(sys.executable).parent, "t0k"
+OUT = Path(os.environ.get("SHOT_DIR", ROOT / "test-artifacts"))
+EVIL = "<img src=x onerror=alert(1)>"
+EVIL_NB = f'''import torch
+from torch import nn
+from widgets import FoldInspector
+
+class Evil(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.add_module({EVIL!r}, nn.Conv2d(3, 4, 3, padding=1))
+
+    def forward(self, x):
+        return getattr(self, {EVIL!r})(x) * 0.5
+
+FoldInspector(Evil(), (torch.randn(1, 3, 8, 8),), stage="aten")'''
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    from playwright.sync_api import sync_playwright  # noqa: F401  (fail early if missing)
+
+    d = tmp_path_factory.mktemp("ui")
+    root = d / "root"
+    root.mkdir()
+    shutil.copy(ROOT / "notebooks" / "01_quickstart.ipynb", root / "quickstart.ipynb")
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}})
+    nb.cells = [nbformat.v4.new_code_cell(EVIL_NB)]
+    nbformat.write(nb, root / "evil.ipynb")
+    for plugin, value in {"apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
+                          "notebook-extension/tracker": {"windowingMode": "none"}}.items():
+        f = d / "settings/@jupyterlab" / f"{plugin}.jupyterlab-settings"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(json.dumps(value))
+    OUT.mkdir(parents=True, exist_ok=True)
+    return d, dict(os.environ, JUPYTER_CONFIG_DIR=f"{d}/cfg", JUPYTER_DATA_DIR=f"{d}/data",
+                   JUPYTER_RUNTIME_DIR=f"{d}/rt", IPYTHONDIR=f"{d}/ipy", PYTHONPATH=str(ROOT))
+
+
+@contextmanager
+def server(args, ready, d, env):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    base, log = f"http://127.0.0.1:{port}", open(d / "server.log", "ab")
+    proc = subprocess.Popen([str(a).format(port=port) for a in args], env=env, stdout=log, stderr=log)
+    try:
+        for _ in range(300):
+            assert proc.poll() is None, (d / "server.log").read_text()[-3000:]
+            try:
+                urllib.request.urlopen(base + ready, timeout=2).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="module")
+def lab(env):
+    d, e = env
+    with server([BIN / "jupyter", "lab", "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1",
+                 "--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--ServerApp.root_dir={d}/root",
+                 f"--IdentityProvider.token={TOKEN}", "--ServerApp.terminals_enabled=False",
+                 "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=None",
+                 "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                 "--LabApp.extension_manager=readonly", f"--LabApp.workspaces_dir={d}/ws",
+                 f"--LabApp.user_settings_dir={d}/settings"], f"/api/status?token={TOKEN}", d, e) as base:
+        yield base
+
+
+@pytest.fixture()
+def page(tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    args = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
+            "--disable-background-networking", "--disable-component-update", "--disable-dev-shm-usage"]
+    with sync_playwright() as p:
+        ctx = p.chromium.launch_persistent_context(tmp_path / "profile", executable_path="/usr/bin/chromium",
+                                                   args=args, viewport={"width": 1400, "height": 1000})
+        ctx.route(lambda u: not u.startswith(("http://127.0.0.1", "data:")), lambda r: r.abort())
+        pg = ctx.new_page()
+        pg.set_default_timeout(120_000)
+        yield pg
+        ctx.close()
+
+
+class Kernel:
+    """settle(): wait until each kernel request sent by the page has had its status:idle reply."""
+
+    ID = re.compile(rb'"msg_id":\s*"([^"]+)"')
+
+    def __init__(self, page):
+        self.page, self.pending = page, set()
+        page.on("websocket", lambda ws: "/channels" in ws.url and (
+            ws.on("framesent", self.sent), ws.on("framereceived", self.got)))
+
+    def sent(self, p):
+        m = self.ID.search(p if isinstance(p, bytes) else p.encode())
+        if m:
+            self.pending.add(m.group(1))
+
+    def got(self, p):
+        p = p if isinstance(p, bytes) else p.encode()
+        if b'"idle"' in p:
+            self.pending.difference_update(self.ID.findall(p))
+
+    def settle(self, timeout_s: float = 120):
+        quiet = 0
+        for _ in range(int(timeout_s * 20)):
+            self.page.wait_for_timeout(50)
+            quiet = 0 if self.pending else quiet + 1
+            if quiet == 3:
+                return
+        raise TimeoutError(self.pending)
+
+
+def open_and_run(page, lab, name):
+    kernel = Kernel(page)
+    page.goto(f"{lab}/lab/tree/{name}?reset&token={TOKEN}")
+    page.wait_for_function("() => window.jupyterapp?.shell.currentWidget?.sessionContext"
+                           "?.session?.kernel?.status === 'idle'", timeout=120_000)
+    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    return kernel
+
+
+def test_quickstart_marker_toggle_and_reference_run(lab, page):
+    from playwright.sync_api import expect
+
+    dialogs = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    kernel = open_and_run(page, lab, "quickstart.ipynb")
+    app = page.locator(".fi-app").first
+    expect(app).to_be_visible(timeout=240_000)
+    kernel.settle(240)
+    row = app.locator(".fi-site-row").first
+    expect(row.locator(".fi-decision")).to_have_text("fold")
+    graph_before = app.locator(".fi-graph").inner_html()
+    assert "<svg" in graph_before and "marked-carried-state" not in graph_before
+
+    row.locator(".fi-marker input").check()
+    kernel.settle()
+    expect(row.locator(".fi-decision")).to_have_text("skip", timeout=60_000)
+    expect(row.locator(".fi-reasons")).to_contain_text("marked-carried-state")
+    graph_after = app.locator(".fi-graph").inner_html()
+    assert graph_after != graph_before and "marked-carried-state" in graph_after
+
+    expect(app.locator(".fi-results")).to_contain_text("no reference run yet")
+    kernel.settle()
+    app.locator(".fi-run button, button.fi-run").first.click()
+    expect(app.locator(".fi-results table")).to_be_visible(timeout=300_000)
+    expect(app.locator(".fi-results")).to_contain_text("state-aware")
+    expect(app.locator(".fi-progress-label")).to_have_text("done")
+    app.scroll_into_view_if_needed()
+    page.screenshot(path=OUT / "jupyterlab-quickstart.png", full_page=True)
+    assert dialogs == []
+
+
+def test_hostile_module_name_is_shown_as_text(lab, page):
+    from playwright.sync_api import expect
+
+    dialogs = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    kernel = open_and_run(page, lab, "evil.ipynb")
+    app = page.locator(".fi-app").first
+    expect(app).to_be_visible(timeout=240_000)
+    kernel.settle(240)
+    expect(app.locator(".fi-site-row").first).to_contain_text(EVIL)
+    assert page.locator(".fi-app img[src='x']").count() == 0
+    page.wait_for_timeout(500)
+    page.screenshot(path=OUT / "jupyterlab-hostile-name.png")
+    assert dialogs == []
+
+
+def test_voila_opens_the_same_ui(env, page):
+    from playwright.sync_api import expect
+
+    d, e = env
+    with server([BIN / "voila", f"{d}/root/quickstart.ipynb", "--no-browser", "--port={port}",
+                 "--Voila.ip=127.0.0.1", "--Voila.port_retries=0"], "/voila/static/voila.js", d, e) as base:
+        page.goto(base)
+        app = page.locator(".fi-app").first
+        expect(app).to_be_visible(timeout=300_000)
+        expect(app.locator(".fi-site-row .fi-decision").first).to_have_text("fold")
+        assert "<svg" in app.locator(".fi-graph").inner_html()
+        page.screenshot(path=OUT / "voila-quickstart.png")

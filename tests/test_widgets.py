@@ -1,0 +1,205 @@
+"""Headless tests of the FoldInspector widget: set control values, check traits and children."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import ipywidgets as W
+import pytest
+import torch
+from torch import nn
+
+import inspector
+from inspector import InspectorError
+from widgets import FoldInspector
+
+
+def html_values(widget) -> list[str]:
+    """Every value under ``widget`` that the browser parses as HTML (Labels and Buttons are text)."""
+    out = []
+    stack = [widget]
+    while stack:
+        w = stack.pop()
+        if isinstance(w, W.HTML):
+            out.append(w.value)
+        stack.extend(getattr(w, "children", ()))
+    return out
+
+
+def rows(app):
+    return [r for r in app.sites_box.children if "fi-site-row" in r._dom_classes]
+
+
+def decision_of(row) -> str:
+    info = row.children[1].value
+    return "fold" if ">fold<" in info else "skip"
+
+
+@pytest.fixture()
+def stateful():
+    return FoldInspector("sample:stateful_conv_mul", stage="tfa", policy="upstream")
+
+
+def test_header_sites_and_pickers(stateful):
+    app = stateful
+    assert "fi-app" in app._dom_classes
+    assert "sample:stateful_conv_mul" in app.title.value
+    assert app.summary.value.count("1 site, 1 folded") == 1
+    (row,) = rows(app)
+    assert decision_of(row) == "fold" and "fi-site-fold" in row._dom_classes
+    app.policy_picker.value = "state-aware-strict"
+    (row,) = rows(app)
+    assert decision_of(row) == "skip" and "feeds-buffer-mutation" in row.children[1].value
+    assert "feeds-buffer-mutation: 1" in app.summary.value
+    app.stage_picker.value = "edge"
+    app.policy_picker.value = "state-aware"
+    assert app.analysis.stage == "edge" and decision_of(rows(app)[0]) == "skip"
+    assert app.steps_input.value == 10  # a state-carrying model defaults to several steps
+
+
+def test_marker_toggle_redecides_and_marks_results_stale():
+    app = FoldInspector("sample:functional_recurrent_conv_mul", stage="tfa", policy="state-aware",
+                        variants=("state-aware",), steps=2)
+    site = app.sites[0].id
+    assert app.sites[0].decision == "fold"
+    app.run_reference(wait=True)
+    assert app.comparison is not None and not app.stale
+    assert "fi-stale" not in app.results.value and "<table" in app.results.value
+    marker = rows(app)[0].children[2]
+    marker.value = True  # the checkbox, as a click would
+    assert app.markers == (site,) and app.sites[0].decision == "skip"
+    assert app.sites[0].reason_codes == ("marked-carried-state",)
+    assert app.stale and "fi-stale" in app.results.value
+    rows(app)[0].children[2].value = False
+    assert app.markers == () and app.sites[0].decision == "fold" and not app.stale
+    assert rows(app)[0].children[2] is marker  # rows are updated in place, not rebuilt
+
+
+def test_selecting_a_site_focuses_the_graphs(stateful):
+    app = stateful
+    assert "<svg" in app.graph.value
+    select = rows(app)[0].children[0]
+    select.click()
+    assert app.selected == app.sites[0].id and rows(app)[0].children[0].button_style == "info"
+    assert "fi-selected" in rows(app)[0]._dom_classes
+    for which in ("before", "after", "side by side"):
+        app.graph_which.value = which
+        assert "<svg" in app.graph.value
+    app.graph_scope.value = "whole"
+    assert "<svg" in app.graph.value
+
+
+def test_reference_run_in_background_and_single_flight(monkeypatch, stateful):
+    app = stateful
+    calls, release = [], threading.Event()
+    real = inspector.Analysis.compare
+
+    def slow_compare(self, *args, **kwargs):
+        calls.append(1)
+        release.wait(30)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(inspector.Analysis, "compare", slow_compare)
+    app.variant_picker.value = ("upstream",)
+    app.steps_input.value = 2
+    app.run_button.click()
+    deadline = time.time() + 10
+    while not calls and time.time() < deadline:
+        time.sleep(0.01)
+    assert app.running and app.run_button.disabled
+    app.run_button.click()  # a second click while running starts nothing
+    app.policy_picker.value = "off"  # the UI stays responsive while the run goes on
+    assert app.analysis.policy == "off"
+    release.set()
+    app.wait(120)
+    assert len(calls) == 1 and not app.running and not app.run_button.disabled
+    assert app.progress.value == 1.0 and app.progress_label.value == "done"
+    assert app.comparison.results[0].variant.policy == "upstream"
+    assert "SQNR" in app.results.value and "<img" in app.plots.value
+    assert app.stale  # computed under policy upstream, now showing off
+
+
+def test_errors_show_in_the_widget_and_it_keeps_working(monkeypatch, stateful):
+    app = stateful
+
+    def broken(self, policy):
+        raise InspectorError("the policy engine broke")
+
+    monkeypatch.setattr(inspector.Analysis, "with_policy", broken)
+    app.policy_picker.value = "off"
+    assert "the policy engine broke" in app.error.value and app.last_error
+    monkeypatch.undo()
+    app.policy_picker.value = "state-aware-strict"
+    assert app.error.value == "" and app.analysis.policy == "state-aware-strict"
+    app.variant_picker.value = ()
+    app.run_button.click()
+    assert "pick at least one variant" in app.error.value and not app.running
+    app.session_path.value = "/nonexistent-dir/x.json"
+    app.save_button.click()
+    assert "FileNotFoundError" in app.error.value or "No such file" in app.error.value
+
+
+def test_session_round_trip_restores_the_same_screen(tmp_path):
+    app = FoldInspector("sample:functional_recurrent_conv_mul", stage="tfa", policy="state-aware",
+                        variants=("upstream", "state-aware"), steps=3)
+    app.toggle_marker(app.sites[0].id)
+    app.select_site(app.sites[0].id)
+    app.run_reference(wait=True)
+    path = app.save_session(tmp_path / "s.json")
+    data = json.loads(path.read_text())
+    assert data["markers"] == [app.sites[0].id] and data["results"]["steps"] == 3
+    again = FoldInspector.load_session(path)
+    assert (again.analysis.stage, again.analysis.policy, again.markers, again.selected) == (
+        app.analysis.stage, app.analysis.policy, app.markers, app.selected)
+    assert again.comparison.to_dict() == app.comparison.to_dict()
+    assert again.results.value == app.results.value
+    assert [r.children[1].value for r in rows(again)] == [r.children[1].value for r in rows(app)]
+    assert list(again.variant_picker.value) == ["upstream", "state-aware"] and again.steps_input.value == 3
+    assert not again.stale
+    with pytest.raises(InspectorError, match="not a fold-inspector session"):
+        (tmp_path / "bad.json").write_text("{}")
+        FoldInspector.load_session(tmp_path / "bad.json")
+
+
+def test_export_report_is_self_contained(tmp_path, stateful):
+    path = stateful.export_report(tmp_path / "r.html")
+    text = path.read_text()
+    assert text.startswith("<!doctype html>") and "<svg" in text and "sample:stateful_conv_mul" in text
+    assert "http://" not in text.replace("http://www.w3.org", "")
+
+
+EVIL = "<img src=x onerror=alert(1)>"
+
+
+class Evil(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.add_module(EVIL, nn.Conv2d(3, 4, 3, padding=1))
+
+    def forward(self, x):
+        return getattr(self, EVIL)(x) * 0.5
+
+
+def test_model_derived_strings_are_escaped_everywhere(tmp_path):
+    app = FoldInspector(Evil(), (torch.randn(1, 3, 8, 8),), stage="aten")
+    assert EVIL in app.sites[0].id
+    app.select_site(app.sites[0].id)
+    values = html_values(app)
+    assert any("&lt;img src=x onerror=alert(1)&gt;" in v for v in values)
+    for value in values:
+        assert EVIL not in value, value[:200]
+    assert any(EVIL in b.description for b in app.sites_box.children[1].children[:1])  # text, not HTML
+    report = app.export_report(tmp_path / "evil.html").read_text()
+    assert EVIL not in report and "&lt;img src=x onerror=alert(1)&gt;" in report
+
+
+def test_programmatic_api_mirrors_controls(stateful):
+    app = stateful
+    app.set_policy("state-aware-strict")
+    assert app.policy_picker.value == "state-aware-strict" and app.sites[0].decision == "skip"
+    app.set_stage("aten")
+    assert app.stage_picker.value == "aten" and app.analysis.stage == "aten"
+    with pytest.raises(InspectorError, match="no site"):
+        app.select_site("nope")

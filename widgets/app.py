@@ -1,0 +1,434 @@
+"""``FoldInspector``: the interactive inspector, an ipywidgets app over the ``inspector`` core.
+
+Thin by design (STYLE.md): every control calls one core function and shows what it
+returns. A failure in a callback is shown inside the widget, which keeps working.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Iterable
+
+import ipywidgets as W
+
+import inspector
+from inspector import InspectorError
+from inspector.compare import Comparison
+
+SESSION_VERSION = 1
+DEFAULT_VARIANTS = ("off", "upstream", "state-aware-strict")
+_esc = html.escape
+
+
+class FoldInspector(W.VBox):
+    """Pick a stage and policy, see every conv->mul site and why, toggle markers, run the TOSA reference.
+
+    ``target`` is anything ``inspector.analyze`` takes (a sample name such as
+    ``"sample:stateful_conv_mul"``, an ``nn.Module`` with ``example_inputs``, an
+    ``ExportedProgram``, a ``.pt2`` path, ``"file.py:Class"``), or an existing
+    ``inspector.Analysis`` (its stage, policy and markers are used). Display it as a cell's value.
+    The methods mirror the controls, for scripts and tests.
+    """
+
+    def __init__(self, target: Any, example_inputs: Any = None, *, stage: str = "tfa", policy: str = "upstream",
+                 markers: Iterable[str] = (), variants: Iterable[str] = DEFAULT_VARIANTS, steps: int | None = None,
+                 graph_view: str = "side by side", focus_selected: bool = True) -> None:
+        super().__init__()
+        self.add_class("fi-app")
+        self._target_ref = target if isinstance(target, str) else None
+        self._lock = threading.Lock()
+        self._worker: threading.Thread | None = None
+        self._busy = False
+        self.comparison: Comparison | None = None  # the last reference results
+        self._comparison_for: tuple | None = None  # (stage, policy, markers) the results were computed for
+        self.selected: str | None = None  # the selected site id
+        self.last_error: str | None = None
+
+        if isinstance(target, inspector.Analysis):
+            stage, policy = target.stage, target.policy
+        self._build_controls(stage, policy, variants, graph_view, focus_selected)
+        if isinstance(target, inspector.Analysis):
+            self.analysis = target
+        else:
+            self.analysis = inspector.analyze(target, example_inputs, stage=stage, policy=policy,
+                                              markers=tuple(markers))
+        is_recurrent = bool(self.analysis.target.recurrent) or any(s.state_path for s in self.analysis.sites)
+        self.steps_input.value = steps if steps is not None else (10 if is_recurrent else 1)
+        self._refresh()
+
+    # ------------------------------------------------------------------ layout
+
+    def _build_controls(self, stage, policy, variants, graph_view, focus_selected) -> None:
+        self.title = W.HTML().add_class("fi-title")
+        self.stage_picker = W.Dropdown(options=list(inspector.STAGES), value=stage, description="stage",
+                                       layout=W.Layout(width="180px")).add_class("fi-stage")
+        self.policy_picker = W.Dropdown(options=list(inspector.POLICIES), value=policy, description="policy",
+                                        layout=W.Layout(width="260px")).add_class("fi-policy")
+        self.summary = W.HTML().add_class("fi-summary")
+        self.error = W.HTML().add_class("fi-error")
+        self.sites_box = W.VBox().add_class("fi-site-table")
+
+        self.graph_which = W.ToggleButtons(options=["before", "after", "side by side"], value=graph_view,
+                                           style={"button_width": "100px"}).add_class("fi-graph-which")
+        self.graph_scope = W.ToggleButtons(options=["focus", "whole"], value="focus" if focus_selected else "whole",
+                                           style={"button_width": "70px"}).add_class("fi-graph-scope")
+        self.graph = W.HTML().add_class("fi-graph")
+
+        self.variant_picker = W.SelectMultiple(options=list(inspector.POLICIES), value=tuple(variants),
+                                               description="variants", rows=4).add_class("fi-variants")
+        self.steps_input = W.BoundedIntText(value=1, min=1, max=1000, description="steps",
+                                            layout=W.Layout(width="160px")).add_class("fi-steps")
+        self.run_button = W.Button(description="Run TOSA INT reference", icon="play", button_style="primary",
+                                   layout=W.Layout(width="220px")).add_class("fi-run")
+        self.progress = W.FloatProgress(value=0.0, min=0.0, max=1.0, layout=W.Layout(width="300px")).add_class("fi-progress")
+        self.progress_label = W.Label("").add_class("fi-progress-label")
+        self.results = W.HTML("<i>no reference run yet</i>").add_class("fi-results")
+        self.plots = W.HTML().add_class("fi-plots")
+
+        self.session_path = W.Text(value="fold-session.json", description="file",
+                                   layout=W.Layout(width="320px")).add_class("fi-session-path")
+        self.save_button = W.Button(description="Save session", icon="save").add_class("fi-save")
+        self.report_button = W.Button(description="Export report", icon="file").add_class("fi-report")
+        self.status = W.Label("").add_class("fi-status")
+
+        self.stage_picker.observe(self._on_stage, names="value")
+        self.policy_picker.observe(self._on_policy, names="value")
+        self.graph_which.observe(lambda _: self._guard(self._render_graph), names="value")
+        self.graph_scope.observe(lambda _: self._guard(self._render_graph), names="value")
+        self.run_button.on_click(lambda _: self._guard(self.run_reference))
+        self.save_button.on_click(lambda _: self._guard(lambda: self.save_session(self.session_path.value)))
+        self.report_button.on_click(lambda _: self._guard(lambda: self.export_report(self._report_path())))
+
+        header = W.VBox([self.title, W.HBox([self.stage_picker, self.policy_picker]), self.summary, self.error])
+        graph_panel = W.VBox([W.HBox([self.graph_which, self.graph_scope]), self.graph]).add_class("fi-graph-panel")
+        reference = W.VBox([
+            W.HTML("<b>TOSA INT reference</b>"),
+            W.HBox([self.variant_picker, W.VBox([self.steps_input, self.run_button])]),
+            W.HBox([self.progress, self.progress_label]),
+            self.results, self.plots,
+        ]).add_class("fi-reference")
+        session = W.HBox([self.session_path, self.save_button, self.report_button, self.status]).add_class("fi-session")
+        self.children = [header, self.sites_box, graph_panel, reference, session]
+
+    # ------------------------------------------------------------------ the programmatic API
+
+    @property
+    def sites(self) -> tuple:
+        """The current sites (core ``Site`` records)."""
+        return self.analysis.sites
+
+    def select_site(self, site_id: str | None) -> None:
+        """Select a site: its row is highlighted and the graphs focus on it."""
+        if site_id is not None:
+            self.analysis.site(site_id)  # raises a clear error for unknown ids
+        self.selected = site_id
+        self._render_sites()
+        self._render_graph()
+
+    def toggle_marker(self, site_id: str) -> None:
+        """Mark or unmark a site's mul as carried state; re-decides at once (no re-export)."""
+        self.analysis.site(site_id)
+        self.analysis = self.analysis.toggle_marker(site_id)
+        self._refresh()
+
+    def set_markers(self, markers: Iterable[str]) -> None:
+        self.analysis = self.analysis.with_markers(tuple(markers))
+        self._refresh()
+
+    def set_policy(self, policy: str) -> None:
+        self.policy_picker.value = policy  # the observer re-decides
+
+    def set_stage(self, stage: str) -> None:
+        self.stage_picker.value = stage
+
+    @property
+    def markers(self) -> tuple[str, ...]:
+        return self.analysis.markers
+
+    @property
+    def stale(self) -> bool:
+        """The shown reference results were computed for other markers, policy or stage."""
+        return self.comparison is not None and self._comparison_for != self._current_config()
+
+    @property
+    def running(self) -> bool:
+        return self._busy
+
+    def run_reference(self, wait: bool = False) -> None:
+        """Start a reference run in the background (a second call while running does nothing)."""
+        variants = self._variants()
+        with self._lock:
+            if self._busy:
+                self.status.value = "a reference run is already going"
+                return
+            self._busy = True
+        steps = int(self.steps_input.value)
+        config = self._current_config()
+        self.run_button.disabled = True
+        self.progress.value = 0.0
+        self.progress.bar_style = ""
+        self.progress_label.value = "starting"
+        self._worker = threading.Thread(target=self._run, args=(variants, steps, config), daemon=True,
+                                        name="fold-inspector-reference")
+        self._worker.start()
+        if wait:
+            self.wait()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until the running reference run (if any) has finished."""
+        worker = self._worker
+        if worker is not None:
+            worker.join(timeout)
+
+    def save_session(self, path: str | Path) -> Path:
+        """Write target reference, stage, policy, markers, selection, variants, steps and results to JSON."""
+        path = Path(path)
+        data = {
+            "version": SESSION_VERSION,
+            "target": self._target_ref,
+            "stage": self.analysis.stage,
+            "policy": self.analysis.policy,
+            "markers": list(self.analysis.markers),
+            "selected": self.selected,
+            "variants": list(self.variant_picker.value),
+            "steps": int(self.steps_input.value),
+            "graph_view": self.graph_which.value,
+            "graph_scope": self.graph_scope.value,
+            "results": self.comparison.to_dict() if self.comparison is not None else None,
+            "results_for": list(self._comparison_for[:2]) + [list(self._comparison_for[2])] if self._comparison_for else None,
+        }
+        path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+        note = "" if self._target_ref else " (the model was passed as an object: give target= to load_session)"
+        self.status.value = f"saved {path.name}{note}"
+        return path
+
+    @classmethod
+    def load_session(cls, path: str | Path, target: Any = None, example_inputs: Any = None) -> "FoldInspector":
+        """Restore a saved session to the same screen (give ``target`` if it was an in-memory model)."""
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise InspectorError(f"cannot read session {path}: {exc}") from None
+        if not isinstance(data, dict) or data.get("version") != SESSION_VERSION:
+            raise InspectorError(f"{path.name} is not a fold-inspector session (version {SESSION_VERSION})")
+        target = target if target is not None else data.get("target")
+        if target is None:
+            raise InspectorError(f"{path.name} was saved from an in-memory model: pass target= to load_session")
+        app = cls(target, example_inputs, stage=data["stage"], policy=data["policy"], markers=data["markers"],
+                  variants=data["variants"], steps=data["steps"], graph_view=data.get("graph_view", "side by side"),
+                  focus_selected=data.get("graph_scope", "focus") == "focus")
+        if data.get("results"):
+            app.comparison = Comparison.from_dict(data["results"])
+            stage, policy, markers = data["results_for"]
+            app._comparison_for = (stage, policy, tuple(markers))
+        if data.get("selected"):
+            app.selected = data["selected"]
+        app._refresh()
+        app.status.value = f"restored {path.name}"
+        return app
+
+    def export_report(self, path: str | Path) -> Path:
+        """Write a self-contained HTML report: sites, graphs and the reference results."""
+        from inspector.report import report_html
+
+        path = Path(path)
+        path.write_text(report_html(self.analysis, self.comparison, stale=self.stale), encoding="utf-8")
+        self.status.value = f"wrote {path.name}"
+        return path
+
+    # ------------------------------------------------------------------ callbacks
+
+    def _guard(self, fn) -> None:
+        """Run a callback; show a failure inside the widget instead of killing the UI."""
+        try:
+            fn()
+        except InspectorError as exc:
+            self._show_error(str(exc))
+        except Exception as exc:  # noqa: BLE001 - the UI must survive anything
+            self._show_error(f"{type(exc).__name__}: {exc}", traceback.format_exc())
+        else:
+            self._show_error(None)
+
+    def _show_error(self, message: str | None, details: str | None = None) -> None:
+        self.last_error = message
+        if message is None:
+            self.error.value = ""
+            return
+        extra = f"<details><summary>details</summary><pre>{_esc(details)}</pre></details>" if details else ""
+        self.error.value = f"<div class='fi-error-message' style='color:#b00020'>&#9888; {_esc(message)}</div>{extra}"
+
+    def _on_stage(self, change) -> None:
+        def go():
+            try:
+                self.analysis = self.analysis.with_stage(change["new"])
+            except Exception:
+                self.stage_picker.unobserve(self._on_stage, names="value")
+                self.stage_picker.value = change["old"]
+                self.stage_picker.observe(self._on_stage, names="value")
+                raise
+            if self.selected and self.selected not in {s.id for s in self.analysis.sites}:
+                self.selected = None
+            self._refresh()
+
+        self._guard(go)
+
+    def _on_policy(self, change) -> None:
+        def go():
+            self.analysis = self.analysis.with_policy(change["new"])
+            self._refresh()
+
+        self._guard(go)
+
+    def _on_marker(self, site_id: str, change) -> None:
+        if change["new"] == (site_id in self.analysis.markers):
+            return
+        self._guard(lambda: self.toggle_marker(site_id))
+
+    def _run(self, variants, steps, config) -> None:
+        try:
+            def progress(stage: str, fraction: float) -> None:
+                self.progress.value = max(0.0, min(1.0, fraction))
+                self.progress_label.value = stage
+
+            result = self.analysis.compare(variants, markers=config[2], steps=steps, progress=progress)
+            self.comparison = result
+            self._comparison_for = config
+            self.progress.bar_style = "success"
+            self.progress_label.value = "done"
+            self._render_results()
+            self._render_sites()
+            self._show_error(None)
+        except InspectorError as exc:
+            self.progress.bar_style = "danger"
+            self.progress_label.value = "failed"
+            self._show_error(str(exc))
+        except Exception as exc:  # noqa: BLE001
+            self.progress.bar_style = "danger"
+            self.progress_label.value = "failed"
+            self._show_error(f"{type(exc).__name__}: {exc}", traceback.format_exc())
+        finally:
+            self.run_button.disabled = False
+            with self._lock:
+                self._busy = False
+
+    # ------------------------------------------------------------------ rendering
+
+    def _current_config(self) -> tuple:
+        return (self.analysis.stage, self.analysis.policy, tuple(self.analysis._portable_markers()))
+
+    def _variants(self) -> list[str]:
+        chosen = list(self.variant_picker.value)
+        if not chosen:
+            raise InspectorError("pick at least one variant to run")
+        return chosen
+
+    def _report_path(self) -> Path:
+        base = Path(self.session_path.value or "fold-session.json")
+        return base.with_suffix(".html")
+
+    def _refresh(self) -> None:
+        a = self.analysis
+        self.title.value = f"<h3 style='margin:4px 0'>fold inspector: {_esc(a.name)}</h3>"
+        self.summary.value = f"<span class='fi-summary-text'>{_esc(a.summary())}</span>" + "".join(
+            f"<div><small>note: {_esc(n)}</small></div>" for n in a.notes)
+        self._render_sites()
+        self._render_graph()
+        self._render_results()
+
+    def _render_sites(self) -> None:
+        """Show one row per site; rows are reused (updated in place) while the set of sites is the same."""
+        ids = [s.id for s in self.analysis.sites]
+        if ids != getattr(self, "_row_ids", None):
+            self._rows = {sid: self._make_row(sid) for sid in ids}
+            self._row_ids = ids
+            header = W.HTML(
+                "<div style='display:grid;grid-template-columns:260px 90px 1fr 120px;font-weight:600'>"
+                "<span>site</span><span>decision</span><span>reasons / risks / scale</span><span>carried state</span></div>")
+            empty = [W.HTML("<i>no conv-&gt;mul sites in this model</i>")] if not ids else []
+            self.sites_box.children = [header, *self._rows.values(), *empty]
+        where = self._folded_where()
+        for s in self.analysis.sites:
+            self._update_row(self._rows[s.id], s, where.get(s.id))
+
+    def _make_row(self, site_id: str) -> W.HBox:
+        select = W.Button(description=site_id, tooltip=f"select {site_id}: focus the graphs on it",
+                          layout=W.Layout(width="260px")).add_class("fi-site-select")
+        select.on_click(lambda _: self._guard(lambda: self.select_site(site_id)))
+        info = W.HTML(layout=W.Layout(width="100%"))
+        marker = W.Checkbox(description="marked", indent=False, layout=W.Layout(width="120px")).add_class("fi-marker")
+        marker.observe(lambda change: self._on_marker(site_id, change), names="value")
+        return W.HBox([select, info, marker], layout=W.Layout(border_bottom="1px solid #ddd")).add_class("fi-site-row")
+
+    def _update_row(self, row: W.HBox, s, folded_where: str | None) -> None:
+        select, info, marker = row.children
+        select.button_style = "info" if s.id == self.selected else ""
+        reasons = "<br>".join(f"<code>{_esc(r.code)}</code> {_esc(r.message)} <small>({_esc(r.detail)})</small>"
+                              for r in s.reasons) or "&ndash;"
+        risks = "".join(f"<br>&#9888; <code>{_esc(r.code)}</code> <small>{_esc(r.detail)}</small>" for r in s.risks)
+        where = f"<br><small>in the quantized flow: {_esc(folded_where)}</small>" if folded_where else ""
+        colour = "#1a7f37" if s.folded else "#b35900"
+        info.value = (
+            f"<div style='display:grid;grid-template-columns:90px 1fr'>"
+            f"<span class='fi-decision' style='color:{colour};font-weight:600'>{_esc(s.decision)}</span>"
+            f"<span class='fi-reasons'>{reasons}{risks}<br><small>scale: {_esc(s.scale.short())}; "
+            f"{_esc(s.conv)} &rarr; {_esc(s.mul)}</small>{where}</span></div>")
+        marker.value = s.id in self.analysis.markers or s.mul in self.analysis.markers
+        classes = {"fi-site-row", f"fi-site-{s.decision}"} | ({"fi-selected"} if s.id == self.selected else set())
+        for c in set(row._dom_classes) - classes:
+            row.remove_class(c)
+        for c in classes - set(row._dom_classes):
+            row.add_class(c)
+
+    def _folded_where(self) -> dict[str, str]:
+        if self.comparison is None:
+            return {}
+        out = {}
+        for r in self.comparison.results:
+            for s in r.sites:
+                out.setdefault(s.site_id, [])
+                out[s.site_id].append(f"{r.variant.label}: {s.folded_at or 'not folded'}")
+        return {k: "; ".join(v) for k, v in out.items()}
+
+    def _render_graph(self) -> None:
+        focus = self.selected if self.graph_scope.value == "focus" else None
+        which = self.graph_which.value
+        try:
+            if which == "side by side":
+                digraph = self.analysis.render_pair(focus=focus)
+            else:
+                digraph = self.analysis.render(which, focus=focus)
+            svg = inspector.svg(digraph)
+        except InspectorError as exc:
+            self.graph.value = f"<div class='fi-graph-error'>{_esc(str(exc))}</div>"
+            return
+        self.graph.value = f"<div style='overflow:auto;max-height:600px'>{svg}</div>"
+
+    def _render_results(self) -> None:
+        if self.comparison is None:
+            self.results.value = "<i>no reference run yet</i>"
+            self.plots.value = ""
+            return
+        from inspector._present import comparison_html
+
+        banner = ""
+        if self.stale:
+            stage, policy, markers = self._comparison_for
+            banner = ("<div class='fi-stale' style='background:#fff3cd;padding:4px'>&#9888; stale: these results were "
+                      f"computed for stage {_esc(stage)}, policy {_esc(policy)}, markers "
+                      f"{_esc(', '.join(markers) or 'none')}; run the reference again</div>")
+        self.results.value = banner + comparison_html(self.comparison)
+        self.plots.value = "".join(_figure_img(self.comparison.plot(kind)) for kind in ("drift", "channels"))
+
+
+def _figure_img(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80)
+    return f"<img class='fi-plot' src='data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}'>"
