@@ -8,6 +8,7 @@ weights in place into whatever module it is given; FACTS.md).
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
 import hashlib
 import importlib.util
@@ -133,14 +134,62 @@ def _from_sample(name: str, example_inputs: Any) -> Target:
 
 
 def load_pt2(path: str | os.PathLike) -> torch.export.ExportedProgram:
-    """Load a ``.pt2`` archive written by ``torch.export.save`` (the one place that reads them)."""
+    """Load a ``.pt2`` archive written by ``torch.export.save`` without running code from it.
+
+    ``torch.export.load`` unpickles parts of the archive with ``weights_only=False``
+    (pickled weights and constants, custom and opaque objects, and as a fallback the
+    example inputs), so a stranger's file could run code. Here every tensor load is
+    forced to ``weights_only=True`` and the other unpicklers refuse, for the duration
+    of the load; an archive that needs them is rejected with a one-line error.
+    """
     path = Path(path)
     if not path.is_file():
         raise InspectorError(f"no such file: {path}")
     try:
-        return torch.export.load(str(path))
+        with _no_code_from_archives():
+            return torch.export.load(str(path))
+    except _Refused as exc:
+        raise InspectorError(f"refusing to load {path.name}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - any loader failure is a bad file for the user
+        if "weights_only" in str(exc) or "Unpickl" in type(exc).__name__:
+            raise InspectorError(
+                f"refusing to load {path.name}: it holds pickled Python objects beyond plain tensors, "
+                "which could run code; re-export it with plain tensor weights and inputs"
+            ) from None
         raise InspectorError(f"cannot load {path.name} as a torch.export .pt2 archive: {_first_line(exc)}") from None
+
+
+class _Refused(Exception):
+    """The archive asked for an unpickler that can run code."""
+
+
+_ARCHIVE_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _no_code_from_archives():
+    """Within this scope, torch.load is weights_only and arbitrary unpicklers refuse."""
+    import types
+
+    from torch.export.pt2_archive import _package
+
+    def refuse(*_args, **_kwargs):
+        raise _Refused("it holds pickled custom or opaque objects, which could run code")
+
+    real_load = torch.load
+
+    def tensors_only(f, *args, weights_only=None, **kwargs):  # noqa: ARG001 - forced below
+        return real_load(f, *args, weights_only=True, **kwargs)
+
+    with _ARCHIVE_LOCK:
+        saved = (torch.load, _package.pickle, torch._C._pickle_load_obj)
+        torch.load = tensors_only
+        _package.pickle = types.SimpleNamespace(loads=refuse, load=refuse)
+        torch._C._pickle_load_obj = refuse
+        try:
+            yield
+        finally:
+            torch.load, _package.pickle, torch._C._pickle_load_obj = saved
 
 
 def _from_script(spec: str, example_inputs: Any) -> Target:
