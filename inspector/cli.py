@@ -35,42 +35,33 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    a = sub.add_parser("analyze", help="list every conv->mul site, its decision and reasons",
-                       description="TARGET is sample:NAME, path/to/file.py:ClassName, or model.pt2.")
-    a.add_argument("target", metavar="TARGET")
-    a.add_argument("--input-shape", action="append", default=[], metavar="1,3,8,8",
-                   help="shape of one example input (repeat per input); random seeded float32")
-    a.add_argument("--stage", choices=STAGES, default="edge",
-                   help="; ".join(f"{k}: {v}" for k, v in STAGE_HELP.items()) + " (default: edge)")
-    a.add_argument("--policy", choices=POLICIES, default="upstream",
-                   help="; ".join(f"{k}: {v}" for k, v in POLICY_HELP.items()) + " (default: upstream)")
-    a.add_argument("--mark", action="append", default=[], metavar="ID",
-                   help="mark a site id or node name as carried state (repeatable)")
+    def model_command(name: str, help: str, *, stage_and_policy: bool = True, mark_help: str = ""):
+        """A subcommand that takes a model: TARGET, --input-shape, --mark, and usually --stage/--policy."""
+        cmd = sub.add_parser(name, help=help, description="TARGET is sample:NAME, path/to/file.py:ClassName, or model.pt2.")
+        cmd.add_argument("target", metavar="TARGET")
+        cmd.add_argument("--input-shape", action="append", default=[], metavar="1,3,8,8",
+                         help="shape of one example input (repeat per input); random seeded float32")
+        if stage_and_policy:
+            cmd.add_argument("--stage", choices=STAGES, default="edge",
+                             help="; ".join(f"{k}: {v}" for k, v in STAGE_HELP.items()) + " (default: edge)")
+            cmd.add_argument("--policy", choices=POLICIES, default="upstream",
+                             help="; ".join(f"{k}: {v}" for k, v in POLICY_HELP.items()) + " (default: upstream)")
+        cmd.add_argument("--mark", action="append", default=[], metavar="ID",
+                         help=mark_help or "mark a site id or node name as carried state (repeatable)")
+        return cmd
+
+    a = model_command("analyze", "list every conv->mul site, its decision and reasons")
     a.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
-    c = sub.add_parser("compare", help="quantize each variant, run the TOSA INT reference model, compare with float",
-                       description="TARGET is sample:NAME, path/to/file.py:ClassName, or model.pt2.")
-    c.add_argument("target", metavar="TARGET")
-    c.add_argument("--input-shape", action="append", default=[], metavar="1,3,8,8",
-                   help="shape of one example input (repeat per input); random seeded float32")
+    c = model_command("compare", "quantize each variant, run the TOSA INT reference model, compare with float",
+                      stage_and_policy=False,
+                      mark_help="mark a site id or node name as carried state in every variant (repeatable)")
     c.add_argument("--variants", default="off,upstream,state-aware-strict", metavar="P,P,...",
                    help="comma-separated policies to compare (default: off,upstream,state-aware-strict)")
     c.add_argument("--steps", type=int, default=1, help="recurrent steps to run (default: 1)")
-    c.add_argument("--mark", action="append", default=[], metavar="ID",
-                   help="mark a site id or node name as carried state in every variant (repeatable)")
     c.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
-    r = sub.add_parser("render", help="draw the graph before/after the fold, sites highlighted (graphviz)",
-                       description="TARGET is sample:NAME, path/to/file.py:ClassName, or model.pt2.")
-    r.add_argument("target", metavar="TARGET")
-    r.add_argument("--input-shape", action="append", default=[], metavar="1,3,8,8",
-                   help="shape of one example input (repeat per input); random seeded float32")
-    r.add_argument("--stage", choices=STAGES, default="edge",
-                   help="; ".join(f"{k}: {v}" for k, v in STAGE_HELP.items()) + " (default: edge)")
-    r.add_argument("--policy", choices=POLICIES, default="upstream",
-                   help="; ".join(f"{k}: {v}" for k, v in POLICY_HELP.items()) + " (default: upstream)")
-    r.add_argument("--mark", action="append", default=[], metavar="ID",
-                   help="mark a site id or node name as carried state (repeatable)")
+    r = model_command("render", "draw the graph before/after the fold, sites highlighted (graphviz)")
     r.add_argument("--which", choices=("before", "after", "both"), default="before",
                    help="the graph the pass received, the graph after it, or both side by side (default: before)")
     r.add_argument("--focus", default=None, metavar="ID", help="draw only this site and its neighbourhood")

@@ -9,7 +9,17 @@ import enum
 from dataclasses import dataclass
 
 
-class ReasonCode(str, enum.Enum):
+class _Code(str, enum.Enum):
+    """An enum whose members are ``(code, sentence)``: ``.value`` is the stable code."""
+
+    def __new__(cls, code: str, sentence: str):
+        obj = str.__new__(cls, code)
+        obj._value_ = code
+        obj.sentence = sentence
+        return obj
+
+
+class ReasonCode(_Code):
     """Why a site is skipped; ``.value`` is the stable code and ``.sentence`` says it in words."""
 
     POLICY_OFF = ("policy-off", "the policy 'off' never folds")
@@ -31,26 +41,14 @@ class ReasonCode(str, enum.Enum):
     WEIGHT_SHARED = ("weight-shared", "the conv weight or bias is shared with other nodes, so it cannot be rewritten in place")
     EXPLANATION_MISMATCH = ("explanation-mismatch", "the inspector cannot explain what the installed pass did here")
 
-    def __new__(cls, code: str, sentence: str):
-        obj = str.__new__(cls, code)
-        obj._value_ = code
-        obj.sentence = sentence
-        return obj
 
-
-class RiskCode(str, enum.Enum):
+class RiskCode(_Code):
     """A warning that does not change the decision."""
 
     WIDE_DYNAMIC_RANGE_SCALE = ("wide-dynamic-range-scale", "the scale spans a wide range, so folding widens the conv's quantization range")
     FEEDS_CARRIED_STATE = ("feeds-carried-state", "this fold scales a value that is carried to the next step; quantization error can compound")
     FEEDS_RECURRENT_OUTPUT = ("feeds-recurrent-output", "the mul output reaches an output the model declares as recurrent state; mark it to protect it")
     FOLDED_WEIGHT_REUSED = ("folded-weight-reused", "two folds scale one shared weight, and the pass reuses the first scaled constant for both")
-
-    def __new__(cls, code: str, sentence: str):
-        obj = str.__new__(cls, code)
-        obj._value_ = code
-        obj.sentence = sentence
-        return obj
 
 
 @dataclass(frozen=True)
