@@ -165,8 +165,14 @@ def test_quickstart_marker_toggle_and_reference_run(lab, page):
     app = page.locator(".fi-app").first
     expect(app).to_be_visible(timeout=240_000)
     kernel.settle(240)
+    # pick another sample with the mouse, see its reason, and come back
+    app.locator(".fi-model select").select_option("sample:conv_mul_multiple_users")
+    kernel.settle()
+    expect(app.locator(".fi-site-row .fi-reasons").first).to_contain_text("conv-has-other-users", timeout=60_000)
+    app.locator(".fi-model select").select_option("sample:stateful_conv_mul")
+    kernel.settle()
     row = app.locator(".fi-site-row").first
-    expect(row.locator(".fi-decision")).to_have_text("fold")
+    expect(row.locator(".fi-decision")).to_have_text("fold", timeout=60_000)
     graph_before = app.locator(".fi-graph").inner_html()
     assert "<svg" in graph_before and "marked-carried-state" not in graph_before
 

@@ -195,6 +195,20 @@ def test_model_derived_strings_are_escaped_everywhere(tmp_path):
     assert EVIL not in report and "&lt;img src=x onerror=alert(1)&gt;" in report
 
 
+def test_model_picker_switches_samples_and_back_to_your_model():
+    app = FoldInspector(Evil(), (torch.randn(1, 3, 8, 8),), stage="aten")
+    assert app.model_picker.value == "own" and "(your model)" in app.model_picker.options[0][0]
+    app.model_picker.value = "sample:conv_mul_multiple_users"
+    assert app.analysis.name == "sample:conv_mul_multiple_users" and app.analysis.stage == "aten"
+    assert app.sites[0].reason_codes == ("conv-has-other-users",)
+    assert "conv-has-other-users" in rows(app)[0].children[1].value
+    app.pick_model("own")
+    assert EVIL in app.sites[0].id
+    sample = FoldInspector("sample:conv_mul_scalar")
+    assert sample.model_picker.value == "sample:conv_mul_scalar"
+    assert "own" not in [v for _, v in sample.model_picker.options]
+
+
 def test_programmatic_api_mirrors_controls(stateful):
     app = stateful
     app.set_policy("state-aware-strict")

@@ -43,6 +43,7 @@ class FoldInspector(W.VBox):
         super().__init__()
         self.add_class("fi-app")
         self._target_ref = target if isinstance(target, str) else None
+        self._own_analysis = None  # the user's own model (not a sample), kept while samples are browsed
         self._lock = threading.Lock()
         self._worker: threading.Thread | None = None
         self._busy = False
@@ -59,6 +60,7 @@ class FoldInspector(W.VBox):
         else:
             self.analysis = inspector.analyze(target, example_inputs, stage=stage, policy=policy,
                                               markers=tuple(markers))
+        self._init_model_picker()
         is_recurrent = bool(self.analysis.target.recurrent) or any(s.state_path for s in self.analysis.sites)
         self.steps_input.value = steps if steps is not None else (10 if is_recurrent else 1)
         self._refresh()
@@ -67,6 +69,7 @@ class FoldInspector(W.VBox):
 
     def _build_controls(self, stage, policy, variants, graph_view, focus_selected) -> None:
         self.title = W.HTML().add_class("fi-title")
+        self.model_picker = W.Dropdown(description="model", layout=W.Layout(width="380px")).add_class("fi-model")
         self.stage_picker = W.Dropdown(options=list(inspector.STAGES), value=stage, description="stage",
                                        layout=W.Layout(width="180px")).add_class("fi-stage")
         self.policy_picker = W.Dropdown(options=list(inspector.POLICIES), value=policy, description="policy",
@@ -106,7 +109,8 @@ class FoldInspector(W.VBox):
         self.save_button.on_click(lambda _: self._guard(lambda: self.save_session(self.session_path.value)))
         self.report_button.on_click(lambda _: self._guard(lambda: self.export_report(self._report_path())))
 
-        header = W.VBox([self.title, W.HBox([self.stage_picker, self.policy_picker]), self.summary, self.error])
+        header = W.VBox([self.title, W.HBox([self.model_picker, self.stage_picker, self.policy_picker]),
+                         self.summary, self.error])
         graph_panel = W.VBox([W.HBox([self.graph_which, self.graph_scope]), self.graph]).add_class("fi-graph-panel")
         reference = W.VBox([
             W.HTML("<b>TOSA INT reference</b>"),
@@ -117,7 +121,41 @@ class FoldInspector(W.VBox):
         session = W.HBox([self.session_path, self.save_button, self.report_button, self.status]).add_class("fi-session")
         self.children = [header, self.sites_box, graph_panel, reference, session]
 
+    def _init_model_picker(self) -> None:
+        import sample_models
+
+        options = [(f"sample:{n}", f"sample:{n}") for n in sample_models.names()]
+        current = self._target_ref if self._target_ref in dict(options).values() else None
+        if current is None:
+            self._own_analysis = self.analysis
+            options.insert(0, (f"{self.analysis.name} (your model)", "own"))
+        self.model_picker.options = options
+        self.model_picker.value = current or "own"
+        self.model_picker.observe(self._on_model, names="value")
+
     # ------------------------------------------------------------------ the programmatic API
+
+    def pick_model(self, name: str) -> None:
+        """Switch to a sample (``"sample:NAME"``) or back to your own model (``"own"``)."""
+        self.model_picker.value = name
+
+    def _on_model(self, change) -> None:
+        def go():
+            value = change["new"]
+            if value == "own":
+                analysis = self._own_analysis.with_policy(self.analysis.policy)
+                if analysis.stage != self.analysis.stage:
+                    analysis = analysis.with_stage(self.analysis.stage)
+                self._target_ref = None
+            else:
+                analysis = inspector.analyze(value, stage=self.analysis.stage, policy=self.analysis.policy)
+                self._target_ref = value
+            self.analysis = analysis
+            self.selected = None
+            self.comparison = self._comparison_for = None
+            self._refresh()
+
+        self._guard(go)
 
     @property
     def sites(self) -> tuple:
