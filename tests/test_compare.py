@@ -241,3 +241,22 @@ def test_analysis_compare_uses_its_markers():
     result = marked.compare(("state-aware",), steps=2)
     assert result.results[0].variant.markers == (a.sites[0].id,)
     assert result.results[0].folds["tfa"] == 0
+
+
+def test_a_reference_model_failure_is_one_line_naming_the_variant(monkeypatch):
+    class Broken:
+        def __enter__(self):
+            raise RuntimeError("Non-valid TOSA given to reference model.")
+
+        def __exit__(self, *exc):
+            return False
+
+    clear_cache()
+    monkeypatch.setattr(_tosa, "reference_dispatch", lambda: Broken())
+    model = sample_models.get("conv_mul_scalar")
+    snap = state_of(model)
+    with pytest.raises(InspectorError, match=r"^the TOSA reference model failed for variant upstream: "
+                                             r"RuntimeError: Non-valid TOSA") as info:
+        compare(model, ("upstream",))
+    assert "\n" not in str(info.value)
+    assert_bit_identical(snap, model)
