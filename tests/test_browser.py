@@ -23,7 +23,7 @@ import pytest
 
 from conftest import ROOT
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.requires_dot, pytest.mark.requires_tosa]
 
 BIN, TOKEN = Path(sys.executable).parent, "t0k"
 OUT = Path(os.environ.get("SHOT_DIR", ROOT / "test-artifacts"))

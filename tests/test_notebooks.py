@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
 
 from conftest import ROOT
 
 
+@pytest.mark.requires_dot  # the quickstart shows the FoldInspector, which draws with dot
 def test_quickstart_runs_and_shows_decisions():
     nb = nbformat.read(ROOT / "notebooks" / "01_quickstart.ipynb", as_version=4)
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()

@@ -15,6 +15,9 @@ import inspector
 from inspector import InspectorError
 from widgets import FoldInspector
 
+# every app draws its graphs with dot; the reference panel tests run the TOSA reference model
+pytestmark = pytest.mark.requires_dot
+
 
 def html_values(widget) -> list[str]:
     """Every value under ``widget`` that the browser parses as HTML (Labels and Buttons are text)."""
@@ -59,6 +62,7 @@ def test_header_sites_and_pickers(stateful):
     assert app.steps_input.value == 10  # a state-carrying model defaults to several steps
 
 
+@pytest.mark.requires_tosa
 def test_marker_toggle_redecides_and_marks_results_stale():
     app = FoldInspector("sample:functional_recurrent_conv_mul", stage="tfa", policy="state-aware",
                         variants=("state-aware",), steps=2)
@@ -91,6 +95,7 @@ def test_selecting_a_site_focuses_the_graphs(stateful):
     assert "<svg" in app.graph.value
 
 
+@pytest.mark.requires_tosa
 def test_reference_run_in_background_and_single_flight(monkeypatch, stateful):
     app = stateful
     calls, release = [], threading.Event()
@@ -141,6 +146,7 @@ def test_errors_show_in_the_widget_and_it_keeps_working(monkeypatch, stateful):
     assert "FileNotFoundError" in app.error.value or "No such file" in app.error.value
 
 
+@pytest.mark.requires_tosa
 def test_session_round_trip_restores_the_same_screen(tmp_path):
     app = FoldInspector("sample:functional_recurrent_conv_mul", stage="tfa", policy="state-aware",
                         variants=("upstream", "state-aware"), steps=3)
