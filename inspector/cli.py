@@ -172,6 +172,7 @@ def _demo(args) -> int:
     import sample_models
     from .analysis import analyze
     from .policies import POLICIES
+    from .render import svg
     from ._present import analysis_html, analysis_text
 
     name = args.sample or sample_models.DEFAULT
@@ -182,10 +183,16 @@ def _demo(args) -> int:
     results = [first] + [first.with_policy(p) for p in POLICIES if p != "upstream"]
     for r in results:
         print(analysis_text(r), end="\n\n")
-    body = "".join(f"<section>{analysis_html(r)}</section><hr>" for r in results)
+    strict = next(r for r in results if r.policy == "state-aware-strict")
+    try:
+        picture = f"<h2>Before | after under state-aware-strict</h2>{svg(strict.render_pair())}"
+    except InspectorError as exc:  # no dot: the tables still make a report
+        picture = f"<p><i>{html.escape(str(exc))}</i></p>"
+    body = "".join(f"<section>{analysis_html(r)}</section><hr>" for r in results) + picture
     page = (
         "<!doctype html><html><head><meta charset='utf-8'><title>fold inspector: "
-        f"{html.escape(name)}</title></head><body><h1>fold inspector: sample:{html.escape(name)}</h1>"
+        f"{html.escape(name)}</title><style>body{{font-family:sans-serif;margin:1.5em}}svg{{max-width:100%;height:auto}}"
+        f"</style></head><body><h1>fold inspector: sample:{html.escape(name)}</h1>"
         f"<p>{html.escape(sample_models.describe(name))}</p>{body}</body></html>"
     )
     out = Path(args.html)

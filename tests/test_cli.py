@@ -107,7 +107,7 @@ def test_demo_writes_an_html_report(tmp_path, capsys):
     code, out, _ = run(capsys, "demo", "--html", str(report))
     assert code == 0 and "policy=state-aware-strict" in out and "feeds-buffer-mutation" in out
     html = report.read_text()
-    assert html.startswith("<!doctype html>") and html.count("<table") == 4
+    assert html.startswith("<!doctype html>") and html.count("<table") == 4 and "<svg" in html
 
 
 def test_real_entry_point_prints_no_traceback():
