@@ -5,7 +5,7 @@ No UI here: ``widgets`` imports this package, never the reverse.
 
 from .analysis import WIDE_RANGE_RATIO, Analysis, ScaleSummary, Site, analyze
 from .compare import Comparison, Metrics, QParams, SiteOutcome, Variant, VariantResult, compare
-from .errors import ExplanationMismatchWarning, InspectorError
+from .errors import ExplanationMismatchWarning, FoldPassCrash, InspectorError
 from .policies import POLICIES
 from .reasons import Reason, ReasonCode, Risk, RiskCode
 from .render import render, svg
@@ -21,6 +21,7 @@ __all__ = [
     "VariantResult",
     "compare",
     "ExplanationMismatchWarning",
+    "FoldPassCrash",
     "InspectorError",
     "POLICIES",
     "Reason",

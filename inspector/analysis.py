@@ -14,7 +14,7 @@ from torch.fx import GraphModule, Node
 
 from . import _graph, _load, _stages
 from ._explain import Context, explain
-from .errors import ExplanationMismatchWarning, InspectorError
+from .errors import ExplanationMismatchWarning, InspectorError, crash_behind
 from .policies import FoldLog, check_policy, policy_pass_class, resolve_markers
 from .reasons import Reason, ReasonCode, Risk, RiskCode
 
@@ -367,7 +367,16 @@ def _decide(target, stage_graph, policy: str, markers: tuple[str, ...]) -> Analy
     log = FoldLog()
     pass_class = policy_pass_class(policy, markers, log)
     fold_pass = pass_class(program) if program is not None else pass_class(tfa_pass=True)
-    fold_pass(gm)
+    try:
+        fold_pass(gm)
+    except Exception as exc:  # noqa: BLE001 - the installed pass raised: say where, in one line
+        crash = crash_behind(exc)
+        if crash is not None:
+            raise crash from None
+        raise InspectorError(
+            f"the installed fold pass raised at stage {stage_graph.stage}: {type(exc).__name__}: "
+            f"{_stages._first_line(exc)}"
+        ) from None
     run = log.runs[-1]
     t2 = time.perf_counter()
 

@@ -22,7 +22,7 @@ import torch
 
 from . import _executorch, _graph, _load, _tosa
 from ._hashing import digest as _digest
-from .errors import InspectorError
+from .errors import InspectorError, crash_behind
 from .fold_swap import swapped_fold_pass
 from .policies import FoldLog, check_policy, policy_pass_class
 
@@ -492,7 +492,10 @@ def _stage(name: str, variant: Variant, fn):
         return fn()
     except InspectorError:
         raise
-    except Exception as exc:  # noqa: BLE001 - name the stage and the pass or op that failed
+    except Exception as exc:  # noqa: BLE001
+        crash = crash_behind(exc)
+        if crash is not None:  # the pass crashed inside the pipeline, which wrapped the error
+            raise InspectorError(f"{name} failed for variant {variant.label}: {crash}") from None
         raise InspectorError(f"{name} failed for variant {variant.label}: {_first_line(exc)}") from None
 
 

@@ -17,7 +17,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassResult
 
 from . import _executorch, _graph
-from .errors import InspectorError
+from .errors import FoldPassCrash, InspectorError
 
 POLICIES = ("off", "upstream", "state-aware", "state-aware-strict")
 POLICY_HELP = {
@@ -126,7 +126,16 @@ def policy_pass_class(policy: str, markers: Iterable[str] = (), log: FoldLog | N
 
         def _fold_scale_into_conv(self, graph, conv_node, mul_node, channel_scale):
             name = mul_node.name
-            result = super()._fold_scale_into_conv(graph, conv_node, mul_node, channel_scale)
+            try:
+                result = super()._fold_scale_into_conv(graph, conv_node, mul_node, channel_scale)
+            except Exception as exc:  # noqa: BLE001 - name the site the installed pass crashed on
+                site_id = self._inspector_run.site_ids.get(name, name)
+                detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                raise FoldPassCrash(
+                    f"the installed {base.__name__} crashed while folding site {site_id} ({name} after "
+                    f"{conv_node.name}): {type(exc).__name__}: {detail}",
+                    site_id, name,
+                ) from exc
             if result is not None:
                 self._inspector_run.folded.append(name)
                 self._inspector_run.folded_ids.append(self._inspector_run.site_ids.get(name, name))

@@ -257,6 +257,29 @@ def test_models_outside_the_samples(cls, inputs, stage, policy, expected):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
+class BufferWeights(nn.Module):
+    """F.conv2d with weights held in buffers: the installed pass crashes folding it with a program."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("w", torch.randn(4, 3, 3, 3))
+        self.register_buffer("b", torch.randn(4))
+
+    def forward(self, x):
+        return torch.nn.functional.conv2d(x, self.w, self.b, padding=1) * 0.5
+
+
+@pytest.mark.parametrize("stage", ["aten", "edge"])
+def test_a_crash_of_the_installed_pass_names_the_site(stage):
+    with pytest.raises(inspector.FoldPassCrash, match=r"^the installed FoldScalarMulIntoConvPass crashed while "
+                                                      r"folding site root@test_analysis.py:\d+ .*persistent_buffer") as info:
+        inspector.analyze(BufferWeights(), X, stage=stage)
+    assert "\n" not in str(info.value) and info.value.site_id.startswith("root@test_analysis.py:")
+    # where the pass rewrites get_attr tensors in place (tfa) it folds fine, and off never calls it
+    assert inspector.analyze(BufferWeights(), X, stage="tfa").sites[0].decision == "fold"
+    assert inspector.analyze(BufferWeights(), X, stage=stage, policy="off").sites[0].decision == "skip"
+
+
 def test_input_mutation_at_tfa_needs_the_strict_policy():
     inputs = (torch.randn(1, 2, 6, 6), torch.zeros(1, 2, 6, 6))
     result = inspector.analyze(InputMutation(), inputs, stage="tfa", policy="state-aware")
