@@ -43,5 +43,5 @@ def get(name: str) -> SampleModel:
 
 
 def describe(name: str) -> str:
-    """The first line of the sample's docstring."""
-    return (_SAMPLES[name].__doc__ or "").strip().splitlines()[0]
+    """The first line of the sample's docstring, as plain text (reST ``code`` shown as `code`)."""
+    return (_SAMPLES[name].__doc__ or "").strip().splitlines()[0].replace("``", "`")
