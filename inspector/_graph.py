@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import torch
-from torch.fx import GraphModule, Node
+from torch.fx import Node
 
 from . import _executorch
 

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from ._hashing import digest
-from .errors import InspectorError
+from .errors import InspectorError, describe, first_line
 
 SAMPLE_PREFIX = "sample:"
 
@@ -156,7 +156,7 @@ def load_pt2(path: str | os.PathLike) -> torch.export.ExportedProgram:
                 f"refusing to load {path.name}: it holds pickled Python objects beyond plain tensors, "
                 "which could run code; re-export it with plain tensor weights and inputs"
             ) from None
-        raise InspectorError(f"cannot load {path.name} as a torch.export .pt2 archive: {_first_line(exc)}") from None
+        raise InspectorError(f"cannot load {path.name} as a torch.export .pt2 archive: {first_line(exc)}") from None
 
 
 class _Refused(Exception):
@@ -205,7 +205,7 @@ def _from_script(spec: str, example_inputs: Any) -> Target:
     try:
         module_spec.loader.exec_module(module)
     except Exception as exc:  # noqa: BLE001
-        raise InspectorError(f"importing {path.name} failed: {type(exc).__name__}: {_first_line(exc)}") from None
+        raise InspectorError(f"importing {path.name} failed: {describe(exc)}") from None
     cls = getattr(module, cls_name, None)
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         classes = sorted(n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, nn.Module) and v.__module__ == mod_name)
@@ -213,7 +213,7 @@ def _from_script(spec: str, example_inputs: Any) -> Target:
     try:
         model = cls()
     except Exception as exc:  # noqa: BLE001
-        raise InspectorError(f"{cls_name}() failed: {type(exc).__name__}: {_first_line(exc)}") from None
+        raise InspectorError(f"{cls_name}() failed: {describe(exc)}") from None
     if example_inputs is None:
         example_inputs = getattr(module, "EXAMPLE_INPUTS", None)
     return _from_module(model, example_inputs, cls_name)
@@ -246,7 +246,7 @@ def _from_module(model: nn.Module, example_inputs: Any, name: str) -> Target:
     except Exception as exc:  # noqa: BLE001 - export errors are the user's model/input mismatch
         raise InspectorError(
             f"torch.export failed for {name} with inputs {describe_inputs(inputs)}: "
-            f"{type(exc).__name__}: {_first_line(exc)}; check the example inputs or --input-shape"
+            f"{describe(exc)}; check the example inputs or --input-shape"
         ) from None
     recurrent = dict(getattr(model, "RECURRENT", {}) or {})
     return Target(name, exported, inputs, private, recurrent)
@@ -270,7 +270,3 @@ def describe_inputs(inputs: tuple) -> str:
         for x in inputs
     ) + ")"
 
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

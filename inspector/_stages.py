@@ -15,7 +15,7 @@ import torch
 from torch.fx import GraphModule
 
 from . import _executorch
-from .errors import InspectorError
+from .errors import InspectorError, first_line
 from .fold_swap import swapped_fold_pass
 from .policies import FoldLog, policy_pass_class
 
@@ -52,15 +52,16 @@ class StageGraph:
 
     def fresh_copy(self) -> tuple[GraphModule, Any]:
         """A private (graph module, program) pair the pass may rewrite."""
-        if self.program is None:
-            gm = copy.deepcopy(self.graph_module)
-            return gm, None
-        program = copy.deepcopy(self.program)
-        return program.graph_module, program
+        return copy_pair((self.graph_module, self.program))
 
-    def run(self, *inputs: torch.Tensor):
-        """Run this graph in float on ``inputs`` (on a private copy: buffers are not touched)."""
-        return run_graph(*self.fresh_copy(), inputs)
+
+def copy_pair(pair: tuple[GraphModule, Any]) -> tuple[GraphModule, Any]:
+    """A deep copy of a (graph module, program) pair; the copied program owns the copied module."""
+    gm, program = pair
+    if program is None:
+        return copy.deepcopy(gm), None
+    program = copy.deepcopy(program)
+    return program.graph_module, program
 
 
 def run_graph(gm: GraphModule, program: Any, inputs: tuple):
@@ -100,10 +101,10 @@ def _capture_tfa_graph(exported) -> tuple[GraphModule, None, tuple[str, ...]]:
     except Exception as exc:  # noqa: BLE001 - a failure after the fold leaves the capture valid
         if not log.runs:
             raise InspectorError(
-                f"the quantizer's transform-for-annotation failed before the fold pass ran: {_first_line(exc)}"
+                f"the quantizer's transform-for-annotation failed before the fold pass ran: {first_line(exc)}"
             ) from None
         notes = (f"the quantizer's transform-for-annotation failed after the fold pass ran "
-                 f"(this model will not quantize as is): {_first_line(exc)}",)
+                 f"(this model will not quantize as is): {first_line(exc)}",)
     if not log.runs:
         raise InspectorError("the quantizer's transform-for-annotation pipeline never ran the fold pass; "
                              "this executorch version is not supported (see pyproject.toml)")
@@ -113,11 +114,3 @@ def _capture_tfa_graph(exported) -> tuple[GraphModule, None, tuple[str, ...]]:
 
     return _LazyGraphModule.from_graphmodule(log.runs[0].before), None, notes
 
-
-def _first_line(exc: BaseException) -> str:
-    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
-    # ExecuTorch wraps pass failures as "An error occurred when running the 'X' pass after ..."
-    for line in lines:
-        if "error occurred when running" in line:
-            return line.split(" after the following passes")[0].strip()
-    return lines[0] if lines else type(exc).__name__

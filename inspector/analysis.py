@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
-import torch
 from torch.fx import GraphModule, Node
 
 from . import _graph, _load, _stages
 from ._explain import Context, explain
-from .errors import ExplanationMismatchWarning, InspectorError, crash_behind
+from .errors import ExplanationMismatchWarning, InspectorError, crash_behind, describe
 from .policies import FoldLog, check_policy, policy_pass_class, resolve_markers
 from .reasons import Reason, ReasonCode, Risk, RiskCode
 
@@ -150,11 +148,11 @@ class Analysis:
 
     def run_before(self, *inputs):
         """Float outputs of the before-graph (on a private copy; default: the example inputs)."""
-        return _stages.run_graph(*_copy_pair(self._before), inputs or self.target.inputs)
+        return _stages.run_graph(*_stages.copy_pair(self._before), inputs or self.target.inputs)
 
     def run_after(self, *inputs):
         """Float outputs of the after-graph (on a private copy; default: the example inputs)."""
-        return _stages.run_graph(*_copy_pair(self._after), inputs or self.target.inputs)
+        return _stages.run_graph(*_stages.copy_pair(self._after), inputs or self.target.inputs)
 
     # -- queries
     @property
@@ -310,18 +308,9 @@ def stage_graph_of(target: _load.Target, stage: str) -> _stages.StageGraph:
             raise
         except Exception as exc:  # noqa: BLE001 - torch/executorch failing on this model: one line
             raise InspectorError(
-                f"building the {stage} graph of {target.name} failed: {type(exc).__name__}: "
-                f"{_stages._first_line(exc)}; try another stage"
+                f"building the {stage} graph of {target.name} failed: {describe(exc)}; try another stage"
             ) from None
     return target.memo[key]
-
-
-def _copy_pair(pair):
-    gm, program = pair
-    if program is None:
-        return copy.deepcopy(gm), None
-    program = copy.deepcopy(program)
-    return program.graph_module, program
 
 
 def _decide(target, stage_graph, policy: str, markers: tuple[str, ...]) -> Analysis:
@@ -329,18 +318,17 @@ def _decide(target, stage_graph, policy: str, markers: tuple[str, ...]) -> Analy
     t0 = time.perf_counter()
     gm, program = stage_graph.fresh_copy()
     graph = gm.graph
-    found, unknown = resolve_markers(graph, markers)
+    # Markers only touch node meta, so the candidates found before marking are the sites.
+    cands = _graph.candidates(graph)
+    ids = _graph.site_ids(cands)
+    found, unknown = resolve_markers(graph, markers, cands, ids)
     if unknown:
-        cands = _graph.candidates(graph)
-        known = ", ".join(_graph.site_ids(cands)) or "no sites"
+        known = ", ".join(ids) or "no sites"
         raise InspectorError(
             f"unknown marker {unknown[0]!r} at stage {stage_graph.stage}: give a site id ({known}) or a node name of this graph"
         )
     for node in found.values():
         _graph.set_marker(node)
-
-    cands = _graph.candidates(graph)
-    ids = _graph.site_ids(cands)
     signature = program.graph_signature if program is not None else None
     guard_on = policy in ("state-aware", "state-aware-strict")
     guard_reach = (
@@ -374,8 +362,7 @@ def _decide(target, stage_graph, policy: str, markers: tuple[str, ...]) -> Analy
         if crash is not None:
             raise crash from None
         raise InspectorError(
-            f"the installed fold pass raised at stage {stage_graph.stage}: {type(exc).__name__}: "
-            f"{_stages._first_line(exc)}"
+            f"the installed fold pass raised at stage {stage_graph.stage}: {describe(exc)}"
         ) from None
     run = log.runs[-1]
     t2 = time.perf_counter()

@@ -13,7 +13,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from .errors import InspectorError
+from .errors import InspectorError, describe
 
 DESCRIPTION = "Inspect ExecuTorch's Arm FoldScalarMulIntoConvPass: which conv->mul sites fold, and why not."
 
@@ -227,6 +227,6 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the last line of defence for a CLI user
         if args.debug:
             raise
-        print(f"error: internal error {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''} "
+        print(f"error: internal error {describe(exc)} "
               "(rerun with --debug for the traceback, and please report it)", file=sys.stderr)
         return 1

@@ -22,7 +22,7 @@ import torch
 
 from . import _executorch, _graph, _load, _tosa
 from ._hashing import digest as _digest
-from .errors import InspectorError, crash_behind
+from .errors import InspectorError, crash_behind, describe
 from .fold_swap import swapped_fold_pass
 from .policies import FoldLog, check_policy, policy_pass_class
 
@@ -474,7 +474,7 @@ def _run_variant(target, variant: Variant, batches, config, steps, reference, re
     except InspectorError:
         raise
     except Exception as exc:  # noqa: BLE001
-        raise InspectorError(f"the TOSA reference model failed for variant {variant.label}: {_first_line(exc)}") from None
+        raise InspectorError(f"the TOSA reference model failed for variant {variant.label}: {describe(exc)}") from None
     mark("reference", 6)
     metrics = tuple(
         _metrics(o, s, q, f)
@@ -496,13 +496,8 @@ def _stage(name: str, variant: Variant, fn):
         crash = crash_behind(exc)
         if crash is not None:  # the pass crashed inside the pipeline, which wrapped the error
             raise InspectorError(f"{name} failed for variant {variant.label}: {crash}") from None
-        raise InspectorError(f"{name} failed for variant {variant.label}: {_first_line(exc)}") from None
+        raise InspectorError(f"{name} failed for variant {variant.label}: {describe(exc)}") from None
 
-
-def _first_line(exc: BaseException) -> str:
-    from ._stages import _first_line as first
-
-    return f"{type(exc).__name__}: {first(exc)}"
 
 
 def _calibrate(prepared, batches, target, steps) -> None:

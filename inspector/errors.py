@@ -1,6 +1,24 @@
 """Errors the inspector raises on bad input: one line that says what was wrong and what to do."""
 
 
+def first_line(exc: BaseException) -> str:
+    """The first non-blank line of an exception's message (its type name if it has none).
+
+    ExecuTorch wraps a failing pass as "An error occurred when running the 'X' pass after the
+    following passes: [...]"; that is shortened to the part that names the pass.
+    """
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    for line in lines:
+        if "error occurred when running" in line:
+            return line.split(" after the following passes")[0].strip()
+    return lines[0] if lines else type(exc).__name__
+
+
+def describe(exc: BaseException) -> str:
+    """``"TypeName: first line"``, for one-line error messages."""
+    return f"{type(exc).__name__}: {first_line(exc)}"
+
+
 class InspectorError(Exception):
     """A user-facing error; its message is one line that names the problem and the fix."""
 

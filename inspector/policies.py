@@ -17,7 +17,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassResult
 
 from . import _executorch, _graph
-from .errors import FoldPassCrash, InspectorError
+from .errors import FoldPassCrash, InspectorError, describe
 
 POLICIES = ("off", "upstream", "state-aware", "state-aware-strict")
 POLICY_HELP = {
@@ -45,9 +45,7 @@ class FoldRun:
     folded_ids: list[str] = field(default_factory=list)  # their site ids
     site_ids: dict[str, str] = field(default_factory=dict)  # mul name -> site id, before the pass
     convs: dict[str, str] = field(default_factory=dict)  # mul name -> its conv's name, before the pass
-    guarded: dict[str, list[str]] = field(default_factory=dict)  # mul name -> guard kinds that hid it
     before: GraphModule | None = None  # deep copy of the graph the pass received (if snapshots on)
-    after: GraphModule | None = None  # deep copy of the graph after the pass (if snapshots on)
 
 
 class FoldLog:
@@ -63,13 +61,19 @@ class FoldLog:
             self.runs.append(run)
 
 
-def resolve_markers(graph, markers: Iterable[str]) -> tuple[dict[str, Node], list[str]]:
-    """Map each marker (site id or node name) to a node of ``graph``; also return the unknown ones."""
+def resolve_markers(graph, markers: Iterable[str], cands=None, ids=None) -> tuple[dict[str, Node], list[str]]:
+    """Map each marker (site id or node name) to a node of ``graph``; also return the unknown ones.
+
+    ``cands`` and ``ids`` are the graph's candidates and site ids when the caller has them already.
+    """
     markers = list(markers)
     if not markers:
         return {}, []
-    cands = _graph.candidates(graph)
-    by_id = dict(zip(_graph.site_ids(cands), (c.mul for c in cands)))
+    if cands is None:
+        cands = _graph.candidates(graph)
+    if ids is None:
+        ids = _graph.site_ids(cands)
+    by_id = dict(zip(ids, (c.mul for c in cands)))
     by_name = {n.name: n for n in graph.nodes}
     found, unknown = {}, []
     for m in markers:
@@ -98,24 +102,22 @@ def policy_pass_class(policy: str, markers: Iterable[str] = (), log: FoldLog | N
 
         def call(self, graph_module: GraphModule) -> PassResult:
             graph = graph_module.graph
-            for node in resolve_markers(graph, markers)[0].values():
-                _graph.set_marker(node)
             cands = _graph.candidates(graph)
+            ids = _graph.site_ids(cands)
+            for node in resolve_markers(graph, markers, cands, ids)[0].values():
+                _graph.set_marker(node)
             run = FoldRun(tfa=self.exported_program is None)
-            run.site_ids = {c.mul.name: i for c, i in zip(cands, _graph.site_ids(cands))}
+            run.site_ids = {c.mul.name: i for c, i in zip(cands, ids)}
             run.convs = {c.mul.name: c.conv.name for c in cands}
             if log is not None and log.snapshots:
                 run.before = copy.deepcopy(graph_module)
             self._inspector_run = run
             self._inspector_guard = _guard(policy, graph, self.exported_program)
-            run.guarded = {m.name: kinds for m, kinds in self._inspector_guard.items()}
             if policy == "off":
                 result = PassResult(graph_module, False)
             else:
                 result = super().call(graph_module)
             if log is not None:
-                if log.snapshots:
-                    run.after = copy.deepcopy(graph_module)
                 log.add(run)
             return result
 
@@ -130,10 +132,9 @@ def policy_pass_class(policy: str, markers: Iterable[str] = (), log: FoldLog | N
                 result = super()._fold_scale_into_conv(graph, conv_node, mul_node, channel_scale)
             except Exception as exc:  # noqa: BLE001 - name the site the installed pass crashed on
                 site_id = self._inspector_run.site_ids.get(name, name)
-                detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
                 raise FoldPassCrash(
                     f"the installed {base.__name__} crashed while folding site {site_id} ({name} after "
-                    f"{conv_node.name}): {type(exc).__name__}: {detail}",
+                    f"{conv_node.name}): {describe(exc)}",
                     site_id, name,
                 ) from exc
             if result is not None:
