@@ -39,13 +39,15 @@ def report_html(analysis, comparison=None, *, stale: bool = False) -> str:
     else:
         banner = "<p class='fi-stale'>&#9888; stale: computed for other markers, policy or stage</p>" if stale else ""
         results = banner + comparison_html(comparison) + "".join(
-            _png(comparison.plot(kind)) for kind in ("drift", "channels"))
+            figure_img(comparison.plot(kind)) for kind in ("drift", "channels"))
     return _PAGE.format(title=html.escape(analysis.name), stage=html.escape(analysis.stage),
                         policy=html.escape(analysis.policy), sites=analysis_html(analysis), graphs=graphs,
                         results=results)
 
 
-def _png(fig) -> str:
+def figure_img(fig, css_class: str = "fi-plot") -> str:
+    """A matplotlib figure as a self-contained ``<img>`` (inline PNG), for reports and widgets."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=80)
-    return f"<img alt='plot' src='data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}'>"
+    data = base64.b64encode(buf.getvalue()).decode()
+    return f"<img class='{css_class}' alt='plot' src='data:image/png;base64,{data}'>"

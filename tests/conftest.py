@@ -11,7 +11,6 @@ import pytest
 import torch
 
 import inspector
-import sample_models
 
 ROOT = Path(__file__).resolve().parent.parent
 _TOOLS = {

@@ -6,12 +6,9 @@ returns. A failure in a callback is shown inside the widget, which keeps working
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import json
 import threading
-import time
 import traceback
 from pathlib import Path
 from typing import Any, Iterable
@@ -21,6 +18,7 @@ import ipywidgets as W
 import inspector
 from inspector import InspectorError
 from inspector.compare import Comparison
+from inspector.report import figure_img
 
 SESSION_VERSION = 1
 DEFAULT_VARIANTS = ("off", "upstream", "state-aware-strict")
@@ -463,10 +461,5 @@ class FoldInspector(W.VBox):
                       f"computed for stage {_esc(stage)}, policy {_esc(policy)}, markers "
                       f"{_esc(', '.join(markers) or 'none')}; run the reference again</div>")
         self.results.value = banner + comparison_html(self.comparison)
-        self.plots.value = "".join(_figure_img(self.comparison.plot(kind)) for kind in ("drift", "channels"))
+        self.plots.value = "".join(figure_img(self.comparison.plot(kind)) for kind in ("drift", "channels"))
 
-
-def _figure_img(fig) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80)
-    return f"<img class='fi-plot' src='data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}'>"
