@@ -7,7 +7,6 @@ weights in place into whatever module it is given; FACTS.md).
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import copy
 import hashlib
@@ -15,14 +14,16 @@ import importlib.util
 import threading
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from ._hashing import digest
+from . import _quiet
+from ._cache import BoundedCache
+from ._hashing import digest, program_fingerprint
 from .errors import InspectorError, describe, first_line
 
 SAMPLE_PREFIX = "sample:"
@@ -37,8 +38,11 @@ class Target:
     inputs: tuple  # example inputs (private copies)
     model: nn.Module | None = None  # pristine private eager copy (None for programs and .pt2)
     recurrent: dict = field(default_factory=dict)  # output index -> input index fed on the next call
-    # Derived data computed once per target (stage graphs, fingerprints, predicted decisions).
-    memo: dict = field(default_factory=dict, repr=False, compare=False)
+    # What every derived result depends on: the exported program's fingerprint, the inputs,
+    # the recurrence and the name (results carry it). Set by ``load``.
+    key: str = ""
+    # Derived data computed once per target (stage graphs, predicted decisions), bounded.
+    memo: BoundedCache = field(default_factory=lambda: BoundedCache(64, "target memo"), repr=False, compare=False)
 
     def eager(self) -> nn.Module:
         """A fresh private module computing the model in float (eager copy, or the program's module)."""
@@ -47,53 +51,32 @@ class Target:
         return copy.deepcopy(self.exported).module(check_guards=False)
 
 
-_MEMO: "collections.OrderedDict[tuple, Target]" = collections.OrderedDict()
-_MEMO_SIZE = 16
-_MEMO_LOCK = threading.Lock()
+# Targets by content key: the same model (same graph, weights, constants, inputs) loaded
+# again gets the same Target back, with the stage graphs and decisions it already has.
+_TARGETS = BoundedCache(16, "targets")
 
 
 def load(target: Any, example_inputs: Any = None) -> Target:
     """Resolve ``target`` (module, ExportedProgram, sample name, ``.pt2`` path, ``file.py:Class``).
 
-    The same content (class, weights, inputs; or file and its mtime) gives the same
-    ``Target`` again, so repeated calls do not re-export.
+    Every call exports afresh (cheap next to everything after it) and fingerprints the
+    exported program; a model whose program, weights, constants and inputs are all the
+    same as an earlier one's gets the earlier ``Target`` back, with what was derived from
+    it. Anything that changed (a constructor argument, an attribute, a weight edited in
+    place, a non-persistent buffer, a redefined class) gives a new key, never a stale answer.
     """
     if isinstance(target, Target):
         return target
-    key = _memo_key(target, example_inputs)
-    if key is not None:
-        with _MEMO_LOCK:
-            hit = _MEMO.get(key)
-            if hit is not None:
-                _MEMO.move_to_end(key)
-                return hit
-    loaded = _load(target, example_inputs)
-    if key is not None:
-        with _MEMO_LOCK:
-            _MEMO[key] = loaded
-            while len(_MEMO) > _MEMO_SIZE:
-                _MEMO.popitem(last=False)
-    return loaded
+    fresh = _load(target, example_inputs)
+    key = digest(fresh.name, program_fingerprint(fresh.exported), fresh.inputs,
+                 sorted(fresh.recurrent.items()))
+    fresh = replace(fresh, key=key)
+    return _TARGETS.get_or_compute(key, lambda: fresh)
 
 
-def _memo_key(target: Any, example_inputs: Any) -> tuple | None:
-    """A content key for ``target``, or None when it cannot be computed cheaply and safely."""
-    try:
-        if isinstance(target, nn.Module):
-            if example_inputs is None and callable(getattr(target, "example_inputs", None)):
-                example_inputs = target.example_inputs()
-            recurrent = getattr(target, "RECURRENT", None)
-            return ("module", id(type(target)), digest(target.state_dict()), digest(example_inputs), repr(recurrent))
-        if isinstance(target, torch.export.ExportedProgram):
-            return ("program", id(target), target.graph_module.code, digest(dict(target.state_dict)), digest(example_inputs))
-        if isinstance(target, (str, os.PathLike)):
-            text = os.fspath(target)
-            file = text.rpartition(":")[0] if ".py:" in text else text
-            stamp = os.stat(file).st_mtime_ns if os.path.isfile(file) else None
-            return ("path", text, os.path.abspath(file), stamp, digest(example_inputs))
-    except Exception:  # noqa: BLE001 - no key just means no memo
-        return None
-    return None
+def clear_targets() -> None:
+    """Forget every loaded target (and what was derived from it)."""
+    _TARGETS.clear()
 
 
 def _load(target: Any, example_inputs: Any) -> Target:
@@ -242,7 +225,9 @@ def _from_module(model: nn.Module, example_inputs: Any, name: str) -> Target:
     inputs = _inputs_of(model, example_inputs, name)
     private = copy.deepcopy(model).eval()
     try:
-        exported = torch.export.export(copy.deepcopy(private), copy.deepcopy(inputs))
+        # torch prints the whole graph before some export errors; the one-line error says enough
+        with _quiet.captured_python():
+            exported = torch.export.export(copy.deepcopy(private), copy.deepcopy(inputs))
     except Exception as exc:  # noqa: BLE001 - export errors are the user's model/input mismatch
         raise InspectorError(
             f"torch.export failed for {name} with inputs {describe_inputs(inputs)}: "

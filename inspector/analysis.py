@@ -13,7 +13,7 @@ from torch.fx import GraphModule, Node
 from . import _graph, _load, _stages
 from ._explain import Context, explain
 from .errors import ExplanationMismatchWarning, InspectorError, crash_behind, describe
-from .policies import FoldLog, check_policy, policy_pass_class, resolve_markers
+from .policies import FoldLog, check_policy, marker_tuple, policy_pass_class, resolve_markers
 from .reasons import Reason, ReasonCode, Risk, RiskCode
 
 # max|s| / min|s| at or above which a scale is flagged ``wide-dynamic-range-scale``.
@@ -200,7 +200,7 @@ class Analysis:
         return _decide(self.target, self.stage_graph, policy, self.markers)
 
     def with_markers(self, markers: Iterable[str]) -> "Analysis":
-        return _decide(self.target, self.stage_graph, self.policy, tuple(markers))
+        return _decide(self.target, self.stage_graph, self.policy, marker_tuple(markers))
 
     def toggle_marker(self, marker: str) -> "Analysis":
         """Add ``marker`` (a site id or node name) if absent, else remove it."""
@@ -293,24 +293,24 @@ def analyze(
     t1 = time.perf_counter()
     stage_graph = stage_graph_of(loaded, stage)
     t2 = time.perf_counter()
-    result = _decide(loaded, stage_graph, policy, tuple(markers))
+    result = _decide(loaded, stage_graph, policy, marker_tuple(markers))
     result.timings = {"load": t1 - t0, "stage": t2 - t1, **result.timings}
     return result
 
 
 def stage_graph_of(target: _load.Target, stage: str) -> _stages.StageGraph:
     """The stage graph of ``target`` at ``stage``, built once per target and reused."""
-    key = ("stage", stage)
-    if key not in target.memo:
+    def build() -> _stages.StageGraph:
         try:
-            target.memo[key] = _stages.build(target.exported, stage)
+            return _stages.build(target.exported, stage)
         except InspectorError:
             raise
         except Exception as exc:  # noqa: BLE001 - torch/executorch failing on this model: one line
             raise InspectorError(
                 f"building the {stage} graph of {target.name} failed: {describe(exc)}; try another stage"
             ) from None
-    return target.memo[key]
+
+    return target.memo.get_or_compute(("stage", stage), build)
 
 
 def _decide(target, stage_graph, policy: str, markers: tuple[str, ...]) -> Analysis:

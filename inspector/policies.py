@@ -61,6 +61,22 @@ class FoldLog:
             self.runs.append(run)
 
 
+def marker_tuple(markers) -> tuple[str, ...]:
+    """Markers as a tuple of strings: one string is one marker, not its characters."""
+    if markers is None:
+        return ()
+    if isinstance(markers, str):
+        return (markers,)
+    try:
+        out = tuple(markers)
+    except TypeError:
+        raise InspectorError(f"markers must be site ids or node names, got {markers!r}") from None
+    bad = [m for m in out if not isinstance(m, str)]
+    if bad:
+        raise InspectorError(f"a marker is a site id or node name (a string), got {bad[0]!r}")
+    return out
+
+
 def resolve_markers(graph, markers: Iterable[str], cands=None, ids=None) -> tuple[dict[str, Node], list[str]]:
     """Map each marker (site id or node name) to a node of ``graph``; also return the unknown ones.
 
