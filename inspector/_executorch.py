@@ -20,8 +20,11 @@ _INSTALL = "pip install executorch==1.5.1 (see pyproject.toml)"
 def _import(module: str) -> ModuleType:
     import importlib
 
+    from ._quiet import quiet_imports
+
     try:
-        return importlib.import_module(module)
+        with quiet_imports():  # torchao logs optional CUDA kernels and pytree deprecations at import
+            return importlib.import_module(module)
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise InspectorError(f"cannot import {module} ({exc}); install it with: {_INSTALL}") from None
 

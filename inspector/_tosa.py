@@ -29,15 +29,11 @@ def reference_dispatch():
 
 
 def prepare_pt2e(module, quantizer):
-    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e as prepare
-
-    return prepare(module, quantizer)
+    return _executorch._import("torchao.quantization.pt2e.quantize_pt2e").prepare_pt2e(module, quantizer)
 
 
 def convert_pt2e(module):
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e as convert
-
-    return convert(module)
+    return _executorch._import("torchao.quantization.pt2e.quantize_pt2e").convert_pt2e(module)
 
 
 def lower(program, spec: str = SPEC):

@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import warnings
-from pathlib import Path
 
 from .errors import InspectorError, describe
 
@@ -27,12 +27,22 @@ def _quiet_imports() -> None:
     warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one ``error:`` line (exit 2) like every other error."""
+
+    def error(self, message: str):  # noqa: D102 - argparse's hook
+        hint = f" (see: {self.prog} --help)"
+        self.exit(2, f"error: {' '.join(message.split())}{hint}\n")
+
+
 def _parser() -> argparse.ArgumentParser:
     from .policies import POLICIES, POLICY_HELP
     from ._stages import STAGES, STAGE_HELP
+    from ._limits import MAX_STEPS
 
-    p = argparse.ArgumentParser(prog="python -m inspector", description=DESCRIPTION)
-    p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    p = _Parser(prog="python -m inspector", description=DESCRIPTION)
+    p.add_argument("--debug", action="store_true",
+                   help="show tracebacks for errors, and what the backend printed (TOSA reference model warnings)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def model_command(name: str, help: str, *, stage_and_policy: bool = True, mark_help: str = ""):
@@ -58,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
                       mark_help="mark a site id or node name as carried state in every variant (repeatable)")
     c.add_argument("--variants", default="off,upstream,state-aware-strict", metavar="P,P,...",
                    help="comma-separated policies to compare (default: off,upstream,state-aware-strict)")
-    c.add_argument("--steps", type=int, default=1, help="recurrent steps to run (default: 1)")
+    c.add_argument("--steps", type=int, default=1, help=f"recurrent steps to run, 1 to {MAX_STEPS} (default: 1)")
     c.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     r = model_command("render", "draw the graph before/after the fold, sites highlighted (graphviz)")
@@ -79,8 +89,15 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _short(text: str, limit: int = 60) -> str:
+    """``repr`` of a user string, clipped: an error line stays one readable line."""
+    return repr(text if len(text) <= limit else text[: limit - 1] + "…")
+
+
 def _inputs_from_shapes(shapes: list[str]):
     import torch
+
+    from ._limits import check_shape
 
     if not shapes:
         return None
@@ -92,7 +109,9 @@ def _inputs_from_shapes(shapes: list[str]):
             if not dims or any(d <= 0 for d in dims):
                 raise ValueError
         except ValueError:
-            raise InspectorError(f"bad --input-shape {text!r}: give positive integers separated by commas, e.g. 1,3,8,8") from None
+            raise InspectorError(f"bad --input-shape {_short(text)}: give positive integers separated by commas, "
+                                 "e.g. 1,3,8,8") from None
+        check_shape(dims, "--input-shape")
         out.append(torch.rand(dims, generator=gen) * 2 - 1)
     return tuple(out)
 
@@ -104,18 +123,33 @@ def _analyze(args) -> int:
     result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage,
                      policy=args.policy, markers=args.mark)
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        _print_json(result.to_dict())
     else:
         print(analysis_text(result))
     return 0
 
 
+def _print_json(data) -> None:
+    """Exactly one strict JSON document on stdout (no NaN or Infinity tokens)."""
+    print(json.dumps(data, indent=2, allow_nan=False))
+
+
 class _ProgressBar:
-    """A one-line progress bar on stderr, only when stderr is a terminal."""
+    """A one-line progress bar on stderr, only when stderr is a terminal.
+
+    It writes to its own duplicate of stderr's descriptor: while a variant runs, the
+    descriptors 1 and 2 are captured (the TOSA reference model writes to them).
+    """
 
     def __init__(self, stream=None) -> None:
-        self.stream = stream or sys.stderr
-        self.on = self.stream.isatty()
+        stream = stream or sys.stderr
+        self.on = stream.isatty()
+        self.stream = stream
+        if self.on and stream is sys.stderr:
+            try:
+                self.stream = os.fdopen(os.dup(stream.fileno()), "w", buffering=1, encoding="utf-8", errors="replace")
+            except (OSError, ValueError):
+                self.stream = stream
 
     def __call__(self, stage: str, fraction: float) -> None:
         if not self.on:
@@ -131,26 +165,31 @@ def _compare(args) -> int:
     from .compare import compare
     from ._present import comparison_text
 
-    if args.steps < 1:
-        raise InspectorError(f"--steps must be at least 1, got {args.steps}")
+    from ._limits import check_steps
+
+    check_steps(args.steps, "--steps")
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     result = compare(args.target, variants, example_inputs=_inputs_from_shapes(args.input_shape),
                      markers=args.mark, steps=args.steps, progress=_ProgressBar())
+    if args.debug:
+        for r in result.results:
+            if r.log.strip():
+                print(f"--- what the backend printed while running {r.variant.label}:\n{r.log.rstrip()}",
+                      file=sys.stderr)
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        _print_json(result.to_dict())
     else:
         print(comparison_text(result))
     return 0
 
 
 def _render(args) -> int:
+    from ._files import check_writable, write_bytes
     from .analysis import analyze
     from .render import _pipe, render, render_pair, svg
 
-    out = Path(args.out)
+    out = check_writable(args.out)
     fmt = args.format or {".png": "png", ".dot": "dot", ".gv": "dot"}.get(out.suffix.lower(), "svg")
-    if not out.parent.is_dir():
-        raise InspectorError(f"cannot write {out}: directory {out.parent} does not exist")
     result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage,
                      policy=args.policy, markers=args.mark)
     kw = {"focus": args.focus, "hops": args.hops}
@@ -161,7 +200,7 @@ def _render(args) -> int:
         data = svg(graph).encode("utf-8")
     else:
         data = _pipe(graph, fmt)
-    out.write_bytes(data)
+    write_bytes(out, data)
     print(f"wrote {out} ({fmt}): {result.summary()}")
     return 0
 
@@ -175,6 +214,9 @@ def _demo(args) -> int:
     from .render import svg
     from ._present import analysis_html, analysis_text
 
+    from ._files import check_writable, write_text
+
+    check_writable(args.html)
     name = args.sample or sample_models.DEFAULT
     if name not in sample_models.names():
         raise InspectorError(f"unknown sample {name!r}; known samples: {', '.join(sample_models.names())}")
@@ -195,8 +237,7 @@ def _demo(args) -> int:
         f"</style></head><body><h1>fold inspector: sample:{html.escape(name)}</h1>"
         f"<p>{html.escape(sample_models.describe(name))}</p>{body}</body></html>"
     )
-    out = Path(args.html)
-    out.write_text(page, encoding="utf-8")
+    out = write_text(check_writable(args.html), page)
     print(f"wrote {out}")
     return 0
 
@@ -218,8 +259,10 @@ def main(argv: list[str] | None = None) -> int:
         return handler(args)
     except InspectorError as exc:
         if args.debug:
+            if exc.details.strip():
+                print(f"--- what the backend printed before the error:\n{exc.details.rstrip()}", file=sys.stderr)
             raise
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

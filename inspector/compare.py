@@ -20,11 +20,12 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from . import _executorch, _graph, _load, _tosa
+from . import _executorch, _graph, _load, _quiet, _tosa
 from ._hashing import digest as _digest
+from ._limits import check_steps
 from .errors import InspectorError, crash_behind, describe
 from .fold_swap import swapped_fold_pass
-from .policies import FoldLog, check_policy, policy_pass_class
+from .policies import FoldLog, check_policy, marker_tuple, policy_pass_class
 
 DEFAULT_VARIANTS = ("off", "upstream", "state-aware-strict")
 # Default calibration: the example inputs plus this many perturbed copies (seeded).
@@ -80,8 +81,7 @@ class Metrics:
     flushed_to_zero: float  # share of elements with f != 0 but q == 0
 
     def to_dict(self) -> dict:
-        d = dict(vars(self))
-        d["sqnr_db"] = _json_float(self.sqnr_db)
+        d = {k: _json_float(v) if isinstance(v, float) else v for k, v in vars(self).items()}
         d["sqnr_per_channel_db"] = [_json_float(v) for v in self.sqnr_per_channel_db]
         return d
 
@@ -107,6 +107,7 @@ class VariantResult:
     timings: dict  # seconds per stage of the flow
     cached: bool = False  # answered from the cache
     outputs: tuple = field(default=(), repr=False, compare=False)  # quantized outputs per step (flat tuples)
+    log: str = field(default="", repr=False, compare=False)  # what the stack printed during the run (--debug)
 
     def at_step(self, step: int, output: int = 0) -> Metrics:
         return next(m for m in self.metrics if m.step == step and m.output == output)
@@ -170,10 +171,20 @@ class Comparison:
     def from_dict(cls, data: dict) -> "Comparison":
         """Rebuild a comparison from ``to_dict()`` (raw output tensors are not kept in JSON)."""
         try:
-            return cls(data["target"], int(data["steps"]), data["calibration"], data["quantization"],
-                       tuple(_variant_result_from_dict(v) for v in data["variants"]))
-        except (KeyError, TypeError, ValueError) as exc:
+            result = cls(_str(data["target"]), _int(data["steps"]), _str(data["calibration"]),
+                         _str(data["quantization"]), tuple(_variant_result_from_dict(v) for v in data["variants"]))
+        except KeyError as exc:
+            raise InspectorError(f"not a saved comparison: missing field {exc}") from None
+        except (TypeError, ValueError, AttributeError) as exc:
             raise InspectorError(f"not a saved comparison: {type(exc).__name__}: {exc}") from None
+        for r in result.results:  # every (step, output) the tables and plots read must be there
+            have = {(m.step, m.output) for m in r.metrics}
+            outputs = sorted({o for _, o in have})
+            missing = next(((s, o) for s in range(result.steps) for o in outputs if (s, o) not in have), None)
+            if missing is not None or len(have) != len(r.metrics):
+                what = f"no metrics for output {missing[1]} at step {missing[0]}" if missing else "duplicate metrics"
+                raise InspectorError(f"not a saved comparison: variant {r.variant.label!r} has {what}")
+        return result
 
     def plot(self, kind: str = "drift", output: int = 0):
         """A matplotlib Figure: ``drift`` (SQNR per step per variant) or ``channels`` (SQNR per channel)."""
@@ -183,28 +194,51 @@ class Comparison:
 
 
 def _json_float(v: float):
+    """JSON has no inf or NaN: they are written as the strings "inf", "-inf", "nan"."""
+    if math.isnan(v):
+        return "nan"
     if math.isinf(v):
         return "inf" if v > 0 else "-inf"
     return v
 
 
 def _float(v) -> float:
-    return float(v)  # float("inf") / float("-inf") read the strings back
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise TypeError(f"expected a number, got {type(v).__name__}")
+    return float(v)  # float("inf") / float("-inf") / float("nan") read the strings back
+
+
+def _int(v) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"expected an integer, got {type(v).__name__}")
+    return v
+
+
+def _str(v, optional: bool = False) -> str | None:
+    if v is None and optional:
+        return None
+    if not isinstance(v, str):
+        raise TypeError(f"expected a string, got {type(v).__name__}")
+    return v
 
 
 def _variant_result_from_dict(d: dict) -> VariantResult:
-    qp = lambda q: QParams(float(q["scale"]), int(q["zero_point"])) if q else None  # noqa: E731
+    qp = lambda q: QParams(_float(q["scale"]), _int(q["zero_point"])) if q is not None else None  # noqa: E731
+    folds = {k: _int(d["folds"][k]) for k in ("tfa", "lowering")}
     return VariantResult(
-        variant=Variant(d["variant"]["policy"], tuple(d["variant"]["markers"])),
-        folds=dict(d["folds"]),
-        sites=tuple(SiteOutcome(s["id"], s["folded_at"], qp(s["conv_output"]), qp(s["mul_output"])) for s in d["sites"]),
+        variant=Variant(_str(d["variant"]["policy"]), tuple(_str(m) for m in d["variant"]["markers"])),
+        folds=folds,
+        sites=tuple(SiteOutcome(_str(s["id"]), _str(s["folded_at"], True), qp(s["conv_output"]), qp(s["mul_output"]))
+                    for s in d["sites"]),
         metrics=tuple(
-            Metrics(m["output"], m["step"], _float(m["max_abs_error"]), _float(m["mean_abs_error"]), _float(m["mse"]),
-                    _float(m["sqnr_db"]), tuple(_float(v) for v in m["sqnr_per_channel_db"]), _float(m["flushed_to_zero"]))
+            Metrics(_int(m["output"]), _int(m["step"]), _float(m["max_abs_error"]), _float(m["mean_abs_error"]),
+                    _float(m["mse"]), _float(m["sqnr_db"]), tuple(_float(v) for v in m["sqnr_per_channel_db"]),
+                    _float(m["flushed_to_zero"]))
             for m in d["metrics"]
         ),
-        not_delegated=tuple(NotDelegated(n["node"], n["target"], n["reason"]) for n in d["not_delegated"]),
-        timings=dict(d["timings"]),
+        not_delegated=tuple(NotDelegated(_str(n["node"]), _str(n["target"]), _str(n["reason"]))
+                            for n in d["not_delegated"]),
+        timings={_str(k): _float(v) for k, v in dict(d["timings"]).items()},
         cached=bool(d.get("cached", False)),
     )
 
@@ -238,11 +272,8 @@ def clear_cache() -> None:
 
 
 def model_fingerprint(target: _load.Target) -> str:
-    """A hash of the exported graph's code and every weight and buffer (computed once per target)."""
-    if "fingerprint" not in target.memo:
-        program = target.exported
-        target.memo["fingerprint"] = _digest(program.graph_module.code, dict(program.state_dict), dict(program.constants))
-    return target.memo["fingerprint"]
+    """What the target's results depend on: its exported program, inputs and recurrence (see ``_load.load``)."""
+    return target.key
 
 
 # ---------------------------------------------------------------- the public call
@@ -269,10 +300,9 @@ def compare(
     tuples (default: the example inputs plus seeded perturbed copies).
     ``progress(stage, fraction)`` is called as the work advances.
     """
-    loaded = _load.load(target, example_inputs)
-    if not isinstance(steps, int) or steps < 1:
-        raise InspectorError(f"steps must be a positive integer, got {steps!r}")
+    check_steps(steps)
     wanted = _variants(variants, markers)
+    loaded = _load.load(target, example_inputs)
     batches, calibration_text = _calibration(loaded, calibration, steps)
     quant_text = _describe_config(quantization_config)
     base_key = (model_fingerprint(loaded), _digest(loaded.inputs), _digest(batches), quant_text, steps)
@@ -309,19 +339,25 @@ def compare(
 
 def _relabel(result: VariantResult, variant: Variant) -> VariantResult:
     return VariantResult(variant, result.folds, result.sites, result.metrics, result.not_delegated,
-                         {k: 0.0 for k in result.timings}, cached=True, outputs=result.outputs)
+                         {k: 0.0 for k in result.timings}, cached=True, outputs=result.outputs, log=result.log)
 
 
 def _variants(variants, markers) -> list[Variant]:
-    default_markers = tuple(markers or ())
+    if isinstance(variants, (str, Variant)):  # one variant ("upstream", or "off,upstream" as in the CLI)
+        variants = [v.strip() for v in variants.split(",") if v.strip()] if isinstance(variants, str) else [variants]
+    try:
+        default_markers = marker_tuple(markers)
+        items = list(variants)
+    except TypeError:
+        raise InspectorError(f"cannot read variants {variants!r}; give policy names, e.g. ('off', 'upstream')") from None
     out = []
-    for v in variants:
+    for v in items:
         if isinstance(v, Variant):
             variant = v
         elif isinstance(v, str):
             variant = Variant(v, default_markers)
-        elif isinstance(v, tuple) and len(v) == 2:
-            variant = Variant(v[0], tuple(v[1]))
+        elif isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], str):
+            variant = Variant(v[0], marker_tuple(v[1]))
         else:
             raise InspectorError(f"cannot read variant {v!r}; give a policy name, a Variant, or (policy, markers)")
         check_policy(variant.policy)
@@ -335,11 +371,11 @@ def _predicted_decisions(target: _load.Target, variant: Variant) -> tuple[str, .
     """The site ids the pass folds at tfa for this variant (same real pass, captured graph)."""
     from .analysis import analyze
 
-    key = ("decisions", variant.policy, variant.markers)
-    if key not in target.memo:
+    def decide() -> tuple[str, ...]:
         result = analyze(target, stage="tfa", policy=variant.policy, markers=variant.markers)
-        target.memo[key] = tuple(s.id for s in result.folded)
-    return target.memo[key]
+        return tuple(s.id for s in result.folded)
+
+    return target.memo.get_or_compute(("decisions", variant.policy, variant.markers), decide)
 
 
 # ---------------------------------------------------------------- inputs, calibration, state
@@ -450,31 +486,44 @@ def _run_variant(target, variant: Variant, batches, config, steps, reference, re
     model = target.eager()
     initial = {k: v.detach().clone() for k, v in model.named_buffers()}
     quantizer = _executorch.tosa_int_quantizer(config=config)
-    with swapped_fold_pass(policy_pass_class(variant.policy, variant.markers, log)):
-        exported = _stage("export", variant, lambda: torch.export.export(model, copy.deepcopy(target.inputs)))
-        mark("export", 0)
-        prepared = _stage("prepare", variant, lambda: _tosa.prepare_pt2e(exported.module(check_guards=False), quantizer))
-        mark("prepare", 1)
-        _stage("calibrate", variant, lambda: _calibrate(prepared, batches, target, steps))
-        mark("calibrate", 2)
-        converted = _stage("convert", variant, lambda: _tosa.convert_pt2e(prepared))
-        qparams = _site_qparams(converted, log)
-        mark("convert", 3)
-        reexported = _stage("re-export", variant, lambda: torch.export.export(converted, copy.deepcopy(target.inputs)))
-        mark("re-export", 4)
-        with _tosa.partition_rejections() as rejected:
-            lowered = _stage("lower", variant, lambda: _tosa.lower(reexported))
-        mark("lower", 5)
-    program = lowered.exported_program()
-    module = program.module()
-    _reset_state(module, initial)
-    try:
-        with _tosa.reference_dispatch():
-            quantized = _run_steps(module, target, steps)
-    except InspectorError:
-        raise
-    except Exception as exc:  # noqa: BLE001
-        raise InspectorError(f"the TOSA reference model failed for variant {variant.label}: {describe(exc)}") from None
+    # Everything the stack prints on the way (the reference model's C++ warnings on fd 1
+    # among it) goes into the variant's log, shown under --debug, never into stdout.
+    error = None
+    with _quiet.captured_fds() as captured:
+        try:
+            with swapped_fold_pass(policy_pass_class(variant.policy, variant.markers, log)):
+                exported = _stage("export", variant, lambda: torch.export.export(model, copy.deepcopy(target.inputs)))
+                mark("export", 0)
+                prepared = _stage("prepare", variant,
+                                  lambda: _tosa.prepare_pt2e(exported.module(check_guards=False), quantizer))
+                mark("prepare", 1)
+                _stage("calibrate", variant, lambda: _calibrate(prepared, batches, target, steps))
+                mark("calibrate", 2)
+                converted = _stage("convert", variant, lambda: _tosa.convert_pt2e(prepared))
+                qparams = _site_qparams(converted, log)
+                mark("convert", 3)
+                reexported = _stage("re-export", variant,
+                                    lambda: torch.export.export(converted, copy.deepcopy(target.inputs)))
+                mark("re-export", 4)
+                with _tosa.partition_rejections() as rejected:
+                    lowered = _stage("lower", variant, lambda: _tosa.lower(reexported))
+                mark("lower", 5)
+            program = lowered.exported_program()
+            module = program.module()
+            _reset_state(module, initial)
+            try:
+                with _tosa.reference_dispatch():
+                    quantized = _run_steps(module, target, steps)
+            except InspectorError:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                raise InspectorError(
+                    f"the TOSA reference model failed for variant {variant.label}: {describe(exc)}") from None
+        except InspectorError as exc:
+            error = exc
+    if error is not None:
+        error.details = "\n".join(filter(None, (error.details, captured.text)))
+        raise error
     mark("reference", 6)
     metrics = tuple(
         _metrics(o, s, q, f)
@@ -484,7 +533,7 @@ def _run_variant(target, variant: Variant, batches, config, steps, reference, re
     folds, sites = _site_outcomes(log, qparams)
     mark("metrics", 7)
     return VariantResult(variant, folds, sites, metrics, _not_delegated(program, rejected), timings,
-                         outputs=tuple(tuple(step) for step in quantized))
+                         outputs=tuple(tuple(step) for step in quantized), log=captured.text)
 
 
 def _stage(name: str, variant: Variant, fn):

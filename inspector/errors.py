@@ -20,7 +20,15 @@ def describe(exc: BaseException) -> str:
 
 
 class InspectorError(Exception):
-    """A user-facing error; its message is one line that names the problem and the fix."""
+    """A user-facing error; its message is one line that names the problem and the fix.
+
+    ``details`` keeps what the user does not need to see by default (what the backend
+    printed while failing); the CLI shows it under ``--debug``.
+    """
+
+    def __init__(self, message: str = "", *, details: str = "") -> None:
+        super().__init__(message)
+        self.details = details
 
 
 class ExplanationMismatchWarning(UserWarning):
