@@ -7,7 +7,7 @@ returns. A failure in a callback is shown inside the widget, which keeps working
 from __future__ import annotations
 
 import html
-import json
+import os
 import threading
 import traceback
 from pathlib import Path
@@ -16,13 +16,17 @@ from typing import Any, Iterable
 import ipywidgets as W
 
 import inspector
-from inspector import InspectorError
+from inspector import InspectorError, Session
 from inspector.compare import Comparison
 from inspector.report import figure_img
 
-SESSION_VERSION = 1
 DEFAULT_VARIANTS = ("off", "upstream", "state-aware-strict")
 _esc = html.escape
+
+
+def _check_choice(what: str, value: Any, choices: Iterable[str]) -> None:
+    if not isinstance(value, str) or value not in choices:
+        raise InspectorError(f"unknown {what} {value!r}; choose one of: {', '.join(choices)}")
 
 
 class FoldInspector(W.VBox):
@@ -40,8 +44,17 @@ class FoldInspector(W.VBox):
                  graph_view: str = "side by side", focus_selected: bool = True) -> None:
         super().__init__()
         self.add_class("fi-app")
+        _check_choice("stage", stage, inspector.STAGES)
+        _check_choice("policy", policy, inspector.POLICIES)
+        _check_choice("graph_view", graph_view, inspector.GRAPH_VIEWS)
+        variants = (variants,) if isinstance(variants, str) else tuple(variants)
+        for v in variants:
+            _check_choice("variant", v, inspector.POLICIES)
+        if isinstance(target, os.PathLike):
+            target = os.fspath(target)
         self._target_ref = target if isinstance(target, str) else None
         self._own_analysis = None  # the user's own model (not a sample), kept while samples are browsed
+        self._own_ref = self._target_ref  # how to name it in a session (None: an in-memory model)
         self._lock = threading.Lock()
         self._worker: threading.Thread | None = None
         self._busy = False
@@ -60,7 +73,7 @@ class FoldInspector(W.VBox):
                                               markers=tuple(markers))
         self._init_model_picker()
         is_recurrent = bool(self.analysis.target.recurrent) or any(s.state_path for s in self.analysis.sites)
-        self.steps_input.value = steps if steps is not None else (10 if is_recurrent else 1)
+        self.steps_input.value = inspector.check_steps(steps) if steps is not None else (10 if is_recurrent else 1)
         self._refresh()
 
     # ------------------------------------------------------------------ layout
@@ -84,7 +97,7 @@ class FoldInspector(W.VBox):
 
         self.variant_picker = W.SelectMultiple(options=list(inspector.POLICIES), value=tuple(variants),
                                                description="variants", rows=4).add_class("fi-variants")
-        self.steps_input = W.BoundedIntText(value=1, min=1, max=1000, description="steps",
+        self.steps_input = W.BoundedIntText(value=1, min=1, max=inspector.MAX_STEPS, description="steps",
                                             layout=W.Layout(width="160px")).add_class("fi-steps")
         self.run_button = W.Button(description="Run TOSA INT reference", icon="play", button_style="primary",
                                    layout=W.Layout(width="220px")).add_class("fi-run")
@@ -96,6 +109,8 @@ class FoldInspector(W.VBox):
         self.session_path = W.Text(value="fold-session.json", description="file",
                                    layout=W.Layout(width="320px")).add_class("fi-session-path")
         self.save_button = W.Button(description="Save session", icon="save").add_class("fi-save")
+        self.load_button = W.Button(description="Load session", icon="folder-open").add_class("fi-load")
+        self.trust_box = W.VBox().add_class("fi-trust-box")
         self.report_button = W.Button(description="Export report", icon="file").add_class("fi-report")
         self.status = W.Label("").add_class("fi-status")
 
@@ -105,6 +120,7 @@ class FoldInspector(W.VBox):
         self.graph_scope.observe(lambda _: self._guard(self._render_graph), names="value")
         self.run_button.on_click(lambda _: self._guard(self.run_reference))
         self.save_button.on_click(lambda _: self._guard(lambda: self.save_session(self.session_path.value)))
+        self.load_button.on_click(lambda _: self._guard(lambda: self.open_session(self.session_path.value)))
         self.report_button.on_click(lambda _: self._guard(lambda: self.export_report(self._report_path())))
 
         header = W.VBox([self.title, W.HBox([self.model_picker, self.stage_picker, self.policy_picker]),
@@ -116,7 +132,10 @@ class FoldInspector(W.VBox):
             W.HBox([self.progress, self.progress_label]),
             self.results, self.plots,
         ]).add_class("fi-reference")
-        session = W.HBox([self.session_path, self.save_button, self.report_button, self.status]).add_class("fi-session")
+        session = W.VBox([
+            W.HBox([self.session_path, self.save_button, self.load_button, self.report_button, self.status]),
+            self.trust_box,
+        ]).add_class("fi-session")
         self.children = [header, self.sites_box, graph_panel, reference, session]
 
     def _init_model_picker(self) -> None:
@@ -144,7 +163,7 @@ class FoldInspector(W.VBox):
                 analysis = self._own_analysis.with_policy(self.analysis.policy)
                 if analysis.stage != self.analysis.stage:
                     analysis = analysis.with_stage(self.analysis.stage)
-                self._target_ref = None
+                self._target_ref = self._own_ref
             else:
                 analysis = inspector.analyze(value, stage=self.analysis.stage, policy=self.analysis.policy)
                 self._target_ref = value
@@ -154,6 +173,28 @@ class FoldInspector(W.VBox):
             self._refresh()
 
         self._guard(go)
+
+    def _switch_to(self, analysis, target_ref: str | None) -> None:
+        """Show ``analysis`` (of ``target_ref``), with the model picker on it; forget results and selection."""
+        samples = {v for _, v in self.model_picker.options if v != "own"}
+        if target_ref not in samples:
+            self._own_analysis, self._own_ref = analysis, target_ref
+            options = [o for o in self.model_picker.options if o[1] != "own"]
+            self.model_picker.options = [(f"{analysis.name} (your model)", "own"), *options]
+        self._set_quietly(self.model_picker, target_ref if target_ref in samples else "own", self._on_model)
+        self._target_ref = target_ref
+        self.analysis = analysis
+        self.selected = None
+        self.comparison = self._comparison_for = None
+
+    @staticmethod
+    def _set_quietly(control, value, observer) -> None:
+        """Set a control's value without running its observer (the caller already did the work)."""
+        control.unobserve(observer, names="value")
+        try:
+            control.value = value
+        finally:
+            control.observe(observer, names="value")
 
     @property
     def sites(self) -> tuple:
@@ -223,53 +264,85 @@ class FoldInspector(W.VBox):
         if worker is not None:
             worker.join(timeout)
 
+    def session(self) -> Session:
+        """What this screen shows, as a core ``inspector.Session`` record."""
+        return Session(
+            target=self._target_ref, stage=self.analysis.stage, policy=self.analysis.policy,
+            markers=tuple(self.analysis.markers), selected=self.selected,
+            variants=tuple(self.variant_picker.value) or ("upstream",), steps=int(self.steps_input.value),
+            graph_view=self.graph_which.value, graph_scope=self.graph_scope.value,
+            results=self.comparison, results_for=self._comparison_for if self.comparison is not None else None,
+        )
+
     def save_session(self, path: str | Path) -> Path:
         """Write target reference, stage, policy, markers, selection, variants, steps and results to JSON."""
-        path = Path(path)
-        data = {
-            "version": SESSION_VERSION,
-            "target": self._target_ref,
-            "stage": self.analysis.stage,
-            "policy": self.analysis.policy,
-            "markers": list(self.analysis.markers),
-            "selected": self.selected,
-            "variants": list(self.variant_picker.value),
-            "steps": int(self.steps_input.value),
-            "graph_view": self.graph_which.value,
-            "graph_scope": self.graph_scope.value,
-            "results": self.comparison.to_dict() if self.comparison is not None else None,
-            "results_for": list(self._comparison_for[:2]) + [list(self._comparison_for[2])] if self._comparison_for else None,
-        }
-        path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+        path = inspector.save_session(self.session(), path)
         note = "" if self._target_ref else " (the model was passed as an object: give target= to load_session)"
         self.status.value = f"saved {path.name}{note}"
         return path
 
     @classmethod
-    def load_session(cls, path: str | Path, target: Any = None, example_inputs: Any = None) -> "FoldInspector":
-        """Restore a saved session to the same screen (give ``target`` if it was an in-memory model)."""
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise InspectorError(f"cannot read session {path}: {exc}") from None
-        if not isinstance(data, dict) or data.get("version") != SESSION_VERSION:
-            raise InspectorError(f"{path.name} is not a fold-inspector session (version {SESSION_VERSION})")
-        target = target if target is not None else data.get("target")
+    def load_session(cls, path: str | Path, target: Any = None, example_inputs: Any = None, *,
+                     trust: bool = False) -> "FoldInspector":
+        """Restore a saved session to the same screen (give ``target`` if it was an in-memory model).
+
+        A session is data: one whose target names a Python file (``model.py:Net``) is refused
+        unless ``trust=True``, because building that target runs the file's code.
+        """
+        session = inspector.read_session(path, trust=trust or target is not None)
+        target = target if target is not None else session.target
         if target is None:
-            raise InspectorError(f"{path.name} was saved from an in-memory model: pass target= to load_session")
-        app = cls(target, example_inputs, stage=data["stage"], policy=data["policy"], markers=data["markers"],
-                  variants=data["variants"], steps=data["steps"], graph_view=data.get("graph_view", "side by side"),
-                  focus_selected=data.get("graph_scope", "focus") == "focus")
-        if data.get("results"):
-            app.comparison = Comparison.from_dict(data["results"])
-            stage, policy, markers = data["results_for"]
-            app._comparison_for = (stage, policy, tuple(markers))
-        if data.get("selected"):
-            app.selected = data["selected"]
-        app._refresh()
-        app.status.value = f"restored {path.name}"
+            raise InspectorError(f"{Path(path).name} was saved from an in-memory model: pass target= to load_session")
+        app = cls(target, example_inputs, stage=session.stage, policy=session.policy, markers=session.markers,
+                  variants=session.variants, steps=session.steps, graph_view=session.graph_view,
+                  focus_selected=session.graph_scope == "focus")
+        app._apply_session(session)
+        app.status.value = f"restored {Path(path).name}"
         return app
+
+    def open_session(self, path: str | Path, *, trust: bool = False) -> None:
+        """Load a session into this widget (the *Load session* button). A session that names a Python
+        file asks first: the widget shows the file and a *Trust and load* button."""
+        path = Path(path)
+        if self._busy:
+            raise InspectorError("a reference run is going; load the session when it has finished")
+        try:
+            session = inspector.read_session(path, trust=trust)
+        except InspectorError as exc:
+            if not trust and "trust=True" in str(exc):
+                self._ask_trust(path, str(exc))
+                return
+            raise
+        self.trust_box.children = ()
+        if session.target is None:
+            raise InspectorError(f"{path.name} was saved from an in-memory model; it cannot be opened here")
+        analysis = inspector.analyze(session.target, stage=session.stage, policy=session.policy,
+                                     markers=session.markers)
+        self._switch_to(analysis, session.target)
+        self._set_quietly(self.stage_picker, session.stage, self._on_stage)
+        self._set_quietly(self.policy_picker, session.policy, self._on_policy)
+        self.variant_picker.value = tuple(session.variants)
+        self.steps_input.value = session.steps
+        self.graph_which.value = session.graph_view
+        self.graph_scope.value = session.graph_scope
+        self._apply_session(session)
+        self.status.value = f"restored {path.name}"
+
+    def _ask_trust(self, path: Path, message: str) -> None:
+        trust = W.Button(description="Trust and load", button_style="warning", icon="unlock").add_class("fi-trust")
+        cancel = W.Button(description="Cancel").add_class("fi-trust-cancel")
+        trust.on_click(lambda _: self._guard(lambda: self.open_session(path, trust=True)))
+        cancel.on_click(lambda _: setattr(self.trust_box, "children", ()))
+        self.trust_box.children = (W.HTML(f"<div class='fi-trust-message'>&#9888; {_esc(message)}</div>"),
+                                   W.HBox([trust, cancel]))
+
+    def _apply_session(self, session: Session) -> None:
+        if session.results is not None:
+            self.comparison = session.results
+            self._comparison_for = session.results_for
+        if session.selected and session.selected in {s.id for s in self.analysis.sites}:
+            self.selected = session.selected
+        self._refresh()
 
     def export_report(self, path: str | Path) -> Path:
         """Write a self-contained HTML report: sites, graphs and the reference results."""
@@ -306,9 +379,7 @@ class FoldInspector(W.VBox):
             try:
                 self.analysis = self.analysis.with_stage(change["new"])
             except Exception:
-                self.stage_picker.unobserve(self._on_stage, names="value")
-                self.stage_picker.value = change["old"]
-                self.stage_picker.observe(self._on_stage, names="value")
+                self._set_quietly(self.stage_picker, change["old"], self._on_stage)
                 raise
             if self.selected and self.selected not in {s.id for s in self.analysis.sites}:
                 self.selected = None
@@ -318,7 +389,11 @@ class FoldInspector(W.VBox):
 
     def _on_policy(self, change) -> None:
         def go():
-            self.analysis = self.analysis.with_policy(change["new"])
+            try:
+                self.analysis = self.analysis.with_policy(change["new"])
+            except Exception:
+                self._set_quietly(self.policy_picker, change["old"], self._on_policy)
+                raise
             self._refresh()
 
         self._guard(go)
