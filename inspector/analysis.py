@@ -77,6 +77,10 @@ class Site:
     def reason_codes(self) -> tuple[str, ...]:
         return tuple(r.code for r in self.reasons)
 
+    @property
+    def risk_codes(self) -> tuple[str, ...]:
+        return tuple(r.code for r in self.risks)
+
     def to_dict(self) -> dict:
         return {
             "id": self.id,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ._base import POLICIES, STAGES, SampleModel
 from . import models as _models
+from . import networks as _networks
 
 _SAMPLES: dict[str, type[SampleModel]] = {
     "conv_mul_channel_scale": _models.ConvMulChannelScale,
@@ -22,6 +23,12 @@ _SAMPLES: dict[str, type[SampleModel]] = {
     "conv_mul_chain": _models.ConvMulChain,
     "conv_mul_input_scale": _models.ConvMulInputScale,
     "shared_conv_mul": _models.SharedConvMul,
+    # blocks shaped like real networks
+    "resnet_basic_block": _networks.ResNetBasicBlock,
+    "mobilenetv2_inverted_residual": _networks.MobileNetV2InvertedResidual,
+    "squeeze_excitation": _networks.SqueezeExcitation,
+    "nf_resnet_block": _networks.NFResNetBlock,
+    "convnext_block": _networks.ConvNeXtBlock,
 }
 
 DEFAULT = "stateful_conv_mul"
