@@ -1,8 +1,13 @@
-"""compare(): overhead over the plain ExecuTorch flow, cached answers, and a 50-conv 3-variant run.
+"""compare(): the first call on a model the process has not seen, the repeat, and a 50-conv 3-variant run.
 
-Everything is measured in this one process and printed as ratios against a
-baseline measured in the same run (these machines are noisy; no thresholds are
-asserted here). Targets from the issue: overhead <= 1.10x, cached answer < 50 ms.
+What a user waits for, measured in this one process and printed as ratios against the
+plain ExecuTorch flow (the FACTS.md recipe, no inspector) measured in the same run
+(these machines are noisy; no thresholds are asserted here). Each round builds models
+with new weights, so neither the plain flow nor the inspector has seen them before.
+Targets from the issues: first call <= 1.10x the plain flow; a repeat answered from the
+cache. A repeat with a new model object must export it again to know it is the same model
+(keying by less answered for the wrong model), so it costs one export; a repeat through an
+existing Analysis (the widget's path) must stay under 50 ms.
 """
 
 from __future__ import annotations
@@ -21,10 +26,13 @@ warnings.filterwarnings("ignore")
 import torch  # noqa: E402
 
 import inspector  # noqa: E402
-from inspector import _executorch, _tosa  # noqa: E402
-from inspector.compare import _calibration, clear_cache  # noqa: E402
+from inspector import _executorch, _quiet, _tosa  # noqa: E402
 from inspector._load import load  # noqa: E402
+from inspector.compare import _calibration  # noqa: E402
 from sample_models.big import ConvStack  # noqa: E402
+
+FIRST_CALL_TARGET = 1.10
+REPEAT_TARGET_MS = 50
 
 
 def plain_flow(model, inputs, batches):
@@ -36,51 +44,66 @@ def plain_flow(model, inputs, batches):
         gm(*batch)
     gm = _tosa.convert_pt2e(gm)
     lowered = _tosa.lower(torch.export.export(gm, inputs))
-    with _tosa.reference_dispatch():
+    with _tosa.reference_dispatch(), _quiet.captured_fds():  # its C++ warnings, as compare keeps them
         return lowered.exported_program().module()(*inputs)
 
 
 def timed(fn):
     t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
+    value = fn()
+    return time.perf_counter() - t0, value
+
+
+def medium(seed: int) -> ConvStack:
+    return ConvStack(convs=8, channels=16, size=28, seed=seed)
 
 
 def main() -> None:
-    medium = ConvStack(convs=8, channels=16, size=28)
-    inputs = medium.example_inputs()
-    batches, _ = _calibration(load(medium), None, 1)
-    plain_flow(medium, inputs, batches[:1])  # warm-up: imports, kernel caches
+    warm = medium(1000)
+    batches, _ = _calibration(load(warm), None, 1)  # the same calibration batches compare uses
+    plain_flow(warm, warm.example_inputs(), batches[:1])  # warm-up: imports, kernel caches
+    inspector.compare(medium(1001), ("upstream",))
 
-    plain, ours = [], []
-    for _ in range(3):  # interleaved so drift on the machine hits both alike
-        plain.append(timed(lambda: plain_flow(medium, inputs, batches)))
-        clear_cache()
-        ours.append(timed(lambda: inspector.compare(medium, ("upstream",))))
-    p, o = min(plain), min(ours)
-    print(f"medium model (8 convs, 16 ch, 28x28), best of 3: plain flow {p:.2f} s, compare(1 variant) {o:.2f} s, "
-          f"overhead {o / p:.3f}x (target <= 1.10x)")
-
-    cached = []
-    for _ in range(5):
-        cached.append(timed(lambda: inspector.compare(medium, ("upstream",))))
-    print(f"cached variant: {min(cached) * 1e3:.1f} ms best, {max(cached) * 1e3:.1f} ms worst of 5 (target < 50 ms); "
-          f"{o / min(cached):.0f}x faster than computing it")
+    plain, first, repeat, exports, through, phases = [], [], [], [], [], []
+    for round_ in range(3):  # interleaved so drift on the machine hits both alike
+        model = medium(round_)
+        plain.append(timed(lambda: plain_flow(model, model.example_inputs(), batches))[0])
+        unseen = medium(100 + round_)  # new weights: nothing about it is cached
+        seconds, result = timed(lambda: inspector.compare(unseen, ("upstream",)))
+        first.append(seconds)
+        phases.append(result.results[0].timings)
+        again = medium(100 + round_)  # a fresh object with the same content: answered from the cache
+        seconds, result = timed(lambda: inspector.compare(again, ("upstream",)))
+        assert result.results[0].cached
+        repeat.append(seconds)
+        exports.append(timed(lambda: torch.export.export(copy.deepcopy(again), again.example_inputs()))[0])
+        analysis = inspector.analyze(again, stage="tfa")
+        seconds, result = timed(lambda: analysis.compare(("upstream",)))
+        assert result.results[0].cached
+        through.append(seconds)
+    p, f, r, e, a = min(plain), min(first), min(repeat), min(exports), min(through)
+    print("medium model (8 convs, 16 ch, 28x28), best of 3, models the process had not seen:")
+    print(f"  plain ExecuTorch flow {p:.2f} s; compare(1 variant), first call {f:.2f} s: "
+          f"{f / p:.3f}x (target <= {FIRST_CALL_TARGET:.2f}x) {'OK' if f / p <= FIRST_CALL_TARGET else 'OVER'}")
+    best = phases[first.index(f)]
+    print("  first call by phase: " + ", ".join(f"{k} {v:.2f} s" for k, v in best.items())
+          + f"; outside the variant (load, export, float reference) {f - sum(best.values()):.2f} s")
+    print(f"  the same model again, a new object: {r * 1e3:.0f} ms from the cache ({f / r:.0f}x faster than the "
+          f"first call), of which its export {e * 1e3:.0f} ms (needed to know it is the same model)")
+    print(f"  the same model again through its Analysis (the widget's path): {a * 1e3:.1f} ms "
+          f"(target < {REPEAT_TARGET_MS} ms) {'OK' if a * 1e3 < REPEAT_TARGET_MS else 'OVER'}")
 
     big = ConvStack()
-    clear_cache()
-    stages = {}
-    t0 = time.perf_counter()
-    result = inspector.compare(big, ("off", "upstream", "state-aware-strict"))
-    wall = time.perf_counter() - t0
-    for r in result.results:
-        for k, v in r.timings.items():
-            stages[k] = stages.get(k, 0.0) + v
-    print(f"50 convs, 64 ch, 56x56, 3 variants: {wall:.1f} s wall; by stage: "
-          + ", ".join(f"{k} {v:.1f} s" for k, v in stages.items()))
-    for r in result.results:
-        print(f"  {r.variant.label:20} folds tfa {r.folds['tfa']:2d}  SQNR {r.at_step(0).sqnr_db:6.2f} dB"
-              f"{'  (cached: same decisions as an earlier variant)' if r.cached else ''}")
+    phase_totals = {}
+    seconds, result = timed(lambda: inspector.compare(big, ("off", "upstream", "state-aware-strict")))
+    for res in result.results:
+        for k, v in res.timings.items():
+            phase_totals[k] = phase_totals.get(k, 0.0) + v
+    print(f"50 convs, 64 ch, 56x56, 3 variants: {seconds:.1f} s wall; by phase: "
+          + ", ".join(f"{k} {v:.1f} s" for k, v in phase_totals.items()))
+    for res in result.results:
+        print(f"  {res.variant.label:20} folds tfa {res.folds['tfa']:2d}  SQNR {res.at_step(0).sqnr_db:6.2f} dB"
+              f"{'  (cached: same decisions as an earlier variant)' if res.cached else ''}")
 
 
 if __name__ == "__main__":

@@ -44,6 +44,11 @@ class Target:
     # Derived data computed once per target (stage graphs, predicted decisions), bounded.
     memo: BoundedCache = field(default_factory=lambda: BoundedCache(64, "target memo"), repr=False, compare=False)
 
+    def initial_buffers(self) -> dict[str, torch.Tensor]:
+        """Every buffer's initial value by module path (state starts from these in every run)."""
+        return self.memo.get_or_compute(
+            "initial buffers", lambda: {k: v.detach().clone() for k, v in self.eager().named_buffers()})
+
     def eager(self) -> nn.Module:
         """A fresh private module computing the model in float (eager copy, or the program's module)."""
         if self.model is not None:

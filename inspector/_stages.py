@@ -85,32 +85,46 @@ def build(exported: torch.export.ExportedProgram, stage: str) -> StageGraph:
 
 
 def _capture_tfa_graph(exported) -> tuple[GraphModule, None, tuple[str, ...]]:
-    """Run the quantizer's own transform-for-annotation and keep the graph the fold receives.
+    """Run the quantizer's real ``prepare_pt2e`` and keep the graph the fold receives there.
 
-    Other passes run before the fold in that pipeline, so ``ep.module()`` alone is
-    not the same graph (FACTS.md). The capture runs the pass under policy ``off``,
-    so the rest of the pipeline sees an unfolded graph that is then discarded.
+    ``prepare_pt2e`` fuses BatchNorm into the preceding conv before it calls the
+    quantizer's transform-for-annotation, and other passes run before the fold in
+    that pipeline, so neither ``ep.module()`` nor transform-for-annotation alone is
+    the same graph (a ``bn(conv(x)) * s`` is a site only after the fusion). The
+    capture runs the pass under policy ``off``, so the rest of the pipeline sees an
+    unfolded graph that is then discarded.
     """
+    from . import _tosa
+
     log = FoldLog(snapshots=True)
     gm = copy.deepcopy(exported).module(check_guards=False)
     quantizer = _executorch.tosa_int_quantizer()
     notes: tuple[str, ...] = ()
     try:
         with swapped_fold_pass(policy_pass_class("off", log=log)):
-            quantizer.transform_for_annotation(gm)
+            _tosa.prepare_pt2e(gm, quantizer)
     except Exception as exc:  # noqa: BLE001 - a failure after the fold leaves the capture valid
         if not log.runs:
             raise InspectorError(
                 f"the quantizer's transform-for-annotation failed before the fold pass ran: {first_line(exc)}"
             ) from None
-        notes = (f"the quantizer's transform-for-annotation failed after the fold pass ran "
+        notes = (f"the quantizer's prepare_pt2e failed after the fold pass ran "
                  f"(this model will not quantize as is): {first_line(exc)}",)
-    if not log.runs:
+    graph = tfa_graph_of(log)
+    if graph is None:
         raise InspectorError("the quantizer's transform-for-annotation pipeline never ran the fold pass; "
                              "this executorch version is not supported (see pyproject.toml)")
+    return graph, None, notes
+
+
+def tfa_graph_of(log: FoldLog) -> GraphModule | None:
+    """The pristine graph the fold received in a quantization run's transform-for-annotation
+    (``log`` recorded with snapshots), held lazily; None if the pass never ran there."""
+    run = next((r for r in log.runs if r.tfa and r.before is not None), None)
+    if run is None:
+        return None
     # A lazy GraphModule generates its Python code only when called: copies and the pass's
     # own recompile() stay cheap, so re-deciding after a marker toggle needs no codegen.
     from torch.fx._lazy_graph_module import _LazyGraphModule
 
-    return _LazyGraphModule.from_graphmodule(log.runs[0].before), None, notes
-
+    return _LazyGraphModule.from_graphmodule(run.before)

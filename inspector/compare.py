@@ -20,10 +20,10 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from . import _executorch, _graph, _load, _quiet, _tosa
+from . import _executorch, _graph, _load, _quiet, _stages, _tosa
 from ._hashing import digest as _digest
 from ._limits import check_steps
-from .errors import InspectorError, crash_behind, describe
+from .errors import InspectorError, UnknownMarker, crash_behind, describe
 from .fold_swap import swapped_fold_pass
 from .policies import FoldLog, check_policy, marker_tuple, policy_pass_class
 
@@ -314,12 +314,7 @@ def compare(
             if progress is not None:
                 progress(f"{variant.label}: {stage}", (i + fraction) / len(wanted))
 
-        # Key by the fold decisions the variant leads to: a marker toggle that changes no
-        # decision is answered from the cache. A custom quantization config can change
-        # which nodes the quantizer lets fold, so then the variant itself is the key.
-        decisions = _predicted_decisions(loaded, variant) if quantization_config is None else None
-        key = base_key + (("decisions", decisions) if decisions is not None else ("variant", variant))
-        hit = _CACHE.get(key)
+        hit = _cached_result(loaded, base_key, variant, quantization_config)
         if hit is not None:
             results.append(_relabel(hit, variant))
             report("cached", 1.0)
@@ -328,13 +323,30 @@ def compare(
             _check_recurrent(loaded)
             reference = _float_reference(loaded, steps)
             _CACHE.put(("reference",) + base_key, reference)
-        result = _run_variant(loaded, variant, batches, quantization_config, steps, reference, report)
-        _CACHE.put(key, result)
+        result, decisions = _run_variant(loaded, variant, batches, quantization_config, steps, reference, report)
+        # Keyed by the variant, and by the fold decisions it really led to: another variant that
+        # leads to the same decisions (a marker toggle that changes none) is the same computation.
+        _CACHE.put(base_key + ("variant", variant.policy, variant.markers), result)
+        _CACHE.put(base_key + ("decisions", decisions), result)
         results.append(result)
     if progress is not None:
         progress("done", 1.0)
     return Comparison(loaded.name, steps, calibration_text, quant_text, tuple(results),
                       reference=tuple(tuple(step) for step in reference))
+
+
+def _cached_result(target: _load.Target, base_key: tuple, variant: Variant, config) -> "VariantResult | None":
+    """A result computed before for this variant, or for another one with the same fold decisions.
+
+    Decisions are predicted with the real pass on the tfa graph, which a first run on a model
+    captured from its own quantization pipeline; on a model nothing has run on yet, the variant
+    simply runs (predicting would cost a pipeline run of its own). A custom quantization config
+    can change which nodes the quantizer lets fold, so then only the variant itself is a key.
+    """
+    hit = _CACHE.get(base_key + ("variant", variant.policy, variant.markers))
+    if hit is not None or config is not None or ("stage", "tfa") not in target.memo:
+        return hit
+    return _CACHE.get(base_key + ("decisions", _predicted_decisions(target, variant)))
 
 
 def _relabel(result: VariantResult, variant: Variant) -> VariantResult:
@@ -367,13 +379,16 @@ def _variants(variants, markers) -> list[Variant]:
     return out
 
 
-def _predicted_decisions(target: _load.Target, variant: Variant) -> tuple[str, ...]:
-    """The site ids the pass folds at tfa for this variant (same real pass, captured graph)."""
+def _predicted_decisions(target: _load.Target, variant: Variant) -> tuple:
+    """Where the pass folds in this variant's flow: ``(("tfa", site ids), ("lowering", ()))``.
+
+    The real pass on the captured tfa graph; in the INT flow nothing is left to fold in lowering.
+    """
     from .analysis import analyze
 
-    def decide() -> tuple[str, ...]:
+    def decide() -> tuple:
         result = analyze(target, stage="tfa", policy=variant.policy, markers=variant.markers)
-        return tuple(s.id for s in result.folded)
+        return (("tfa", tuple(sorted(s.id for s in result.folded))), ("lowering", ()))
 
     return target.memo.get_or_compute(("decisions", variant.policy, variant.markers), decide)
 
@@ -483,8 +498,9 @@ def _run_variant(target, variant: Variant, batches, config, steps, reference, re
         clock = now
         report(stage, (index + 1) / len(STEPS_OF_A_VARIANT))
 
-    model = target.eager()
-    initial = {k: v.detach().clone() for k, v in model.named_buffers()}
+    # The run captures the tfa graph for later predictions (the default quantizer's graph only).
+    log.snapshots = config is None and ("stage", "tfa") not in target.memo
+    initial = target.initial_buffers()
     quantizer = _executorch.tosa_int_quantizer(config=config)
     # Everything the stack prints on the way (the reference model's C++ warnings on fd 1
     # among it) goes into the variant's log, shown under --debug, never into stdout.
@@ -492,7 +508,8 @@ def _run_variant(target, variant: Variant, batches, config, steps, reference, re
     with _quiet.captured_fds() as captured:
         try:
             with swapped_fold_pass(policy_pass_class(variant.policy, variant.markers, log)):
-                exported = _stage("export", variant, lambda: torch.export.export(model, copy.deepcopy(target.inputs)))
+                # The target's own export (a private copy): the program the user gave, exported once.
+                exported = copy.deepcopy(target.exported)
                 mark("export", 0)
                 prepared = _stage("prepare", variant,
                                   lambda: _tosa.prepare_pt2e(exported.module(check_guards=False), quantizer))
@@ -532,8 +549,15 @@ def _run_variant(target, variant: Variant, batches, config, steps, reference, re
     )
     folds, sites = _site_outcomes(log, qparams)
     mark("metrics", 7)
-    return VariantResult(variant, folds, sites, metrics, _not_delegated(program, rejected), timings,
-                         outputs=tuple(tuple(step) for step in quantized), log=captured.text)
+    if log.snapshots and config is None:
+        graph = _stages.tfa_graph_of(log)
+        if graph is not None:
+            target.memo.put(("stage", "tfa"), _stages.StageGraph("tfa", graph, None))
+    decisions = tuple((stage, tuple(sorted(s.site_id for s in sites if s.folded_at == stage)))
+                      for stage in ("tfa", "lowering"))
+    result = VariantResult(variant, folds, sites, metrics, _not_delegated(program, rejected), timings,
+                           outputs=tuple(tuple(step) for step in quantized), log=captured.text)
+    return result, decisions
 
 
 def _stage(name: str, variant: Variant, fn):
@@ -545,6 +569,9 @@ def _stage(name: str, variant: Variant, fn):
         crash = crash_behind(exc)
         if crash is not None:  # the pass crashed inside the pipeline, which wrapped the error
             raise InspectorError(f"{name} failed for variant {variant.label}: {crash}") from None
+        unknown = crash_behind(exc, UnknownMarker)
+        if unknown is not None:
+            raise InspectorError(f"variant {variant.label}: {unknown}") from None
         raise InspectorError(f"{name} failed for variant {variant.label}: {describe(exc)}") from None
 
 

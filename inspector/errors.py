@@ -44,12 +44,17 @@ class FoldPassCrash(InspectorError):
         self.mul = mul  # its mul node name
 
 
-def crash_behind(exc: BaseException | None) -> "FoldPassCrash | None":
-    """The FoldPassCrash behind ``exc``, if any: pass managers wrap the errors of their passes."""
+class UnknownMarker(InspectorError):
+    """A carried-state marker names no site and no node of the graph the fold pass receives."""
+
+
+def crash_behind(exc: BaseException | None, kind: type = FoldPassCrash) -> "InspectorError | None":
+    """The ``kind`` error (default FoldPassCrash) behind ``exc``, if any: pass managers wrap
+    the errors of their passes."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        if isinstance(exc, FoldPassCrash):
+        if isinstance(exc, kind):
             return exc
         exc = exc.__cause__ or exc.__context__
     return None

@@ -17,7 +17,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassResult
 
 from . import _executorch, _graph
-from .errors import FoldPassCrash, InspectorError, describe
+from .errors import FoldPassCrash, InspectorError, UnknownMarker, describe
 
 POLICIES = ("off", "upstream", "state-aware", "state-aware-strict")
 POLICY_HELP = {
@@ -120,13 +120,19 @@ def policy_pass_class(policy: str, markers: Iterable[str] = (), log: FoldLog | N
             graph = graph_module.graph
             cands = _graph.candidates(graph)
             ids = _graph.site_ids(cands)
-            for node in resolve_markers(graph, markers, cands, ids)[0].values():
-                _graph.set_marker(node)
             run = FoldRun(tfa=self.exported_program is None)
             run.site_ids = {c.mul.name: i for c, i in zip(cands, ids)}
             run.convs = {c.mul.name: c.conv.name for c in cands}
             if log is not None and log.snapshots:
-                run.before = copy.deepcopy(graph_module)
+                run.before = copy.deepcopy(graph_module)  # pristine: before any marker is set
+            found, unknown = resolve_markers(graph, markers, cands, ids)
+            if unknown and run.tfa:
+                # Where the INT flow folds, a marker that names nothing would silently protect nothing.
+                known = ", ".join(ids) or "no sites"
+                raise UnknownMarker(f"unknown marker {unknown[0]!r} at stage tfa: give a site id ({known}) "
+                                    "or a node name of this graph")
+            for node in found.values():
+                _graph.set_marker(node)
             self._inspector_run = run
             self._inspector_guard = _guard(policy, graph, self.exported_program)
             if policy == "off":

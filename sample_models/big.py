@@ -11,9 +11,9 @@ from ._base import seeded_input
 class ConvStack(nn.Module):
     """``convs`` 3x3 convolutions (``channels`` in and out); every other one is scaled per channel."""
 
-    def __init__(self, convs: int = 50, channels: int = 64, size: int = 56) -> None:
+    def __init__(self, convs: int = 50, channels: int = 64, size: int = 56, seed: int = 0) -> None:
         super().__init__()
-        gen = torch.Generator().manual_seed(0)
+        gen = torch.Generator().manual_seed(seed)
         self.size = size
         self.channels = channels
         self.convs = nn.ModuleList(nn.Conv2d(channels, channels, 3, padding=1) for _ in range(convs))

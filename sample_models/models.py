@@ -308,3 +308,29 @@ class SharedConvMul(SampleModel):
         if stage == "tfa":
             return (skip("weight-shared"), skip("weight-shared"))
         return (FOLD, FOLD)
+
+
+class ConvBatchNormMul(SampleModel):
+    """``bn(conv(x)) * 0.5``: no site at aten or edge (the mul follows BatchNorm), but the quantizer's
+    ``prepare_pt2e`` fuses BatchNorm into the conv before transform-for-annotation: at tfa the mul
+    follows the conv directly, and the installed pass folds it."""
+
+    SEED = 13
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        seeded(self, self.SEED)
+        with torch.no_grad():
+            self.bn.running_var.fill_(1.5)
+        self.eval()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn(self.conv(x)) * 0.5
+
+    def example_inputs(self):
+        return (seeded_input(1, 3, 8, 8),)
+
+    def expected_upstream(self, stage: str) -> tuple[Verdict, ...]:
+        return (FOLD,) if stage == "tfa" else ()

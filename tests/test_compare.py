@@ -175,7 +175,7 @@ def test_errors_are_one_line_and_name_what_failed():
         compare(bad, ("upstream",))
     with pytest.raises(InspectorError, match="unknown policy"):
         compare("sample:conv_mul_scalar", ("sometimes",))
-    with pytest.raises(InspectorError, match="steps must be a positive integer"):
+    with pytest.raises(InspectorError, match="steps must be from 1 to 1000, got 0"):
         compare("sample:conv_mul_scalar", steps=0)
     model = Exploding()
     snap = state_of(model)
