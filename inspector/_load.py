@@ -7,11 +7,9 @@ weights in place into whatever module it is given; FACTS.md).
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import hashlib
 import importlib.util
-import threading
 import os
 import sys
 from dataclasses import dataclass, field, replace
@@ -24,7 +22,7 @@ from torch import nn
 from . import _quiet
 from ._cache import BoundedCache
 from ._hashing import digest, program_fingerprint
-from .errors import InspectorError, describe, first_line
+from .errors import InspectorError, describe, first_line, listing, quoted
 
 SAMPLE_PREFIX = "sample:"
 
@@ -98,7 +96,7 @@ def _load(target: Any, example_inputs: Any) -> Target:
         if ".py:" in text:
             return _from_script(text, example_inputs)
         raise InspectorError(
-            f"cannot tell what {text!r} is; give a sample (sample:NAME), a .pt2 file, or path/to/file.py:ClassName"
+            f"cannot tell what {quoted(text)} is; give a sample (sample:NAME), a .pt2 file, or path/to/file.py:ClassName"
         )
     raise InspectorError(
         f"cannot analyze a {type(target).__name__}; give an nn.Module with example inputs, an ExportedProgram, "
@@ -116,68 +114,16 @@ def _from_sample(name: str, example_inputs: Any) -> Target:
     import sample_models
 
     if name not in sample_models.names():
-        raise InspectorError(f"unknown sample {name!r}; known samples: {', '.join(sample_models.names())}")
+        raise InspectorError(f"unknown sample {quoted(name)}; known samples: {listing(sample_models.names())}")
     model = sample_models.get(name)
     return _from_module(model, example_inputs, SAMPLE_PREFIX + name)
 
 
 def load_pt2(path: str | os.PathLike) -> torch.export.ExportedProgram:
-    """Load a ``.pt2`` archive written by ``torch.export.save`` without running code from it.
+    """Load a ``.pt2`` archive without running code from it (see ``inspector._pt2.load_pt2``)."""
+    from . import _pt2
 
-    ``torch.export.load`` unpickles parts of the archive with ``weights_only=False``
-    (pickled weights and constants, custom and opaque objects, and as a fallback the
-    example inputs), so a stranger's file could run code. Here every tensor load is
-    forced to ``weights_only=True`` and the other unpicklers refuse, for the duration
-    of the load; an archive that needs them is rejected with a one-line error.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise InspectorError(f"no such file: {path}")
-    try:
-        with _no_code_from_archives():
-            return torch.export.load(str(path))
-    except _Refused as exc:
-        raise InspectorError(f"refusing to load {path.name}: {exc}") from None
-    except Exception as exc:  # noqa: BLE001 - any loader failure is a bad file for the user
-        if "weights_only" in str(exc) or "Unpickl" in type(exc).__name__:
-            raise InspectorError(
-                f"refusing to load {path.name}: it holds pickled Python objects beyond plain tensors, "
-                "which could run code; re-export it with plain tensor weights and inputs"
-            ) from None
-        raise InspectorError(f"cannot load {path.name} as a torch.export .pt2 archive: {first_line(exc)}") from None
-
-
-class _Refused(Exception):
-    """The archive asked for an unpickler that can run code."""
-
-
-_ARCHIVE_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def _no_code_from_archives():
-    """Within this scope, torch.load is weights_only and arbitrary unpicklers refuse."""
-    import types
-
-    from torch.export.pt2_archive import _package
-
-    def refuse(*_args, **_kwargs):
-        raise _Refused("it holds pickled custom or opaque objects, which could run code")
-
-    real_load = torch.load
-
-    def tensors_only(f, *args, weights_only=None, **kwargs):  # noqa: ARG001 - forced below
-        return real_load(f, *args, weights_only=True, **kwargs)
-
-    with _ARCHIVE_LOCK:
-        saved = (torch.load, _package.pickle, torch._C._pickle_load_obj)
-        torch.load = tensors_only
-        _package.pickle = types.SimpleNamespace(loads=refuse, load=refuse)
-        torch._C._pickle_load_obj = refuse
-        try:
-            yield
-        finally:
-            torch.load, _package.pickle, torch._C._pickle_load_obj = saved
+    return _pt2.load_pt2(path)
 
 
 def _from_script(spec: str, example_inputs: Any) -> Target:
@@ -192,14 +138,27 @@ def _from_script(spec: str, example_inputs: Any) -> Target:
     sys.modules[mod_name] = module  # dataclasses and pickling look the module up by name
     try:
         module_spec.loader.exec_module(module)
+    except SystemExit as exc:  # a script that calls sys.exit() when imported
+        sys.modules.pop(mod_name, None)
+        raise InspectorError(f"importing {path.name} called sys.exit({exc.code!r}); guard the script's own code "
+                             "with `if __name__ == '__main__':`") from None
     except Exception as exc:  # noqa: BLE001
+        sys.modules.pop(mod_name, None)
         raise InspectorError(f"importing {path.name} failed: {describe(exc)}") from None
     cls = getattr(module, cls_name, None)
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         classes = sorted(n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, nn.Module) and v.__module__ == mod_name)
-        raise InspectorError(f"{path.name} has no nn.Module class {cls_name!r}; found: {', '.join(classes) or 'none'}")
+        raise InspectorError(f"{path.name} has no nn.Module class {quoted(cls_name)}; found: {listing(classes) or 'none'}")
     try:
         model = cls()
+    except SystemExit as exc:
+        raise InspectorError(f"{cls_name}() called sys.exit({exc.code!r})") from None
+    except TypeError as exc:
+        if "required" in str(exc) and "argument" in str(exc):
+            raise InspectorError(f"{cls_name}() needs arguments ({first_line(exc)}); the inspector builds the class "
+                                 "with none: give it defaults, or build it in Python and call inspector.analyze(model)"
+                                 ) from None
+        raise InspectorError(f"{cls_name}() failed: {describe(exc)}") from None
     except Exception as exc:  # noqa: BLE001
         raise InspectorError(f"{cls_name}() failed: {describe(exc)}") from None
     if example_inputs is None:
