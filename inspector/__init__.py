@@ -6,7 +6,7 @@ No UI here: ``widgets`` imports this package, never the reverse.
 from . import _quiet
 from .analysis import WIDE_RANGE_RATIO, Analysis, ScaleSummary, Site, analyze
 from .compare import Comparison, Metrics, QParams, SiteOutcome, Variant, VariantResult, compare
-from .errors import ExplanationMismatchWarning, FoldPassCrash, InspectorError
+from .errors import ExplanationMismatchWarning, FoldPassCrash, InspectorError, quoted
 from .policies import POLICIES
 from .reasons import Reason, ReasonCode, Risk, RiskCode
 from .render import render, svg
@@ -41,6 +41,7 @@ __all__ = [
     "WIDE_RANGE_RATIO",
     "analyze",
     "check_steps",
+    "quoted",
     "read_session",
     "save_session",
     "render",

@@ -8,10 +8,10 @@ import math
 def plot_comparison(comparison, kind: str = "drift", output: int = 0):
     from matplotlib.figure import Figure
 
-    from .errors import InspectorError
+    from .errors import InspectorError, quoted
 
     if kind not in ("drift", "channels"):
-        raise InspectorError(f"unknown plot kind {kind!r}; choose 'drift' or 'channels'")
+        raise InspectorError(f"unknown plot kind {quoted(kind)}; choose 'drift' or 'channels'")
     fig = Figure(figsize=(7, 3.5), layout="constrained")
     ax = fig.add_subplot()
     if kind == "drift":

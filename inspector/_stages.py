@@ -15,7 +15,7 @@ import torch
 from torch.fx import GraphModule
 
 from . import _executorch
-from .errors import InspectorError, first_line
+from .errors import InspectorError, first_line, quoted
 from .fold_swap import swapped_fold_pass
 from .policies import FoldLog, policy_pass_class
 
@@ -30,7 +30,7 @@ STAGE_HELP = {
 
 def check_stage(stage: str) -> str:
     if stage not in STAGES:
-        raise InspectorError(f"unknown stage {stage!r}; choose one of: {', '.join(STAGES)}")
+        raise InspectorError(f"unknown stage {quoted(stage)}; choose one of: {', '.join(STAGES)}")
     return stage
 
 

@@ -12,7 +12,7 @@ from torch.fx import GraphModule, Node
 
 from . import _graph, _load, _stages
 from ._explain import Context, explain
-from .errors import ExplanationMismatchWarning, InspectorError, crash_behind, describe
+from .errors import ExplanationMismatchWarning, InspectorError, crash_behind, describe, listing, quoted
 from .policies import FoldLog, check_policy, marker_tuple, policy_pass_class, resolve_markers
 from .reasons import Reason, ReasonCode, Risk, RiskCode
 
@@ -172,7 +172,7 @@ class Analysis:
         for s in self.sites:
             if s.id == site_id:
                 return s
-        raise InspectorError(f"no site {site_id!r}; sites: {', '.join(s.id for s in self.sites) or 'none'}")
+        raise InspectorError(f"no site {quoted(site_id)}; sites: {listing(s.id for s in self.sites) or 'none'}")
 
     @property
     def folded(self) -> tuple[Site, ...]:
@@ -327,9 +327,9 @@ def _decide(target, stage_graph, policy: str, markers: tuple[str, ...]) -> Analy
     ids = _graph.site_ids(cands)
     found, unknown = resolve_markers(graph, markers, cands, ids)
     if unknown:
-        known = ", ".join(ids) or "no sites"
+        known = listing(ids) or "no sites"
         raise InspectorError(
-            f"unknown marker {unknown[0]!r} at stage {stage_graph.stage}: give a site id ({known}) or a node name of this graph"
+            f"unknown marker {quoted(unknown[0])} at stage {stage_graph.stage}: give a site id ({known}) or a node name of this graph"
         )
     for node in found.values():
         _graph.set_marker(node)

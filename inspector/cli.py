@@ -13,7 +13,7 @@ import os
 import sys
 import warnings
 
-from .errors import InspectorError, describe
+from .errors import InspectorError, describe, listing, quoted
 
 DESCRIPTION = "Inspect ExecuTorch's Arm FoldScalarMulIntoConvPass: which conv->mul sites fold, and why not."
 
@@ -219,7 +219,7 @@ def _demo(args) -> int:
     check_writable(args.html)
     name = args.sample or sample_models.DEFAULT
     if name not in sample_models.names():
-        raise InspectorError(f"unknown sample {name!r}; known samples: {', '.join(sample_models.names())}")
+        raise InspectorError(f"unknown sample {quoted(name)}; known samples: {listing(sample_models.names())}")
     print(f"sample:{name}: {sample_models.describe(name)}\n")
     first = analyze("sample:" + name, stage=args.stage, policy="upstream")
     results = [first] + [first.with_policy(p) for p in POLICIES if p != "upstream"]
@@ -251,7 +251,11 @@ def _samples(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    """Run the command line; returns the exit status (2 for bad input, with one ``error:`` line)."""
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # --help, or argparse's one-line error (see _Parser.error)
+        return exc.code if isinstance(exc.code, int) else 2
     _quiet_imports()
     handler = {"analyze": _analyze, "compare": _compare, "render": _render, "demo": _demo,
                "samples": _samples}[args.command]

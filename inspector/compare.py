@@ -23,7 +23,7 @@ import torch
 from . import _executorch, _graph, _load, _quiet, _stages, _tosa
 from ._hashing import digest as _digest
 from ._limits import check_steps
-from .errors import InspectorError, UnknownMarker, crash_behind, describe
+from .errors import InspectorError, UnknownMarker, crash_behind, describe, listing, quoted
 from .fold_swap import swapped_fold_pass
 from .policies import FoldLog, check_policy, marker_tuple, policy_pass_class
 
@@ -148,7 +148,7 @@ class Comparison:
         for r in self.results:
             if policy_or_label in (r.variant.label, r.variant.policy):
                 return r
-        raise InspectorError(f"no variant {policy_or_label!r}; variants: {', '.join(r.variant.label for r in self.results)}")
+        raise InspectorError(f"no variant {quoted(policy_or_label)}; variants: {listing(r.variant.label for r in self.results)}")
 
     def to_dict(self) -> dict:
         return {
@@ -183,7 +183,7 @@ class Comparison:
             missing = next(((s, o) for s in range(result.steps) for o in outputs if (s, o) not in have), None)
             if missing is not None or len(have) != len(r.metrics):
                 what = f"no metrics for output {missing[1]} at step {missing[0]}" if missing else "duplicate metrics"
-                raise InspectorError(f"not a saved comparison: variant {r.variant.label!r} has {what}")
+                raise InspectorError(f"not a saved comparison: variant {quoted(r.variant.label)} has {what}")
         return result
 
     def plot(self, kind: str = "drift", output: int = 0):
@@ -361,7 +361,7 @@ def _variants(variants, markers) -> list[Variant]:
         default_markers = marker_tuple(markers)
         items = list(variants)
     except TypeError:
-        raise InspectorError(f"cannot read variants {variants!r}; give policy names, e.g. ('off', 'upstream')") from None
+        raise InspectorError(f"cannot read variants {quoted(variants)}; give policy names, e.g. ('off', 'upstream')") from None
     out = []
     for v in items:
         if isinstance(v, Variant):
@@ -371,7 +371,7 @@ def _variants(variants, markers) -> list[Variant]:
         elif isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], str):
             variant = Variant(v[0], marker_tuple(v[1]))
         else:
-            raise InspectorError(f"cannot read variant {v!r}; give a policy name, a Variant, or (policy, markers)")
+            raise InspectorError(f"cannot read variant {quoted(v)}; give a policy name, a Variant, or (policy, markers)")
         check_policy(variant.policy)
         out.append(variant)
     if not out:

@@ -19,6 +19,24 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first_line(exc)}"
 
 
+def quoted(value, limit: int = 60) -> str:
+    """``repr(value)``, clipped: a user's string quoted in an error stays one readable line."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 2] + "…" + text[-1]
+
+
+def listing(items, limit: int = 240) -> str:
+    """Items joined with commas, clipped to about ``limit`` characters ("..., and 12 more")."""
+    items = [str(i) for i in items]
+    out, total = [], 0
+    for i, item in enumerate(items):
+        if out and total + len(item) > limit:
+            return ", ".join(out) + f", and {len(items) - i} more"
+        out.append(item if len(item) <= limit else item[: limit - 1] + "…")
+        total += len(item) + 2
+    return ", ".join(out)
+
+
 class InspectorError(Exception):
     """A user-facing error; its message is one line that names the problem and the fix.
 

@@ -17,7 +17,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassResult
 
 from . import _executorch, _graph
-from .errors import FoldPassCrash, InspectorError, UnknownMarker, describe
+from .errors import FoldPassCrash, InspectorError, UnknownMarker, describe, listing, quoted
 
 POLICIES = ("off", "upstream", "state-aware", "state-aware-strict")
 POLICY_HELP = {
@@ -32,7 +32,7 @@ POLICY_HELP = {
 
 def check_policy(policy: str) -> str:
     if policy not in POLICIES:
-        raise InspectorError(f"unknown policy {policy!r}; choose one of: {', '.join(POLICIES)}")
+        raise InspectorError(f"unknown policy {quoted(policy)}; choose one of: {', '.join(POLICIES)}")
     return policy
 
 
@@ -70,10 +70,10 @@ def marker_tuple(markers) -> tuple[str, ...]:
     try:
         out = tuple(markers)
     except TypeError:
-        raise InspectorError(f"markers must be site ids or node names, got {markers!r}") from None
+        raise InspectorError(f"markers must be site ids or node names, got {quoted(markers)}") from None
     bad = [m for m in out if not isinstance(m, str)]
     if bad:
-        raise InspectorError(f"a marker is a site id or node name (a string), got {bad[0]!r}")
+        raise InspectorError(f"a marker is a site id or node name (a string), got {quoted(bad[0])}")
     return out
 
 
@@ -128,8 +128,8 @@ def policy_pass_class(policy: str, markers: Iterable[str] = (), log: FoldLog | N
             found, unknown = resolve_markers(graph, markers, cands, ids)
             if unknown and run.tfa:
                 # Where the INT flow folds, a marker that names nothing would silently protect nothing.
-                known = ", ".join(ids) or "no sites"
-                raise UnknownMarker(f"unknown marker {unknown[0]!r} at stage tfa: give a site id ({known}) "
+                known = listing(ids) or "no sites"
+                raise UnknownMarker(f"unknown marker {quoted(unknown[0])} at stage tfa: give a site id ({known}) "
                                     "or a node name of this graph")
             for node in found.values():
                 _graph.set_marker(node)

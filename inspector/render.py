@@ -26,7 +26,7 @@ import graphviz
 from torch.fx import GraphModule, Node
 
 from . import _graph
-from .errors import InspectorError
+from .errors import InspectorError, quoted
 
 WHICH = ("before", "after")
 HIDEABLE = ("constants",)
@@ -80,6 +80,10 @@ _GRAPH_ATTR = {"rankdir": "TB", "fontname": "Helvetica", "fontsize": "12", "labe
 _NODE_ATTR = {"fontname": "Helvetica", "fontsize": "11"}
 _EDGE_ATTR = {"color": "#777777", "arrowsize": "0.7"}
 _CLIP = 60  # longest model string in a label; the full text is in the tooltip
+_ID_CLIP = 300  # site ids stay whole in labels (users search for them) up to this length
+_CAPTION_CLIP = 400  # longest line of a graph or cluster caption
+_MAX_STRING = 8000  # longest label or tooltip: dot refuses strings over 16,384 characters
+_MAX_ID = 200  # longer node names get a short, stable DOT id (the full name is in the tooltip)
 _LEGEND_ROW = 4  # legend entries per row
 _HUB_DEGREE = 10  # a node with more neighbours ends a neighbourhood walk (see _neighbourhood)
 
@@ -157,6 +161,8 @@ def _pipe(digraph: graphviz.Digraph, fmt: str) -> bytes:
     except graphviz.CalledProcessError as exc:
         err = (exc.stderr or b"").decode("utf-8", "replace").strip().splitlines()
         raise InspectorError(f"dot failed to draw the graph: {err[0] if err else exc}") from None
+    except OSError as exc:  # dot died while reading the graph (a broken pipe)
+        raise InspectorError(f"dot failed to draw the graph: {exc.strerror or exc}") from None
 
 
 # ---------------------------------------------------------------- escaping
@@ -172,12 +178,26 @@ def _escape(value: Any, clip: int | None = None) -> str:
     return re.sub(r"[\x00-\x08\x0b-\x1f\x7f]", "?", s)
 
 
+def _joined(lines, sep: str = "\\n", clip: int | None = None, end: str = "") -> str:
+    """Escaped lines joined, the whole kept under ``_MAX_STRING`` characters (dot refuses longer
+    strings); a line that does not fit is cut and says so."""
+    out, total = [], 0
+    for line in lines:
+        piece = _escape(line, clip if clip is not None else _MAX_STRING // 2) + end
+        if total + len(piece) + len(sep) > _MAX_STRING:
+            out.append("… (cut: too long to draw)" + end)
+            break
+        out.append(piece)
+        total += len(piece) + len(sep)
+    return sep.join(out) if not end else "".join(out)
+
+
 def _text(*lines: Any) -> str:
     """Lines of already-meant-literal text joined into one plain-text DOT label or tooltip.
 
     ``nohtml`` stops the graphviz package from reading ``<...>`` as an HTML label.
     """
-    return graphviz.nohtml("\\n".join(_escape(line) for line in lines))
+    return graphviz.nohtml(_joined(lines))
 
 
 def _tooltip(*lines: Any) -> str:
@@ -191,12 +211,12 @@ def _tooltip(*lines: Any) -> str:
 
 def _text_clipped(*lines: Any) -> str:
     """Like ``_text``, each line clipped to ``_CLIP`` characters (the tooltip has it whole)."""
-    return graphviz.nohtml("\\n".join(_escape(line, _CLIP) for line in lines))
+    return graphviz.nohtml(_joined(lines, clip=_CLIP))
 
 
 def _text_left(*lines: Any) -> str:
     """Like ``_text``, every line left-justified (DOT's ``\\l``): for graph and cluster captions."""
-    return graphviz.nohtml("".join(_escape(line) + "\\l" for line in lines))
+    return graphviz.nohtml(_joined(lines, clip=_CAPTION_CLIP, end="\\l"))
 
 
 # ---------------------------------------------------------------- building blocks
@@ -290,15 +310,15 @@ class _View:
 
     def __init__(self, analysis, which: str, *, focus=None, hops=2, hide=("constants",), max_nodes=400):
         if which not in WHICH:
-            raise InspectorError(f"unknown graph {which!r}; choose one of: {', '.join(WHICH)}")
+            raise InspectorError(f"unknown graph {quoted(which)}; choose one of: {', '.join(WHICH)}")
         hide = (hide,) if isinstance(hide, str) else tuple(hide or ())
         bad = [h for h in hide if h not in HIDEABLE]
         if bad:
-            raise InspectorError(f"cannot hide {bad[0]!r}; hideable: {', '.join(HIDEABLE)}")
+            raise InspectorError(f"cannot hide {quoted(bad[0])}; hideable: {', '.join(HIDEABLE)}")
         if not isinstance(hops, int) or hops < 0:
-            raise InspectorError(f"hops must be a non-negative integer, got {hops!r}")
+            raise InspectorError(f"hops must be a non-negative integer, got {quoted(hops)}")
         if max_nodes is not None and (not isinstance(max_nodes, int) or max_nodes < 1):
-            raise InspectorError(f"max_nodes must be a positive integer or None, got {max_nodes!r}")
+            raise InspectorError(f"max_nodes must be a positive integer or None, got {quoted(max_nodes)}")
         focus_site = analysis.site(focus) if focus is not None else None  # raises for an unknown site id
 
         self.after = which == "after"
@@ -460,10 +480,10 @@ class _View:
                     continue
                 path = self.path_edges.get((src.name, n.name))
                 if path is None:
-                    g.edge(prefix + src.name, prefix + n.name)
+                    g.edge(_node_id(prefix, src.name), _node_id(prefix, n.name))
                 else:
                     kind, why = path
-                    g.edge(prefix + src.name, prefix + n.name, tooltip=_tooltip(why), **STYLES[kind],
+                    g.edge(_node_id(prefix, src.name), _node_id(prefix, n.name), tooltip=_tooltip(why), **STYLES[kind],
                            **{"class": kind})
 
     def _draw_clusters(self, g: graphviz.Digraph, prefix: str) -> None:
@@ -507,7 +527,7 @@ class _View:
             attrs.update(STYLES["marked"])
             classes.append("marked")
         label, tooltip = self._describe(n, kind)
-        g.node(prefix + n.name, label=label, tooltip=tooltip, **attrs, **{"class": " ".join(classes)})
+        g.node(_node_id(prefix, n.name), label=label, tooltip=tooltip, **attrs, **{"class": " ".join(classes)})
 
     def _describe(self, n: Node, kind: str) -> tuple[str, str]:
         """(label, tooltip): names and verdicts in the label; shapes, details, stack trace in the tooltip."""
@@ -582,8 +602,17 @@ class _View:
         if trace:
             tip += ["", "stack trace:", trace]
         # Site ids stay whole in labels (they are what the user searches for); other text is clipped.
-        clipped = (_escape(line, None if line.startswith("site ") else _CLIP) for line in label)
+        clipped = (_escape(line, _ID_CLIP if line.startswith("site ") else _CLIP) for line in label)
         return graphviz.nohtml("\\n".join(clipped)), _tooltip(*tip)
+
+
+def _node_id(prefix: str, name: str) -> str:
+    """The DOT id of a node: its FX name, or for a very long name a short stable stand-in."""
+    if len(name) <= _MAX_ID:
+        return prefix + name
+    import hashlib
+
+    return f"{prefix}{name[:_MAX_ID // 2]}…{hashlib.sha1(name.encode()).hexdigest()[:12]}"
 
 
 def _skip_kind(site) -> str:

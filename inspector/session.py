@@ -85,6 +85,7 @@ class Session:
         results_for = data.get("results_for")
         if (results is None) != (results_for is None):
             raise InspectorError(f"{source}: 'results' and 'results_for' must be given together")
+        results_for = check.results_for(results_for) if results_for is not None else None
         session = cls(
             target=check.text(data, "target", optional=True),
             stage=check.choice(data, "stage", STAGES),
@@ -96,7 +97,7 @@ class Session:
             graph_view=check.choice(data, "graph_view", GRAPH_VIEWS, default=cls.graph_view),
             graph_scope=check.choice(data, "graph_scope", GRAPH_SCOPES, default=cls.graph_scope),
             results=check.results(results) if results is not None else None,
-            results_for=check.results_for(results_for) if results_for is not None else None,
+            results_for=results_for,
         )
         return session
 

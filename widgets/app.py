@@ -26,7 +26,7 @@ _esc = html.escape
 
 def _check_choice(what: str, value: Any, choices: Iterable[str]) -> None:
     if not isinstance(value, str) or value not in choices:
-        raise InspectorError(f"unknown {what} {value!r}; choose one of: {', '.join(choices)}")
+        raise InspectorError(f"unknown {what} {inspector.quoted(value)}; choose one of: {', '.join(choices)}")
 
 
 class FoldInspector(W.VBox):
