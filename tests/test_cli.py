@@ -118,3 +118,19 @@ def test_real_entry_point_prints_no_traceback():
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().splitlines()[-1].startswith("error: unknown sample")
+
+
+@pytest.mark.requires_tosa
+def test_compare_json_is_exactly_one_document_and_debug_shows_the_backend_output():
+    """`compare --json | python -m json.tool` works: the TOSA reference model's C++ warnings
+    (written to file descriptor 1) are captured, and shown on stderr only under --debug."""
+    cmd = [sys.executable, "-m", "inspector", "compare", "sample:stateful_conv_mul", "--steps", "20", "--json"]
+    piped = subprocess.run(" ".join(cmd) + f" | {sys.executable} -m json.tool", shell=True, cwd=ROOT,
+                           capture_output=True, text=True, timeout=600)
+    assert piped.returncode == 0, piped.stderr[-2000:]
+    data = json.loads(piped.stdout)
+    assert [len(v["metrics"]) for v in data["variants"]] == [20, 20, 20]
+    assert "WARNING" not in piped.stderr and "Traceback" not in piped.stderr  # nothing on stderr either
+    debug = subprocess.run(cmd[:3] + ["--debug"] + cmd[3:], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    json.loads(debug.stdout)
+    assert "what the backend printed while running" in debug.stderr and "WARNING: Different TOSA spec" in debug.stderr

@@ -224,3 +224,62 @@ def test_programmatic_api_mirrors_controls(stateful):
     assert app.stage_picker.value == "aten" and app.analysis.stage == "aten"
     with pytest.raises(InspectorError, match="no site"):
         app.select_site("nope")
+
+
+SCRIPT_MODEL = '''
+import torch
+from torch import nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+    def forward(self, x):
+        return self.conv(x) * 0.5
+    def example_inputs(self):
+        return (torch.ones(1, 3, 8, 8),)
+
+open(__file__ + ".imported", "w").close()  # proves the file was run
+'''
+
+
+def test_a_session_naming_a_python_file_asks_before_running_it(tmp_path, stateful):
+    script = tmp_path / "model.py"
+    script.write_text(SCRIPT_MODEL)
+    imported = tmp_path / "model.py.imported"
+    session = tmp_path / "s.json"
+    session.write_text(json.dumps({"version": 1, "target": f"{script}:Net", "stage": "aten", "policy": "upstream",
+                                   "markers": [], "variants": ["upstream"], "steps": 1}))
+    with pytest.raises(InspectorError, match="names the Python file .*model.py; loading it runs that file's code"):
+        FoldInspector.load_session(session)
+    assert not imported.exists()
+    # in the widget: Load session shows the file and a Trust and load button, and runs nothing yet
+    app = stateful
+    app.session_path.value = str(session)
+    app.load_button.click()
+    assert not imported.exists() and app.analysis.name == "sample:stateful_conv_mul"
+    message, buttons = app.trust_box.children
+    assert str(script) in message.value and "Trust and load" == buttons.children[0].description
+    buttons.children[0].click()
+    assert imported.exists() and app.analysis.name == "Net" and app.analysis.stage == "aten"
+    assert app.trust_box.children == () and app.error.value == ""
+    assert app.model_picker.value == "own" and "Net (your model)" in app.model_picker.options[0][0]
+    # the classmethod with trust=True
+    again = FoldInspector.load_session(session, trust=True)
+    assert again.analysis.name == "Net"
+
+
+def test_bad_sessions_show_one_line_in_the_widget(tmp_path, stateful):
+    app = stateful
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"version": 1, "target": "sample:conv_mul_scalar", "stage": "later",
+                               "policy": "upstream"}))
+    app.session_path.value = str(bad)
+    app.load_button.click()
+    assert "field 'stage' must be one of aten, tfa, edge" in app.last_error
+    assert app.analysis.name == "sample:stateful_conv_mul"  # the screen is unchanged and still works
+    app.session_path.value = str(tmp_path / "missing.json")
+    app.load_button.click()
+    assert "no such session file" in app.last_error and "no such session file" in app.error.value
+    app.policy_picker.value = "off"
+    assert app.error.value == "" and app.sites[0].decision == "skip"
