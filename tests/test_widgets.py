@@ -283,3 +283,23 @@ def test_bad_sessions_show_one_line_in_the_widget(tmp_path, stateful):
     assert "no such session file" in app.last_error and "no such session file" in app.error.value
     app.policy_picker.value = "off"
     assert app.error.value == "" and app.sites[0].decision == "skip"
+
+
+def test_in_ipython_an_inspector_error_is_one_line(capsys):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from widgets import install_error_display
+
+    shell = InteractiveShell.instance()
+    try:
+        assert install_error_display() is True  # get_ipython() is this shell now
+        result = shell.run_cell("import inspector\ninspector.analyze('sample:nope')")
+        err = capsys.readouterr().err
+        assert isinstance(result.error_in_exec, InspectorError)  # still an error: notebooks fail on it
+        assert err.count("\n") == 1 and err.startswith("InspectorError: unknown sample 'nope'")
+        assert "Traceback" not in err
+        result = shell.run_cell("1 / 0")  # other errors keep IPython's usual traceback
+        assert isinstance(result.error_in_exec, ZeroDivisionError)
+    finally:
+        InteractiveShell.clear_instance()
+    assert install_error_display() is False  # no shell: nothing to install
