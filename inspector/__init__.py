@@ -7,7 +7,7 @@ from . import _quiet
 from .analysis import WIDE_RANGE_RATIO, Analysis, ScaleSummary, Site, analyze
 from .compare import Comparison, Metrics, QParams, SiteOutcome, Variant, VariantResult, compare
 from .errors import ExplanationMismatchWarning, FoldPassCrash, InspectorError, quoted
-from .policies import POLICIES
+from ._policies import POLICIES
 from .reasons import Reason, ReasonCode, Risk, RiskCode
 from .render import render, svg
 from .session import GRAPH_SCOPES, GRAPH_VIEWS, Session, read_session, save_session

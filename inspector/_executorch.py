@@ -1,20 +1,44 @@
-"""The one door to ExecuTorch internals that may move between releases.
+"""The one door to ExecuTorch (and torch) internals that may move between releases.
 
-Everything the inspector needs from ``executorch`` (the fold pass, the Arm pass
-manager module whose name lookup we swap, the quantizer, constant lookup) is
-imported lazily here, so importing ``inspector`` stays cheap and a missing or
-moved piece fails with one clear message.
+Every name the inspector reads from ``executorch`` - the fold pass and the private
+methods a policy overrides, its op sets, the Arm pass manager module whose name
+lookup is swapped, the quantizer, constant lookup - and torch's private lazy graph
+module is listed in ``REQUIRED`` and checked once, before the first answer: if an
+upgrade renames one, the inspector fails with one line instead of, say, a state
+guard that silently stops applying. Imports are lazy, so ``import inspector``
+stays cheap. The TOSA flow has its own door, ``_tosa.py``, with the same check.
 """
 
 from __future__ import annotations
 
 import functools
 from types import ModuleType
-from typing import Any
+from typing import Any, Callable, Protocol
 
 from .errors import InspectorError
 
-_INSTALL = "pip install executorch==1.5.1 (see pyproject.toml)"
+SUPPORTED = "1.5.1"
+_INSTALL = f"pip install executorch=={SUPPORTED} (see pyproject.toml)"
+
+_FOLD_MODULE = "executorch.backends.arm._passes.fold_scalar_mul_into_conv_pass"
+_PASS_MANAGER = "executorch.backends.arm._passes.arm_pass_manager"
+FOLD_PASS = "FoldScalarMulIntoConvPass"
+
+# (module, name, attributes of that name) for everything read below. A policy overrides the
+# pass's private _match_mul_after_conv (to hide guarded muls) and _fold_scale_into_conv (to
+# record folds); the explainer reads the op sets the pass matches.
+REQUIRED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    (_FOLD_MODULE, FOLD_PASS, ("call", "_match_mul_after_conv", "_fold_scale_into_conv",
+                              "_MUL_TENSOR_OPS", "_MUL_SCALAR_OPS", "_CONV_OPS")),
+    (_PASS_MANAGER, FOLD_PASS, ()),
+    ("executorch.backends.arm.constants", "DISALLOW_TFA_META_KEY", ()),
+    ("executorch.backends.arm._passes.arm_pass_utils", "get_param_tensor", ()),
+    ("executorch.backends.arm.tosa.compile_spec", "TosaCompileSpec", ()),
+    ("executorch.backends.arm.quantizer", "TOSAQuantizer", ("set_global", "transform_for_annotation")),
+    ("executorch.backends.arm.quantizer", "get_symmetric_quantization_config", ()),
+    ("executorch.exir", "to_edge", ()),
+    ("torch.fx._lazy_graph_module", "_LazyGraphModule", ("from_graphmodule",)),
+)
 
 
 def _import(module: str) -> ModuleType:
@@ -25,40 +49,144 @@ def _import(module: str) -> ModuleType:
     try:
         with quiet_imports():  # torchao logs optional CUDA kernels and pytree deprecations at import
             return importlib.import_module(module)
-    except ImportError as exc:  # pragma: no cover - depends on the environment
+    except ImportError as exc:
         raise InspectorError(f"cannot import {module} ({exc}); install it with: {_INSTALL}") from None
 
 
+def installed_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("executorch")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
+def check_required(required=REQUIRED, supported: str = SUPPORTED) -> None:
+    """Every name in ``required`` exists, or one line: which one is missing and what is supported."""
+    for module, name, attributes in required:
+        try:
+            owner = _import(module)
+        except InspectorError:
+            missing = f"there is no module {module}"
+        else:
+            value = getattr(owner, name, None)
+            missing = f"{module.rsplit('.', 1)[-1]} has no {name}" if value is None else next(
+                (f"{name} has no {a}" for a in attributes if not hasattr(value, a)), None)
+        if missing:
+            raise InspectorError(f"executorch {installed_version()} is not supported: {missing}; "
+                                 f"supported: {supported} ({_INSTALL})")
+
+
 @functools.cache
+def _ready() -> None:
+    check_required()
+
+
+def _get(module: str, name: str):
+    _ready()
+    return getattr(_import(module), name)
+
+
+# ---------------------------------------------------------------- the fold pass
+
+
 def fold_pass_class() -> type:
     """The installed ``FoldScalarMulIntoConvPass`` class (never a wrapper)."""
-    mod = _import("executorch.backends.arm._passes.fold_scalar_mul_into_conv_pass")
-    return mod.FoldScalarMulIntoConvPass
+    return _get(_FOLD_MODULE, FOLD_PASS)
+
+
+def pass_mul_ops() -> frozenset:
+    """The mul op overloads the pass matches."""
+    cls = fold_pass_class()
+    return frozenset(cls._MUL_TENSOR_OPS) | frozenset(cls._MUL_SCALAR_OPS)
+
+
+def pass_conv_ops() -> frozenset:
+    """The convolution op overloads the pass matches."""
+    return frozenset(fold_pass_class()._CONV_OPS)
+
+
+class FoldCall(Protocol):
+    """What a wrapped pass asks of its policy during one call (see ``fold_pass_subclass``)."""
+
+    skip: bool  # do not run the pass at all (policy off)
+
+    def hides(self, mul) -> bool: ...  # hide this mul from the pass's matcher (the state guard)
+
+    def folded(self, conv, mul_name: str) -> None: ...  # the pass folded mul into conv
+
+    def crashed(self, conv, mul_name: str, exc: Exception) -> Exception: ...  # the error to raise instead
+
+    def finished(self) -> None: ...  # the call is over
+
+
+def fold_pass_subclass(name: str, start: Callable[[Any, Any], FoldCall]) -> type:
+    """A subclass of the installed pass that asks ``start(graph_module, exported_program)`` how to
+    run each call. The fold itself is always the installed code: a subclass only skips the call,
+    hides muls from the matcher, and hears about each fold (the private names live here only)."""
+    from torch.fx.passes.infra.pass_base import PassResult
+
+    base = fold_pass_class()
+
+    class Wrapped(base):  # type: ignore[misc, valid-type]
+        __doc__ = f"{base.__name__}, wrapped: {name}."
+
+        def call(self, graph_module):
+            self._inspector_call = start(graph_module, self.exported_program)
+            if self._inspector_call.skip:
+                result = PassResult(graph_module, False)
+            else:
+                result = super().call(graph_module)
+            self._inspector_call.finished()
+            return result
+
+        def _match_mul_after_conv(self, node):
+            if self._inspector_call.hides(node):
+                return None
+            return super()._match_mul_after_conv(node)
+
+        def _fold_scale_into_conv(self, graph, conv_node, mul_node, channel_scale):
+            mul_name = mul_node.name
+            try:
+                result = super()._fold_scale_into_conv(graph, conv_node, mul_node, channel_scale)
+            except Exception as exc:  # noqa: BLE001 - the policy names the site the installed pass crashed on
+                raise self._inspector_call.crashed(conv_node, mul_name, exc) from exc
+            if result is not None:
+                self._inspector_call.folded(conv_node, mul_name)
+            return result
+
+    Wrapped.__name__ = Wrapped.__qualname__ = f"{base.__name__}[{name}]"
+    return Wrapped
 
 
 def pass_manager_module() -> ModuleType:
     """The module whose global ``FoldScalarMulIntoConvPass`` the Arm pass manager instantiates."""
-    return _import("executorch.backends.arm._passes.arm_pass_manager")
+    _ready()
+    return _import(_PASS_MANAGER)
 
 
 def disallow_tfa_key() -> str:
     """The node-meta key with which the quantizer opts nodes out of transform-for-annotation."""
-    return _import("executorch.backends.arm.constants").DISALLOW_TFA_META_KEY
+    return _get("executorch.backends.arm.constants", "DISALLOW_TFA_META_KEY")
 
 
 def get_param_tensor(program: Any, node: Any):
     """A constant's tensor as the Arm passes read it from an exported program (raises RuntimeError)."""
-    return _import("executorch.backends.arm._passes.arm_pass_utils").get_param_tensor(program, node)
+    return _get("executorch.backends.arm._passes.arm_pass_utils", "get_param_tensor")(program, node)
+
+
+# ---------------------------------------------------------------- the quantizer and edge
 
 
 def tosa_compile_spec(spec: str = "TOSA-1.0+INT"):
     """A ``TosaCompileSpec`` for ``spec``."""
-    return _import("executorch.backends.arm.tosa.compile_spec").TosaCompileSpec(spec)
+    return _get("executorch.backends.arm.tosa.compile_spec", "TosaCompileSpec")(spec)
 
 
 def symmetric_quantization_config(per_channel: bool = True):
     """The Arm backend's symmetric int8 quantization config."""
-    return _import("executorch.backends.arm.quantizer").get_symmetric_quantization_config(is_per_channel=per_channel)
+    return _get("executorch.backends.arm.quantizer", "get_symmetric_quantization_config")(is_per_channel=per_channel)
 
 
 def tosa_int_quantizer(spec: str = "TOSA-1.0+INT", config=None):
@@ -67,11 +195,20 @@ def tosa_int_quantizer(spec: str = "TOSA-1.0+INT", config=None):
     Without a global config the quantizer marks every node disallowed for
     transform-for-annotation, and nothing folds there.
     """
-    quantizer = _import("executorch.backends.arm.quantizer").TOSAQuantizer(tosa_compile_spec(spec))
+    quantizer = _get("executorch.backends.arm.quantizer", "TOSAQuantizer")(tosa_compile_spec(spec))
     quantizer.set_global(config if config is not None else symmetric_quantization_config())
     return quantizer
 
 
 def to_edge(program: Any):
     """``executorch.exir.to_edge`` on an exported program; returns the edge ``ExportedProgram``."""
-    return _import("executorch.exir").to_edge(program).exported_program()
+    return _get("executorch.exir", "to_edge")(program).exported_program()
+
+
+# ---------------------------------------------------------------- torch internals
+
+
+def lazy_graph_module(graph_module):
+    """``graph_module`` as a lazy GraphModule: its Python code is generated only when it is called,
+    so copies and the pass's own ``recompile()`` stay cheap (re-deciding needs no codegen)."""
+    return _get("torch.fx._lazy_graph_module", "_LazyGraphModule").from_graphmodule(graph_module)

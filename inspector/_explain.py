@@ -76,8 +76,7 @@ def _state_check(kind: str, code: R) -> Check:
 
 
 def mul_op_not_matched(ctx, c):
-    fold = _executorch.fold_pass_class()
-    if c.mul.target not in fold._MUL_TENSOR_OPS | fold._MUL_SCALAR_OPS:
+    if c.mul.target not in _executorch.pass_mul_ops():
         return Reason.of(R.MUL_OP_NOT_MATCHED, f"{c.mul.name} is {_graph.op_name(c.mul)}, which the pass does not list")
 
 
@@ -86,15 +85,11 @@ def follows_unfolded_mul(ctx, c):
         return Reason.of(R.FOLLOWS_UNFOLDED_MUL, f"{c.mul.name} multiplies {c.via.name}, not {c.conv.name}")
 
 
-def _pass_conv_ops() -> set:
-    return _executorch.fold_pass_class()._CONV_OPS
-
-
 def conv_op_not_matched(ctx, c):
     if c.via is not None and c.via not in ctx.predicted_fold:
         return None
     conv = c.conv
-    if conv.target not in _pass_conv_ops():
+    if conv.target not in _executorch.pass_conv_ops():
         return Reason.of(R.CONV_OP_NOT_MATCHED, f"{conv.name} is {_graph.op_name(conv)}, which the pass does not list")
     name = _graph.op_name(conv)
     if name == "aten.conv2d.default" and len(conv.args) < 3:

@@ -15,9 +15,9 @@ import torch
 from torch.fx import GraphModule
 
 from . import _executorch
-from .errors import InspectorError, first_line, quoted
-from .fold_swap import swapped_fold_pass
-from .policies import FoldLog, policy_pass_class
+from .errors import InspectorError, describe, first_line, quoted
+from ._fold_swap import swapped_fold_pass
+from ._policies import FoldLog, policy_pass_class
 
 STAGES = ("aten", "tfa", "edge")
 STAGE_HELP = {
@@ -46,9 +46,7 @@ class StageGraph:
     @classmethod
     def of_tfa_graph(cls, graph_module: GraphModule) -> "StageGraph":
         """A tfa stage graph from a GraphModule built elsewhere (generated models, tests), held lazily."""
-        from torch.fx._lazy_graph_module import _LazyGraphModule
-
-        return cls("tfa", _LazyGraphModule.from_graphmodule(graph_module), None)
+        return cls("tfa", _executorch.lazy_graph_module(graph_module), None)
 
     def fresh_copy(self) -> tuple[GraphModule, Any]:
         """A private (graph module, program) pair the pass may rewrite."""
@@ -70,6 +68,23 @@ def run_graph(gm: GraphModule, program: Any, inputs: tuple):
         if program is not None:
             return program.module(check_guards=False)(*inputs)
         return gm(*inputs)
+
+
+def stage_graph_of(target, stage: str) -> StageGraph:
+    """The stage graph of a loaded target at ``stage``, built once per target and reused."""
+    check_stage(stage)
+
+    def make() -> StageGraph:
+        try:
+            return build(target.exported, stage)
+        except InspectorError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - torch/executorch failing on this model: one line
+            raise InspectorError(
+                f"building the {stage} graph of {target.name} failed: {describe(exc)}; try another stage"
+            ) from None
+
+    return target.memo.get_or_compute(("stage", stage), make)
 
 
 def build(exported: torch.export.ExportedProgram, stage: str) -> StageGraph:
@@ -123,8 +138,4 @@ def tfa_graph_of(log: FoldLog) -> GraphModule | None:
     run = next((r for r in log.runs if r.tfa and r.before is not None), None)
     if run is None:
         return None
-    # A lazy GraphModule generates its Python code only when called: copies and the pass's
-    # own recompile() stay cheap, so re-deciding after a marker toggle needs no codegen.
-    from torch.fx._lazy_graph_module import _LazyGraphModule
-
-    return _LazyGraphModule.from_graphmodule(run.before)
+    return _executorch.lazy_graph_module(run.before)

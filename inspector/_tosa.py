@@ -1,54 +1,75 @@
 """The one door to the Arm TOSA INT flow: quantize, lower, and run the TOSA reference model.
 
 ``TosaReferenceModelDispatch`` lives in the wheel's Arm *test* package and may move
-between releases; ``tosa_reference_model`` comes from the tosa-tools wheel. Both
-are imported lazily here and nowhere else.
+between releases; ``tosa_reference_model`` comes from the tosa-tools wheel; the
+partitioner's reject reporter is a private hook. Every name used here is listed in
+``REQUIRED`` and checked once, before the first run, as ``_executorch`` does for the pass.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Iterator
 
 from . import _executorch
 from .errors import InspectorError
 
 SPEC = "TOSA-1.0+INT"
+_QUANTIZE = "torchao.quantization.pt2e.quantize_pt2e"
+_PARTITIONER = "executorch.backends.arm.tosa.partitioner"
+_RUNNER = "executorch.backends.arm.test.runner_utils"
+
+REQUIRED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    (_QUANTIZE, "prepare_pt2e", ()),
+    (_QUANTIZE, "convert_pt2e", ()),
+    ("executorch.exir", "to_edge_transform_and_lower", ()),
+    (_PARTITIONER, "TOSAPartitioner", ()),
+    (_PARTITIONER, "WhyNoPartitionReporter", ("report_reject",)),
+    (_RUNNER, "TosaReferenceModelDispatch", ()),
+)
 
 
-def reference_dispatch():
-    """A context in which delegate calls run on the bit-accurate TOSA reference model."""
+@functools.cache
+def _ready() -> None:
     try:
         import tosa_reference_model  # noqa: F401  (fail here, clearly, not deep inside a run)
-        from executorch.backends.arm.test.runner_utils import TosaReferenceModelDispatch
     except ImportError as exc:
         raise InspectorError(
             f"the TOSA reference model is not available ({exc}); install it with: pip install tosa-tools==2026.8.0"
         ) from None
-    return TosaReferenceModelDispatch()
+    _executorch.check_required(REQUIRED)
+
+
+def _get(module: str, name: str):
+    _ready()
+    return getattr(_executorch._import(module), name)
+
+
+def reference_dispatch():
+    """A context in which delegate calls run on the bit-accurate TOSA reference model."""
+    return _get(_RUNNER, "TosaReferenceModelDispatch")()
 
 
 def prepare_pt2e(module, quantizer):
-    return _executorch._import("torchao.quantization.pt2e.quantize_pt2e").prepare_pt2e(module, quantizer)
+    return _get(_QUANTIZE, "prepare_pt2e")(module, quantizer)
 
 
 def convert_pt2e(module):
-    return _executorch._import("torchao.quantization.pt2e.quantize_pt2e").convert_pt2e(module)
+    return _get(_QUANTIZE, "convert_pt2e")(module)
 
 
 def lower(program, spec: str = SPEC):
     """``to_edge_transform_and_lower`` with the TOSA partitioner; returns the edge program manager."""
-    from executorch.backends.arm.tosa.partitioner import TOSAPartitioner
-    from executorch.exir import to_edge_transform_and_lower
-
-    return to_edge_transform_and_lower(program, partitioner=[TOSAPartitioner(_executorch.tosa_compile_spec(spec))])
+    partitioner = _get(_PARTITIONER, "TOSAPartitioner")(_executorch.tosa_compile_spec(spec))
+    return _get("executorch.exir", "to_edge_transform_and_lower")(program, partitioner=[partitioner])
 
 
 @contextlib.contextmanager
 def partition_rejections() -> Iterator[dict[str, str]]:
     """Collect the TOSA partitioner's reasons for rejecting nodes (node name -> reason)."""
-    import executorch.backends.arm.tosa.partitioner as partitioner
-
+    _ready()
+    partitioner = _executorch._import(_PARTITIONER)
     rejected: dict[str, str] = {}
     base = partitioner.WhyNoPartitionReporter
 

@@ -12,8 +12,8 @@ from torch.fx import GraphModule, Node
 
 from . import _graph, _load, _stages
 from ._explain import Context, explain
-from .errors import ExplanationMismatchWarning, InspectorError, crash_behind, describe, listing, quoted
-from .policies import FoldLog, check_policy, marker_tuple, policy_pass_class, resolve_markers
+from .errors import ExplanationMismatchWarning, InspectorError, listing, quoted
+from ._policies import check_policy, marker_tuple, resolve_markers, run_pass
 from .reasons import Reason, ReasonCode, Risk, RiskCode
 
 # max|s| / min|s| at or above which a scale is flagged ``wide-dynamic-range-scale``.
@@ -295,26 +295,11 @@ def analyze(
     t0 = time.perf_counter()
     loaded = _load.load(target, example_inputs)
     t1 = time.perf_counter()
-    stage_graph = stage_graph_of(loaded, stage)
+    stage_graph = _stages.stage_graph_of(loaded, stage)
     t2 = time.perf_counter()
     result = _decide(loaded, stage_graph, policy, marker_tuple(markers))
     result.timings = {"load": t1 - t0, "stage": t2 - t1, **result.timings}
     return result
-
-
-def stage_graph_of(target: _load.Target, stage: str) -> _stages.StageGraph:
-    """The stage graph of ``target`` at ``stage``, built once per target and reused."""
-    def build() -> _stages.StageGraph:
-        try:
-            return _stages.build(target.exported, stage)
-        except InspectorError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - torch/executorch failing on this model: one line
-            raise InspectorError(
-                f"building the {stage} graph of {target.name} failed: {describe(exc)}; try another stage"
-            ) from None
-
-    return target.memo.get_or_compute(("stage", stage), build)
 
 
 def _decide(target, stage_graph, policy: str, markers: tuple[str, ...]) -> Analysis:
@@ -356,19 +341,7 @@ def _decide(target, stage_graph, policy: str, markers: tuple[str, ...]) -> Analy
     marked_names = tuple(n.name for n in found.values())
     t1 = time.perf_counter()
 
-    log = FoldLog()
-    pass_class = policy_pass_class(policy, markers, log)
-    fold_pass = pass_class(program) if program is not None else pass_class(tfa_pass=True)
-    try:
-        fold_pass(gm)
-    except Exception as exc:  # noqa: BLE001 - the installed pass raised: say where, in one line
-        crash = crash_behind(exc)
-        if crash is not None:
-            raise crash from None
-        raise InspectorError(
-            f"the installed fold pass raised at stage {stage_graph.stage}: {describe(exc)}"
-        ) from None
-    run = log.runs[-1]
+    run = run_pass(gm, program, policy, markers, stage_graph.stage)
     t2 = time.perf_counter()
 
     folded = set(run.folded)

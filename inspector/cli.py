@@ -36,7 +36,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    from .policies import POLICIES, POLICY_HELP
+    from ._policies import POLICIES, POLICY_HELP
     from ._stages import STAGES, STAGE_HELP
     from ._limits import MAX_STEPS
 
@@ -210,7 +210,7 @@ def _demo(args) -> int:
 
     import sample_models
     from .analysis import analyze
-    from .policies import POLICIES
+    from ._policies import POLICIES
     from .render import svg
     from ._present import analysis_html, analysis_text
 

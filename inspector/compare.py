@@ -24,8 +24,8 @@ from . import _executorch, _graph, _load, _quiet, _stages, _tosa
 from ._hashing import digest as _digest
 from ._limits import check_steps
 from .errors import InspectorError, UnknownMarker, crash_behind, describe, listing, quoted
-from .fold_swap import swapped_fold_pass
-from .policies import FoldLog, check_policy, marker_tuple, policy_pass_class
+from ._fold_swap import swapped_fold_pass
+from ._policies import FoldLog, check_policy, folded_site_ids, marker_tuple, policy_pass_class
 
 DEFAULT_VARIANTS = ("off", "upstream", "state-aware-strict")
 # Default calibration: the example inputs plus this many perturbed copies (seeded).
@@ -384,11 +384,9 @@ def _predicted_decisions(target: _load.Target, variant: Variant) -> tuple:
 
     The real pass on the captured tfa graph; in the INT flow nothing is left to fold in lowering.
     """
-    from .analysis import analyze
-
     def decide() -> tuple:
-        result = analyze(target, stage="tfa", policy=variant.policy, markers=variant.markers)
-        return (("tfa", tuple(sorted(s.id for s in result.folded))), ("lowering", ()))
+        folded = folded_site_ids(_stages.stage_graph_of(target, "tfa"), variant.policy, variant.markers)
+        return (("tfa", tuple(sorted(folded))), ("lowering", ()))
 
     return target.memo.get_or_compute(("decisions", variant.policy, variant.markers), decide)
 

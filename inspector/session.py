@@ -20,7 +20,7 @@ from ._limits import MAX_STEPS
 from ._stages import STAGES
 from .compare import Comparison
 from .errors import InspectorError
-from .policies import POLICIES
+from ._policies import POLICIES
 
 SESSION_VERSION = 1
 GRAPH_VIEWS = ("before", "after", "side by side")

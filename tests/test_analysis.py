@@ -393,7 +393,7 @@ def test_stage_build_failures_are_one_line_errors():
 def test_core_imports_no_ui():
     code = (
         "import sys; sys.modules['ipywidgets'] = None; sys.modules['IPython'] = None\n"
-        "import inspector, inspector.cli, inspector.analysis, inspector.fold_swap\n"
+        "import inspector, inspector.cli, inspector.analysis, inspector._fold_swap\n"
         "r = inspector.analyze('sample:conv_mul_scalar', stage='aten'); print(r.summary())"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -402,8 +402,8 @@ def test_core_imports_no_ui():
 
 
 def test_fold_swap_restores_on_error():
-    from inspector import fold_swap
-    from inspector.policies import policy_pass_class
+    from inspector import _fold_swap as fold_swap
+    from inspector._policies import policy_pass_class
 
     installed = fold_swap.active_fold_pass()
     with pytest.raises(RuntimeError):

@@ -186,8 +186,8 @@ def test_errors_are_one_line_and_name_what_failed():
 
 
 def test_concurrent_swaps_never_see_each_others_pass():
-    from inspector.fold_swap import active_fold_pass, swapped_fold_pass
-    from inspector.policies import policy_pass_class
+    from inspector._fold_swap import active_fold_pass, swapped_fold_pass
+    from inspector._policies import policy_pass_class
 
     seen, barrier = [], threading.Barrier(2, timeout=30)
 

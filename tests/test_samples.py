@@ -12,7 +12,7 @@ import inspector
 import sample_models
 from inspector import _executorch, _graph, _tosa
 from inspector._stages import STAGES
-from inspector.fold_swap import swapped_fold_pass
+from inspector._fold_swap import swapped_fold_pass
 from conftest import flat
 
 MATRIX = [(n, s) for n in sample_models.names() for s in STAGES]

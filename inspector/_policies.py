@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from torch.fx import GraphModule, Node
-from torch.fx.passes.infra.pass_base import PassResult
 
 from . import _executorch, _graph
-from .errors import FoldPassCrash, InspectorError, UnknownMarker, describe, listing, quoted
+from .errors import FoldPassCrash, InspectorError, UnknownMarker, crash_behind, describe, listing, quoted
 
 POLICIES = ("off", "upstream", "state-aware", "state-aware-strict")
 POLICY_HELP = {
@@ -106,69 +105,59 @@ def policy_pass_class(policy: str, markers: Iterable[str] = (), log: FoldLog | N
 
     Markers (site ids or node names) are set on the graph the pass receives, in
     ``meta["carried_quant_state"]`` and ``meta["custom"]``, before the guard reads them.
+    The subclass is made by the door (``_executorch.fold_pass_subclass``): the fold itself
+    is always the installed code.
     """
     check_policy(policy)
-    base = _executorch.fold_pass_class()
     markers = tuple(markers)
-
-    class PolicyFold(base):  # type: ignore[misc, valid-type]
-        __doc__ = f"{base.__name__} under policy {policy!r}."
-        inspector_policy = policy
-        inspector_markers = markers
-
-        def call(self, graph_module: GraphModule) -> PassResult:
-            graph = graph_module.graph
-            cands = _graph.candidates(graph)
-            ids = _graph.site_ids(cands)
-            run = FoldRun(tfa=self.exported_program is None)
-            run.site_ids = {c.mul.name: i for c, i in zip(cands, ids)}
-            run.convs = {c.mul.name: c.conv.name for c in cands}
-            if log is not None and log.snapshots:
-                run.before = copy.deepcopy(graph_module)  # pristine: before any marker is set
-            found, unknown = resolve_markers(graph, markers, cands, ids)
-            if unknown and run.tfa:
-                # Where the INT flow folds, a marker that names nothing would silently protect nothing.
-                known = listing(ids) or "no sites"
-                raise UnknownMarker(f"unknown marker {quoted(unknown[0])} at stage tfa: give a site id ({known}) "
-                                    "or a node name of this graph")
-            for node in found.values():
-                _graph.set_marker(node)
-            self._inspector_run = run
-            self._inspector_guard = _guard(policy, graph, self.exported_program)
-            if policy == "off":
-                result = PassResult(graph_module, False)
-            else:
-                result = super().call(graph_module)
-            if log is not None:
-                log.add(run)
-            return result
-
-        def _match_mul_after_conv(self, node: Node):
-            if node in self._inspector_guard:
-                return None
-            return super()._match_mul_after_conv(node)
-
-        def _fold_scale_into_conv(self, graph, conv_node, mul_node, channel_scale):
-            name = mul_node.name
-            try:
-                result = super()._fold_scale_into_conv(graph, conv_node, mul_node, channel_scale)
-            except Exception as exc:  # noqa: BLE001 - name the site the installed pass crashed on
-                site_id = self._inspector_run.site_ids.get(name, name)
-                raise FoldPassCrash(
-                    f"the installed {base.__name__} crashed while folding site {site_id} ({name} after "
-                    f"{conv_node.name}): {describe(exc)}",
-                    site_id, name,
-                ) from exc
-            if result is not None:
-                self._inspector_run.folded.append(name)
-                self._inspector_run.folded_ids.append(self._inspector_run.site_ids.get(name, name))
-            return result
-
-    PolicyFold.__name__ = PolicyFold.__qualname__ = f"{base.__name__}[{policy}]"
-    return PolicyFold
+    return _executorch.fold_pass_subclass(policy, lambda gm, program: _PolicyCall(policy, markers, log, gm, program))
 
 
-def _guard(policy: str, graph, program) -> dict[Node, list[str]]:
+class _PolicyCall:
+    """One call of a policy pass: marks the graph, hides guarded muls, records what folded."""
+
+    def __init__(self, policy: str, markers: tuple[str, ...], log: FoldLog | None, graph_module: GraphModule,
+                 program) -> None:
+        graph = graph_module.graph
+        cands = _graph.candidates(graph)
+        ids = _graph.site_ids(cands)
+        run = FoldRun(tfa=program is None)
+        run.site_ids = {c.mul.name: i for c, i in zip(cands, ids)}
+        run.convs = {c.mul.name: c.conv.name for c in cands}
+        if log is not None and log.snapshots:
+            run.before = copy.deepcopy(graph_module)  # pristine: before any marker is set
+        found, unknown = resolve_markers(graph, markers, cands, ids)
+        if unknown and run.tfa:
+            # Where the INT flow folds, a marker that names nothing would silently protect nothing.
+            raise UnknownMarker(f"unknown marker {quoted(unknown[0])} at stage tfa: give a site id "
+                                f"({listing(ids) or 'no sites'}) or a node name of this graph")
+        for node in found.values():
+            _graph.set_marker(node)
+        self.run, self.log = run, log
+        self.skip = policy == "off"
+        self.guarded = guarded_muls(policy, graph, program)
+
+    def hides(self, mul: Node) -> bool:
+        return mul in self.guarded
+
+    def folded(self, conv: Node, mul_name: str) -> None:
+        self.run.folded.append(mul_name)
+        self.run.folded_ids.append(self.run.site_ids.get(mul_name, mul_name))
+
+    def crashed(self, conv: Node, mul_name: str, exc: Exception) -> Exception:
+        site_id = self.run.site_ids.get(mul_name, mul_name)
+        return FoldPassCrash(
+            f"the installed {_executorch.FOLD_PASS} crashed while folding site {site_id} ({mul_name} after "
+            f"{conv.name}): {describe(exc)}",
+            site_id, mul_name,
+        )
+
+    def finished(self) -> None:
+        if self.log is not None:
+            self.log.add(self.run)
+
+
+def guarded_muls(policy: str, graph, program) -> dict[Node, list[str]]:
     """Muls the state guard hides from the pass, with the boundary kinds each one reaches."""
     if policy not in ("state-aware", "state-aware-strict"):
         return {}
@@ -184,3 +173,31 @@ def _guard(policy: str, graph, program) -> dict[Node, list[str]]:
             if kinds:
                 guarded[node] = kinds
     return guarded
+
+
+def run_pass(graph_module: GraphModule, program, policy: str, markers: tuple[str, ...] = (),
+             stage: str = "") -> FoldRun:
+    """Run ``policy``'s pass on ``graph_module`` (rewritten in place: give it a private copy)."""
+    log = FoldLog()
+    pass_class = policy_pass_class(policy, markers, log)
+    fold_pass = pass_class(program) if program is not None else pass_class(tfa_pass=True)
+    try:
+        fold_pass(graph_module)
+    except Exception as exc:  # noqa: BLE001 - the installed pass raised: say where, in one line
+        crash = crash_behind(exc)
+        if crash is not None:
+            raise crash from None
+        where = f" at stage {stage}" if stage else ""
+        raise InspectorError(f"the installed fold pass raised{where}: {describe(exc)}") from None
+    return log.runs[-1]
+
+
+def folded_site_ids(stage_graph, policy: str, markers: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The ids of the sites ``policy``'s pass folds on ``stage_graph`` (a private copy is rewritten)."""
+    gm, program = stage_graph.fresh_copy()
+    _, unknown = resolve_markers(gm.graph, markers)
+    if unknown:
+        ids = _graph.site_ids(_graph.candidates(gm.graph))
+        raise UnknownMarker(f"unknown marker {quoted(unknown[0])} at stage {stage_graph.stage}: give a site id "
+                            f"({listing(ids) or 'no sites'}) or a node name of this graph")
+    return tuple(run_pass(gm, program, policy, markers, stage_graph.stage).folded_ids)
