@@ -15,9 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from inspector._load import Target  # noqa: E402
-from inspector._stages import StageGraph  # noqa: E402
-from inspector.analysis import _decide  # noqa: E402
+import inspector  # noqa: E402
 from inspector.render import render, svg  # noqa: E402
 from sample_models.generated import tfa_blocks  # noqa: E402
 
@@ -27,7 +25,7 @@ FOCUS_TARGET = 0.2  # seconds, one site's neighbourhood to SVG
 
 def analysis_of(blocks: int):
     gm = tfa_blocks(blocks)
-    return _decide(Target("generated", None, ()), StageGraph("tfa", gm, None), "state-aware-strict", ())
+    return inspector.analyze_graph(gm, policy="state-aware-strict", name="generated")
 
 
 def timed(analysis, repeats: int = 3, **kw) -> tuple[float, float, int]:

@@ -16,9 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 warnings.filterwarnings("ignore")
 
-from inspector._load import Target  # noqa: E402
-from inspector._stages import StageGraph  # noqa: E402
-from inspector.analysis import _decide  # noqa: E402
+import inspector  # noqa: E402
 from sample_models.generated import tfa_blocks  # noqa: E402
 
 TARGET_MS = 150
@@ -27,7 +25,7 @@ TARGET_MS = 150
 def main() -> None:
     gm = tfa_blocks(230)
     nodes = len(gm.graph.nodes)
-    analysis = _decide(Target("generated", None, ()), StageGraph.of_tfa_graph(gm), "state-aware", ())
+    analysis = inspector.analyze_graph(gm, policy="state-aware", name="generated")
     site = analysis.sites[0].id
     times = []
     for _ in range(10):

@@ -1,51 +1,37 @@
 """fold-inspector core: find, decide, explain and compare every conv->mul fold site.
 
-No UI here: ``widgets`` imports this package, never the reverse.
+No UI here: ``widgets`` imports this package, never the reverse. Everything a
+notebook, the CLI, a report or the widget uses is named in ``__all__``.
 """
 
-from . import _quiet
-from .analysis import WIDE_RANGE_RATIO, Analysis, ScaleSummary, Site, analyze
-from .compare import Comparison, Metrics, QParams, SiteOutcome, Variant, VariantResult, compare
+from . import _quiet, samples
+from ._limits import MAX_INPUT_ELEMENTS, MAX_STEPS, check_steps
+from ._policies import DEFAULT_VARIANTS, POLICIES, POLICY_HELP
+from ._present import SiteRow, analysis_html, analysis_text, comparison_html, comparison_text, site_rows, stale_html
+from ._stages import STAGE_HELP, STAGES
+from .analysis import WIDE_RANGE_RATIO, Analysis, ScaleSummary, Site, analyze, analyze_graph
+from .compare import (Comparison, Metrics, NotDelegated, QParams, SiteOutcome, Variant, VariantResult, clear_cache,
+                      compare)
 from .errors import ExplanationMismatchWarning, FoldPassCrash, InspectorError, quoted
-from ._policies import POLICIES
 from .reasons import Reason, ReasonCode, Risk, RiskCode
-from .render import render, svg
+from .render import LEGEND, STYLES, Verdicts, render, render_pair, site_kind, svg
+from .report import figure_img, report_html
 from .session import GRAPH_SCOPES, GRAPH_VIEWS, Session, read_session, save_session
-from ._limits import MAX_STEPS, check_steps
-from ._stages import STAGES
 
 __all__ = [
-    "Analysis",
-    "Comparison",
-    "Metrics",
-    "QParams",
-    "SiteOutcome",
-    "Variant",
-    "VariantResult",
-    "compare",
-    "ExplanationMismatchWarning",
-    "FoldPassCrash",
-    "InspectorError",
-    "POLICIES",
-    "Reason",
-    "ReasonCode",
-    "Risk",
-    "RiskCode",
-    "GRAPH_SCOPES",
-    "GRAPH_VIEWS",
-    "MAX_STEPS",
-    "STAGES",
-    "Session",
-    "ScaleSummary",
-    "Site",
-    "WIDE_RANGE_RATIO",
-    "analyze",
-    "check_steps",
-    "quoted",
-    "read_session",
-    "save_session",
-    "render",
-    "svg",
+    # analyze: sites, decisions, reasons
+    "analyze", "analyze_graph", "Analysis", "Site", "ScaleSummary", "Reason", "ReasonCode", "Risk", "RiskCode", "WIDE_RANGE_RATIO",
+    "STAGES", "STAGE_HELP", "POLICIES", "POLICY_HELP",
+    # compare: the TOSA INT reference
+    "compare", "Comparison", "Variant", "VariantResult", "Metrics", "QParams", "SiteOutcome", "NotDelegated",
+    "DEFAULT_VARIANTS", "MAX_STEPS", "MAX_INPUT_ELEMENTS", "check_steps", "clear_cache",
+    # pictures, tables, reports
+    "render", "render_pair", "Verdicts", "svg", "STYLES", "LEGEND", "site_kind", "SiteRow", "site_rows", "analysis_text",
+    "analysis_html", "comparison_text", "comparison_html", "stale_html", "report_html", "figure_img",
+    # sessions and samples
+    "Session", "read_session", "save_session", "GRAPH_VIEWS", "GRAPH_SCOPES", "samples",
+    # errors
+    "InspectorError", "FoldPassCrash", "ExplanationMismatchWarning", "quoted",
 ]
 __version__ = "0.1.0"
 

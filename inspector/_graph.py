@@ -242,12 +242,104 @@ class StateReach:
 BUFFER, INPUT, MARKER = "feeds-buffer-mutation", "feeds-input-mutation", "marked-carried-state"
 
 
-def _inplace_destination(node: Node) -> bool:
+@dataclass(frozen=True)
+class StateWrite:
+    """One place where a graph writes carried state: the boundary a state path ends at."""
+
+    node: Node  # the writing node: an in-place op (copy_ into a buffer or input), or the output node
+    kind: str  # BUFFER or INPUT
+    target: str  # the buffer or input written into
+    via: str  # "in-place" (visible in the graph) or "signature" (a mutation output of the graph signature)
+    sources: tuple[Node, ...]  # the values written
+
+    @property
+    def description(self) -> str:
+        what = "buffer" if self.kind == BUFFER else "input"
+        if self.via == "signature":
+            return f"{what} '{self.target}' (graph signature)"
+        return f"{self.node.name} writes into {what} '{self.target}'"
+
+
+def _inplace_destination(node: Node) -> Node | None:
+    """The node ``node`` writes into in place (its first argument, if the schema says it is written)."""
+    if node.op != "call_function" or not node.args:
+        return None
     schema = getattr(node.target, "_schema", None)
     if schema is None or not schema.arguments:
-        return False
+        return None
     info = schema.arguments[0].alias_info
-    return bool(info is not None and info.is_write)
+    dest = node.args[0]
+    return dest if info is not None and info.is_write and isinstance(dest, Node) else None
+
+
+def state_writes(graph: torch.fx.Graph, signature: Any = None) -> list[StateWrite]:
+    """Every node that writes carried state, and into what: the one definition of a state boundary.
+
+    Two ways, both reported: an in-place op writing into a ``get_attr`` buffer or a
+    placeholder (how the graph shows it at tfa and aten), and a ``BUFFER_MUTATION`` /
+    ``USER_INPUT_MUTATION`` output of an exported program's ``signature`` (at edge).
+    """
+    writes: list[StateWrite] = []
+    nodes = list(graph.nodes)
+    buffer_inputs: set[str] = set()
+    if signature is not None:
+        from torch.export.graph_signature import InputKind, OutputKind
+
+        buffer_inputs = {s.arg.name for s in signature.input_specs if s.kind == InputKind.BUFFER}
+        out = next((n for n in reversed(nodes) if n.op == "output"), None)
+        if out is not None:
+            values = out.args[0] if isinstance(out.args[0], (list, tuple)) else [out.args[0]]
+            for spec, value in zip(signature.output_specs, values):
+                if isinstance(value, Node) and spec.kind in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION):
+                    kind = BUFFER if spec.kind == OutputKind.BUFFER_MUTATION else INPUT
+                    writes.append(StateWrite(out, kind, str(spec.target), "signature", (value,)))
+    for n in nodes:
+        dest = _inplace_destination(n)
+        if dest is None or dest.op not in ("get_attr", "placeholder"):
+            continue
+        kind = BUFFER if dest.op == "get_attr" or dest.name in buffer_inputs else INPUT
+        sources = tuple(src for src in n.all_input_nodes if src is not dest)
+        writes.append(StateWrite(n, kind, str(dest.target), "in-place", sources))
+    return writes
+
+
+def placeholder_roles(signature: Any = None) -> tuple[set[str], set[str]]:
+    """(placeholder names of buffers, placeholder names of parameters, buffers and constants)
+    by an exported program's graph signature (empty sets without one)."""
+    if signature is None:
+        return set(), set()
+    from torch.export.graph_signature import InputKind
+
+    buffers, constants = set(), set()
+    for spec in signature.input_specs:
+        name = getattr(spec.arg, "name", None)
+        if name is None:
+            continue
+        if spec.kind == InputKind.BUFFER:
+            buffers.add(name)
+        if spec.kind != InputKind.USER_INPUT:
+            constants.add(name)
+    return buffers, constants
+
+
+def written_state(graph: torch.fx.Graph, signature: Any = None) -> dict[Node, str]:
+    """The nodes that hold carried state (buffers and inputs written back), as ``"buffer"`` or ``"input"``."""
+    held: dict[Node, str] = {}
+    by_target: dict[str, Node] = {}
+    for n in graph.nodes:
+        if n.op in ("get_attr", "placeholder"):
+            by_target[str(n.target)] = n
+    if signature is not None:
+        for spec in signature.input_specs:
+            if spec.target is not None and getattr(spec.arg, "name", None):
+                by_target[str(spec.target)] = next((n for n in graph.nodes if n.name == spec.arg.name), None)
+    for w in state_writes(graph, signature):
+        node = by_target.get(w.target)
+        if w.via == "in-place" and w.node.args and isinstance(w.node.args[0], Node):
+            node = w.node.args[0]
+        if node is not None:
+            held[node] = "buffer" if w.kind == BUFFER else "input"
+    return held
 
 
 def state_reach(
@@ -266,38 +358,13 @@ def state_reach(
     reach = StateReach({BUFFER: {}, INPUT: {}, MARKER: {}})
     nodes = list(graph.nodes)
     terminal: set[Node] = set()
-    buffer_inputs: set[str] = set()
-    if signature is not None:
-        from torch.export.graph_signature import InputKind, OutputKind
-
-        buffer_inputs = {s.arg.name for s in signature.input_specs if s.kind == InputKind.BUFFER}
-        out = next((n for n in reversed(nodes) if n.op == "output"), None)
-        if out is not None:
-            values = out.args[0] if isinstance(out.args[0], (list, tuple)) else [out.args[0]]
-            for spec, value in zip(signature.output_specs, values):
-                if not isinstance(value, Node):
-                    continue
-                if spec.kind == OutputKind.BUFFER_MUTATION:
-                    reach.next_hop[BUFFER].setdefault(value, out)
-                    reach.boundary.setdefault(out, f"buffer '{spec.target}' (graph signature)")
-                elif spec.kind == OutputKind.USER_INPUT_MUTATION:
-                    reach.next_hop[INPUT].setdefault(value, out)
-                    reach.boundary.setdefault(out, f"input '{spec.target}' (graph signature)")
-            terminal.add(out)
-    if in_place_writes:
-        for n in nodes:
-            if n.op != "call_function" or not n.args or not _inplace_destination(n):
-                continue
-            dest = n.args[0]
-            if not isinstance(dest, Node) or dest.op not in ("get_attr", "placeholder"):
-                continue
-            kind = BUFFER if dest.op == "get_attr" or dest.name in buffer_inputs else INPUT
-            written = "buffer" if kind == BUFFER else "input"
-            reach.boundary[n] = f"{n.name} writes into {written} '{dest.target}'"
-            terminal.add(n)
-            for src in n.all_input_nodes:
-                if src is not dest:
-                    reach.next_hop[kind].setdefault(src, n)
+    for w in state_writes(graph, signature):
+        if w.via == "in-place" and not in_place_writes:
+            continue
+        reach.boundary.setdefault(w.node, w.description)
+        terminal.add(w.node)
+        for src in w.sources:
+            reach.next_hop[w.kind].setdefault(src, w.node)
     if markers:
         for n in nodes:
             if marked(n):

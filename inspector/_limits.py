@@ -24,7 +24,7 @@ def check_steps(steps, what: str = "steps") -> int:
 
 def check_shape(shape: tuple[int, ...], what: str = "input shape") -> tuple[int, ...]:
     """A shape whose element count stays within MAX_INPUT_ELEMENTS, or an InspectorError with the number."""
-    from .errors import InspectorError, quoted
+    from .errors import InspectorError
 
     if len(shape) > MAX_INPUT_DIMS:
         raise InspectorError(f"{what} has {len(shape):,} dimensions; the limit is {MAX_INPUT_DIMS}")

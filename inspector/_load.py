@@ -105,17 +105,15 @@ def _load(target: Any, example_inputs: Any) -> Target:
 
 
 def _is_sample(name: str) -> bool:
-    import sample_models
+    from . import samples
 
-    return name in sample_models.names()
+    return name in samples.names()
 
 
 def _from_sample(name: str, example_inputs: Any) -> Target:
-    import sample_models
+    from . import samples
 
-    if name not in sample_models.names():
-        raise InspectorError(f"unknown sample {quoted(name)}; known samples: {listing(sample_models.names())}")
-    model = sample_models.get(name)
+    model = samples.get(name)
     return _from_module(model, example_inputs, SAMPLE_PREFIX + name)
 
 

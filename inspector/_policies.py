@@ -19,6 +19,8 @@ from . import _executorch, _graph
 from .errors import FoldPassCrash, InspectorError, UnknownMarker, crash_behind, describe, listing, quoted
 
 POLICIES = ("off", "upstream", "state-aware", "state-aware-strict")
+# What compare runs when not told: never fold, the installed pass, and the guard that sees state at tfa.
+DEFAULT_VARIANTS = ("off", "upstream", "state-aware-strict")
 POLICY_HELP = {
     "off": "never fold",
     "upstream": "the installed pass as it is",

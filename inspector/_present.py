@@ -1,37 +1,98 @@
-"""Text and HTML tables for analyses; every model-derived string is escaped for HTML."""
+"""One source for what a site's row says, drawn as text, as an HTML table and in the widget.
+
+``site_rows`` turns an analysis (and optionally a comparison) into frozen ``SiteRow``
+records; the text table, the HTML table, the report and the widget all draw from
+them, with the colours of the graph (``render.STYLES``). Every model-derived string
+is escaped for HTML here.
+"""
 
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
+
+from .reasons import Reason, Risk
+from .render import STYLES, site_kind
 
 
 def _esc(value) -> str:
     return html.escape(str(value), quote=True)
 
 
-def site_rows(analysis) -> list[dict[str, str]]:
-    """One dict of display strings per site (shared by the text and HTML tables)."""
-    rows = []
-    for s in analysis.sites:
-        reasons = "; ".join(f"{r.code}: {r.detail}" for r in s.reasons)
-        risks = "; ".join(r.code for r in s.risks)
-        decision = s.decision + (" (MISMATCH)" if s.mismatch else "") + (" [marked]" if s.marked else "")
-        rows.append({
-            "site": s.id,
+@dataclass(frozen=True)
+class SiteRow:
+    """What one site's row shows, in every presentation."""
+
+    site: str  # the stable site id
+    decision: str  # fold | skip
+    kind: str  # folded | skipped | near-miss: its key in render.STYLES (the colour)
+    marked: bool  # the mul carries the carried-state marker
+    mismatch: str | None  # the explainer disagrees with the pass (never expected)
+    conv: str  # the conv node's name
+    conv_op: str  # e.g. "aten.conv2d.default"
+    mul: str  # the mul node's name
+    scale: str  # the scale, summarised ("channel [1, 4, 1, 1] |s| 0.001..100")
+    reasons: tuple[Reason, ...]  # why it was skipped, the pass's first reason first
+    risks: tuple[Risk, ...]  # warnings that do not change the decision
+    folded_where: str  # per variant of the last reference run: where it folded ("" without one)
+
+    @property
+    def colour(self) -> str:
+        return STYLES[self.kind]["color"]
+
+    def cells(self) -> dict[str, str]:
+        """The row as plain-text cells (the text table's columns)."""
+        decision = self.decision + (" (MISMATCH)" if self.mismatch else "") + (" [marked]" if self.marked else "")
+        return {
+            "site": self.site,
             "decision": decision,
-            "conv -> mul": f"{s.conv} ({s.conv_op.removeprefix('aten.')}) -> {s.mul}",
-            "scale": s.scale.short(),
-            "reasons": reasons or "-",
-            "risks": risks or "-",
-        })
-    return rows
+            "conv -> mul": f"{self.conv} ({self.conv_op.removeprefix('aten.')}) -> {self.mul}",
+            "scale": self.scale,
+            "reasons": "; ".join(f"{r.code}: {r.detail}" for r in self.reasons) or "-",
+            "risks": "; ".join(r.code for r in self.risks) or "-",
+        }
+
+    # -- HTML fragments (escaped), shared by the table and the widget
+
+    def decision_html(self) -> str:
+        out = (f"<span class='fi-decision fi-{_esc(self.decision)}' style='color:{self.colour};font-weight:600'>"
+               f"{_esc(self.decision)}</span>")
+        if self.mismatch:
+            out += f"<br><span class='fi-mismatch'>MISMATCH: {_esc(self.mismatch)}</span>"
+        return out
+
+    def reasons_html(self) -> str:
+        return "<br>".join(f"<code>{_esc(r.code)}</code> {_esc(r.message)}<br><small>{_esc(r.detail)}</small>"
+                           for r in self.reasons) or "&ndash;"
+
+    def risks_html(self) -> str:
+        return "<br>".join(f"&#9888; <code>{_esc(r.code)}</code> <small>{_esc(r.detail)}</small>"
+                           for r in self.risks) or "&ndash;"
+
+    def details_html(self) -> str:
+        """Reasons, risks, scale, the nodes, and where it folded in the last run: the widget's cell."""
+        risks = "".join("<br>" + line for line in self.risks_html().split("<br>")) if self.risks else ""
+        where = f"<br><small>in the quantized flow: {_esc(self.folded_where)}</small>" if self.folded_where else ""
+        return (f"<span class='fi-reasons'>{self.reasons_html()}{risks}<br><small>scale: {_esc(self.scale)}; "
+                f"{_esc(self.conv)} &rarr; {_esc(self.mul)}</small>{where}</span>")
+
+
+def site_rows(analysis, comparison=None) -> list[SiteRow]:
+    """One ``SiteRow`` per site of ``analysis``; with ``comparison``, where each site folded."""
+    where = comparison.folded_where() if comparison is not None else {}
+    return [
+        SiteRow(site=s.id, decision=s.decision, kind=site_kind(s), marked=s.marked, mismatch=s.mismatch,
+                conv=s.conv, conv_op=s.conv_op, mul=s.mul, scale=s.scale.short(), reasons=s.reasons,
+                risks=s.risks, folded_where=where.get(s.id, ""))
+        for s in analysis.sites
+    ]
 
 
 def analysis_text(analysis) -> str:
     head = f"{analysis.name}  stage={analysis.stage}  policy={analysis.policy}"
     if analysis.markers:
         head += f"  markers={', '.join(analysis.markers)}"
-    rows = site_rows(analysis)
+    rows = [r.cells() for r in site_rows(analysis)]
     if not rows:
         return f"{head}\nno conv->mul sites"
     cols = list(rows[0])
@@ -53,37 +114,37 @@ def _clip(text: str, width: int) -> str:
 
 _STYLE = (
     "<style>.fi-table td,.fi-table th{padding:2px 8px;text-align:left;vertical-align:top}"
-    ".fi-fold{color:#1a7f37;font-weight:600}.fi-skip{color:#b35900;font-weight:600}"
     ".fi-mismatch{color:#c00;font-weight:700}</style>"
 )
 
 
-def analysis_html(analysis) -> str:
+def analysis_html(analysis, comparison=None) -> str:
     head = f"<b>{_esc(analysis.name)}</b> stage <code>{_esc(analysis.stage)}</code>, policy <code>{_esc(analysis.policy)}</code>"
     if analysis.markers:
         head += ", markers " + ", ".join(f"<code>{_esc(m)}</code>" for m in analysis.markers)
-    if not analysis.sites:
+    rows = site_rows(analysis, comparison)
+    if not rows:
         return f"<div class='fi-analysis'>{head}<p>no conv-&gt;mul sites</p></div>"
-    cells = []
-    for s in analysis.sites:
-        reasons = "<br>".join(
-            f"<code>{_esc(r.code)}</code> {_esc(r.message)}<br><small>{_esc(r.detail)}</small>" for r in s.reasons
-        ) or "&ndash;"
-        risks = "<br>".join(f"<code>{_esc(r.code)}</code> <small>{_esc(r.detail)}</small>" for r in s.risks) or "&ndash;"
-        decision = f"<span class='fi-{_esc(s.decision)}'>{_esc(s.decision)}</span>"
-        if s.mismatch:
-            decision += f"<br><span class='fi-mismatch'>MISMATCH: {_esc(s.mismatch)}</span>"
-        cells.append(
-            f"<tr><td><code>{_esc(s.id)}</code>{' &#9873;' if s.marked else ''}</td><td>{decision}</td>"
-            f"<td>{_esc(s.conv)} <small>({_esc(s.conv_op)})</small> &rarr; {_esc(s.mul)}</td>"
-            f"<td>{_esc(s.scale.short())}</td><td>{reasons}</td><td>{risks}</td></tr>"
-        )
+    cells = [
+        f"<tr class='fi-site-{_esc(r.decision)}'><td><code>{_esc(r.site)}</code>{' &#9873;' if r.marked else ''}</td>"
+        f"<td>{r.decision_html()}</td><td>{_esc(r.conv)} <small>({_esc(r.conv_op)})</small> &rarr; {_esc(r.mul)}</td>"
+        f"<td>{_esc(r.scale)}</td><td>{r.reasons_html()}</td><td>{r.risks_html()}</td></tr>"
+        for r in rows
+    ]
     table = (
         "<table class='fi-table'><thead><tr><th>site</th><th>decision</th><th>conv &rarr; mul</th>"
         "<th>scale</th><th>reasons</th><th>risks</th></tr></thead><tbody>" + "".join(cells) + "</tbody></table>"
     )
     notes = "".join(f"<p class='fi-note'>note: {_esc(n)}</p>" for n in analysis.notes)
     return f"<div class='fi-analysis'>{_STYLE}{head}{table}<p>{_esc(analysis.summary())}</p>{notes}</div>"
+
+
+def stale_html(results_for) -> str:
+    """The banner over results computed for another (stage, policy, markers)."""
+    stage, policy, markers = results_for
+    return ("<div class='fi-stale' style='background:#fff3cd;padding:4px'>&#9888; stale: these results were "
+            f"computed for stage {_esc(stage)}, policy {_esc(policy)}, markers "
+            f"{_esc(', '.join(markers) or 'none')}; run the reference again</div>")
 
 
 def comparison_rows(comparison) -> list[dict[str, str]]:
@@ -120,6 +181,7 @@ def comparison_text(comparison) -> str:
     lines = [head, "  ".join(c.ljust(widths[c]) for c in cols).rstrip(),
              "  ".join("-" * widths[c] for c in cols)]
     lines += ["  ".join(r[c].ljust(widths[c]) for c in cols).rstrip() for r in rows]
+    lines.append(f"calibration: {comparison.calibration}")
     return "\n".join(lines)
 
 

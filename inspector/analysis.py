@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 import warnings
@@ -13,7 +14,7 @@ from torch.fx import GraphModule, Node
 from . import _graph, _load, _stages
 from ._explain import Context, explain
 from .errors import ExplanationMismatchWarning, InspectorError, listing, quoted
-from ._policies import check_policy, marker_tuple, resolve_markers, run_pass
+from ._policies import DEFAULT_VARIANTS, check_policy, marker_tuple, resolve_markers, run_pass
 from .reasons import Reason, ReasonCode, Risk, RiskCode
 
 # max|s| / min|s| at or above which a scale is flagged ``wide-dynamic-range-scale``.
@@ -214,15 +215,21 @@ class Analysis:
         return self.with_markers(markers)
 
     def with_stage(self, stage: str) -> "Analysis":
-        return analyze(self.target, stage=stage, policy=self.policy, markers=self._portable_markers())
+        return analyze(self.target, stage=stage, policy=self.policy, markers=self.marker_ids)
 
-    def _portable_markers(self) -> tuple[str, ...]:
-        # node names differ between stages; site ids do not
+    @property
+    def configuration(self) -> tuple[str, str, tuple[str, ...]]:
+        """``(stage, policy, marker ids)``: what reference results computed for this analysis are for."""
+        return self.stage, self.policy, self.marker_ids
+
+    @property
+    def marker_ids(self) -> tuple[str, ...]:
+        """The markers with site muls named by site id: node names differ between stages, site ids do not."""
         ids = {s.mul: s.id for s in self.sites}
         return tuple(ids.get(m, m) for m in self.markers)
 
     # -- numbers
-    def compare(self, variants=("off", "upstream", "state-aware-strict"), *, markers=None, **kwargs):
+    def compare(self, variants=DEFAULT_VARIANTS, *, markers=None, **kwargs):
         """Quantize and run each variant on the TOSA INT reference model (see ``inspector.compare``).
 
         ``markers`` defaults to this analysis's markers (as site ids).
@@ -230,7 +237,7 @@ class Analysis:
         from .compare import compare
 
         if markers is None:
-            markers = self._portable_markers()
+            markers = self.marker_ids
         return compare(self.target, variants, markers=markers, **kwargs)
 
     # -- presentation
@@ -253,24 +260,53 @@ class Analysis:
     def __repr__(self) -> str:
         return f"<Analysis {self.name} stage={self.stage} policy={self.policy}: {self.summary()}>"
 
+    def report(self, comparison=None, *, format: str = "html", out=None, results_for=None):
+        """A self-contained report of this analysis (and ``comparison``, if given) as text;
+        with ``out``, written there (atomically) and the path returned."""
+        from ._files import write_text
+        from .report import report_html
+
+        if format != "html":
+            raise InspectorError(f"unknown report format {quoted(format)}; choose: html")
+        text = report_html(self, comparison, results_for=results_for)
+        return write_text(out, text) if out is not None else text
+
     # -- pictures
+    def verdicts(self, which: str = "before"):
+        """(graph module, ``render.Verdicts``): the ``before`` or ``after`` graph and what to say about it."""
+        from .render import WHICH, Verdicts
+
+        if which not in WHICH:
+            raise InspectorError(f"unknown graph {quoted(which)}; choose one of: {', '.join(WHICH)}")
+        gm, program = self._after if which == "after" else self._before
+        signature = program.graph_signature if program is not None else None
+        return gm, Verdicts(self.sites, which == "after", signature, tuple(self.caption(which)))
+
+    def caption(self, which: str | None) -> list[str]:
+        """The lines above a picture of this analysis (``which`` None: the before | after pair)."""
+        what = f"{which} the pass" if which else "before | after the pass"
+        lines = [f"{self.name}: {self.stage}, policy {self.policy}, {what}", self.summary()]
+        if self.markers:
+            lines.append("markers: " + ", ".join(self.markers))
+        return lines
+
     def render(self, which: str = "before", **kw):
         """The ``before`` or ``after`` graph as a ``graphviz.Digraph`` (see ``inspector.render``)."""
         from .render import render
 
-        return render(self, which, **kw)
+        return render(*self.verdicts(which), **kw)
 
     def render_pair(self, **kw):
-        """Before and after side by side in one ``graphviz.Digraph`` (see ``inspector.render.render_pair``)."""
+        """Before and after side by side in one ``graphviz.Digraph`` (see ``inspector.render_pair``)."""
         from .render import render_pair
 
         return render_pair(self, **kw)
 
     def svg(self, which: str = "before", **kw) -> str:
         """The SVG text of ``render(which, **kw)``; needs graphviz's ``dot``."""
-        from .render import render, svg
+        from .render import svg
 
-        return svg(render(self, which, **kw))
+        return svg(self.render(which, **kw))
 
 
 def analyze(
@@ -300,6 +336,22 @@ def analyze(
     result = _decide(loaded, stage_graph, policy, marker_tuple(markers))
     result.timings = {"load": t1 - t0, "stage": t2 - t1, **result.timings}
     return result
+
+
+def analyze_graph(graph_module, *, policy: str = "upstream", markers: Iterable[str] = (),
+                  name: str = "graph") -> Analysis:
+    """Decide the sites of ``graph_module`` exactly as the pass receives it at ``tfa`` (weights as
+    ``get_attr``), without exporting: for graphs built or transformed by hand. The caller's graph
+    module is never modified (the pass runs on private copies). Comparisons need a model: use
+    ``analyze`` for those."""
+    from torch.fx import GraphModule
+
+    if not isinstance(graph_module, GraphModule):
+        raise InspectorError(f"analyze_graph takes a torch.fx.GraphModule, got a {type(graph_module).__name__}")
+    check_policy(policy)
+    target = _load.Target(name, None, ())
+    stage_graph = _stages.StageGraph.of_tfa_graph(copy.deepcopy(graph_module))
+    return _decide(target, stage_graph, policy, marker_tuple(markers))
 
 
 def _decide(target, stage_graph, policy: str, markers: tuple[str, ...]) -> Analysis:

@@ -13,7 +13,7 @@ import os
 import sys
 import warnings
 
-from .errors import InspectorError, describe, listing, quoted
+from .errors import InspectorError, describe
 
 DESCRIPTION = "Inspect ExecuTorch's Arm FoldScalarMulIntoConvPass: which conv->mul sites fold, and why not."
 
@@ -36,7 +36,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    from ._policies import POLICIES, POLICY_HELP
+    from ._policies import DEFAULT_VARIANTS, POLICIES, POLICY_HELP
     from ._stages import STAGES, STAGE_HELP
     from ._limits import MAX_STEPS
 
@@ -66,8 +66,8 @@ def _parser() -> argparse.ArgumentParser:
     c = model_command("compare", "quantize each variant, run the TOSA INT reference model, compare with float",
                       stage_and_policy=False,
                       mark_help="mark a site id or node name as carried state in every variant (repeatable)")
-    c.add_argument("--variants", default="off,upstream,state-aware-strict", metavar="P,P,...",
-                   help="comma-separated policies to compare (default: off,upstream,state-aware-strict)")
+    c.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), metavar="P,P,...",
+                   help=f"comma-separated policies to compare (default: {','.join(DEFAULT_VARIANTS)})")
     c.add_argument("--steps", type=int, default=1, help=f"recurrent steps to run, 1 to {MAX_STEPS} (default: 1)")
     c.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -208,7 +208,7 @@ def _render(args) -> int:
 def _demo(args) -> int:
     import html
 
-    import sample_models
+    from . import samples
     from .analysis import analyze
     from ._policies import POLICIES
     from .render import svg
@@ -217,10 +217,8 @@ def _demo(args) -> int:
     from ._files import check_writable, write_text
 
     check_writable(args.html)
-    name = args.sample or sample_models.DEFAULT
-    if name not in sample_models.names():
-        raise InspectorError(f"unknown sample {quoted(name)}; known samples: {listing(sample_models.names())}")
-    print(f"sample:{name}: {sample_models.describe(name)}\n")
+    name = args.sample or samples.default()
+    print(f"sample:{name}: {samples.describe(name)}\n")
     first = analyze("sample:" + name, stage=args.stage, policy="upstream")
     results = [first] + [first.with_policy(p) for p in POLICIES if p != "upstream"]
     for r in results:
@@ -235,7 +233,7 @@ def _demo(args) -> int:
         "<!doctype html><html><head><meta charset='utf-8'><title>fold inspector: "
         f"{html.escape(name)}</title><style>body{{font-family:sans-serif;margin:1.5em}}svg{{max-width:100%;height:auto}}"
         f"</style></head><body><h1>fold inspector: sample:{html.escape(name)}</h1>"
-        f"<p>{html.escape(sample_models.describe(name))}</p>{body}</body></html>"
+        f"<p>{html.escape(samples.describe(name))}</p>{body}</body></html>"
     )
     out = write_text(check_writable(args.html), page)
     print(f"wrote {out}")
@@ -243,10 +241,10 @@ def _demo(args) -> int:
 
 
 def _samples(args) -> int:
-    import sample_models
+    from . import samples
 
-    for name in sample_models.names():
-        print(f"{name:36} {sample_models.describe(name)}")
+    for name in samples.names():
+        print(f"{name:36} {samples.describe(name)}")
     return 0
 
 
@@ -271,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `... | head`: the reader has gone; stop quietly (Python's documented recipe)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except Exception as exc:  # noqa: BLE001 - the last line of defence for a CLI user
         if args.debug:
             raise

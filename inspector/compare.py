@@ -4,7 +4,7 @@ For every variant (a policy plus markers) the model goes through the real Arm
 flow on a private copy: ``TOSAQuantizer`` (symmetric int8, per-channel weights by
 default) -> calibrate -> convert -> re-export -> lower for TOSA-1.0+INT -> the
 bit-accurate TOSA reference model. The variant's policy governs the fold pass in
-every stage it runs in (``fold_swap``). Outputs are compared with the float eager
+every stage it runs in (``_fold_swap``). Outputs are compared with the float eager
 model per output, output channel and recurrent step.
 """
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import math
 import re
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
@@ -21,20 +20,21 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 
 from . import _executorch, _graph, _load, _quiet, _stages, _tosa
+from ._cache import BoundedCache
 from ._hashing import digest as _digest
 from ._limits import check_steps
 from .errors import InspectorError, UnknownMarker, crash_behind, describe, listing, quoted
 from ._fold_swap import swapped_fold_pass
-from ._policies import FoldLog, check_policy, folded_site_ids, marker_tuple, policy_pass_class
+from ._policies import DEFAULT_VARIANTS, FoldLog, check_policy, folded_site_ids, marker_tuple, policy_pass_class
 
-DEFAULT_VARIANTS = ("off", "upstream", "state-aware-strict")
 # Default calibration: the example inputs plus this many perturbed copies (seeded).
 CALIBRATION_COPIES = 7
 CALIBRATION_NOISE = 0.1  # perturbation std, relative to each input's own std
 CALIBRATION_SEED = 0
 
 Progress = Callable[[str, float], None]
-STEPS_OF_A_VARIANT = ("export", "prepare", "calibrate", "convert", "re-export", "lower", "reference", "metrics")
+# The phases of one variant's run ("stage" is reserved for the graph the pass sees).
+PHASES = ("export", "prepare", "calibrate", "convert", "re-export", "lower", "reference", "metrics")
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ class VariantResult:
     sites: tuple[SiteOutcome, ...]  # per site: where it folded, qparams around it
     metrics: tuple[Metrics, ...]  # per (step, output), steps in order
     not_delegated: tuple[NotDelegated, ...]  # nodes outside the delegate
-    timings: dict  # seconds per stage of the flow
+    timings: dict  # seconds per phase of the flow (export, prepare, ..., reference)
     cached: bool = False  # answered from the cache
     outputs: tuple = field(default=(), repr=False, compare=False)  # quantized outputs per step (flat tuples)
     log: str = field(default="", repr=False, compare=False)  # what the stack printed during the run (--debug)
@@ -149,6 +149,14 @@ class Comparison:
             if policy_or_label in (r.variant.label, r.variant.policy):
                 return r
         raise InspectorError(f"no variant {quoted(policy_or_label)}; variants: {listing(r.variant.label for r in self.results)}")
+
+    def folded_where(self) -> dict[str, str]:
+        """Per site id, where it folded in each variant: ``"off: not folded; upstream: tfa"``."""
+        out: dict[str, list[str]] = {}
+        for r in self.results:
+            for s in r.sites:
+                out.setdefault(s.site_id, []).append(f"{r.variant.label}: {s.folded_at or 'not folded'}")
+        return {k: "; ".join(v) for k, v in out.items()}
 
     def to_dict(self) -> dict:
         return {
@@ -246,29 +254,14 @@ def _variant_result_from_dict(d: dict) -> VariantResult:
 # ---------------------------------------------------------------- the cache
 
 
-@dataclass
-class _Cache:
-    """Results keyed by what determines them; thread-safe."""
-
-    entries: dict = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def get(self, key):
-        with self.lock:
-            return self.entries.get(key)
-
-    def put(self, key, value):
-        with self.lock:
-            self.entries[key] = value
-
-
-_CACHE = _Cache()
+# Variant results (each holds its per-step outputs) and float references, by what determines
+# them; bounded like every cache of the inspector (the least recently used go first).
+_CACHE = BoundedCache(64, "comparison results")
 
 
 def clear_cache() -> None:
-    """Forget every cached variant result."""
-    with _CACHE.lock:
-        _CACHE.entries.clear()
+    """Forget every cached variant result and float reference."""
+    _CACHE.clear()
 
 
 def model_fingerprint(target: _load.Target) -> str:
@@ -298,7 +291,7 @@ def compare(
     initial state; functional state is fed back per the model's ``RECURRENT``
     declaration (output index -> input index). ``calibration`` is a list of input
     tuples (default: the example inputs plus seeded perturbed copies).
-    ``progress(stage, fraction)`` is called as the work advances.
+    ``progress(phase, fraction)`` is called as the work advances (phase: "variant: phase").
     """
     check_steps(steps)
     wanted = _variants(variants, markers)
@@ -310,9 +303,9 @@ def compare(
     reference = _CACHE.get(("reference",) + base_key)
     results = []
     for i, variant in enumerate(wanted):
-        def report(stage: str, fraction: float, i=i, variant=variant):
+        def report(phase: str, fraction: float, i=i, variant=variant):
             if progress is not None:
-                progress(f"{variant.label}: {stage}", (i + fraction) / len(wanted))
+                progress(f"{variant.label}: {phase}", (i + fraction) / len(wanted))
 
         hit = _cached_result(loaded, base_key, variant, quantization_config)
         if hit is not None:
@@ -489,12 +482,12 @@ def _run_variant(target, variant: Variant, batches, config, steps, reference, re
     log = FoldLog()
     clock = time.perf_counter()
 
-    def mark(stage: str, index: int) -> None:
+    def mark(phase: str, index: int) -> None:
         nonlocal clock
         now = time.perf_counter()
-        timings[stage] = now - clock
+        timings[phase] = now - clock
         clock = now
-        report(stage, (index + 1) / len(STEPS_OF_A_VARIANT))
+        report(phase, (index + 1) / len(PHASES))
 
     # The run captures the tfa graph for later predictions (the default quantizer's graph only).
     log.snapshots = config is None and ("stage", "tfa") not in target.memo
@@ -509,19 +502,19 @@ def _run_variant(target, variant: Variant, batches, config, steps, reference, re
                 # The target's own export (a private copy): the program the user gave, exported once.
                 exported = copy.deepcopy(target.exported)
                 mark("export", 0)
-                prepared = _stage("prepare", variant,
+                prepared = _phase("prepare", variant,
                                   lambda: _tosa.prepare_pt2e(exported.module(check_guards=False), quantizer))
                 mark("prepare", 1)
-                _stage("calibrate", variant, lambda: _calibrate(prepared, batches, target, steps))
+                _phase("calibrate", variant, lambda: _calibrate(prepared, batches, target, steps))
                 mark("calibrate", 2)
-                converted = _stage("convert", variant, lambda: _tosa.convert_pt2e(prepared))
+                converted = _phase("convert", variant, lambda: _tosa.convert_pt2e(prepared))
                 qparams = _site_qparams(converted, log)
                 mark("convert", 3)
-                reexported = _stage("re-export", variant,
+                reexported = _phase("re-export", variant,
                                     lambda: torch.export.export(converted, copy.deepcopy(target.inputs)))
                 mark("re-export", 4)
                 with _tosa.partition_rejections() as rejected:
-                    lowered = _stage("lower", variant, lambda: _tosa.lower(reexported))
+                    lowered = _phase("lower", variant, lambda: _tosa.lower(reexported))
                 mark("lower", 5)
             program = lowered.exported_program()
             module = program.module()
@@ -558,7 +551,7 @@ def _run_variant(target, variant: Variant, batches, config, steps, reference, re
     return result, decisions
 
 
-def _stage(name: str, variant: Variant, fn):
+def _phase(name: str, variant: Variant, fn):
     try:
         return fn()
     except InspectorError:

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import graphviz
-from torch.fx import GraphModule, Node
+from torch import fx
+from torch.fx import Node
 
 from . import _graph
 from .errors import InspectorError, quoted
@@ -91,9 +93,23 @@ _HUB_DEGREE = 10  # a node with more neighbours ends a neighbourhood walk (see _
 # ---------------------------------------------------------------- public API
 
 
+@dataclass(frozen=True)
+class Verdicts:
+    """What the picture says about one graph: its sites, and what the graph is.
+
+    The per-node facts (a node's site, decision, reasons, state role) are derived from
+    these and the graph itself, like ``FxGraphDrawer``'s colours from node kinds.
+    """
+
+    sites: tuple = ()  # Site records: decision, reasons, risks, state path, folded weight and bias
+    after: bool = False  # the graph after the pass (a folded mul is gone, its conv reads new constants)
+    signature: Any = None  # the exported program's graph signature (None for a bare GraphModule, as at tfa)
+    caption: tuple[str, ...] = ()  # lines written above the picture
+
+
 def render(
-    analysis,
-    which: str = "before",
+    graph,
+    verdicts: "Verdicts | Iterable | str" = (),
     *,
     focus: str | None = None,
     hops: int = 2,
@@ -101,7 +117,12 @@ def render(
     cluster_by_module: bool = False,
     max_nodes: int | None = 400,
 ) -> graphviz.Digraph:
-    """The ``before`` or ``after`` graph of ``analysis`` as a ``graphviz.Digraph``, sites highlighted.
+    """``graph`` (an FX Graph or GraphModule) with its ``verdicts``, as a ``graphviz.Digraph``.
+
+    A pure function of (graph, verdicts): the same input draws the same DOT source.
+    ``verdicts`` is a ``Verdicts`` record or just the sites. For an ``Analysis``,
+    ``analysis.render("before" | "after")`` (or ``render(analysis, "after")``) passes its
+    own graph and verdicts.
 
     Node styles come from ``STYLES`` (a legend cluster lists them). A skipped
     site shows its first reason code, and every reason in its tooltip; a folded
@@ -118,27 +139,52 @@ def render(
     graph the weight and bias a folded conv now reads (they are where the scale
     went). ``cluster_by_module`` groups nodes by their ``nn_module_stack`` path.
     """
-    view = _View(analysis, which, focus=focus, hops=hops, hide=hide, max_nodes=max_nodes)
+    kw = dict(focus=focus, hops=hops, hide=hide, max_nodes=max_nodes, cluster_by_module=cluster_by_module)
+    if not isinstance(graph, (fx.Graph, fx.GraphModule)):  # an Analysis and "before" / "after"
+        if not hasattr(graph, "verdicts"):
+            raise InspectorError(f"cannot draw a {type(graph).__name__}; give an FX graph and its verdicts, "
+                                 "or an Analysis")
+        graph, verdicts = graph.verdicts(verdicts if isinstance(verdicts, str) else "before")
+    verdicts = _as_verdicts(verdicts)
+    view = _view(graph, verdicts, **kw)
     g = _digraph()
-    g.attr("graph", label=_text_left(*_headline(analysis, which), *view.notes))
-    view.draw(g, prefix="", cluster_by_module=cluster_by_module)
+    g.attr("graph", label=_text_left(*verdicts.caption, *view.notes))
+    _draw(g, view, prefix="", cluster_by_module=cluster_by_module)
     _legend(g)
     return g
 
 
-def render_pair(analysis, **kw) -> graphviz.Digraph:
+def render_pair(before, after=None, verdicts: tuple | None = None, *, caption: Iterable[str] = (),
+                **kw) -> graphviz.Digraph:
     """Before and after side by side: one ``Digraph`` with a cluster each (node ids prefixed
-    ``before.`` and ``after.``). Takes the keyword arguments of ``render``."""
+    ``before.`` and ``after.``). Give an ``Analysis``, or the two graphs and their two
+    ``Verdicts``; takes the keyword arguments of ``render``."""
+    if not isinstance(before, (fx.Graph, fx.GraphModule)):
+        analysis = before
+        (before, v_before), (after, v_after) = analysis.verdicts("before"), analysis.verdicts("after")
+        caption = analysis.caption(None)
+    else:
+        v_before, v_after = (_as_verdicts(v) for v in verdicts)
     cluster_by_module = kw.pop("cluster_by_module", False)
-    views = [_View(analysis, which, **kw) for which in WHICH]
+    views = [_view(graph, v, **kw, cluster_by_module=cluster_by_module)
+             for graph, v in ((before, v_before), (after, v_after))]
     g = _digraph()
-    g.attr("graph", label=_text_left(*_headline(analysis, None)))
+    g.attr("graph", label=_text_left(*caption))
     for which, view in zip(WHICH, views):
         with g.subgraph(name=f"cluster_{which}") as sub:
             sub.attr("graph", label=_text_left(f"{which} the pass", *view.notes), style="rounded", color="#cccccc")
-            view.draw(sub, prefix=f"{which}.", cluster_by_module=cluster_by_module)
+            _draw(sub, view, prefix=f"{which}.", cluster_by_module=cluster_by_module)
     _legend(g)
     return g
+
+
+def _as_verdicts(verdicts) -> Verdicts:
+    if isinstance(verdicts, Verdicts):
+        return verdicts
+    try:
+        return Verdicts(tuple(verdicts))
+    except TypeError:
+        raise InspectorError(f"verdicts must be a Verdicts record or a sequence of sites, got {quoted(verdicts)}") from None
 
 
 DOT_MISSING = ("graphviz's dot is not installed: apt-get install -y graphviz (or conda install graphviz); "
@@ -226,15 +272,6 @@ def _digraph() -> graphviz.Digraph:
     return graphviz.Digraph("fold_inspector", graph_attr=_GRAPH_ATTR, node_attr=_NODE_ATTR, edge_attr=_EDGE_ATTR)
 
 
-def _headline(analysis, which: str | None) -> list[str]:
-    what = f"{which} the pass" if which else "before | after the pass"
-    head = f"{analysis.name}: {analysis.stage}, policy {analysis.policy}, {what}"
-    lines = [head, analysis.summary()]
-    if analysis.markers:
-        lines.append("markers: " + ", ".join(analysis.markers))
-    return lines
-
-
 def _legend(g: graphviz.Digraph) -> None:
     """A cluster with one sample of every style, in rows of ``_LEGEND_ROW`` (read left to right)."""
     with g.subgraph(name="cluster_legend") as lg:
@@ -302,308 +339,299 @@ def _module_types(node: Node) -> tuple[str, str]:
     return _graph.module_path(node), type_name.rsplit(".", 1)[-1]
 
 
-# ---------------------------------------------------------------- one graph, classified
+# ---------------------------------------------------------------- classify -> select -> label
 
 
+@dataclass
+class _Facts:
+    """Per-node facts of one graph under its verdicts (the classify step)."""
+
+    nodes: list[Node]
+    after: bool
+    kind: dict[Node, str] = field(default_factory=dict)  # a STYLES key per node
+    site_of_mul: dict[str, Any] = field(default_factory=dict)  # mul name -> site (not for a folded mul after)
+    sites_of_conv: dict[str, list] = field(default_factory=dict)  # conv name -> its sites
+    keep: set[str] = field(default_factory=set)  # constants drawn even when constants are hidden
+    path_edges: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)  # (tail, head) -> (kind, why)
+    writes: dict[Node, list] = field(default_factory=dict)  # boundary node -> the state it writes (StateWrite)
+    held: dict[Node, str] = field(default_factory=dict)  # node holding carried state -> "buffer" | "input"
+    buffer_inputs: set[str] = field(default_factory=set)  # placeholder names of buffers
+    constant_inputs: set[str] = field(default_factory=set)  # placeholder names of parameters, buffers, constants
+
+
+def _classify(graph, verdicts: Verdicts) -> _Facts:
+    """What every node is: a site's conv or mul (and its verdict), a state boundary, state, input,
+    constant, output, op; and which edges lie on a path to state."""
+    graph = graph.graph if isinstance(graph, fx.GraphModule) else graph
+    facts = _Facts(list(graph.nodes), verdicts.after)
+    by_name = {n.name: n for n in facts.nodes}
+    for s in verdicts.sites:
+        if s.mul in by_name and not (facts.after and s.folded):
+            facts.site_of_mul[s.mul] = s
+        if s.conv in by_name:
+            facts.sites_of_conv.setdefault(s.conv, []).append(s)
+        if facts.after and s.folded:
+            facts.keep.update(n for n in (s.folded_weight, s.folded_bias) if n)
+    for s in verdicts.sites:  # the state paths to highlight; thick wins over light
+        if len(s.state_path) < 2:
+            continue
+        if not s.folded and STATE_REASONS & set(s.reason_codes):
+            kind = "state-path"
+        elif s.folded and CARRIED_STATE_RISK in {r.code for r in s.risks}:
+            kind = "risk-path"
+        else:
+            continue
+        path = list(s.state_path)
+        if facts.after and s.folded:
+            path[0] = s.conv  # the mul is gone: its users now read the conv
+        for edge in zip(path, path[1:]):
+            if facts.path_edges.get(edge, ("",))[0] != "state-path":
+                facts.path_edges[edge] = (kind, f"site {s.id} -> {s.state_boundary}")
+    for w in _graph.state_writes(graph, verdicts.signature):
+        facts.writes.setdefault(w.node, []).append(w)
+    facts.held = _graph.written_state(graph, verdicts.signature)
+    facts.buffer_inputs, facts.constant_inputs = _graph.placeholder_roles(verdicts.signature)
+    for n in facts.nodes:
+        facts.kind[n] = _kind(facts, n)
+    return facts
+
+
+def _kind(facts: _Facts, n: Node) -> str:
+    if n.name in facts.site_of_mul:
+        s = facts.site_of_mul[n.name]
+        return "removed" if s.folded else site_kind(s)
+    if n.name in facts.sites_of_conv:
+        return site_kind(facts.sites_of_conv[n.name][0])
+    if n in facts.writes:
+        return "boundary"  # an in-place write into state, or the output when the signature says it writes state
+    if n.op == "output":
+        return "output"
+    if n.op in ("placeholder", "get_attr"):
+        if n in facts.held:  # a buffer the graph writes back into is state, not a constant
+            return "input"
+        return "constant" if n.op == "get_attr" or n.name in facts.constant_inputs else "input"
+    return "op"
+
+
+@dataclass
 class _View:
-    """Which nodes of one graph to draw, and how: built in one pass over the nodes."""
+    """The classified graph and what of it to draw (the select step)."""
 
-    def __init__(self, analysis, which: str, *, focus=None, hops=2, hide=("constants",), max_nodes=400):
-        if which not in WHICH:
-            raise InspectorError(f"unknown graph {quoted(which)}; choose one of: {', '.join(WHICH)}")
-        hide = (hide,) if isinstance(hide, str) else tuple(hide or ())
-        bad = [h for h in hide if h not in HIDEABLE]
-        if bad:
-            raise InspectorError(f"cannot hide {quoted(bad[0])}; hideable: {', '.join(HIDEABLE)}")
-        if not isinstance(hops, int) or hops < 0:
-            raise InspectorError(f"hops must be a non-negative integer, got {quoted(hops)}")
-        if max_nodes is not None and (not isinstance(max_nodes, int) or max_nodes < 1):
-            raise InspectorError(f"max_nodes must be a positive integer or None, got {quoted(max_nodes)}")
-        focus_site = analysis.site(focus) if focus is not None else None  # raises for an unknown site id
+    facts: _Facts
+    shown: list[Node]
+    notes: list[str]
+    cut: dict[Node, str]  # border nodes of a partial view: what is not shown around them
 
-        self.after = which == "after"
-        gm: GraphModule = analysis.after if self.after else analysis.before
-        program = analysis.after_program if self.after else analysis.before_program
-        self.nodes: list[Node] = list(gm.graph.nodes)
-        self.sites = analysis.sites
-        self._signature_roles(program)
-        by_name = {n.name: n for n in self.nodes}
 
-        # Sites by the names their nodes have in this graph (a folded mul is gone after the pass).
-        self.site_of_mul: dict[str, Any] = {}
-        self.sites_of_conv: dict[str, list] = {}
-        keep: set[str] = set()  # folded weights/bias shown in the after graph even when constants are hidden
-        for s in self.sites:
-            if s.mul in by_name and not (self.after and s.folded):
-                self.site_of_mul[s.mul] = s
-            if s.conv in by_name:
-                self.sites_of_conv.setdefault(s.conv, []).append(s)
-            if self.after and s.folded:
-                keep.update(n for n in (s.folded_weight, s.folded_bias) if n)
+def _view(graph, verdicts: Verdicts, *, focus=None, hops=2, hide=("constants",), max_nodes=400,
+          cluster_by_module=False) -> _View:
+    hide = (hide,) if isinstance(hide, str) else tuple(hide or ())
+    bad = [h for h in hide if h not in HIDEABLE]
+    if bad:
+        raise InspectorError(f"cannot hide {quoted(bad[0])}; hideable: {', '.join(HIDEABLE)}")
+    if not isinstance(hops, int) or isinstance(hops, bool) or hops < 0:
+        raise InspectorError(f"hops must be a non-negative integer, got {quoted(hops)}")
+    if max_nodes is not None and (not isinstance(max_nodes, int) or max_nodes < 1):
+        raise InspectorError(f"max_nodes must be a positive integer or None, got {quoted(max_nodes)}")
+    focus_site = None
+    if focus is not None:
+        focus_site = next((s for s in verdicts.sites if s.id == focus), None)
+        if focus_site is None:
+            known = ", ".join(s.id for s in verdicts.sites) or "none"
+            raise InspectorError(f"no site {quoted(focus)}; sites: {known[:240]}")
+    facts = _classify(graph, verdicts)
+    return _select(facts, focus_site, hops, hide, max_nodes)
 
-        # The state paths to highlight: (tail, head) -> edge kind; thick wins over light.
-        self.path_edges: dict[tuple[str, str], tuple[str, str]] = {}
-        for s in self.sites:
-            if len(s.state_path) < 2:
-                continue
-            if not s.folded and STATE_REASONS & set(s.reason_codes):
-                kind = "state-path"
-            elif s.folded and CARRIED_STATE_RISK in {r.code for r in s.risks}:
-                kind = "risk-path"
-            else:
-                continue
-            path = list(s.state_path)
-            if self.after and s.folded:
-                path[0] = s.conv  # the mul is gone: its users now read the conv
-            for edge in zip(path, path[1:]):
-                if self.path_edges.get(edge, ("",))[0] != "state-path":
-                    self.path_edges[edge] = (kind, f"site {s.id} -> {s.state_boundary}")
 
-        # One pass: every node's kind, and whether it is hidden.
-        self.kind: dict[Node, str] = {}
-        hidden: set[Node] = set()
-        for n in self.nodes:
-            kind = self._kind(n)
-            self.kind[n] = kind
-            if kind == "constant" and "constants" in hide and n.name not in keep:
-                hidden.add(n)
-        visible = [n for n in self.nodes if n not in hidden]
-
-        self.notes: list[str] = []
-        if hidden:
-            self.notes.append(f"{len(hidden):,} constant{'s' * (len(hidden) != 1)} hidden (hide=() shows them)")
-        if focus_site is not None:
-            names = (focus_site.conv,) if self.after and focus_site.folded else (focus_site.mul, focus_site.conv)
-            seeds = [by_name[name] for name in names if name in by_name]
-            shown = _neighbourhood(seeds, hops, hidden)
-            self.notes.append(f"focus: site {focus_site.id} and {hops} hop{'s' * (hops != 1)} around it "
-                              f"({len(shown):,} of {len(visible):,} nodes)")
-        elif max_nodes is not None and len(visible) > max_nodes and not (self.site_of_mul or self.sites_of_conv):
-            shown = set(visible[:max_nodes])
-            self.notes.append(f"showing the first {max_nodes:,} of {len(visible):,} nodes (no sites here); "
-                              "pass max_nodes=None for all")
-        elif max_nodes is not None and len(visible) > max_nodes:
-            seeds = [n for n in visible if n.name in self.site_of_mul or n.name in self.sites_of_conv]
-            # Shrink the neighbourhoods until they fit; at 0 hops only the sites themselves remain.
-            h = hops
+def _select(facts: _Facts, focus_site, hops: int, hide: tuple[str, ...], max_nodes: int | None) -> _View:
+    """Which nodes to draw: all, a focused site's neighbourhood, or the sites' neighbourhoods
+    shrunk to fit ``max_nodes``; constants hidden unless kept."""
+    by_name = {n.name: n for n in facts.nodes}
+    hidden = {n for n in facts.nodes
+              if facts.kind[n] == "constant" and "constants" in hide and n.name not in facts.keep}
+    visible = [n for n in facts.nodes if n not in hidden]
+    notes: list[str] = []
+    if hidden:
+        notes.append(f"{len(hidden):,} constant{'s' * (len(hidden) != 1)} hidden (hide=() shows them)")
+    if focus_site is not None:
+        names = (focus_site.conv,) if facts.after and focus_site.folded else (focus_site.mul, focus_site.conv)
+        seeds = [by_name[name] for name in names if name in by_name]
+        shown = _neighbourhood(seeds, hops, hidden)
+        notes.append(f"focus: site {focus_site.id} and {hops} hop{'s' * (hops != 1)} around it "
+                     f"({len(shown):,} of {len(visible):,} nodes)")
+    elif max_nodes is not None and len(visible) > max_nodes and not (facts.site_of_mul or facts.sites_of_conv):
+        shown = set(visible[:max_nodes])
+        notes.append(f"showing the first {max_nodes:,} of {len(visible):,} nodes (no sites here); "
+                     "pass max_nodes=None for all")
+    elif max_nodes is not None and len(visible) > max_nodes:
+        seeds = [n for n in visible if n.name in facts.site_of_mul or n.name in facts.sites_of_conv]
+        # Shrink the neighbourhoods until they fit; at 0 hops only the sites themselves remain.
+        h = hops
+        shown = _neighbourhood(seeds, h, hidden)
+        while len(shown) > max_nodes and h > 0:
+            h -= 1
             shown = _neighbourhood(seeds, h, hidden)
-            while len(shown) > max_nodes and h > 0:
-                h -= 1
-                shown = _neighbourhood(seeds, h, hidden)
-            n_sites = len({s.id for s in self.sites if s.mul in self.site_of_mul or s.conv in self.sites_of_conv})
-            self.notes.append(f"showing {len(shown):,} of {len(visible):,} nodes: the neighbourhoods "
-                              f"({h} hop{'s' * (h != 1)}) of {n_sites:,} site{'s' * (n_sites != 1)}; "
-                              "pass max_nodes=None for all")
-        else:
-            shown = set(visible)
-        self.shown: list[Node] = [n for n in visible if n in shown]
-        # In a partial view, say on each border node how many neighbours were left out.
-        self.cut: dict[Node, str] = {}
-        if len(self.shown) < len(visible):
-            for n in self.shown:
-                ins = sum(1 for m in n.all_input_nodes if m not in shown and m not in hidden)
-                outs = sum(1 for m in n.users if m not in shown and m not in hidden)
-                parts = [f"{k:,} {what}{'s' * (k != 1)}" for k, what in ((ins, "input"), (outs, "user")) if k]
-                if parts:
-                    self.cut[n] = "+" + ", ".join(parts) + " not shown"
+        sites = {s.id for s in facts.site_of_mul.values()} | {s.id for ss in facts.sites_of_conv.values() for s in ss}
+        notes.append(f"showing {len(shown):,} of {len(visible):,} nodes: the neighbourhoods "
+                     f"({h} hop{'s' * (h != 1)}) of {len(sites):,} site{'s' * (len(sites) != 1)}; "
+                     "pass max_nodes=None for all")
+    else:
+        shown = set(visible)
+    ordered = [n for n in visible if n in shown]
+    # In a partial view, say on each border node how many neighbours were left out.
+    cut: dict[Node, str] = {}
+    if len(ordered) < len(visible):
+        for n in ordered:
+            ins = sum(1 for m in n.all_input_nodes if m not in shown and m not in hidden)
+            outs = sum(1 for m in n.users if m not in shown and m not in hidden)
+            parts = [f"{k:,} {what}{'s' * (k != 1)}" for k, what in ((ins, "input"), (outs, "user")) if k]
+            if parts:
+                cut[n] = "+" + ", ".join(parts) + " not shown"
+    return _View(facts, ordered, notes, cut)
 
-    # -- classification
 
-    def _signature_roles(self, program) -> None:
-        """Placeholders that are user inputs vs weights; outputs that are state writes."""
-        self.constant_inputs: set[str] = set()  # placeholder names of parameters, buffers, constants
-        self.buffer_inputs: set[str] = set()  # placeholder names of buffers
-        self.state_inputs: set[str] = set()  # placeholder names the signature says are written back
-        self.output_writes: list[str] = []  # "buffer 'state' (graph signature)", per mutation output
-        signature = program.graph_signature if program is not None else None
-        if signature is None:
-            return
-        from torch.export.graph_signature import InputKind, OutputKind
-
-        mutated = {s.target for s in signature.output_specs
-                   if s.kind in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION)}
-        for spec in signature.input_specs:
-            name = getattr(spec.arg, "name", None)
-            if name is None:
+def _draw(g: graphviz.Digraph, view: _View, *, prefix: str, cluster_by_module: bool) -> None:
+    """Add the shown nodes (optionally inside module clusters) and their edges to ``g``."""
+    shown = set(view.shown)
+    if cluster_by_module:
+        _draw_clusters(g, view, prefix)
+    else:
+        for n in view.shown:
+            _draw_node(g, view, n, prefix)
+    for n in view.shown:
+        for src in n.all_input_nodes:
+            if src not in shown:
                 continue
-            if spec.kind == InputKind.BUFFER:
-                self.buffer_inputs.add(name)
-            if spec.kind in (InputKind.BUFFER, InputKind.USER_INPUT) and (spec.target or name) in mutated:
-                self.state_inputs.add(name)
-            elif spec.kind != InputKind.USER_INPUT:
-                self.constant_inputs.add(name)
-        for spec in signature.output_specs:
-            if spec.kind == OutputKind.BUFFER_MUTATION:
-                self.output_writes.append(f"buffer '{spec.target}' (graph signature)")
-            elif spec.kind == OutputKind.USER_INPUT_MUTATION:
-                self.output_writes.append(f"input '{spec.target}' (graph signature)")
-
-    def _written(self, n: Node) -> Node | None:
-        """The buffer or input ``n`` writes into in place (``copy_`` into a get_attr or placeholder)."""
-        if n.op != "call_function" or not n.args or not _graph._inplace_destination(n):
-            return None
-        dest = n.args[0]
-        return dest if isinstance(dest, Node) and dest.op in ("get_attr", "placeholder") else None
-
-    def _kind(self, n: Node) -> str:
-        if n.name in self.site_of_mul:
-            s = self.site_of_mul[n.name]
-            return "removed" if s.folded else _skip_kind(s)
-        if n.name in self.sites_of_conv:
-            s = self.sites_of_conv[n.name][0]
-            return "folded" if s.folded else _skip_kind(s)
-        if n.op == "output":
-            return "boundary" if self.output_writes else "output"
-        if n.op in ("placeholder", "get_attr"):
-            # A buffer the graph writes back into is state, not a constant (in-place at tfa and
-            # aten, a signature mutation at edge).
-            if n.name in self.state_inputs or any(self._written(u) is n for u in n.users):
-                return "input"
-            return "constant" if n.op == "get_attr" or n.name in self.constant_inputs else "input"
-        if self._written(n) is not None:
-            return "boundary"
-        return "op"
-
-    # -- drawing
-
-    def draw(self, g: graphviz.Digraph, *, prefix: str, cluster_by_module: bool) -> None:
-        """Add the shown nodes (optionally inside module clusters) and their edges to ``g``."""
-        shown = set(self.shown)
-        if cluster_by_module:
-            self._draw_clusters(g, prefix)
-        else:
-            for n in self.shown:
-                self._draw_node(g, n, prefix)
-        for n in self.shown:
-            for src in n.all_input_nodes:
-                if src not in shown:
-                    continue
-                path = self.path_edges.get((src.name, n.name))
-                if path is None:
-                    g.edge(_node_id(prefix, src.name), _node_id(prefix, n.name))
-                else:
-                    kind, why = path
-                    g.edge(_node_id(prefix, src.name), _node_id(prefix, n.name), tooltip=_tooltip(why), **STYLES[kind],
-                           **{"class": kind})
-
-    def _draw_clusters(self, g: graphviz.Digraph, prefix: str) -> None:
-        # A tree of module paths ("a" > "a.b" > "a.b.c") in order of first appearance.
-        children: dict[str, list[str]] = {"": []}
-        members: dict[str, list[Node]] = {"": []}
-        types: dict[str, str] = {}
-        for n in self.shown:
-            path, type_name = _module_types(n) if n.op == "call_function" else ("", "")
-            if path and path not in types:
-                types[path] = type_name
-            parts = path.split(".") if path else []
-            parent = ""
-            for i in range(len(parts)):
-                sub = ".".join(parts[: i + 1])
-                if sub not in members:
-                    members[sub] = []
-                    children[sub] = []
-                    children[parent].append(sub)
-                parent = sub
-            members[path].append(n)
-        counter = iter(range(len(members)))
-
-        def emit(graph, path):
-            for n in members[path]:
-                self._draw_node(graph, n, prefix)
-            for child in children[path]:
-                with graph.subgraph(name=f"cluster_{prefix.rstrip('.') or 'g'}_m{next(counter)}") as c:
-                    label = child + (f" ({types[child]})" if types.get(child) else "")
-                    c.attr("graph", label=_text_clipped(label), tooltip=_tooltip(label), style="rounded,dashed",
-                           color="#999999", fontsize="10")
-                    emit(c, child)
-
-        emit(g, "")
-
-    def _draw_node(self, g: graphviz.Digraph, n: Node, prefix: str) -> None:
-        kind = self.kind[n]
-        attrs = dict(STYLES[kind])
-        classes = [kind]
-        if _graph.marked(n):
-            attrs.update(STYLES["marked"])
-            classes.append("marked")
-        label, tooltip = self._describe(n, kind)
-        g.node(_node_id(prefix, n.name), label=label, tooltip=tooltip, **attrs, **{"class": " ".join(classes)})
-
-    def _describe(self, n: Node, kind: str) -> tuple[str, str]:
-        """(label, tooltip): names and verdicts in the label; shapes, details, stack trace in the tooltip."""
-        if n.op in ("placeholder", "get_attr"):
-            if kind == "constant":
-                what = "weight / constant"
-            elif n.op == "get_attr" or n.name in self.buffer_inputs:
-                what = "state buffer"
+            path = view.facts.path_edges.get((src.name, n.name))
+            if path is None:
+                g.edge(_node_id(prefix, src.name), _node_id(prefix, n.name))
             else:
-                what = "input"
-        else:
-            what = _short_op(n)
-        label = [n.name] if n.op != "output" else ["output"]
-        if what != n.name and n.op != "output":
-            label.append(what)
-        tip = [f"{n.name} ({n.op}: {_short_op(n) if n.op == 'call_function' else n.target})"]
-        shape = _shape(n)
-        if shape:
-            tip.append(f"value: {shape}")
-        path, type_name = _module_types(n)
-        if path or type_name:
-            tip.append(f"module: {path or '(root)'} ({type_name})")
+                kind, why = path
+                g.edge(_node_id(prefix, src.name), _node_id(prefix, n.name), tooltip=_tooltip(why), **STYLES[kind],
+                       **{"class": kind})
 
-        reads: dict[str, None] = {}  # ordered set
-        sites = ([self.site_of_mul[n.name]] if n.name in self.site_of_mul else []) + self.sites_of_conv.get(n.name, [])
-        for s in sites:
-            is_mul = s.mul == n.name
-            label.append(f"site {s.id}")
+
+def _draw_clusters(g: graphviz.Digraph, view: _View, prefix: str) -> None:
+    # A tree of module paths ("a" > "a.b" > "a.b.c") in order of first appearance.
+    children: dict[str, list[str]] = {"": []}
+    members: dict[str, list[Node]] = {"": []}
+    types: dict[str, str] = {}
+    for n in view.shown:
+        path, type_name = _module_types(n) if n.op == "call_function" else ("", "")
+        if path and path not in types:
+            types[path] = type_name
+        parts = path.split(".") if path else []
+        parent = ""
+        for i in range(len(parts)):
+            sub = ".".join(parts[: i + 1])
+            if sub not in members:
+                members[sub] = []
+                children[sub] = []
+                children[parent].append(sub)
+            parent = sub
+        members[path].append(n)
+    counter = iter(range(len(members)))
+
+    def emit(graph, path):
+        for n in members[path]:
+            _draw_node(graph, view, n, prefix)
+        for child in children[path]:
+            with graph.subgraph(name=f"cluster_{prefix.rstrip('.') or 'g'}_m{next(counter)}") as c:
+                label = child + (f" ({types[child]})" if types.get(child) else "")
+                c.attr("graph", label=_text_clipped(label), tooltip=_tooltip(label), style="rounded,dashed",
+                       color="#999999", fontsize="10")
+                emit(c, child)
+
+    emit(g, "")
+
+
+def _draw_node(g: graphviz.Digraph, view: _View, n: Node, prefix: str) -> None:
+    kind = view.facts.kind[n]
+    attrs = dict(STYLES[kind])
+    classes = [kind]
+    if _graph.marked(n):
+        attrs.update(STYLES["marked"])
+        classes.append("marked")
+    label, tooltip = _label(view, n, kind)
+    g.node(_node_id(prefix, n.name), label=label, tooltip=tooltip, **attrs, **{"class": " ".join(classes)})
+
+
+def _label(view: _View, n: Node, kind: str) -> tuple[str, str]:
+    """(label, tooltip): names and verdicts in the label; shapes, details, stack trace in the tooltip."""
+    facts = view.facts
+    if n.op in ("placeholder", "get_attr"):
+        if kind == "constant":
+            what = "weight / constant"
+        elif n.op == "get_attr" or n.name in facts.buffer_inputs:
+            what = "state buffer"
+        else:
+            what = "input"
+    else:
+        what = _short_op(n)
+    label = [n.name] if n.op != "output" else ["output"]
+    if what != n.name and n.op != "output":
+        label.append(what)
+    tip = [f"{n.name} ({n.op}: {_short_op(n) if n.op == 'call_function' else n.target})"]
+    shape = _shape(n)
+    if shape:
+        tip.append(f"value: {shape}")
+    path, type_name = _module_types(n)
+    if path or type_name:
+        tip.append(f"module: {path or '(root)'} ({type_name})")
+
+    reads: dict[str, None] = {}  # ordered set
+    sites = ([facts.site_of_mul[n.name]] if n.name in facts.site_of_mul else []) + facts.sites_of_conv.get(n.name, [])
+    for s in sites:
+        is_mul = s.mul == n.name
+        label.append(f"site {s.id}")
+        if is_mul:
+            label.append(f"scale: {s.scale.short()}")
+        if s.folded:
             if is_mul:
-                label.append(f"scale: {s.scale.short()}")
-            if s.folded:
-                if is_mul:
-                    label.append("removed by fold")
-                elif self.after:
-                    label.append(f"absorbed the scale ({s.scale.short()})")
-                    # Chained folds on one conv read the same constants: name them once, below.
-                    reads.update(dict.fromkeys(f"{role}: {name}" for role, name in
-                                               (("weight", s.folded_weight), ("bias", s.folded_bias)) if name))
-                else:
-                    label.append("fold")
+                label.append("removed by fold")
+            elif facts.after:
+                label.append(f"absorbed the scale ({s.scale.short()})")
+                # Chained folds on one conv read the same constants: name them once, below.
+                reads.update(dict.fromkeys(f"{role}: {name}" for role, name in
+                                           (("weight", s.folded_weight), ("bias", s.folded_bias)) if name))
             else:
-                more = f" (+{len(s.reasons) - 1})" if len(s.reasons) > 1 else ""
-                label.append(f"skip: {s.reasons[0].code if s.reasons else '?'}{more}")
-            if s.risks:
-                label.append("risk: " + ", ".join(r.code for r in s.risks))
-            tip.append(f"site {s.id}: {s.decision}; conv {s.conv} ({s.conv_op}) -> mul {s.mul}, "
-                       f"scale {s.scale.short()}")
-            tip += [f"  {r.code}: {r.detail}" for r in s.reasons]
-            tip += [f"  risk {r.code}: {r.detail}" for r in s.risks]
-            if s.folded and self.after and not is_mul:
-                tip.append(f"  reads weight {s.folded_weight} and bias {s.folded_bias or '(none)'} after the fold")
-            if s.state_boundary:
-                tip.append(f"  reaches {s.state_boundary}: {' -> '.join(s.state_path)}")
-            if s.mismatch:
-                tip.append(f"  MISMATCH: {s.mismatch}")
-        label += list(reads)
-        if n in self.cut:
-            label.append(self.cut[n])
-        if _graph.marked(n):
-            label.append("marked carried state")
-            tip.append("marked carried_quant_state")
-        if kind == "boundary":
-            dest = self._written(n)
-            if dest is not None:
-                written = "buffer" if dest.op == "get_attr" or dest.name in self.buffer_inputs else "input"
-                where = f"writes into {written} '{dest.target}'"
-            else:
-                where = "writes " + ", ".join(self.output_writes)
-            label.append("state: " + where)
-            tip.append("state boundary: " + where)
-        trace = (n.meta.get("stack_trace") or "").strip()
-        if trace:
-            tip += ["", "stack trace:", trace]
-        # Site ids stay whole in labels (they are what the user searches for); other text is clipped.
-        clipped = (_escape(line, _ID_CLIP if line.startswith("site ") else _CLIP) for line in label)
-        return graphviz.nohtml("\\n".join(clipped)), _tooltip(*tip)
+                label.append("fold")
+        else:
+            more = f" (+{len(s.reasons) - 1})" if len(s.reasons) > 1 else ""
+            label.append(f"skip: {s.reasons[0].code if s.reasons else '?'}{more}")
+        if s.risks:
+            label.append("risk: " + ", ".join(r.code for r in s.risks))
+        tip.append(f"site {s.id}: {s.decision}; conv {s.conv} ({s.conv_op}) -> mul {s.mul}, "
+                   f"scale {s.scale.short()}")
+        tip += [f"  {r.code}: {r.detail}" for r in s.reasons]
+        tip += [f"  risk {r.code}: {r.detail}" for r in s.risks]
+        if s.folded and facts.after and not is_mul:
+            tip.append(f"  reads weight {s.folded_weight} and bias {s.folded_bias or '(none)'} after the fold")
+        if s.state_boundary:
+            tip.append(f"  reaches {s.state_boundary}: {' -> '.join(s.state_path)}")
+        if s.mismatch:
+            tip.append(f"  MISMATCH: {s.mismatch}")
+    label += list(reads)
+    if n in view.cut:
+        label.append(view.cut[n])
+    if _graph.marked(n):
+        label.append("marked carried state")
+        tip.append("marked carried_quant_state")
+    if kind == "boundary":
+        writes = facts.writes[n]
+        if writes[0].via == "in-place":
+            w = writes[0]
+            where = f"writes into {'buffer' if w.kind == _graph.BUFFER else 'input'} '{w.target}'"
+        else:
+            where = "writes " + ", ".join(w.description for w in writes)
+        label.append("state: " + where)
+        tip.append("state boundary: " + where)
+    trace = (n.meta.get("stack_trace") or "").strip()
+    if trace:
+        tip += ["", "stack trace:", trace]
+    # Site ids stay whole in labels (they are what the user searches for); other text is clipped.
+    clipped = (_escape(line, _ID_CLIP if line.startswith("site ") else _CLIP) for line in label)
+    return graphviz.nohtml("\\n".join(clipped)), _tooltip(*tip)
 
 
 def _node_id(prefix: str, name: str) -> str:
@@ -615,7 +643,10 @@ def _node_id(prefix: str, name: str) -> str:
     return f"{prefix}{name[:_MAX_ID // 2]}…{hashlib.sha1(name.encode()).hexdigest()[:12]}"
 
 
-def _skip_kind(site) -> str:
+def site_kind(site) -> str:
+    """``folded``, ``skipped`` or ``near-miss`` (the pass does not even match it): the site's key in STYLES."""
+    if site.folded:
+        return "folded"
     return "near-miss" if site.reasons and site.reasons[0].code in NEAR_MISS_REASONS else "skipped"
 
 

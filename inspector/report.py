@@ -10,7 +10,7 @@ import base64
 import html
 import io
 
-from ._present import analysis_html, comparison_html
+from ._present import analysis_html, comparison_html, stale_html
 from .errors import InspectorError
 
 _PAGE = """<!doctype html>
@@ -26,8 +26,9 @@ svg{{max-width:100%;height:auto}}</style></head>
 """
 
 
-def report_html(analysis, comparison=None, *, stale: bool = False) -> str:
-    """The report page as a string."""
+def report_html(analysis, comparison=None, *, results_for=None) -> str:
+    """The report page as a string. ``results_for`` is the ``(stage, policy, markers)`` the
+    comparison was computed for, when that may differ from ``analysis.configuration``."""
     from .render import svg
 
     try:
@@ -37,11 +38,12 @@ def report_html(analysis, comparison=None, *, stale: bool = False) -> str:
     if comparison is None:
         results = "<p><i>no reference run</i></p>"
     else:
-        banner = "<p class='fi-stale'>&#9888; stale: computed for other markers, policy or stage</p>" if stale else ""
+        stale = results_for is not None and tuple(results_for) != analysis.configuration
+        banner = stale_html(results_for) if stale else ""
         results = banner + comparison_html(comparison) + "".join(
             figure_img(comparison.plot(kind)) for kind in ("drift", "channels"))
     return _PAGE.format(title=html.escape(analysis.name), stage=html.escape(analysis.stage),
-                        policy=html.escape(analysis.policy), sites=analysis_html(analysis), graphs=graphs,
+                        policy=html.escape(analysis.policy), sites=analysis_html(analysis, comparison), graphs=graphs,
                         results=results)
 
 

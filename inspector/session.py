@@ -20,7 +20,7 @@ from ._limits import MAX_STEPS
 from ._stages import STAGES
 from .compare import Comparison
 from .errors import InspectorError
-from ._policies import POLICIES
+from ._policies import DEFAULT_VARIANTS, POLICIES
 
 SESSION_VERSION = 1
 GRAPH_VIEWS = ("before", "after", "side by side")
@@ -38,7 +38,7 @@ class Session:
     policy: str  # a policy name
     markers: tuple[str, ...] = ()  # site ids or node names marked carried state
     selected: str | None = None  # the selected site id
-    variants: tuple[str, ...] = ("off", "upstream", "state-aware-strict")  # policies to run on the reference
+    variants: tuple[str, ...] = DEFAULT_VARIANTS  # policies to run on the reference
     steps: int = 1  # recurrent steps of a reference run
     graph_view: str = "side by side"  # before | after | side by side
     graph_scope: str = "focus"  # focus | whole

@@ -6,7 +6,7 @@ has ``example_inputs()`` and ``expected(stage, policy)``.
 
 from __future__ import annotations
 
-from ._base import POLICIES, STAGES, SampleModel
+from ._base import SampleModel
 from . import models as _models
 from . import networks as _networks
 
@@ -34,7 +34,7 @@ _SAMPLES: dict[str, type[SampleModel]] = {
 
 DEFAULT = "stateful_conv_mul"
 
-__all__ = ["DEFAULT", "POLICIES", "STAGES", "SampleModel", "describe", "get", "names"]
+__all__ = ["DEFAULT", "SampleModel", "describe", "get", "names", "register"]
 
 
 def names() -> list[str]:
@@ -53,3 +53,9 @@ def get(name: str) -> SampleModel:
 def describe(name: str) -> str:
     """The first line of the sample's docstring, as plain text (reST ``code`` shown as `code`)."""
     return (_SAMPLES[name].__doc__ or "").strip().splitlines()[0].replace("``", "`")
+
+
+def register(add) -> None:
+    """Entry point of the ``fold_inspector.samples`` group: hand every sample to the inspector's registry."""
+    for name, cls in _SAMPLES.items():
+        add(name, cls, describe(name), default=name == DEFAULT)

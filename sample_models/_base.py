@@ -5,9 +5,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-STAGES = ("aten", "tfa", "edge")
-POLICIES = ("off", "upstream", "state-aware", "state-aware-strict")
-
 # One expected verdict: (decision, reason codes in the order the inspector lists them).
 Verdict = tuple[str, tuple[str, ...]]
 

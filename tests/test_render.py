@@ -19,9 +19,6 @@ from torch import nn
 import inspector
 import sample_models
 from inspector import InspectorError
-from inspector._load import Target
-from inspector._stages import StageGraph
-from inspector.analysis import _decide
 from inspector.cli import main
 from inspector.render import LEGEND, STYLES, _text, _tooltip, render, render_pair, svg
 from sample_models.generated import tfa_blocks
@@ -220,7 +217,7 @@ def test_hide_constants(stage_analyses):
 
 
 def generated(blocks: int, policy: str = "state-aware-strict") -> inspector.Analysis:
-    return _decide(Target("generated", None, ()), StageGraph("tfa", tfa_blocks(blocks), None), policy, ())
+    return inspector.analyze_graph(tfa_blocks(blocks), policy=policy, name="generated")
 
 
 def test_big_graph_draws_the_neighbourhoods_of_the_sites():
@@ -247,7 +244,7 @@ def test_graph_without_sites_still_draws_something():
         x = graph.call_function(torch.ops.aten.relu.default, (x,))
     graph.output(x)
     gm = torch.fx.GraphModule(nn.Module(), graph)
-    analysis = _decide(Target("relus", None, ()), StageGraph("tfa", gm, None), "upstream", ())
+    analysis = inspector.analyze_graph(gm, name="relus")
     source = render(analysis, max_nodes=10).source
     assert len(node_lines(source)) == 10 and "showing the first 10 of 32 nodes (no sites here)" in source
 

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 from inspector import _graph
-from inspector._load import Target
-from inspector._stages import StageGraph
-from inspector.analysis import _decide
+import inspector
 from sample_models.generated import tfa_blocks
 
 
 def test_ten_thousand_node_graph_is_decided_site_by_site():
     gm = tfa_blocks(2300)
     assert len(gm.graph.nodes) >= 10_000
-    target = Target("tfa_blocks", None, ())
-    result = _decide(target, StageGraph("tfa", gm, None), "state-aware-strict", ())
+    result = inspector.analyze_graph(gm, policy="state-aware-strict", name="tfa_blocks")
     assert len(result.sites) == 2300
     for i, site in enumerate(result.sites):
         if i % 5 == 4:

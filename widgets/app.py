@@ -16,11 +16,8 @@ from typing import Any, Iterable
 import ipywidgets as W
 
 import inspector
-from inspector import InspectorError, Session
-from inspector.compare import Comparison
-from inspector.report import figure_img
+from inspector import Comparison, InspectorError, Session
 
-DEFAULT_VARIANTS = ("off", "upstream", "state-aware-strict")
 _esc = html.escape
 
 
@@ -40,7 +37,7 @@ class FoldInspector(W.VBox):
     """
 
     def __init__(self, target: Any, example_inputs: Any = None, *, stage: str = "tfa", policy: str = "upstream",
-                 markers: Iterable[str] = (), variants: Iterable[str] = DEFAULT_VARIANTS, steps: int | None = None,
+                 markers: Iterable[str] = (), variants: Iterable[str] = inspector.DEFAULT_VARIANTS, steps: int | None = None,
                  graph_view: str = "side by side", focus_selected: bool = True) -> None:
         super().__init__()
         self.add_class("fi-app")
@@ -116,12 +113,12 @@ class FoldInspector(W.VBox):
 
         self.stage_picker.observe(self._on_stage, names="value")
         self.policy_picker.observe(self._on_policy, names="value")
-        self.graph_which.observe(lambda _: self._guard(self._render_graph), names="value")
-        self.graph_scope.observe(lambda _: self._guard(self._render_graph), names="value")
-        self.run_button.on_click(lambda _: self._guard(self.run_reference))
-        self.save_button.on_click(lambda _: self._guard(lambda: self.save_session(self.session_path.value)))
-        self.load_button.on_click(lambda _: self._guard(lambda: self.open_session(self.session_path.value)))
-        self.report_button.on_click(lambda _: self._guard(lambda: self.export_report(self._report_path())))
+        self.graph_which.observe(lambda _: self._safely(self._render_graph), names="value")
+        self.graph_scope.observe(lambda _: self._safely(self._render_graph), names="value")
+        self.run_button.on_click(lambda _: self._safely(self.run_reference))
+        self.save_button.on_click(lambda _: self._safely(lambda: self.save_session(self.session_path.value)))
+        self.load_button.on_click(lambda _: self._safely(lambda: self.open_session(self.session_path.value)))
+        self.report_button.on_click(lambda _: self._safely(lambda: self.export_report(self._report_path())))
 
         header = W.VBox([self.title, W.HBox([self.model_picker, self.stage_picker, self.policy_picker]),
                          self.summary, self.error])
@@ -139,9 +136,7 @@ class FoldInspector(W.VBox):
         self.children = [header, self.sites_box, graph_panel, reference, session]
 
     def _init_model_picker(self) -> None:
-        import sample_models
-
-        options = [(f"sample:{n}", f"sample:{n}") for n in sample_models.names()]
+        options = [(f"sample:{n}", f"sample:{n}") for n in inspector.samples.names()]
         current = self._target_ref if self._target_ref in dict(options).values() else None
         if current is None:
             self._own_analysis = self.analysis
@@ -172,7 +167,7 @@ class FoldInspector(W.VBox):
             self.comparison = self._comparison_for = None
             self._refresh()
 
-        self._guard(go)
+        self._safely(go)
 
     def _switch_to(self, analysis, target_ref: str | None) -> None:
         """Show ``analysis`` (of ``target_ref``), with the model picker on it; forget results and selection."""
@@ -331,7 +326,7 @@ class FoldInspector(W.VBox):
     def _ask_trust(self, path: Path, message: str) -> None:
         trust = W.Button(description="Trust and load", button_style="warning", icon="unlock").add_class("fi-trust")
         cancel = W.Button(description="Cancel").add_class("fi-trust-cancel")
-        trust.on_click(lambda _: self._guard(lambda: self.open_session(path, trust=True)))
+        trust.on_click(lambda _: self._safely(lambda: self.open_session(path, trust=True)))
         cancel.on_click(lambda _: setattr(self.trust_box, "children", ()))
         self.trust_box.children = (W.HTML(f"<div class='fi-trust-message'>&#9888; {_esc(message)}</div>"),
                                    W.HBox([trust, cancel]))
@@ -346,16 +341,13 @@ class FoldInspector(W.VBox):
 
     def export_report(self, path: str | Path) -> Path:
         """Write a self-contained HTML report: sites, graphs and the reference results."""
-        from inspector.report import report_html
-
-        path = Path(path)
-        path.write_text(report_html(self.analysis, self.comparison, stale=self.stale), encoding="utf-8")
+        path = self.analysis.report(self.comparison, results_for=self._comparison_for, out=path)
         self.status.value = f"wrote {path.name}"
         return path
 
     # ------------------------------------------------------------------ callbacks
 
-    def _guard(self, fn) -> None:
+    def _safely(self, fn) -> None:
         """Run a callback; show a failure inside the widget instead of killing the UI."""
         try:
             fn()
@@ -385,7 +377,7 @@ class FoldInspector(W.VBox):
                 self.selected = None
             self._refresh()
 
-        self._guard(go)
+        self._safely(go)
 
     def _on_policy(self, change) -> None:
         def go():
@@ -396,12 +388,12 @@ class FoldInspector(W.VBox):
                 raise
             self._refresh()
 
-        self._guard(go)
+        self._safely(go)
 
     def _on_marker(self, site_id: str, change) -> None:
         if change["new"] == (site_id in self.analysis.markers):
             return
-        self._guard(lambda: self.toggle_marker(site_id))
+        self._safely(lambda: self.toggle_marker(site_id))
 
     def _run(self, variants, steps, config) -> None:
         try:
@@ -433,7 +425,7 @@ class FoldInspector(W.VBox):
     # ------------------------------------------------------------------ rendering
 
     def _current_config(self) -> tuple:
-        return (self.analysis.stage, self.analysis.policy, tuple(self.analysis._portable_markers()))
+        return self.analysis.configuration
 
     def _variants(self) -> list[str]:
         chosen = list(self.variant_picker.value)
@@ -465,48 +457,29 @@ class FoldInspector(W.VBox):
                 "<span>site</span><span>decision</span><span>reasons / risks / scale</span><span>carried state</span></div>")
             empty = [W.HTML("<i>no conv-&gt;mul sites in this model</i>")] if not ids else []
             self.sites_box.children = [header, *self._rows.values(), *empty]
-        where = self._folded_where()
-        for s in self.analysis.sites:
-            self._update_row(self._rows[s.id], s, where.get(s.id))
+        for r in inspector.site_rows(self.analysis, self.comparison):
+            self._update_row(self._rows[r.site], r)
 
     def _make_row(self, site_id: str) -> W.HBox:
         select = W.Button(description=site_id, tooltip=f"select {site_id}: focus the graphs on it",
                           layout=W.Layout(width="260px")).add_class("fi-site-select")
-        select.on_click(lambda _: self._guard(lambda: self.select_site(site_id)))
+        select.on_click(lambda _: self._safely(lambda: self.select_site(site_id)))
         info = W.HTML(layout=W.Layout(width="100%"))
         marker = W.Checkbox(description="marked", indent=False, layout=W.Layout(width="120px")).add_class("fi-marker")
         marker.observe(lambda change: self._on_marker(site_id, change), names="value")
         return W.HBox([select, info, marker], layout=W.Layout(border_bottom="1px solid #ddd")).add_class("fi-site-row")
 
-    def _update_row(self, row: W.HBox, s, folded_where: str | None) -> None:
+    def _update_row(self, row: W.HBox, r: inspector.SiteRow) -> None:
         select, info, marker = row.children
-        select.button_style = "info" if s.id == self.selected else ""
-        reasons = "<br>".join(f"<code>{_esc(r.code)}</code> {_esc(r.message)} <small>({_esc(r.detail)})</small>"
-                              for r in s.reasons) or "&ndash;"
-        risks = "".join(f"<br>&#9888; <code>{_esc(r.code)}</code> <small>{_esc(r.detail)}</small>" for r in s.risks)
-        where = f"<br><small>in the quantized flow: {_esc(folded_where)}</small>" if folded_where else ""
-        colour = "#1a7f37" if s.folded else "#b35900"
-        info.value = (
-            f"<div style='display:grid;grid-template-columns:90px 1fr'>"
-            f"<span class='fi-decision' style='color:{colour};font-weight:600'>{_esc(s.decision)}</span>"
-            f"<span class='fi-reasons'>{reasons}{risks}<br><small>scale: {_esc(s.scale.short())}; "
-            f"{_esc(s.conv)} &rarr; {_esc(s.mul)}</small>{where}</span></div>")
-        marker.value = s.id in self.analysis.markers or s.mul in self.analysis.markers
-        classes = {"fi-site-row", f"fi-site-{s.decision}"} | ({"fi-selected"} if s.id == self.selected else set())
+        select.button_style = "info" if r.site == self.selected else ""
+        info.value = (f"<div style='display:grid;grid-template-columns:90px 1fr'>{r.decision_html()}"
+                      f"{r.details_html()}</div>")
+        marker.value = r.site in self.analysis.marker_ids
+        classes = {"fi-site-row", f"fi-site-{r.decision}"} | ({"fi-selected"} if r.site == self.selected else set())
         for c in set(row._dom_classes) - classes:
             row.remove_class(c)
         for c in classes - set(row._dom_classes):
             row.add_class(c)
-
-    def _folded_where(self) -> dict[str, str]:
-        if self.comparison is None:
-            return {}
-        out = {}
-        for r in self.comparison.results:
-            for s in r.sites:
-                out.setdefault(s.site_id, [])
-                out[s.site_id].append(f"{r.variant.label}: {s.folded_at or 'not folded'}")
-        return {k: "; ".join(v) for k, v in out.items()}
 
     def _render_graph(self) -> None:
         focus = self.selected if self.graph_scope.value == "focus" else None
@@ -527,14 +500,7 @@ class FoldInspector(W.VBox):
             self.results.value = "<i>no reference run yet</i>"
             self.plots.value = ""
             return
-        from inspector._present import comparison_html
-
-        banner = ""
-        if self.stale:
-            stage, policy, markers = self._comparison_for
-            banner = ("<div class='fi-stale' style='background:#fff3cd;padding:4px'>&#9888; stale: these results were "
-                      f"computed for stage {_esc(stage)}, policy {_esc(policy)}, markers "
-                      f"{_esc(', '.join(markers) or 'none')}; run the reference again</div>")
-        self.results.value = banner + comparison_html(self.comparison)
-        self.plots.value = "".join(figure_img(self.comparison.plot(kind)) for kind in ("drift", "channels"))
+        banner = inspector.stale_html(self._comparison_for) if self.stale else ""
+        self.results.value = banner + inspector.comparison_html(self.comparison)
+        self.plots.value = "".join(inspector.figure_img(self.comparison.plot(kind)) for kind in ("drift", "channels"))
 
