@@ -60,7 +60,7 @@ def medium(seed: int) -> ConvStack:
 
 def main() -> None:
     warm = medium(1000)
-    batches, _ = _calibration(load(warm), None, 1)  # the same calibration batches compare uses
+    batches = list(_calibration(load(warm), None, 1).batches)  # the same calibration batches compare uses
     plain_flow(warm, warm.example_inputs(), batches[:1])  # warm-up: imports, kernel caches
     inspector.compare(medium(1001), ("upstream",))
 

@@ -7,8 +7,10 @@ notebook, the CLI, a report or the widget uses is named in ``__all__``.
 from . import _quiet, samples
 from ._limits import MAX_INPUT_ELEMENTS, MAX_STEPS, check_steps
 from ._policies import DEFAULT_VARIANTS, POLICIES, POLICY_HELP
-from ._present import SiteRow, analysis_html, analysis_text, comparison_html, comparison_text, site_rows, stale_html
+from ._present import (SiteRow, analysis_html, analysis_text, attribution_html, attribution_text, comparison_html,
+                       comparison_text, site_rows, stale_html)
 from ._stages import STAGE_HELP, STAGES
+from .attribution import Attribution, NodeError, SiteError, VariantAttribution, attribute, attribution
 from .analysis import WIDE_RANGE_RATIO, Analysis, ScaleSummary, Site, analyze, analyze_graph
 from .compare import (Comparison, Metrics, NotDelegated, QParams, SiteOutcome, Variant, VariantResult, clear_cache,
                       compare)
@@ -25,9 +27,11 @@ __all__ = [
     # compare: the TOSA INT reference
     "compare", "Comparison", "Variant", "VariantResult", "Metrics", "QParams", "SiteOutcome", "NotDelegated",
     "DEFAULT_VARIANTS", "MAX_STEPS", "MAX_INPUT_ELEMENTS", "check_steps", "clear_cache",
+    # attribution: where the error enters
+    "attribute", "attribution", "Attribution", "VariantAttribution", "NodeError", "SiteError",
     # pictures, tables, reports
     "render", "render_pair", "Verdicts", "svg", "STYLES", "LEGEND", "site_kind", "SiteRow", "site_rows", "analysis_text",
-    "analysis_html", "comparison_text", "comparison_html", "stale_html", "report_html", "figure_img",
+    "analysis_html", "comparison_text", "comparison_html", "attribution_text", "attribution_html", "stale_html", "report_html", "figure_img",
     # sessions and samples
     "Session", "read_session", "save_session", "GRAPH_VIEWS", "GRAPH_SCOPES", "samples",
     # errors

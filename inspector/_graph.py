@@ -136,6 +136,18 @@ def module_path(node: Node) -> str:
     return re.sub(r"^L\['self'\]\.?|^L__self__\.?", "", str(path))
 
 
+def source_name(node: Node) -> str:
+    """The name of the node of the exported program this node comes from (the first ancestor in
+    its ``from_node`` chain), or its own name: how nodes are aligned across transformed graphs."""
+    chain = node.meta.get("from_node") or []
+    if not chain:
+        return node.name
+    source = chain[-1]
+    while getattr(source, "from_node", None):
+        source = source.from_node[-1]
+    return getattr(source, "name", None) or node.name
+
+
 def original_name(node: Node) -> str:
     """The name the node had when first traced (``from_node`` chain), else its name."""
     chain = node.meta.get("from_node") or []

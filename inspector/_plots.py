@@ -38,3 +38,42 @@ def plot_comparison(comparison, kind: str = "drift", output: int = 0):
 def _finite(v: float) -> float:
     # an exact match has infinite SQNR; draw it at a visible ceiling
     return 200.0 if math.isinf(v) and v > 0 else (-50.0 if math.isinf(v) else v)
+
+
+def plot_attribution(attribution, kind: str = "graph", node: str | None = None):
+    """``graph``: SQNR of every recorded node along the exported program's topological order, per
+    variant, at the last step; ``steps``: SQNR of ``node`` (an aligned id) per step, per variant."""
+    from matplotlib.figure import Figure
+
+    from .errors import InspectorError, quoted
+
+    if kind not in ("graph", "steps"):
+        raise InspectorError(f"unknown plot kind {quoted(kind)}; choose 'graph' or 'steps'")
+    fig = Figure(figsize=(7, 3.5), layout="constrained")
+    ax = fig.add_subplot()
+    if kind == "graph":
+        position = {n: i for i, n in enumerate(attribution.order)}
+        for v in attribution.variants:
+            last = sorted(v.last_step(), key=lambda r: position.get(r.node, r.order))
+            ax.plot([position.get(r.node, r.order) for r in last], [_finite(r.sqnr_db) for r in last],
+                    marker="o", markersize=3, label=v.label)
+        ticks = [position[n] for n in attribution.order]
+        if len(ticks) <= 30:
+            ax.set_xticks(ticks, attribution.order, rotation=60, ha="right", fontsize="x-small")
+        ax.set_xlabel("node, in topological order")
+        ax.set_ylabel("SQNR (dB)")
+        ax.set_title(f"{attribution.target}: SQNR along the graph, step {attribution.steps}")
+    else:
+        if node is None:
+            raise InspectorError("plot('steps') needs node=<a node id>; ids: " + ", ".join(attribution.order[:20]))
+        if node not in attribution.order:
+            raise InspectorError(f"no node {quoted(node)}; ids: " + ", ".join(attribution.order[:20]))
+        for v in attribution.variants:
+            values = [_finite(x) for x in v.curve(node)]
+            ax.plot(range(1, len(values) + 1), values, marker="o", markersize=3, label=v.label)
+        ax.set_xlabel("step")
+        ax.set_ylabel(f"SQNR of {node} (dB)")
+        ax.set_title(f"{attribution.target}: {node} over {attribution.steps} step(s)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    return fig

@@ -196,3 +196,82 @@ def comparison_html(comparison) -> str:
     header = "".join(f"<th>{_esc(c)}</th>" for c in cols)
     return (f"<div class='fi-comparison'>{_STYLE}{head}<table class='fi-table'><thead><tr>{header}</tr></thead>"
             f"<tbody>{body}</tbody></table></div>")
+
+
+# ---------------------------------------------------------------- attribution
+
+
+def _db(v) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.1f}" if v == v and abs(v) != float("inf") else ("inf" if v == float("inf") else str(v))
+
+
+def attribution_rows(attribution) -> list[dict[str, str]]:
+    """Where the error enters, per variant: one dict of display strings per entry point (at its step)."""
+    rows = []
+    for v in attribution.variants:
+        for r in v.entry_points:
+            rows.append({"variant": v.label, "node": r.node, "op": r.op, "site": r.site or "-", "role": r.role or "-",
+                         "step": str(r.step + 1), "SQNR dB": _db(r.sqnr_db), "drop dB": _db(r.drop_db),
+                         "max |err|": f"{r.max_abs_error:.3g}"})
+    return rows
+
+
+def attribution_site_rows(attribution) -> list[dict[str, str]]:
+    """Per site and variant at the last step: the error at the conv, the mul (or folded conv), the state write."""
+    rows = []
+    for s in attribution.sites:
+        if s.step != attribution.steps - 1:
+            continue
+        rows.append({"site": s.site, "variant": s.variant, "folded": "yes" if s.folded else "no",
+                     "conv SQNR": _db(s.conv.sqnr_db) if s.conv else ("(folded)" if s.folded else "-"),
+                     "mul / folded conv SQNR": _db(s.mul.sqnr_db) if s.mul else "-",
+                     "state write SQNR": _db(s.state_write.sqnr_db) if s.state_write else "-"})
+    return rows
+
+
+def agreement_text(attribution) -> list[str]:
+    lines = []
+    for v in attribution.variants:
+        worst = [a.max_steps for a in v.agreement if a.max_steps is not None]
+        if worst:
+            lines.append(f"{v.label}: simulation vs TOSA reference, max {max(worst):.2f} quantization step(s)")
+    return lines
+
+
+def _table_text(rows: list[dict[str, str]]) -> list[str]:
+    if not rows:
+        return ["(none)"]
+    cols = list(rows[0])
+    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in cols}
+    return (["  ".join(c.ljust(widths[c]) for c in cols).rstrip(), "  ".join("-" * widths[c] for c in cols)]
+            + ["  ".join(r[c].ljust(widths[c]) for c in cols).rstrip() for r in rows])
+
+
+def attribution_text(attribution) -> str:
+    lines = [f"{attribution.target}: where the quantization error enters, {attribution.steps} step(s)",
+             f"calibration: {attribution.calibration}", "",
+             "where the error enters (the node's SQNR falls below its inputs' by more than 1 dB):"]
+    lines += _table_text(attribution_rows(attribution))
+    lines += ["", "sites (last step):"] + _table_text(attribution_site_rows(attribution))
+    lines += ["", *agreement_text(attribution)]
+    return "\n".join(lines).rstrip()
+
+
+def _table_html(rows: list[dict[str, str]]) -> str:
+    if not rows:
+        return "<p><i>none</i></p>"
+    cols = list(rows[0])
+    body = "".join("<tr>" + "".join(f"<td>{_esc(r[c])}</td>" for c in cols) + "</tr>" for r in rows)
+    return (f"<table class='fi-table'><thead><tr>{''.join(f'<th>{_esc(c)}</th>' for c in cols)}</tr></thead>"
+            f"<tbody>{body}</tbody></table>")
+
+
+def attribution_html(attribution) -> str:
+    agreement = "".join(f"<li>{_esc(line)}</li>" for line in agreement_text(attribution))
+    return (f"<div class='fi-attribution'>{_STYLE}<b>{_esc(attribution.target)}</b>: where the quantization error "
+            f"enters, {attribution.steps} step(s)<br><small>calibration: "
+            f"{_esc(attribution.calibration)}</small><h4>Where the error enters</h4>"
+            f"{_table_html(attribution_rows(attribution))}<h4>Sites (last step)</h4>"
+            f"{_table_html(attribution_site_rows(attribution))}<ul class='fi-agreement'>{agreement}</ul></div>")

@@ -272,15 +272,31 @@ class Analysis:
         return write_text(out, text) if out is not None else text
 
     # -- pictures
-    def verdicts(self, which: str = "before"):
-        """(graph module, ``render.Verdicts``): the ``before`` or ``after`` graph and what to say about it."""
+    def verdicts(self, which: str = "before", *, errors=None, step: int | None = None):
+        """(graph module, ``render.Verdicts``): the ``before`` or ``after`` graph and what to say about it.
+
+        ``errors`` adds the measured-error layer: a variant of an attribution
+        (``attribution.variant("upstream")``) at ``step`` (default: the last), or a dict of
+        records by node name.
+        """
         from .render import WHICH, Verdicts
 
         if which not in WHICH:
             raise InspectorError(f"unknown graph {quoted(which)}; choose one of: {', '.join(WHICH)}")
         gm, program = self._after if which == "after" else self._before
         signature = program.graph_signature if program is not None else None
-        return gm, Verdicts(self.sites, which == "after", signature, tuple(self.caption(which)))
+        layer = {}
+        if errors is not None and not isinstance(errors, dict):
+            from .attribution import errors_by_node
+
+            layer = errors_by_node(gm, errors, self.sites, after=which == "after", step=step)
+        elif errors:
+            layer = dict(errors)
+        caption = tuple(self.caption(which))
+        if errors is not None and hasattr(errors, "label"):
+            caption += (f"coloured by SQNR of variant {errors.label}"
+                        + (f" at step {step + 1}" if step is not None else ", last step"),)
+        return gm, Verdicts(self.sites, which == "after", signature, caption, layer)
 
     def caption(self, which: str | None) -> list[str]:
         """The lines above a picture of this analysis (``which`` None: the before | after pair)."""
@@ -290,11 +306,12 @@ class Analysis:
             lines.append("markers: " + ", ".join(self.markers))
         return lines
 
-    def render(self, which: str = "before", **kw):
-        """The ``before`` or ``after`` graph as a ``graphviz.Digraph`` (see ``inspector.render``)."""
+    def render(self, which: str = "before", *, errors=None, step: int | None = None, **kw):
+        """The ``before`` or ``after`` graph as a ``graphviz.Digraph`` (see ``inspector.render``);
+        ``errors=attribution.variant(...)`` colours the nodes by their measured SQNR."""
         from .render import render
 
-        return render(*self.verdicts(which), **kw)
+        return render(*self.verdicts(which, errors=errors, step=step), **kw)
 
     def render_pair(self, **kw):
         """Before and after side by side in one ``graphviz.Digraph`` (see ``inspector.render_pair``)."""

@@ -71,6 +71,14 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--steps", type=int, default=1, help=f"recurrent steps to run, 1 to {MAX_STEPS} (default: 1)")
     c.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
+    t = model_command("attribute", "where the quantization error enters: per-node error of each variant and step",
+                      stage_and_policy=False,
+                      mark_help="mark a site id or node name as carried state in every variant (repeatable)")
+    t.add_argument("--variants", default="off,upstream", metavar="P,P,...",
+                   help="comma-separated policies to compare (default: off,upstream)")
+    t.add_argument("--steps", type=int, default=1, help=f"recurrent steps to run, 1 to {MAX_STEPS} (default: 1)")
+    t.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
     r = model_command("render", "draw the graph before/after the fold, sites highlighted (graphviz)")
     r.add_argument("--which", choices=("before", "after", "both"), default="before",
                    help="the graph the pass received, the graph after it, or both side by side (default: before)")
@@ -183,6 +191,22 @@ def _compare(args) -> int:
     return 0
 
 
+def _attribute(args) -> int:
+    from ._limits import check_steps
+    from ._present import attribution_text
+    from .attribution import attribution
+
+    check_steps(args.steps, "--steps")
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    result = attribution(args.target, variants, steps=args.steps, markers=args.mark,
+                         example_inputs=_inputs_from_shapes(args.input_shape), progress=_ProgressBar())
+    if args.json:
+        _print_json(result.to_dict())
+    else:
+        print(attribution_text(result))
+    return 0
+
+
 def _render(args) -> int:
     from ._files import check_writable, write_bytes
     from .analysis import analyze
@@ -255,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help, or argparse's one-line error (see _Parser.error)
         return exc.code if isinstance(exc.code, int) else 2
     _quiet_imports()
-    handler = {"analyze": _analyze, "compare": _compare, "render": _render, "demo": _demo,
+    handler = {"analyze": _analyze, "compare": _compare, "attribute": _attribute, "render": _render, "demo": _demo,
                "samples": _samples}[args.command]
     try:
         return handler(args)

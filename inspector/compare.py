@@ -27,8 +27,12 @@ from .errors import InspectorError, UnknownMarker, crash_behind, describe, listi
 from ._fold_swap import swapped_fold_pass
 from ._policies import DEFAULT_VARIANTS, FoldLog, check_policy, folded_site_ids, marker_tuple, policy_pass_class
 
-# Default calibration: the example inputs plus this many perturbed copies (seeded).
+# Default calibration: the example inputs plus this many perturbed copies (seeded). A model with
+# state free-runs each of them for as many steps as the comparison runs, up to CALIBRATION_MAX_STEPS,
+# with at most CALIBRATION_MAX_CALLS calls in all (fewer sequences for longer runs).
 CALIBRATION_COPIES = 7
+CALIBRATION_MAX_STEPS = 100
+CALIBRATION_MAX_CALLS = 256
 CALIBRATION_NOISE = 0.1  # perturbation std, relative to each input's own std
 CALIBRATION_SEED = 0
 
@@ -143,6 +147,8 @@ class Comparison:
     quantization: str  # the quantization config used
     results: tuple[VariantResult, ...]  # one per variant, in the order asked
     reference: tuple = field(default=(), repr=False, compare=False)  # float outputs per step (flat tuples)
+    # What produced it, kept to look inside later (attribution); absent in a comparison read from JSON.
+    run: "_Run | None" = field(default=None, repr=False, compare=False)
 
     def result(self, policy_or_label: str) -> VariantResult:
         for r in self.results:
@@ -296,9 +302,10 @@ def compare(
     check_steps(steps)
     wanted = _variants(variants, markers)
     loaded = _load.load(target, example_inputs)
-    batches, calibration_text = _calibration(loaded, calibration, steps)
+    calibrated = _calibration(loaded, calibration, steps)
     quant_text = _describe_config(quantization_config)
-    base_key = (model_fingerprint(loaded), _digest(loaded.inputs), _digest(batches), quant_text, steps)
+    base_key = (model_fingerprint(loaded), _digest(loaded.inputs), _digest(list(calibrated.batches)),
+                calibrated.sequence_steps, calibrated.reset, quant_text, steps)
 
     reference = _CACHE.get(("reference",) + base_key)
     results = []
@@ -316,7 +323,7 @@ def compare(
             _check_recurrent(loaded)
             reference = _float_reference(loaded, steps)
             _CACHE.put(("reference",) + base_key, reference)
-        result, decisions = _run_variant(loaded, variant, batches, quantization_config, steps, reference, report)
+        result, decisions = _run_variant(loaded, variant, calibrated, quantization_config, steps, reference, report)
         # Keyed by the variant, and by the fold decisions it really led to: another variant that
         # leads to the same decisions (a marker toggle that changes none) is the same computation.
         _CACHE.put(base_key + ("variant", variant.policy, variant.markers), result)
@@ -324,8 +331,9 @@ def compare(
         results.append(result)
     if progress is not None:
         progress("done", 1.0)
-    return Comparison(loaded.name, steps, calibration_text, quant_text, tuple(results),
-                      reference=tuple(tuple(step) for step in reference))
+    return Comparison(loaded.name, steps, calibrated.text, quant_text, tuple(results),
+                      reference=tuple(tuple(step) for step in reference),
+                      run=_Run(loaded, calibrated, quantization_config))
 
 
 def _cached_result(target: _load.Target, base_key: tuple, variant: Variant, config) -> "VariantResult | None":
@@ -403,30 +411,73 @@ def _check_recurrent(target: _load.Target) -> None:
             )
 
 
-def _calibration(target: _load.Target, calibration, steps: int) -> tuple[list[tuple], str]:
+@dataclass(frozen=True)
+class _Run:
+    """What a comparison was computed from: the model, its calibration and quantization config."""
+
+    target: _load.Target
+    calibration: "_Calibration"
+    config: Any
+
+
+@dataclass(frozen=True)
+class _Calibration:
+    """The batches the observers see, and how each one runs."""
+
+    batches: tuple  # input tuples
+    sequence_steps: int  # steps each batch free-runs (recurrent outputs fed back, buffers carried)
+    reset: bool  # every batch starts from the model's initial state
+    text: str  # how it was calibrated, in words (shown with every result)
+
+
+def has_state(target: _load.Target) -> bool:
+    """The model carries state between calls: a written buffer or input, or a ``RECURRENT`` declaration."""
+    program = target.exported
+    return bool(target.recurrent) or bool(_graph.state_writes(program.graph, program.graph_signature))
+
+
+def _calibration(target: _load.Target, calibration, steps: int) -> _Calibration:
+    stateful = has_state(target)
     if calibration is not None:
         batches = [tuple(b) if isinstance(b, (list, tuple)) else (b,) for b in calibration]
         if not batches:
             raise InspectorError("calibration is empty; give at least one batch of inputs")
         for i, batch in enumerate(batches):
             _check_finite(batch, f"calibration batch {i}")
-        return batches, f"{len(batches)} user batches"
+        runs = min(steps, CALIBRATION_MAX_STEPS) if target.recurrent else 1
+        text = f"{len(batches)} user batches" + (f", each free-running {runs} recurrent step(s)" if runs > 1 else "")
+        return _Calibration(tuple(batches), runs, False, text)
     _check_finite(target.inputs, "example inputs")
+    noise = (f"the example inputs and {{copies}} copies with N(0, ({CALIBRATION_NOISE} * std)^2) noise, "
+             f"seed {CALIBRATION_SEED}")
+    if not stateful:
+        batches = _perturbed(target.inputs, CALIBRATION_COPIES)
+        return _Calibration(tuple(batches), 1, False, noise.format(copies=CALIBRATION_COPIES))
+    # A model with state: the observers must see the state's range over the whole run, so each
+    # calibration sequence free-runs as many steps as the comparison (FACTS.md: 8 calls never see
+    # the state of step 20, and the quantized state clips there).
+    length = min(steps, CALIBRATION_MAX_STEPS)
+    sequences = max(1, min(1 + CALIBRATION_COPIES, CALIBRATION_MAX_CALLS // length))
+    batches = _perturbed(target.inputs, sequences - 1)
+    text = (f"{sequences} sequence(s) of {length} step(s), each free-running the model's state from its "
+            f"initial value: " + noise.format(copies=sequences - 1)
+            + (f" (capped at {CALIBRATION_MAX_STEPS} steps of the {steps} compared)" if steps > length else ""))
+    return _Calibration(tuple(batches), length, True, text)
+
+
+def _perturbed(inputs: tuple, copies: int) -> list[tuple]:
+    """The inputs, and ``copies`` copies with seeded Gaussian noise on the float tensors."""
     gen = torch.Generator().manual_seed(CALIBRATION_SEED)
-    batches = [copy.deepcopy(target.inputs)]
-    for _ in range(CALIBRATION_COPIES):
+    batches = [copy.deepcopy(inputs)]
+    for _ in range(copies):
         batch = []
-        for x in target.inputs:
+        for x in inputs:
             if isinstance(x, torch.Tensor) and x.is_floating_point():
                 std = float(x.std()) if x.numel() > 1 else 1.0
                 x = x + torch.randn(x.shape, generator=gen) * CALIBRATION_NOISE * (std or 1.0)
             batch.append(x)
         batches.append(tuple(batch))
-    text = (f"example inputs + {CALIBRATION_COPIES} copies with N(0, ({CALIBRATION_NOISE} * std)^2) noise, "
-            f"seed {CALIBRATION_SEED}")
-    if target.recurrent:
-        text += f"; each batch free-runs {min(steps, 8)} recurrent step(s)"
-    return batches, text
+    return batches
 
 
 def _check_finite(batch, what: str) -> None:
@@ -477,7 +528,8 @@ def _reset_state(module: torch.nn.Module, initial: dict[str, torch.Tensor]) -> N
 # ---------------------------------------------------------------- one variant
 
 
-def _run_variant(target, variant: Variant, batches, config, steps, reference, report) -> VariantResult:
+def _run_variant(target, variant: Variant, calibrated: _Calibration, config, steps, reference,
+                 report) -> VariantResult:
     timings: dict[str, float] = {}
     log = FoldLog()
     clock = time.perf_counter()
@@ -492,22 +544,13 @@ def _run_variant(target, variant: Variant, batches, config, steps, reference, re
     # The run captures the tfa graph for later predictions (the default quantizer's graph only).
     log.snapshots = config is None and ("stage", "tfa") not in target.memo
     initial = target.initial_buffers()
-    quantizer = _executorch.tosa_int_quantizer(config=config)
     # Everything the stack prints on the way (the reference model's C++ warnings on fd 1
     # among it) goes into the variant's log, shown under --debug, never into stdout.
     error = None
     with _quiet.captured_fds() as captured:
         try:
             with swapped_fold_pass(policy_pass_class(variant.policy, variant.markers, log)):
-                # The target's own export (a private copy): the program the user gave, exported once.
-                exported = copy.deepcopy(target.exported)
-                mark("export", 0)
-                prepared = _phase("prepare", variant,
-                                  lambda: _tosa.prepare_pt2e(exported.module(check_guards=False), quantizer))
-                mark("prepare", 1)
-                _phase("calibrate", variant, lambda: _calibrate(prepared, batches, target, steps))
-                mark("calibrate", 2)
-                converted = _phase("convert", variant, lambda: _tosa.convert_pt2e(prepared))
+                _, converted = quantize(target, variant, calibrated, config, mark=mark)
                 qparams = _site_qparams(converted, log)
                 mark("convert", 3)
                 reexported = _phase("re-export", variant,
@@ -551,6 +594,32 @@ def _run_variant(target, variant: Variant, batches, config, steps, reference, re
     return result, decisions
 
 
+def quantize(target: _load.Target, variant: Variant, calibrated: "_Calibration", config, *,
+             keep_float: bool = False, mark=None):
+    """Prepare, calibrate and convert a private copy of the target (inside the caller's fold swap).
+
+    Returns ``(prepared, converted)``: with ``keep_float`` a copy of the calibrated prepared
+    model (float, observers passing values through), else None; and the converted pt2e model
+    (quantize/dequantize simulation), state reset to the model's initial values.
+    """
+    mark = mark or (lambda phase, index: None)
+    quantizer = _executorch.tosa_int_quantizer(config=config)
+    # The target's own export (a private copy): the program the user gave, exported once.
+    exported = copy.deepcopy(target.exported)
+    mark("export", 0)
+    prepared = _phase("prepare", variant, lambda: _tosa.prepare_pt2e(exported.module(check_guards=False), quantizer))
+    mark("prepare", 1)
+    _phase("calibrate", variant, lambda: _calibrate(prepared, calibrated, target))
+    mark("calibrate", 2)
+    kept = None
+    if keep_float:
+        kept = copy.deepcopy(prepared)
+        _reset_state(kept, target.initial_buffers())
+    converted = _phase("convert", variant, lambda: _tosa.convert_pt2e(prepared))
+    _reset_state(converted, target.initial_buffers())
+    return kept, converted
+
+
 def _phase(name: str, variant: Variant, fn):
     try:
         return fn()
@@ -567,13 +636,16 @@ def _phase(name: str, variant: Variant, fn):
 
 
 
-def _calibrate(prepared, batches, target, steps) -> None:
-    """Feed every batch; recurrent models free-run a few steps so observers see carried state."""
-    runs = min(steps, 8) if target.recurrent else 1
+def _calibrate(prepared, calibration: _Calibration, target: _load.Target) -> None:
+    """Feed every batch; each free-runs ``sequence_steps`` steps (recurrent outputs fed back,
+    buffers carried), from the model's initial state when ``reset``."""
+    initial = target.initial_buffers()
     with torch.no_grad():
-        for batch in batches:
+        for batch in calibration.batches:
+            if calibration.reset:
+                _reset_state(prepared, initial)
             inputs = list(copy.deepcopy(batch))
-            for _ in range(runs):
+            for _ in range(calibration.sequence_steps):
                 outputs = _flat(prepared(*inputs))
                 for out_idx, in_idx in target.recurrent.items():
                     inputs[in_idx] = outputs[out_idx].detach()

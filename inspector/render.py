@@ -105,6 +105,9 @@ class Verdicts:
     after: bool = False  # the graph after the pass (a folded mul is gone, its conv reads new constants)
     signature: Any = None  # the exported program's graph signature (None for a bare GraphModule, as at tfa)
     caption: tuple[str, ...] = ()  # lines written above the picture
+    # Optional layer: measured error per node name (an attribution's NodeError, or any object with
+    # ``sqnr_db``); such nodes are filled on the SQNR colour scale and labelled with their SQNR.
+    errors: dict = field(default_factory=dict)
 
 
 def render(
@@ -151,6 +154,8 @@ def render(
     g.attr("graph", label=_text_left(*verdicts.caption, *view.notes))
     _draw(g, view, prefix="", cluster_by_module=cluster_by_module)
     _legend(g)
+    if verdicts.errors:
+        _error_legend(g)
     return g
 
 
@@ -175,6 +180,8 @@ def render_pair(before, after=None, verdicts: tuple | None = None, *, caption: I
             sub.attr("graph", label=_text_left(f"{which} the pass", *view.notes), style="rounded", color="#cccccc")
             _draw(sub, view, prefix=f"{which}.", cluster_by_module=cluster_by_module)
     _legend(g)
+    if v_before.errors or v_after.errors:
+        _error_legend(g)
     return g
 
 
@@ -272,6 +279,45 @@ def _digraph() -> graphviz.Digraph:
     return graphviz.Digraph("fold_inspector", graph_attr=_GRAPH_ATTR, node_attr=_NODE_ATTR, edge_attr=_EDGE_ATTR)
 
 
+# The SQNR colour scale of the measured-error layer: (lower bound in dB, fill colour), worst first.
+ERROR_SCALE: tuple[tuple[float, str], ...] = (
+    (float("-inf"), "#b2182b"), (10.0, "#ef8a62"), (20.0, "#fddbc7"), (30.0, "#d1e5f0"), (40.0, "#67a9cf"),
+    (50.0, "#2166ac"),
+)
+
+
+def error_colour(sqnr_db: float) -> str:
+    """The fill colour of a node whose quantized value has this SQNR (dB) against float."""
+    colour = ERROR_SCALE[0][1]
+    for bound, fill in ERROR_SCALE:
+        if sqnr_db >= bound:
+            colour = fill
+    return colour
+
+
+def _fmt_db(v: float) -> str:
+    return "inf" if v == float("inf") else (f"{v:.1f}" if v == v else "nan")
+
+
+def _error_legend(g: graphviz.Digraph) -> None:
+    """The SQNR colour scale, in dB."""
+    with g.subgraph(name="cluster_error_legend") as lg:
+        lg.attr("graph", label="SQNR, float vs quantized (dB)", style="rounded", color="#cccccc", fontsize="11")
+        with lg.subgraph(name="error_legend_row") as row:
+            row.attr("graph", rank="same")
+            names = []
+            for i, (bound, fill) in enumerate(ERROR_SCALE):
+                upper = ERROR_SCALE[i + 1][0] if i + 1 < len(ERROR_SCALE) else None
+                text = (f"< {upper:g}" if bound == float("-inf") else
+                        f"{bound:g} - {upper:g}" if upper is not None else f">= {bound:g}")
+                name = f"legend.sqnr.{i}"
+                row.node(name, label=_text(text), shape="box", style="filled", fillcolor=fill, fontsize="10",
+                         color="#888888", **{"class": "legend sqnr"})
+                names.append(name)
+            for a, b in zip(names, names[1:]):
+                row.edge(a, b, style="invis")
+
+
 def _legend(g: graphviz.Digraph) -> None:
     """A cluster with one sample of every style, in rows of ``_LEGEND_ROW`` (read left to right)."""
     with g.subgraph(name="cluster_legend") as lg:
@@ -353,6 +399,7 @@ class _Facts:
     sites_of_conv: dict[str, list] = field(default_factory=dict)  # conv name -> its sites
     keep: set[str] = field(default_factory=set)  # constants drawn even when constants are hidden
     path_edges: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)  # (tail, head) -> (kind, why)
+    errors: dict = field(default_factory=dict)  # node name -> measured error (has sqnr_db)
     writes: dict[Node, list] = field(default_factory=dict)  # boundary node -> the state it writes (StateWrite)
     held: dict[Node, str] = field(default_factory=dict)  # node holding carried state -> "buffer" | "input"
     buffer_inputs: set[str] = field(default_factory=set)  # placeholder names of buffers
@@ -363,7 +410,7 @@ def _classify(graph, verdicts: Verdicts) -> _Facts:
     """What every node is: a site's conv or mul (and its verdict), a state boundary, state, input,
     constant, output, op; and which edges lie on a path to state."""
     graph = graph.graph if isinstance(graph, fx.GraphModule) else graph
-    facts = _Facts(list(graph.nodes), verdicts.after)
+    facts = _Facts(list(graph.nodes), verdicts.after, errors=dict(verdicts.errors))
     by_name = {n.name: n for n in facts.nodes}
     for s in verdicts.sites:
         if s.mul in by_name and not (facts.after and s.folded):
@@ -553,6 +600,12 @@ def _draw_node(g: graphviz.Digraph, view: _View, n: Node, prefix: str) -> None:
         attrs.update(STYLES["marked"])
         classes.append("marked")
     label, tooltip = _label(view, n, kind)
+    error = view.facts.errors.get(n.name)
+    if error is not None:  # the measured-error layer: fill on the SQNR scale, keep the kind's border
+        attrs["fillcolor"] = error_colour(error.sqnr_db)
+        if "filled" not in attrs.get("style", ""):
+            attrs["style"] = ",".join(filter(None, (attrs.get("style"), "filled")))
+        classes.append("error")
     g.node(_node_id(prefix, n.name), label=label, tooltip=tooltip, **attrs, **{"class": " ".join(classes)})
 
 
@@ -612,6 +665,13 @@ def _label(view: _View, n: Node, kind: str) -> tuple[str, str]:
         if s.mismatch:
             tip.append(f"  MISMATCH: {s.mismatch}")
     label += list(reads)
+    error = facts.errors.get(n.name)
+    if error is not None:
+        label.append(f"SQNR {_fmt_db(error.sqnr_db)} dB")
+        tip.append(f"float vs quantized: SQNR {_fmt_db(error.sqnr_db)} dB"
+                   + (f", max |error| {error.max_abs_error:.3g}" if hasattr(error, "max_abs_error") else "")
+                   + (f", {getattr(error, 'drop_db'):.1f} dB below its inputs" if getattr(error, "drop_db", None)
+                      else ""))
     if n in view.cut:
         label.append(view.cut[n])
     if _graph.marked(n):

@@ -24,6 +24,7 @@ _SAMPLES: dict[str, type[SampleModel]] = {
     "conv_mul_input_scale": _models.ConvMulInputScale,
     "shared_conv_mul": _models.SharedConvMul,
     "conv_bn_mul": _models.ConvBatchNormMul,
+    "stateful_wide_scale": _models.StatefulWideScale,
     # blocks shaped like real networks
     "resnet_basic_block": _networks.ResNetBasicBlock,
     "mobilenetv2_inverted_residual": _networks.MobileNetV2InvertedResidual,

@@ -334,3 +334,47 @@ class ConvBatchNormMul(SampleModel):
 
     def expected_upstream(self, stage: str) -> tuple[Verdict, ...]:
         return (FOLD,) if stage == "tfa" else ()
+
+
+class StatefulWideScale(SampleModel):
+    """``state <- 0.75 state + conv(x) * s`` in a buffer, with a per-channel scale from 1 to 1000 that
+    balances the conv's channels: here folding changes the quantized numbers a lot.
+
+    The conv's output channels span three orders of magnitude (trained that way: the scale
+    undoes it). Unfolded, the conv output is quantized per tensor before the scale, so its
+    small channels are rounded away and the scale multiplies the rounding error by up to 1000,
+    straight into the carried state. Folded, the scale lives in the per-channel quantized
+    weights and the conv output is balanced. ``stateful_conv_mul`` (scale 0.25) is the
+    counter-example where folding is numerically neutral.
+    """
+
+    SEED = 14
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+        seeded(self, self.SEED)
+        magnitude = torch.tensor([1.0, 0.1, 0.01, 0.001])
+        with torch.no_grad():
+            self.conv.weight.mul_(magnitude.reshape(4, 1, 1, 1))
+            self.conv.bias.mul_(magnitude)
+        self.register_buffer("scale", (1.0 / magnitude).reshape(1, 4, 1, 1))
+        self.register_buffer("state", torch.zeros(1, 4, 8, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x) * self.scale
+        new = self.state * 0.75 + y
+        self.state.copy_(new)
+        return new
+
+    def example_inputs(self):
+        return (seeded_input(1, 4, 8, 8),)
+
+    def expected_upstream(self, stage: str) -> tuple[Verdict, ...]:
+        return (FOLD,)
+
+    def expected(self, stage: str, policy: str) -> tuple[Verdict, ...]:
+        guarded = policy == "state-aware-strict" or (policy == "state-aware" and stage == "edge")
+        if guarded:
+            return (skip("feeds-buffer-mutation"),)
+        return super().expected(stage, policy)

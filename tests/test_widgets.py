@@ -303,3 +303,26 @@ def test_in_ipython_an_inspector_error_is_one_line(capsys):
     finally:
         InteractiveShell.clear_instance()
     assert install_error_display() is False  # no shell: nothing to install
+
+
+@pytest.mark.requires_tosa
+def test_the_where_does_the_error_enter_panel():
+    app = FoldInspector("sample:stateful_wide_scale", stage="tfa", variants=("off", "upstream"), steps=3)
+    app.run_attribution(wait=True)
+    assert app.last_error is None and app.attr_progress.bar_style == "success"
+    assert "Where the error enters" in app.attr_table.value and "<table" in app.attr_table.value
+    assert list(app.attr_variant.options) == ["off", "upstream"] and app.attr_variant.value == "upstream"
+    assert "SQNR, float vs quantized (dB)" in app.attr_graph.value  # the coloured after-graph
+    assert app.attr_node.value == app.attribution.variants[0].entry_points[0].node  # the first entry point
+    assert "fi-attr-curve-img" in app.attr_curve.value
+    app.attr_variant.value = "off"
+    assert "coloured by SQNR of variant off" in app.attr_graph.value
+    app.select_error_node("root:copy_")
+    assert app.attr_node.value == "root:copy_"
+    with pytest.raises(InspectorError, match="no node 'nope'"):
+        app.select_error_node("nope")
+    assert app.comparison is not None and not app.stale  # the reference table came with it
+    app.toggle_marker(app.sites[0].id)
+    assert "fi-stale" in app.attr_table.value
+    app.pick_model("sample:conv_mul_scalar")
+    assert app.attribution is None and app.attr_graph.value == ""

@@ -103,6 +103,19 @@ class FoldInspector(W.VBox):
         self.results = W.HTML("<i>no reference run yet</i>").add_class("fi-results")
         self.plots = W.HTML().add_class("fi-plots")
 
+        self.attr_button = W.Button(description="Where does the error enter?", icon="search",
+                                    layout=W.Layout(width="240px")).add_class("fi-attr-run")
+        self.attr_progress = W.FloatProgress(value=0.0, min=0.0, max=1.0,
+                                             layout=W.Layout(width="300px")).add_class("fi-attr-progress")
+        self.attr_progress_label = W.Label("").add_class("fi-attr-progress-label")
+        self.attr_variant = W.Dropdown(description="variant", layout=W.Layout(width="300px")).add_class("fi-attr-variant")
+        self.attr_node = W.Select(description="node", rows=8, layout=W.Layout(width="380px")).add_class("fi-attr-node")
+        self.attr_table = W.HTML("<i>not run yet: uses the variants and steps above</i>").add_class("fi-attr-table")
+        self.attr_graph = W.HTML().add_class("fi-attr-graph")
+        self.attr_curve = W.HTML().add_class("fi-attr-curve")
+        self.attribution = None  # the last attribution (inspector.Attribution)
+        self._attribution_for: tuple | None = None
+
         self.session_path = W.Text(value="fold-session.json", description="file",
                                    layout=W.Layout(width="320px")).add_class("fi-session-path")
         self.save_button = W.Button(description="Save session", icon="save").add_class("fi-save")
@@ -116,6 +129,9 @@ class FoldInspector(W.VBox):
         self.graph_which.observe(lambda _: self._safely(self._render_graph), names="value")
         self.graph_scope.observe(lambda _: self._safely(self._render_graph), names="value")
         self.run_button.on_click(lambda _: self._safely(self.run_reference))
+        self.attr_button.on_click(lambda _: self._safely(self.run_attribution))
+        self.attr_variant.observe(lambda _: self._safely(self._render_attribution), names="value")
+        self.attr_node.observe(lambda _: self._safely(self._render_curve), names="value")
         self.save_button.on_click(lambda _: self._safely(lambda: self.save_session(self.session_path.value)))
         self.load_button.on_click(lambda _: self._safely(lambda: self.open_session(self.session_path.value)))
         self.report_button.on_click(lambda _: self._safely(lambda: self.export_report(self._report_path())))
@@ -129,11 +145,19 @@ class FoldInspector(W.VBox):
             W.HBox([self.progress, self.progress_label]),
             self.results, self.plots,
         ]).add_class("fi-reference")
+        attribution = W.VBox([
+            W.HTML("<b>Where does the error enter?</b> <small>per-node error, float vs quantized, per variant "
+                   "and step; pick a node for its curve</small>"),
+            W.HBox([self.attr_button, self.attr_progress, self.attr_progress_label]),
+            self.attr_table,
+            W.HBox([self.attr_variant]), self.attr_graph,
+            W.HBox([self.attr_node, self.attr_curve]),
+        ]).add_class("fi-attribution-panel")
         session = W.VBox([
             W.HBox([self.session_path, self.save_button, self.load_button, self.report_button, self.status]),
             self.trust_box,
         ]).add_class("fi-session")
-        self.children = [header, self.sites_box, graph_panel, reference, session]
+        self.children = [header, self.sites_box, graph_panel, reference, attribution, session]
 
     def _init_model_picker(self) -> None:
         options = [(f"sample:{n}", f"sample:{n}") for n in inspector.samples.names()]
@@ -165,6 +189,7 @@ class FoldInspector(W.VBox):
             self.analysis = analysis
             self.selected = None
             self.comparison = self._comparison_for = None
+            self._forget_attribution()
             self._refresh()
 
         self._safely(go)
@@ -181,6 +206,7 @@ class FoldInspector(W.VBox):
         self.analysis = analysis
         self.selected = None
         self.comparison = self._comparison_for = None
+        self._forget_attribution()
 
     @staticmethod
     def _set_quietly(control, value, observer) -> None:
@@ -252,6 +278,78 @@ class FoldInspector(W.VBox):
         self._worker.start()
         if wait:
             self.wait()
+
+    def run_attribution(self, wait: bool = False) -> None:
+        """Find where the error enters, for the picked variants and steps, in the background."""
+        variants = self._variants()
+        with self._lock:
+            if self._busy:
+                self.status.value = "a run is already going"
+                return
+            self._busy = True
+        steps = int(self.steps_input.value)
+        config = self._current_config()
+        self.attr_button.disabled = True
+        self.attr_progress.value = 0.0
+        self.attr_progress.bar_style = ""
+        self.attr_progress_label.value = "starting"
+        self._worker = threading.Thread(target=self._run_attribution, args=(variants, steps, config), daemon=True,
+                                        name="fold-inspector-attribution")
+        self._worker.start()
+        if wait:
+            self.wait()
+
+    def _run_attribution(self, variants, steps, config) -> None:
+        def progress(phase: str, fraction: float) -> None:
+            self.attr_progress.value = max(0.0, min(1.0, fraction))
+            self.attr_progress_label.value = phase
+
+        try:
+            comparison = self.analysis.compare(variants, markers=config[2], steps=steps,
+                                               progress=lambda p, f: progress(p, 0.6 * f))
+            result = inspector.attribute(comparison, progress=lambda p, f: progress(p, 0.6 + 0.4 * f))
+            self.comparison, self._comparison_for = comparison, config
+            self.attribution, self._attribution_for = result, config
+            self.attr_progress.bar_style = "success"
+            self.attr_progress_label.value = "done"
+            labels = [v.label for v in result.variants]
+            self.attr_variant.options = labels
+            self.attr_variant.value = next((v for v in labels if v != "off"), labels[0])
+            self.attr_node.options = list(result.order)
+            entries = [e.node for v in result.variants for e in v.entry_points]
+            self.attr_node.value = entries[0] if entries else result.order[0]
+            self._render_results()
+            self._render_sites()
+            self._render_attribution()
+            self._show_error(None)
+        except InspectorError as exc:
+            self.attr_progress.bar_style = "danger"
+            self.attr_progress_label.value = "failed"
+            self._show_error(str(exc))
+        except Exception as exc:  # noqa: BLE001
+            self.attr_progress.bar_style = "danger"
+            self.attr_progress_label.value = "failed"
+            self._show_error(f"{type(exc).__name__}: {exc}", traceback.format_exc())
+        finally:
+            self.attr_button.disabled = False
+            with self._lock:
+                self._busy = False
+
+    def _forget_attribution(self) -> None:
+        """Another model: the last attribution no longer applies."""
+        self.attribution = self._attribution_for = None
+        self.attr_table.value = "<i>not run yet: uses the variants and steps above</i>"
+        self.attr_graph.value = self.attr_curve.value = ""
+        self.attr_node.options = []
+        self.attr_variant.options = []
+
+    def select_error_node(self, node: str) -> None:
+        """Show the per-step curve of ``node`` (an aligned node id of the last attribution)."""
+        if self.attribution is None:
+            raise InspectorError("no attribution yet: press 'Where does the error enter?' first")
+        if node not in self.attribution.order:
+            raise InspectorError(f"no node {inspector.quoted(node)}; nodes: {', '.join(self.attribution.order[:12])}")
+        self.attr_node.value = node
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until the running reference run (if any) has finished."""
@@ -445,6 +543,7 @@ class FoldInspector(W.VBox):
         self._render_sites()
         self._render_graph()
         self._render_results()
+        self._render_attribution_table()
 
     def _render_sites(self) -> None:
         """Show one row per site; rows are reused (updated in place) while the set of sites is the same."""
@@ -494,6 +593,42 @@ class FoldInspector(W.VBox):
             self.graph.value = f"<div class='fi-graph-error'>{_esc(str(exc))}</div>"
             return
         self.graph.value = f"<div style='overflow:auto;max-height:600px'>{svg}</div>"
+
+    def _render_attribution_table(self) -> None:
+        a = self.attribution
+        if a is None:
+            return
+        banner = ""
+        if self._attribution_for != self._current_config():
+            banner = inspector.stale_html(self._attribution_for)
+        self.attr_table.value = banner + inspector.attribution_html(a)
+
+    def _render_attribution(self) -> None:
+        a = self.attribution
+        if a is None:
+            return
+        self._render_attribution_table()
+        label = self.attr_variant.value
+        if label is None:
+            return
+        variant = a.variant(label)
+        policy = variant.policy if variant.policy in inspector.POLICIES else self.analysis.policy
+        shown = self.analysis if self.analysis.policy == policy else self.analysis.with_policy(policy)
+        try:
+            digraph = shown.render("after", errors=variant)
+            svg = inspector.svg(digraph)
+        except InspectorError as exc:
+            self.attr_graph.value = f"<div class='fi-graph-error'>{_esc(str(exc))}</div>"
+        else:
+            self.attr_graph.value = f"<div style='overflow:auto;max-height:600px'>{svg}</div>"
+        self._render_curve()
+
+    def _render_curve(self) -> None:
+        if self.attribution is None or not self.attr_node.value:
+            self.attr_curve.value = ""
+            return
+        self.attr_curve.value = inspector.figure_img(self.attribution.plot("steps", node=self.attr_node.value),
+                                                     css_class="fi-plot fi-attr-curve-img")
 
     def _render_results(self) -> None:
         if self.comparison is None:
