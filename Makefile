@@ -16,7 +16,7 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-browser demo lab test bench clean
+.PHONY: setup setup-browser demo lab test bench pictures clean
 
 # The venv is rebuilt only when pyproject.toml changes. Every dependency is an
 # exact pin (torch==2.13.0), so pip takes the CPU wheel and never an unpinned torch.
@@ -55,6 +55,10 @@ bench: setup
 		$(VENV_PYTHON) "$$script"; \
 	done; \
 	[ "$$found" -eq 1 ] || echo "no bench/bench_*.py scripts found"
+
+# The README's pictures, drawn by the real tool (numbers measured on this machine).
+pictures: setup
+	$(VENV_PYTHON) scripts/docs_pictures.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache test-artifacts build demo-report.html *.egg-info

@@ -34,6 +34,8 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
+            # mkstemp makes the file private (0600); give it the mode a plain open() would have
+            os.chmod(tmp, path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask())
             os.replace(tmp, path)
         except BaseException:
             with _suppress():
@@ -42,6 +44,12 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     except OSError as exc:
         raise InspectorError(f"cannot write {path}: {exc.strerror or exc}") from None
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:

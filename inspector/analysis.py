@@ -515,7 +515,7 @@ def _recurrent_reach(graph, signature, recurrent: dict) -> dict[Node, int]:
 
 def _risks(c, scale: ScaleSummary, decision: str, kind, boundary: str, recurrent: dict) -> list[Risk]:
     risks = []
-    if scale.ratio is not None and scale.ratio >= WIDE_RANGE_RATIO:
+    if scale.ratio is not None and scale.ratio >= WIDE_RANGE_RATIO * (1 - 1e-6):  # float32 1/0.001 is 999.9999
         risks.append(Risk.of(
             RiskCode.WIDE_DYNAMIC_RANGE_SCALE,
             f"max|s|/min|s| = {scale.ratio:.3g} (|s| from {scale.min_abs:.3g} to {scale.max_abs:.3g}); "

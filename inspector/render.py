@@ -286,6 +286,9 @@ ERROR_SCALE: tuple[tuple[float, str], ...] = (
 )
 
 
+_DARK_FILLS = {ERROR_SCALE[0][1], ERROR_SCALE[-1][1]}  # white text on these
+
+
 def error_colour(sqnr_db: float) -> str:
     """The fill colour of a node whose quantized value has this SQNR (dB) against float."""
     colour = ERROR_SCALE[0][1]
@@ -312,7 +315,8 @@ def _error_legend(g: graphviz.Digraph) -> None:
                         f"{bound:g} - {upper:g}" if upper is not None else f">= {bound:g}")
                 name = f"legend.sqnr.{i}"
                 row.node(name, label=_text(text), shape="box", style="filled", fillcolor=fill, fontsize="10",
-                         color="#888888", **{"class": "legend sqnr"})
+                         color="#888888", fontcolor="#ffffff" if fill in _DARK_FILLS else "#000000",
+                         **{"class": "legend sqnr"})
                 names.append(name)
             for a, b in zip(names, names[1:]):
                 row.edge(a, b, style="invis")
@@ -603,6 +607,8 @@ def _draw_node(g: graphviz.Digraph, view: _View, n: Node, prefix: str) -> None:
     error = view.facts.errors.get(n.name)
     if error is not None:  # the measured-error layer: fill on the SQNR scale, keep the kind's border
         attrs["fillcolor"] = error_colour(error.sqnr_db)
+        if attrs["fillcolor"] in _DARK_FILLS:
+            attrs["fontcolor"] = "#ffffff"
         if "filled" not in attrs.get("style", ""):
             attrs["style"] = ",".join(filter(None, (attrs.get("style"), "filled")))
         classes.append("error")

@@ -288,3 +288,18 @@ def test_malformed_sessions_are_one_line(tmp_path, data, message):
         inspector.read_session(path)
     text = str(info.value)
     assert message in text and "\n" not in text, text
+
+
+def test_written_files_get_the_usual_permissions(tmp_path):
+    from inspector._files import write_text
+
+    path = write_text(tmp_path / "report.html", "<p>hi</p>")
+    assert path.read_text() == "<p>hi</p>"
+    assert path.stat().st_mode & 0o777 == 0o666 & ~_current_umask()
+    assert list(tmp_path.iterdir()) == [path]  # no temporary file left behind
+
+
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -41,6 +41,9 @@ class Evil(nn.Module):
         return getattr(self, {EVIL!r})(x) * 0.5
 
 FoldInspector(Evil(), (torch.randn(1, 3, 8, 8),), stage="aten")'''
+DRIFT_NB = '''from widgets import FoldInspector
+
+FoldInspector("sample:stateful_wide_scale", stage="tfa", variants=("off", "upstream"), steps=3)'''
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +57,8 @@ def env(tmp_path_factory):
     nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}})
     nb.cells = [nbformat.v4.new_code_cell(EVIL_NB)]
     nbformat.write(nb, root / "evil.ipynb")
+    nb.cells = [nbformat.v4.new_code_cell(DRIFT_NB)]
+    nbformat.write(nb, root / "drift.ipynb")
     for plugin, value in {"apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
                           "notebook-extension/tracker": {"windowingMode": "none"}}.items():
         f = d / "settings/@jupyterlab" / f"{plugin}.jupyterlab-settings"
@@ -208,6 +213,32 @@ def test_hostile_module_name_is_shown_as_text(lab, page):
     page.wait_for_timeout(500)
     page.screenshot(path=OUT / "jupyterlab-hostile-name.png")
     assert dialogs == []
+
+
+def test_where_the_error_enters_panel(lab, page):
+    """Run the attribution from the widget: the table, the graph coloured by SQNR, and a node's curve."""
+    from playwright.sync_api import expect
+
+    kernel = open_and_run(page, lab, "drift.ipynb")
+    app = page.locator(".fi-app").first
+    expect(app).to_be_visible(timeout=240_000)
+    kernel.settle(240)
+    panel = app.locator(".fi-attribution-panel")
+    panel.locator("button.fi-attr-run, .fi-attr-run button").first.click()
+    expect(panel.locator(".fi-attr-table table").first).to_be_visible(timeout=300_000)
+    expect(panel.locator(".fi-attr-progress-label")).to_have_text("done")
+    expect(panel.locator(".fi-attr-table")).to_contain_text("Where the error enters")
+    graph = panel.locator(".fi-attr-graph svg")
+    expect(graph).to_be_visible()
+    assert "SQNR, float vs quantized (dB)" in graph.inner_html()
+    kernel.settle()
+    before = panel.locator(".fi-attr-curve").inner_html()
+    panel.locator(".fi-attr-node select").select_option("root:copy_")
+    kernel.settle()
+    expect(panel.locator(".fi-attr-curve img")).to_be_visible()
+    assert panel.locator(".fi-attr-curve").inner_html() != before  # the picked node's curve
+    panel.scroll_into_view_if_needed()
+    page.screenshot(path=OUT / "jupyterlab-where-error-enters.png", full_page=True)
 
 
 def test_voila_opens_the_same_ui(env, page):
