@@ -36,6 +36,7 @@ class Target:
     inputs: tuple  # example inputs (private copies)
     model: nn.Module | None = None  # pristine private eager copy (None for programs and .pt2)
     recurrent: dict = field(default_factory=dict)  # output index -> input index fed on the next call
+    source: str | None = None  # the target as given on a command line ("model.pt2", "net.py:Net"); None for objects
     # What every derived result depends on: the exported program's fingerprint, the inputs,
     # the recurrence and the name (results carry it). Set by ``load``.
     key: str = ""
@@ -71,7 +72,9 @@ def load(target: Any, example_inputs: Any = None) -> Target:
     if isinstance(target, Target):
         return target
     fresh = _load(target, example_inputs)
-    key = digest(fresh.name, program_fingerprint(fresh.exported), fresh.inputs,
+    if isinstance(target, (str, os.PathLike)):
+        fresh = replace(fresh, source=os.fspath(target))
+    key = digest(fresh.name, fresh.source or "", program_fingerprint(fresh.exported), fresh.inputs,
                  sorted(fresh.recurrent.items()))
     fresh = replace(fresh, key=key)
     return _TARGETS.get_or_compute(key, lambda: fresh)

@@ -260,15 +260,15 @@ class Analysis:
     def __repr__(self) -> str:
         return f"<Analysis {self.name} stage={self.stage} policy={self.policy}: {self.summary()}>"
 
-    def report(self, comparison=None, *, format: str = "html", out=None, results_for=None):
-        """A self-contained report of this analysis (and ``comparison``, if given) as text;
-        with ``out``, written there (atomically) and the path returned."""
+    def report(self, comparison=None, *, format: str = "html", out=None, results_for=None,
+               full_traces: bool = False):
+        """A report of this analysis (and ``comparison``, if given): ``html`` (one self-contained
+        page), ``md`` (a GitHub comment) or ``json``; local paths redacted, stack traces with the
+        user's frames only unless ``full_traces``. With ``out``, written there and the path returned."""
         from ._files import write_text
-        from .report import report_html
+        from .report import report
 
-        if format != "html":
-            raise InspectorError(f"unknown report format {quoted(format)}; choose: html")
-        text = report_html(self, comparison, results_for=results_for)
+        text = report(self, comparison, format=format, results_for=results_for, full_traces=full_traces)
         return write_text(out, text) if out is not None else text
 
     # -- pictures

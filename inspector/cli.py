@@ -45,7 +45,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="show tracebacks for errors, and what the backend printed (TOSA reference model warnings)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def model_command(name: str, help: str, *, stage_and_policy: bool = True, mark_help: str = ""):
+    def model_command(name: str, help: str, *, stage_and_policy: bool = True, mark_help: str = "",
+                      markers: bool = True):
         """A subcommand that takes a model: TARGET, --input-shape, --mark, and usually --stage/--policy."""
         cmd = sub.add_parser(name, help=help, description="TARGET is sample:NAME, path/to/file.py:ClassName, or model.pt2.")
         cmd.add_argument("target", metavar="TARGET")
@@ -56,8 +57,9 @@ def _parser() -> argparse.ArgumentParser:
                              help="; ".join(f"{k}: {v}" for k, v in STAGE_HELP.items()) + " (default: edge)")
             cmd.add_argument("--policy", choices=POLICIES, default="upstream",
                              help="; ".join(f"{k}: {v}" for k, v in POLICY_HELP.items()) + " (default: upstream)")
-        cmd.add_argument("--mark", action="append", default=[], metavar="ID",
-                         help=mark_help or "mark a site id or node name as carried state (repeatable)")
+        if markers:
+            cmd.add_argument("--mark", action="append", default=[], metavar="ID",
+                             help=mark_help or "mark a site id or node name as carried state (repeatable)")
         return cmd
 
     a = model_command("analyze", "list every conv->mul site, its decision and reasons")
@@ -78,6 +80,22 @@ def _parser() -> argparse.ArgumentParser:
                    help="comma-separated policies to compare (default: off,upstream)")
     t.add_argument("--steps", type=int, default=1, help=f"recurrent steps to run, 1 to {MAX_STEPS} (default: 1)")
     t.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+    rep = model_command("report", "a report for an issue thread: self-contained HTML, a Markdown reply, or JSON")
+    rep.add_argument("--variants", default=None, metavar="P,P,...",
+                   help="also run these policies on the TOSA INT reference and add the comparison")
+    rep.add_argument("--steps", type=int, default=1, help=f"recurrent steps for --variants, 1 to {MAX_STEPS} (default: 1)")
+    rep.add_argument("--format", choices=("html", "md", "json"), default="md", help="default: md")
+    rep.add_argument("--out", default=None, metavar="FILE", help="write it here (default: stdout)")
+    rep.add_argument("--full-traces", action="store_true",
+                   help="keep every frame of stack traces (default: the user's frames only)")
+
+    rp = model_command("repro", "write a standalone pytest file reproducing one site (imports only torch and executorch)",
+                       stage_and_policy=False, markers=False)
+    rp.add_argument("--site", required=True, metavar="ID", help="the site id (see analyze)")
+    rp.add_argument("--stage", choices=STAGES, default="edge",
+                    help="the stage whose graph the test runs the pass on (default: edge)")
+    rp.add_argument("--out", default="test_repro.py", metavar="FILE", help="default: test_repro.py")
 
     r = model_command("render", "draw the graph before/after the fold, sites highlighted (graphviz)")
     r.add_argument("--which", choices=("before", "after", "both"), default="before",
@@ -207,6 +225,45 @@ def _attribute(args) -> int:
     return 0
 
 
+def _report(args) -> int:
+    from ._files import check_writable, write_text
+    from ._limits import check_steps
+    from .analysis import analyze
+
+    check_steps(args.steps, "--steps")
+    out = check_writable(args.out) if args.out else None
+    result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage,
+                     policy=args.policy, markers=args.mark)
+    comparison = None
+    if args.variants:
+        variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+        comparison = result.compare(variants, steps=args.steps, progress=_ProgressBar())
+    text = result.report(comparison, format=args.format, full_traces=args.full_traces)
+    if out is None:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    else:
+        write_text(out, text)
+        print(f"wrote {out} ({args.format}): {result.summary()}", file=sys.stderr)
+    return 0
+
+
+def _repro(args) -> int:
+    from ._files import check_writable
+    from .analysis import analyze
+    from .repro import reproducer
+
+    out = check_writable(args.out)
+    result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage, policy="upstream")
+    repro = reproducer(result, args.site, file=out.name)
+    repro.write(out)
+    verb = "folds" if repro.decision == "fold" else "skips"
+    print(f"wrote {out}: {repro.test_name} (the installed pass {verb} site {args.site} at {args.stage}; "
+          f"muls {repro.muls_before} -> {repro.muls_after}); run it with: pytest {out}")
+    for note in repro.notes:
+        print(f"note: {note}")
+    return 0
+
+
 def _render(args) -> int:
     from ._files import check_writable, write_bytes
     from .analysis import analyze
@@ -279,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help, or argparse's one-line error (see _Parser.error)
         return exc.code if isinstance(exc.code, int) else 2
     _quiet_imports()
-    handler = {"analyze": _analyze, "compare": _compare, "attribute": _attribute, "render": _render, "demo": _demo,
+    handler = {"analyze": _analyze, "compare": _compare, "attribute": _attribute, "report": _report, "repro": _repro,
+               "render": _render, "demo": _demo,
                "samples": _samples}[args.command]
     try:
         return handler(args)

@@ -108,6 +108,8 @@ class Verdicts:
     # Optional layer: measured error per node name (an attribution's NodeError, or any object with
     # ``sqnr_db``); such nodes are filled on the SQNR colour scale and labelled with their SQNR.
     errors: dict = field(default_factory=dict)
+    # How a node's stack trace is shown in its tooltip (e.g. only the user's frames, in reports).
+    trace: Any = None
 
 
 def render(
@@ -404,6 +406,7 @@ class _Facts:
     keep: set[str] = field(default_factory=set)  # constants drawn even when constants are hidden
     path_edges: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)  # (tail, head) -> (kind, why)
     errors: dict = field(default_factory=dict)  # node name -> measured error (has sqnr_db)
+    trace: Any = None  # stack trace filter (Verdicts.trace)
     writes: dict[Node, list] = field(default_factory=dict)  # boundary node -> the state it writes (StateWrite)
     held: dict[Node, str] = field(default_factory=dict)  # node holding carried state -> "buffer" | "input"
     buffer_inputs: set[str] = field(default_factory=set)  # placeholder names of buffers
@@ -414,7 +417,7 @@ def _classify(graph, verdicts: Verdicts) -> _Facts:
     """What every node is: a site's conv or mul (and its verdict), a state boundary, state, input,
     constant, output, op; and which edges lie on a path to state."""
     graph = graph.graph if isinstance(graph, fx.GraphModule) else graph
-    facts = _Facts(list(graph.nodes), verdicts.after, errors=dict(verdicts.errors))
+    facts = _Facts(list(graph.nodes), verdicts.after, errors=dict(verdicts.errors), trace=verdicts.trace)
     by_name = {n.name: n for n in facts.nodes}
     for s in verdicts.sites:
         if s.mul in by_name and not (facts.after and s.folded):
@@ -693,6 +696,8 @@ def _label(view: _View, n: Node, kind: str) -> tuple[str, str]:
         label.append("state: " + where)
         tip.append("state boundary: " + where)
     trace = (n.meta.get("stack_trace") or "").strip()
+    if trace and facts.trace is not None:
+        trace = facts.trace(trace).strip()
     if trace:
         tip += ["", "stack trace:", trace]
     # Site ids stay whole in labels (they are what the user searches for); other text is clipped.

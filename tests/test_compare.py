@@ -63,10 +63,14 @@ def test_progress_names_stages_and_advances(stateful20):
 
 
 def test_state_is_reset_before_the_run(stateful20):
-    """Step 0 of a 20-step run starts from the model's initial state, as a 1-step run does."""
+    """Step 0 of a long run starts from the model's initial state, as a 1-step run does (the same
+    calibration for both: by default a longer run calibrates over more steps)."""
     result, _ = stateful20
-    one = compare("sample:stateful_conv_mul", ("upstream",), steps=1)
-    assert torch.equal(one.results[0].outputs[0][0], result.result("upstream").outputs[0][0])
+    x = sample_models.get("stateful_conv_mul").example_inputs()
+    batches = [x] * 4  # user batches: one call each, whatever the number of steps
+    one = compare("sample:stateful_conv_mul", ("upstream",), steps=1, calibration=batches)
+    many = compare("sample:stateful_conv_mul", ("upstream",), steps=6, calibration=batches)
+    assert torch.equal(one.results[0].outputs[0][0], many.results[0].outputs[0][0])
     eager = sample_models.get("stateful_conv_mul")
     first = eager(*eager.example_inputs())
     err = (result.result("upstream").outputs[0][0] - first).abs().max()

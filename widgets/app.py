@@ -122,6 +122,8 @@ class FoldInspector(W.VBox):
         self.load_button = W.Button(description="Load session", icon="folder-open").add_class("fi-load")
         self.trust_box = W.VBox().add_class("fi-trust-box")
         self.report_button = W.Button(description="Export report", icon="file").add_class("fi-report")
+        self.report_format = W.Dropdown(options=[("HTML page", "html"), ("Markdown reply", "md"), ("JSON", "json")],
+                                        value="html", layout=W.Layout(width="150px")).add_class("fi-report-format")
         self.status = W.Label("").add_class("fi-status")
 
         self.stage_picker.observe(self._on_stage, names="value")
@@ -134,7 +136,8 @@ class FoldInspector(W.VBox):
         self.attr_node.observe(lambda _: self._safely(self._render_curve), names="value")
         self.save_button.on_click(lambda _: self._safely(lambda: self.save_session(self.session_path.value)))
         self.load_button.on_click(lambda _: self._safely(lambda: self.open_session(self.session_path.value)))
-        self.report_button.on_click(lambda _: self._safely(lambda: self.export_report(self._report_path())))
+        self.report_button.on_click(lambda _: self._safely(
+            lambda: self.export_report(self._report_path(), format=self.report_format.value)))
 
         header = W.VBox([self.title, W.HBox([self.model_picker, self.stage_picker, self.policy_picker]),
                          self.summary, self.error])
@@ -154,7 +157,8 @@ class FoldInspector(W.VBox):
             W.HBox([self.attr_node, self.attr_curve]),
         ]).add_class("fi-attribution-panel")
         session = W.VBox([
-            W.HBox([self.session_path, self.save_button, self.load_button, self.report_button, self.status]),
+            W.HBox([self.session_path, self.save_button, self.load_button, self.report_button, self.report_format,
+                    self.status]),
             self.trust_box,
         ]).add_class("fi-session")
         self.children = [header, self.sites_box, graph_panel, reference, attribution, session]
@@ -437,9 +441,10 @@ class FoldInspector(W.VBox):
             self.selected = session.selected
         self._refresh()
 
-    def export_report(self, path: str | Path) -> Path:
-        """Write a self-contained HTML report: sites, graphs and the reference results."""
-        path = self.analysis.report(self.comparison, results_for=self._comparison_for, out=path)
+    def export_report(self, path: str | Path, format: str = "html") -> Path:
+        """Write the report (``html``: one self-contained page; ``md``: a reply for an issue thread;
+        ``json``): sites, graphs and the reference results, the same as ``python -m inspector report``."""
+        path = self.analysis.report(self.comparison, format=format, results_for=self._comparison_for, out=path)
         self.status.value = f"wrote {path.name}"
         return path
 
@@ -533,7 +538,7 @@ class FoldInspector(W.VBox):
 
     def _report_path(self) -> Path:
         base = Path(self.session_path.value or "fold-session.json")
-        return base.with_suffix(".html")
+        return base.with_suffix({"html": ".html", "md": ".md", "json": ".report.json"}[self.report_format.value])
 
     def _refresh(self) -> None:
         a = self.analysis
