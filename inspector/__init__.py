@@ -18,6 +18,7 @@ from .errors import ExplanationMismatchWarning, FoldPassCrash, InspectorError, q
 from .reasons import Reason, ReasonCode, Risk, RiskCode
 from .render import LEGEND, STYLES, Verdicts, render, render_pair, site_kind, svg
 from .report import figure_img, report_html
+from .repro import Reproducer, reproducer
 from .session import GRAPH_SCOPES, GRAPH_VIEWS, Session, read_session, save_session
 
 __all__ = [
@@ -32,6 +33,8 @@ __all__ = [
     # pictures, tables, reports
     "render", "render_pair", "Verdicts", "svg", "STYLES", "LEGEND", "site_kind", "SiteRow", "site_rows", "analysis_text",
     "analysis_html", "comparison_text", "comparison_html", "attribution_text", "attribution_html", "stale_html", "report_html", "figure_img",
+    # triage
+    "reproducer", "Reproducer",
     # sessions and samples
     "Session", "read_session", "save_session", "GRAPH_VIEWS", "GRAPH_SCOPES", "samples",
     # errors

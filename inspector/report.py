@@ -119,6 +119,14 @@ def user_frames(trace: str) -> str:
     return "\n".join(out)
 
 
+def model_file_of(target) -> str | None:
+    """The file a target was loaded from (a ``.py`` for ``file.py:Class``, a ``.pt2``), if any."""
+    source = target.source or ""
+    if ".py:" in source:
+        return source.rpartition(":")[0]
+    return source if source.endswith(".pt2") else None
+
+
 def reproduce_command(analysis, comparison=None, fmt: str = "md") -> str:
     """The command line that makes the same report (the target as the user named it)."""
     target = analysis.target.source or analysis.name
@@ -165,9 +173,7 @@ def report(analysis, comparison=None, *, format: str = "html", results_for=None,
     """The report of ``analysis`` (and ``comparison``, if given) as text in ``format`` (html, md, json)."""
     if format not in FORMATS:
         raise InspectorError(f"unknown report format {quoted(format)}; choose one of: {', '.join(FORMATS)}")
-    source = analysis.target.source or ""
-    model_file = source.rpartition(":")[0] if ".py:" in source else (source if source.endswith(".pt2") else None)
-    redact = Redactor(model_file, html=format == "html")
+    redact = Redactor(model_file_of(analysis.target), html=format == "html")
     command = command or reproduce_command(analysis, comparison, format)
     if format == "html":
         return redact(report_html(analysis, comparison, results_for=results_for, full_traces=full_traces,

@@ -437,7 +437,7 @@ def _load_source(source: str, folder: Path):
 def reproducer(analysis, site_id: str, *, command: str | None = None, file: str = "test_repro.py") -> Reproducer:
     """A standalone pytest file reproducing ``site_id`` of ``analysis`` at its stage (see the module doc)."""
     from .analysis import analyze
-    from .report import Redactor, reproduce_command
+    from .report import Redactor, model_file_of, reproduce_command
 
     site = analysis.site(site_id)
     plan = _plan(analysis, site)
@@ -482,8 +482,7 @@ def reproducer(analysis, site_id: str, *, command: str | None = None, file: str 
         raise _cannot(site_id, f"the test's own run of the pass removed {folded_count} mul(s), which does not "
                                f"match the decision {decision}")
     source, test_name = _render(plan, model, command, file, counts=(before, after), decision=decision)
-    source = Redactor(analysis.target.source.rpartition(":")[0] if analysis.target.source and ".py:" in
-                      analysis.target.source else None)(source)
+    source = Redactor(model_file_of(analysis.target))(source)
     return Reproducer(site_id, plan.stage, decision, test_name, before, after, source, tuple(plan.notes))
 
 
