@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ._base import SampleModel
 from . import models as _models
+from . import generated as _generated
 from . import networks as _networks
 
 _SAMPLES: dict[str, type[SampleModel]] = {
@@ -31,6 +32,10 @@ _SAMPLES: dict[str, type[SampleModel]] = {
     "squeeze_excitation": _networks.SqueezeExcitation,
     "nf_resnet_block": _networks.NFResNetBlock,
     "convnext_block": _networks.ConvNeXtBlock,
+    "nfnet_block": _networks.NFNetBlock,
+    "streaming_keyword_spotter": _networks.StreamingKeywordSpotter,
+    # big graphs
+    "generated_blocks": _generated.GeneratedBlocks,
 }
 
 DEFAULT = "stateful_conv_mul"

@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 from torch import fx, nn
 
+from ._base import FOLD, SampleModel, Verdict, seeded, seeded_input, skip
+
 
 def tfa_blocks(blocks: int, channels: int = 2, size: int = 4) -> fx.GraphModule:
     root = nn.Module()
@@ -39,3 +41,54 @@ def tfa_blocks(blocks: int, channels: int = 2, size: int = 4) -> fx.GraphModule:
         ends.append(mul)
     graph.output(tuple(ends))
     return fx.GraphModule(root, graph)
+
+
+class GeneratedBlocks(SampleModel):
+    """A generated network of 220 parallel conv blocks (over 1,000 nodes, 220 sites), for big graphs.
+
+    Every block scales a 3x3 conv of the input by a constant; every fifth block's conv has a
+    second user (``y * s + y``), and every fourth block writes its result into a state buffer of
+    its own, which the strict policy protects.
+    """
+
+    SEED = 108
+    RECURRENT: dict[int, int] = {}
+
+    def __init__(self, blocks: int = 220, channels: int = 4, size: int = 8) -> None:
+        super().__init__()
+        self.blocks, self.channels, self.size = blocks, channels, size
+        self.convs = nn.ModuleList(nn.Conv2d(channels, channels, 3, padding=1) for _ in range(blocks))
+        seeded(self, self.SEED)
+        for i in range(blocks):
+            if i % 4 == 3:
+                self.register_buffer(f"state_{i}", torch.zeros(1, channels, size, size))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        total = x
+        for i, conv in enumerate(self.convs):
+            y = conv(x)
+            out = y * (0.5 + (i % 7) / 10)
+            if i % 5 == 4:
+                out = out + y  # a second user of the conv
+            if i % 4 == 3:
+                getattr(self, f"state_{i}").copy_(out)  # carried state
+            total = total + out
+        return total
+
+    def example_inputs(self):
+        return (seeded_input(1, self.channels, self.size, self.size),)
+
+    def expected_upstream(self, stage: str) -> tuple[Verdict, ...]:
+        return tuple(skip("conv-has-other-users") if i % 5 == 4 else FOLD for i in range(self.blocks))
+
+    def expected(self, stage: str, policy: str) -> tuple[Verdict, ...]:
+        guarded = policy == "state-aware-strict" or (policy == "state-aware" and stage == "edge")
+        out = []
+        for i in range(self.blocks):
+            codes = ("conv-has-other-users",) if i % 5 == 4 else ()
+            if guarded and i % 4 == 3:
+                codes = ("feeds-buffer-mutation", *codes)
+            if policy == "off":
+                codes = ("policy-off", *codes)
+            out.append(skip(*codes) if codes else FOLD)
+        return tuple(out)

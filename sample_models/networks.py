@@ -209,3 +209,94 @@ class ConvNeXtBlock(SampleModel):
 
     def expected_upstream(self, stage: str) -> tuple[Verdict, ...]:
         return (FOLD,)
+
+
+class NFNetBlock(SampleModel):
+    """An NFNet-style block: weight-standardized convs, a squeeze-excitation gate on the last conv, then
+    ``* skipinit_gain`` and ``* alpha``: sites that follow an unfolded mul (as in timm's nfnet_l0).
+
+    The gate is computed from the conv's own output (the conv has other users, the scale is not
+    a constant), so that mul stays; the two scalar muls after it multiply it, not the conv, and
+    cannot fold either (``follows-unfolded-mul``).
+    """
+
+    SEED = 106
+
+    def __init__(self, channels: int = 64, alpha: float = 0.2, beta: float = 1.0) -> None:
+        super().__init__()
+        self.alpha, self.beta = alpha, beta
+        self.conv1 = ScaledStdConv2d(channels, channels, 1)
+        self.conv2 = ScaledStdConv2d(channels, channels, 3, padding=1)
+        self.se_reduce = nn.Conv2d(channels, channels // 4, 1)
+        self.se_expand = nn.Conv2d(channels // 4, channels, 1)
+        self.skipinit_gain = nn.Parameter(torch.tensor(1.0))
+        trained_like(self, self.SEED)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.conv1(F.gelu(x) * self.beta)
+        out = self.conv2(F.gelu(out))
+        gate = torch.sigmoid(self.se_expand(F.relu(self.se_reduce(out.mean((2, 3), keepdim=True)))))
+        out = out * (2.0 * gate)
+        out = out * self.skipinit_gain
+        return out * self.alpha + x
+
+    def example_inputs(self):
+        return (seeded_input(1, 64, 16, 16),)
+
+    def expected_upstream(self, stage: str) -> tuple[Verdict, ...]:
+        weight = () if stage == "tfa" else ("weight-not-constant",)
+        return (skip("conv-has-other-users", "scale-not-constant", *weight),
+                skip("follows-unfolded-mul", *weight), skip("follows-unfolded-mul", *weight))
+
+    def expected(self, stage: str, policy: str) -> tuple[Verdict, ...]:
+        if policy == "off":
+            first, *rest = self.expected_upstream(stage)
+            return (skip("policy-off", *first[1]), *(skip("policy-off", *codes) for _, codes in rest))
+        return self.expected_upstream(stage)
+
+
+class StreamingKeywordSpotter(SampleModel):
+    """A streaming keyword-spotting CNN: it keeps its context in registered buffers across calls, and
+    of its four sites only one reaches a buffer write.
+
+    Each call gets 4 new frames of 40 mel bins. The last 2 raw frames are kept as context (no site
+    reaches that write); a summary branch keeps an exponential average of a scaled conv output (that
+    site feeds carried state: the strict policy skips it at every stage, ``state-aware`` at edge).
+    """
+
+    SEED = 107
+
+    def __init__(self, mels: int = 40, channels: int = 32, keywords: int = 12) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, channels, (3, 3), padding=(1, 0))
+        self.dw = nn.Conv2d(channels, channels, (3, 3), padding=1, groups=channels)
+        self.head = nn.Conv2d(channels, keywords, 1)
+        self.summary_conv = nn.Conv2d(1, 8, (mels, 3))
+        trained_like(self, self.SEED)
+        gen = torch.Generator().manual_seed(self.SEED)
+        self.register_buffer("dw_scale", 0.5 + torch.rand(1, channels, 1, 1, generator=gen))
+        self.register_buffer("summary_scale", 0.5 + torch.rand(1, 8, 1, 1, generator=gen))
+        self.register_buffer("context", torch.zeros(1, 1, mels, 2))
+        self.register_buffer("summary", torch.zeros(1, 8, 1, 1))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        frames = torch.cat([self.context, x], dim=3)
+        self.context.copy_(frames[:, :, :, -2:])
+        h = F.relu(self.conv1(frames) * 0.5)
+        h = F.relu(self.dw(h) * self.dw_scale)
+        logits = self.head(h.mean(dim=(2, 3), keepdim=True)) * 4.0
+        summary = self.summary_conv(frames) * self.summary_scale
+        self.summary.copy_(self.summary * 0.75 + summary.mean(dim=3, keepdim=True) * 0.25)
+        return logits.flatten(1), self.summary.flatten(1)
+
+    def example_inputs(self):
+        return (seeded_input(1, 1, 40, 4),)
+
+    def expected_upstream(self, stage: str) -> tuple[Verdict, ...]:
+        return (FOLD, FOLD, FOLD, FOLD)
+
+    def expected(self, stage: str, policy: str) -> tuple[Verdict, ...]:
+        if policy == "off":
+            return (skip("policy-off"),) * 4
+        guarded = policy == "state-aware-strict" or (policy == "state-aware" and stage == "edge")
+        return (FOLD, FOLD, FOLD, skip("feeds-buffer-mutation") if guarded else FOLD)

@@ -206,13 +206,17 @@ def test_done_when_repro_of_the_multiple_users_sample(tmp_path):
 
 @pytest.fixture(scope="module")
 def all_reproducers(tmp_path_factory):
-    """A reproducer for every site of every sample (the real-network blocks among them) at every stage."""
+    """A reproducer for every site of every sample (the real-network blocks among them) at every stage;
+    of the 220 identical-but-for-index blocks of generated_blocks, one of each pattern (plain, state,
+    second user, both)."""
     folder = tmp_path_factory.mktemp("repros")
     expected = {}
     for name in inspector.samples.names():
         for stage in inspector.STAGES:
             analysis = inspector.analyze("sample:" + name, stage=stage)
             for i, site in enumerate(analysis.sites):
+                if name == "generated_blocks" and i not in (0, 3, 4, 19):  # one site of each of its patterns
+                    continue
                 repro = reproducer(analysis, site.id)
                 (folder / f"test_{name}_{stage}_{i}.py").write_text(repro.source)
                 expected[f"test_{name}_{stage}_{i}.py::{repro.test_name}"] = (site.decision, repro)
