@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import importlib.util
+import logging
 import os
 import sys
 from dataclasses import dataclass, field, replace
@@ -191,7 +192,7 @@ def _from_module(model: nn.Module, example_inputs: Any, name: str) -> Target:
     private = copy.deepcopy(model).eval()
     try:
         # torch prints the whole graph before some export errors; the one-line error says enough
-        with _quiet.captured_python():
+        with _quiet.captured_python(), _quiet.quiet_loggers(*_quiet.EXPORT_LOGGERS, level=logging.CRITICAL):
             exported = torch.export.export(copy.deepcopy(private), copy.deepcopy(inputs))
     except Exception as exc:  # noqa: BLE001 - export errors are the user's model/input mismatch
         raise InspectorError(

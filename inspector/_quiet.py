@@ -48,6 +48,28 @@ def quiet_imports() -> Iterator[None]:
             logger.setLevel(level)
 
 
+@contextlib.contextmanager
+def quiet_loggers(*names: str, level: int = logging.ERROR) -> Iterator[None]:
+    """Raise these loggers to ``level`` for this scope (restored after)."""
+    saved = [(logging.getLogger(n), logging.getLogger(n).level) for n in names]
+    for logger, _ in saved:
+        logger.setLevel(level)
+    try:
+        yield
+    finally:
+        for logger, old in saved:
+            logger.setLevel(old)
+
+
+# The Arm passes log what they do to a graph (int64 casts inserted, ...) at WARNING: the
+# inspector reports what matters for the fold itself, in its reasons.
+ARM_PASS_LOGGERS = ("executorch.backends.arm",)
+# torch logs tracebacks of the failed meta kernel before raising an export error the inspector
+# reports in one line anyway.
+EXPORT_LOGGERS = ("torch._subclasses.fake_tensor", "torch.export", "torch._export",
+                  "torch.fx.experimental.symbolic_shapes", "torch._dynamo")
+
+
 @dataclass
 class Captured:
     """What the code inside ``captured_output`` printed (Python and C++ alike); filled on exit."""

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch.fx import GraphModule
 
-from . import _executorch
+from . import _executorch, _quiet
 from .errors import InspectorError, describe, first_line, quoted
 from ._fold_swap import swapped_fold_pass
 from ._policies import FoldLog, policy_pass_class
@@ -116,7 +116,7 @@ def _capture_tfa_graph(exported) -> tuple[GraphModule, None, tuple[str, ...]]:
     quantizer = _executorch.tosa_int_quantizer()
     notes: tuple[str, ...] = ()
     try:
-        with swapped_fold_pass(policy_pass_class("off", log=log)):
+        with swapped_fold_pass(policy_pass_class("off", log=log)), _quiet.quiet_loggers(*_quiet.ARM_PASS_LOGGERS):
             _tosa.prepare_pt2e(gm, quantizer)
     except Exception as exc:  # noqa: BLE001 - a failure after the fold leaves the capture valid
         if not log.runs:

@@ -603,6 +603,11 @@ def quantize(target: _load.Target, variant: Variant, calibrated: "_Calibration",
     (quantize/dequantize simulation), state reset to the model's initial values.
     """
     mark = mark or (lambda phase, index: None)
+    with _quiet.quiet_loggers(*_quiet.ARM_PASS_LOGGERS):
+        return _quantize(target, variant, calibrated, config, keep_float, mark)
+
+
+def _quantize(target, variant, calibrated, config, keep_float, mark):
     quantizer = _executorch.tosa_int_quantizer(config=config)
     # The target's own export (a private copy): the program the user gave, exported once.
     exported = copy.deepcopy(target.exported)
