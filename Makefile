@@ -16,7 +16,7 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-browser demo lab test bench pictures clean
+.PHONY: setup setup-browser demo lab test bench pictures screenshot clean
 
 # The venv is rebuilt only when pyproject.toml changes. Every dependency is an
 # exact pin (torch==2.13.0), so pip takes the CPU wheel and never an unpinned torch.
@@ -59,6 +59,10 @@ bench: setup
 # The README's pictures, drawn by the real tool (numbers measured on this machine).
 pictures: setup
 	$(VENV_PYTHON) scripts/docs_pictures.py
+
+# The README's screenshot of the inspector in JupyterLab, taken by the real-browser test.
+screenshot: setup-browser
+	README_SCREENSHOT=docs/inspector-in-jupyterlab.png $(VENV_PYTHON) -m pytest -q tests/test_browser.py -k quickstart
 
 clean:
 	rm -rf $(VENV) .pytest_cache test-artifacts build demo-report.html *.egg-info

@@ -196,7 +196,27 @@ def test_quickstart_marker_toggle_and_reference_run(lab, page):
     expect(app.locator(".fi-progress-label")).to_have_text("done")
     app.scroll_into_view_if_needed()
     page.screenshot(path=OUT / "jupyterlab-quickstart.png", full_page=True)
+    _readme_screenshot(page, app)
     assert dialogs == []
+
+
+def _readme_screenshot(page, app) -> None:
+    """The README's picture of the inspector in JupyterLab, from this real page: the header, the site
+    table and the graphs. Written to test-artifacts/; `make screenshot` copies it into docs/."""
+    from PIL import Image
+
+    page.set_viewport_size({"width": 1150, "height": 2400})
+    page.wait_for_timeout(500)
+    raw = OUT / "inspector-in-jupyterlab.raw.png"
+    app.screenshot(path=raw)
+    image = Image.open(raw).convert("RGB")
+    image = image.crop((0, 0, image.width, min(image.height, 820)))  # header, site row, the graphs' top
+    image.quantize(colors=64, method=Image.Quantize.MEDIANCUT).save(OUT / "inspector-in-jupyterlab.png",
+                                                                    optimize=True)
+    raw.unlink()
+    target = os.environ.get("README_SCREENSHOT")
+    if target:
+        shutil.copy(OUT / "inspector-in-jupyterlab.png", target)
 
 
 def test_hostile_module_name_is_shown_as_text(lab, page):

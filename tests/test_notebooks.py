@@ -17,6 +17,8 @@ EXPECTED = {
                             "state-aware-strict   1 site, 0 folded, 1 skipped (feeds-buffer-mutation: 1)"],
     "02_quantization_drift.ipynb": ["folding helped: upstream - off = +", "the error enters at root:mul#1",
                                     "simulation vs TOSA, max difference in quantization steps"],
+    "03_teaching_the_fold.ipynb": ["mul-op-not-matched", "tfa graph has an exported program: False",
+                                   "state-aware: fold ('feeds-carried-state',) | strict: skip ('feeds-buffer-mutation',)"],
     "04_triage_an_issue_report.ipynb": ["refused: refusing to load crafted.pt2: member", "the fold helps",
                                         "1 passed"],
 }
