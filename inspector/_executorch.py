@@ -41,6 +41,11 @@ REQUIRED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 )
 
 
+# The Arm passes log what they do to a graph (int64 casts inserted, ...) at WARNING: the
+# inspector reports what matters for the fold itself, in its reasons.
+ARM_PASS_LOGGERS = ("executorch.backends.arm",)
+
+
 def _import(module: str) -> ModuleType:
     import importlib
 

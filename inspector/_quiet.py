@@ -61,9 +61,6 @@ def quiet_loggers(*names: str, level: int = logging.ERROR) -> Iterator[None]:
             logger.setLevel(old)
 
 
-# The Arm passes log what they do to a graph (int64 casts inserted, ...) at WARNING: the
-# inspector reports what matters for the fold itself, in its reasons.
-ARM_PASS_LOGGERS = ("executorch.backends.arm",)
 # torch logs tracebacks of the failed meta kernel before raising an export error the inspector
 # reports in one line anyway.
 EXPORT_LOGGERS = ("torch._subclasses.fake_tensor", "torch.export", "torch._export",

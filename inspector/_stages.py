@@ -116,7 +116,7 @@ def _capture_tfa_graph(exported) -> tuple[GraphModule, None, tuple[str, ...]]:
     quantizer = _executorch.tosa_int_quantizer()
     notes: tuple[str, ...] = ()
     try:
-        with swapped_fold_pass(policy_pass_class("off", log=log)), _quiet.quiet_loggers(*_quiet.ARM_PASS_LOGGERS):
+        with swapped_fold_pass(policy_pass_class("off", log=log)), _quiet.quiet_loggers(*_executorch.ARM_PASS_LOGGERS):
             _tosa.prepare_pt2e(gm, quantizer)
     except Exception as exc:  # noqa: BLE001 - a failure after the fold leaves the capture valid
         if not log.runs:

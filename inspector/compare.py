@@ -603,7 +603,7 @@ def quantize(target: _load.Target, variant: Variant, calibrated: "_Calibration",
     (quantize/dequantize simulation), state reset to the model's initial values.
     """
     mark = mark or (lambda phase, index: None)
-    with _quiet.quiet_loggers(*_quiet.ARM_PASS_LOGGERS):
+    with _quiet.quiet_loggers(*_executorch.ARM_PASS_LOGGERS):
         return _quantize(target, variant, calibrated, config, keep_float, mark)
 
 

@@ -44,7 +44,7 @@ def tfa_blocks(blocks: int, channels: int = 2, size: int = 4) -> fx.GraphModule:
 
 
 class GeneratedBlocks(SampleModel):
-    """A generated network of 220 parallel conv blocks (over 1,000 nodes, 220 sites), for big graphs.
+    """A generated network of 200 parallel conv blocks (over 1,000 nodes, 200 sites), for big graphs.
 
     Every block scales a 3x3 conv of the input by a constant; every fifth block's conv has a
     second user (``y * s + y``), and every fourth block writes its result into a state buffer of
@@ -54,7 +54,7 @@ class GeneratedBlocks(SampleModel):
     SEED = 108
     RECURRENT: dict[int, int] = {}
 
-    def __init__(self, blocks: int = 220, channels: int = 4, size: int = 8) -> None:
+    def __init__(self, blocks: int = 200, channels: int = 4, size: int = 8) -> None:
         super().__init__()
         self.blocks, self.channels, self.size = blocks, channels, size
         self.convs = nn.ModuleList(nn.Conv2d(channels, channels, 3, padding=1) for _ in range(blocks))
