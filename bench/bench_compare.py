@@ -26,12 +26,13 @@ warnings.filterwarnings("ignore")
 import torch  # noqa: E402
 
 import inspector  # noqa: E402
-from inspector import _executorch, _quiet, _tosa  # noqa: E402
+from inspector import _executorch, _parallel, _quiet, _tosa  # noqa: E402
 from inspector._load import load  # noqa: E402
 from inspector.compare import _calibration  # noqa: E402
 from sample_models.big import ConvStack  # noqa: E402
 
 FIRST_CALL_TARGET = 1.10
+PARALLEL_TARGET = 1.5
 REPEAT_TARGET_MS = 50
 
 
@@ -94,16 +95,25 @@ def main() -> None:
           f"(target < {REPEAT_TARGET_MS} ms) {'OK' if a * 1e3 < REPEAT_TARGET_MS else 'OVER'}")
 
     big = ConvStack()
-    phase_totals = {}
-    seconds, result = timed(lambda: inspector.compare(big, ("off", "upstream", "state-aware-strict")))
-    for res in result.results:
+    variants = ("off", "upstream", "state-aware-strict")
+    clear_cache()
+    sequential, seq = timed(lambda: inspector.compare(big, variants, workers=1))
+    clear_cache()
+    parallel, par = timed(lambda: inspector.compare(big, variants))  # default: the cores available
+    identical = all(torch.equal(a, b) for p, s in zip(par.results, seq.results)
+                    for ps, ss in zip(p.outputs, s.outputs) for a, b in zip(ps, ss))
+    phase_totals: dict[str, float] = {}
+    for res in seq.results:
         for k, v in res.timings.items():
             phase_totals[k] = phase_totals.get(k, 0.0) + v
-    print(f"50 convs, 64 ch, 56x56, 3 variants: {seconds:.1f} s wall; by phase: "
-          + ", ".join(f"{k} {v:.1f} s" for k, v in phase_totals.items()))
-    for res in result.results:
+    print(f"50 convs, 64 ch, 56x56, 3 variants: one after another (workers=1) {sequential:.1f} s; side by side "
+          f"(workers={_parallel.available_workers()}) {parallel:.1f} s: {sequential / parallel:.2f}x faster "
+          f"(target >= {PARALLEL_TARGET}x) {'OK' if sequential / parallel >= PARALLEL_TARGET else 'UNDER'}; "
+          f"bit-identical: {identical}")
+    print("  one after another, by phase: " + ", ".join(f"{k} {v:.1f} s" for k, v in phase_totals.items()))
+    for res in par.results:
         print(f"  {res.variant.label:20} folds tfa {res.folds['tfa']:2d}  SQNR {res.at_step(0).sqnr_db:6.2f} dB"
-              f"{'  (cached: same decisions as an earlier variant)' if res.cached else ''}")
+              f"{'  (same decisions as an earlier variant: computed once)' if res.cached else ''}")
 
 
 if __name__ == "__main__":

@@ -72,6 +72,8 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"comma-separated policies to compare (default: {','.join(DEFAULT_VARIANTS)})")
     c.add_argument("--steps", type=int, default=1, help=f"recurrent steps to run, 1 to {MAX_STEPS} (default: 1)")
     c.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    c.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="processes running variants side by side (default: the cores available; 1: one after another)")
 
     t = model_command("attribute", "where the quantization error enters: per-node error of each variant and step",
                       stage_and_policy=False,
@@ -196,7 +198,7 @@ def _compare(args) -> int:
     check_steps(args.steps, "--steps")
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     result = compare(args.target, variants, example_inputs=_inputs_from_shapes(args.input_shape),
-                     markers=args.mark, steps=args.steps, progress=_ProgressBar())
+                     markers=args.mark, steps=args.steps, progress=_ProgressBar(), workers=args.workers)
     if args.debug:
         for r in result.results:
             if r.log.strip():

@@ -288,6 +288,7 @@ def compare(
     calibration: Sequence[Sequence[torch.Tensor]] | None = None,
     quantization_config: Any = None,
     progress: Progress | None = None,
+    workers: int | None = None,
 ) -> Comparison:
     """Quantize, lower and run each variant on the TOSA INT reference model; compare with float.
 
@@ -298,6 +299,8 @@ def compare(
     declaration (output index -> input index). ``calibration`` is a list of input
     tuples (default: the example inputs plus seeded perturbed copies).
     ``progress(phase, fraction)`` is called as the work advances (phase: "variant: phase").
+    ``workers`` processes run variants side by side (default: the cores available; 1 runs them
+    one after another); a variant whose fold decisions equal another's is computed once.
     """
     check_steps(steps)
     wanted = _variants(variants, markers)
@@ -308,32 +311,125 @@ def compare(
                 calibrated.sequence_steps, calibrated.reset, quant_text, steps)
 
     reference = _CACHE.get(("reference",) + base_key)
-    results = []
-    for i, variant in enumerate(wanted):
-        def report(phase: str, fraction: float, i=i, variant=variant):
-            if progress is not None:
-                progress(f"{variant.label}: {phase}", (i + fraction) / len(wanted))
+    results: list[VariantResult | None] = [None] * len(wanted)
 
+    def report(i: int, phase: str, fraction: float) -> None:
+        if progress is not None:
+            progress(f"{wanted[i].label}: {phase}", (i + fraction) / len(wanted))
+
+    to_run = []
+    for i, variant in enumerate(wanted):
         hit = _cached_result(loaded, base_key, variant, quantization_config)
         if hit is not None:
-            results.append(_relabel(hit, variant))
-            report("cached", 1.0)
-            continue
-        if reference is None:
-            _check_recurrent(loaded)
-            reference = _float_reference(loaded, steps)
-            _CACHE.put(("reference",) + base_key, reference)
-        result, decisions = _run_variant(loaded, variant, calibrated, quantization_config, steps, reference, report)
-        # Keyed by the variant, and by the fold decisions it really led to: another variant that
-        # leads to the same decisions (a marker toggle that changes none) is the same computation.
-        _CACHE.put(base_key + ("variant", variant.policy, variant.markers), result)
-        _CACHE.put(base_key + ("decisions", decisions), result)
-        results.append(result)
+            results[i] = _relabel(hit, variant)
+            report(i, "cached", 1.0)
+        else:
+            to_run.append(i)
+    if to_run and reference is None:
+        _check_recurrent(loaded)
+        reference = _float_reference(loaded, steps)
+        _CACHE.put(("reference",) + base_key, reference)
+    n_workers = _workers(workers)
+    if n_workers > 1 and len(to_run) > 1:
+        _run_parallel(loaded, wanted, to_run, results, base_key, calibrated, quantization_config, steps,
+                      reference, n_workers, progress)
+    else:
+        for i in to_run:
+            variant = wanted[i]
+            hit = _cached_result(loaded, base_key, variant, quantization_config)  # an earlier one may decide the same
+            if hit is not None:
+                results[i] = _relabel(hit, variant)
+                report(i, "cached", 1.0)
+                continue
+            result, decisions = _run_variant(loaded, variant, calibrated, quantization_config, steps, reference,
+                                             lambda phase, fraction, i=i: report(i, phase, fraction))
+            _store(base_key, variant, decisions, result)
+            results[i] = result
     if progress is not None:
         progress("done", 1.0)
     return Comparison(loaded.name, steps, calibrated.text, quant_text, tuple(results),
                       reference=tuple(tuple(step) for step in reference),
                       run=_Run(loaded, calibrated, quantization_config))
+
+
+def _store(base_key: tuple, variant: Variant, decisions: tuple, result: VariantResult) -> None:
+    """Keyed by the variant, and by the fold decisions it really led to: another variant that leads
+    to the same decisions (a marker toggle that changes none) is the same computation."""
+    _CACHE.put(base_key + ("variant", variant.policy, variant.markers), result)
+    _CACHE.put(base_key + ("decisions", decisions), result)
+
+
+def _fold_count(decisions) -> int:
+    """How many sites a group's variants fold (a variant-keyed group: unknown, counted as none)."""
+    if decisions and decisions[0] == "variant":
+        return 0
+    return sum(len(ids) for _, ids in decisions)
+
+
+def _workers(workers: int | None) -> int:
+    from ._parallel import available_workers
+
+    if workers is None:
+        return available_workers()
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise InspectorError(f"workers must be a positive integer, got {quoted(workers)}")
+    return workers
+
+
+def _run_parallel(target, wanted, to_run, results, base_key, calibrated, config, steps, reference, n_workers,
+                  progress) -> None:
+    """Run the variants in ``to_run`` side by side: one in this process (warm: nothing to import), the
+    others in worker processes. Variants known to lead to the same fold decisions run once."""
+    from . import _parallel
+
+    groups: dict[Any, list[int]] = {}
+    predictable = config is None and ("stage", "tfa") in target.memo  # cheap only once the tfa graph exists
+    for i in to_run:
+        key = _predicted_decisions(target, wanted[i]) if predictable else ("variant", wanted[i])
+        groups.setdefault(key, []).append(i)
+    # This process takes the variant that folds least (the most ops to lower: likely the longest),
+    # policy off when it is asked for; the workers take the rest, in order.
+    local_key = min(groups, key=lambda key: (_fold_count(key) if predictable else
+                                             (0 if wanted[groups[key][0]].policy == "off" else 1)))
+    groups = {local_key: groups[local_key], **{k: v for k, v in groups.items() if k != local_key}}
+    firsts = [members[0] for members in groups.values()]
+    fractions = {i: 0.0 for i in firsts}
+
+    def report(index: int, phase: str, fraction: float) -> None:
+        i = firsts[index]
+        fractions[i] = fraction
+        if progress is not None:
+            done = sum(1.0 if results[j] is not None else 0.0 for j in range(len(wanted)) if j not in fractions)
+            progress(f"{wanted[i].label}: {phase}", (done + sum(fractions.values())) / len(wanted))
+
+    def run_here(n: int):
+        return _run_variant(target, wanted[firsts[n]], calibrated, config, steps, reference,
+                            lambda phase, fraction: report(n, phase, fraction))
+
+    try:
+        program = _parallel.program_bytes(target.exported)
+    except Exception:  # noqa: BLE001 - a program torch cannot save: run here, one after another
+        program = None
+    if len(firsts) == 1 or program is None:
+        outcomes = [run_here(n) for n in range(len(firsts))]
+    else:
+        tasks = [_parallel.Task(n, program, target.name, target.source, target.inputs, target.recurrent,
+                                target.key, wanted[i], calibrated, config, steps, reference, base_key)
+                 for n, i in enumerate(firsts) if n > 0]
+        here, rest = _parallel.run_tasks(tasks, min(n_workers - 1, len(tasks)), report,
+                                         local=lambda: run_here(0))
+        outcomes = [here, *rest]
+    for members, (result, decisions) in zip(groups.values(), outcomes):
+        first = members[0]
+        if decisions is not None:  # computed (not found in a worker's cache)
+            _store(base_key, wanted[first], decisions, result)
+        else:
+            _CACHE.put(base_key + ("variant", wanted[first].policy, wanted[first].markers), result)
+        results[first] = result
+        for i in members[1:]:
+            if decisions is not None:
+                _store(base_key, wanted[i], decisions, result)
+            results[i] = _relabel(result, wanted[i])
 
 
 def _cached_result(target: _load.Target, base_key: tuple, variant: Variant, config) -> "VariantResult | None":

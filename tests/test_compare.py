@@ -5,7 +5,12 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 
 import pytest
 import torch
@@ -16,7 +21,7 @@ import sample_models
 from inspector import InspectorError, _executorch, _tosa, compare
 from inspector.compare import clear_cache
 from inspector.cli import main
-from conftest import assert_bit_identical, state_of
+from conftest import ROOT, assert_bit_identical, state_of
 
 pytestmark = pytest.mark.requires_tosa
 
@@ -264,3 +269,76 @@ def test_a_reference_model_failure_is_one_line_naming_the_variant(monkeypatch):
         compare(model, ("upstream",))
     assert "\n" not in str(info.value)
     assert_bit_identical(snap, model)
+
+
+# ---------------------------------------------------------------- variants side by side
+
+
+def test_workers_give_bit_identical_results_and_name_each_variant():
+    clear_cache()
+    events = []
+    parallel = compare("sample:stateful_wide_scale", ("off", "upstream", "state-aware-strict"), steps=3, workers=2,
+                       progress=lambda phase, fraction: events.append(phase))
+    clear_cache()
+    sequential = compare("sample:stateful_wide_scale", ("off", "upstream", "state-aware-strict"), steps=3, workers=1)
+    for p, s in zip(parallel.results, sequential.results):
+        assert p.variant == s.variant and p.metrics == s.metrics and p.folds == s.folds
+        assert all(torch.equal(a, b) for ps, ss in zip(p.outputs, s.outputs) for a, b in zip(ps, ss))
+    labels = {e.split(": ")[0] for e in events if ": " in e}
+    assert {"off", "upstream"} <= labels  # progress names the variant, from this process and from the worker
+    with pytest.raises(InspectorError, match="workers must be a positive integer, got 0"):
+        compare("sample:conv_mul_scalar", ("off", "upstream"), workers=0)
+
+
+SCRIPT_WITHOUT_GUARD = """
+import inspector
+print("script body ran", flush=True)
+result = inspector.compare("sample:conv_mul_scalar", ("off", "upstream"), workers=2)
+print("folds", [r.folds["tfa"] for r in result.results], flush=True)
+"""
+
+
+def test_a_script_without_a_main_guard_runs_once(tmp_path):
+    """Spawned workers must not re-run the user's script (it has no `if __name__ == '__main__':`)."""
+    script = tmp_path / "user_script.py"
+    script.write_text(SCRIPT_WITHOUT_GUARD)
+    out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.count("script body ran") == 1 and "folds [0, 1]" in out.stdout
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        kids.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass
+    return kids
+
+
+def test_ctrl_c_stops_the_workers(tmp_path):
+    cli = subprocess.Popen([sys.executable, "-m", "inspector", "compare", "sample:stateful_wide_scale", "--steps", "40",
+                            "--variants", "off,upstream,state-aware", "--workers", "2"], cwd=ROOT,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        workers = []
+        for _ in range(600):  # until a worker process exists and has had time to start working
+            workers = [k for k in _children(cli.pid) if "spawn_main" in open(f"/proc/{k}/cmdline").read()]
+            if workers:
+                break
+            time.sleep(0.1)
+        assert workers, "no worker process started"
+        time.sleep(3)
+        cli.send_signal(signal.SIGINT)
+        _, err = cli.communicate(timeout=120)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    assert cli.returncode == 130 and err.strip().splitlines()[-1] == "interrupted"
+    time.sleep(1)
+    assert not [w for w in workers if os.path.exists(f"/proc/{w}") and open(f"/proc/{w}/stat").read().split()[2] != "Z"]
