@@ -28,7 +28,7 @@ import torch  # noqa: E402
 import inspector  # noqa: E402
 from inspector import _executorch, _parallel, _quiet, _tosa  # noqa: E402
 from inspector._load import load  # noqa: E402
-from inspector.compare import _calibration  # noqa: E402
+from inspector.compare import _calibration, clear_cache  # noqa: E402
 from sample_models.big import ConvStack  # noqa: E402
 
 FIRST_CALL_TARGET = 1.10
