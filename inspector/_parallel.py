@@ -27,7 +27,6 @@ import torch
 from .errors import InspectorError
 
 _QUEUE = None  # the worker's end of the progress queue (set by _init)
-_TARGETS: dict = {}  # in a worker: the targets it rebuilt, by key (its tasks share one and its memo)
 
 
 def available_workers() -> int:
@@ -84,42 +83,25 @@ def _init(progress_queue, threads: int) -> None:
     torch.set_num_threads(threads)  # the cores are shared with this process's siblings
 
 
-def _run(task: Task):
-    """In a worker: rebuild the target from the archive and run the variant exactly as in-process."""
-    from . import _load
-    from .compare import _cached_result, _relabel, _run_variant, _store
+def _run(work: Callable, task: Task):
+    """In a worker: ``work(task, report)``, with progress sent back to the parent."""
 
     def report(phase: str, fraction: float) -> None:
         if _QUEUE is not None:
             _QUEUE.put((task.index, phase, fraction))
 
     try:
-        target = _TARGETS.get(task.key)
-        if target is None:
-            # The archive was written by the parent a moment ago from a program it already loaded.
-            program = torch.export.load(io.BytesIO(task.program))
-            target = _load.Target(task.name, program, task.inputs, None, dict(task.recurrent), task.source, task.key)
-            _TARGETS.clear()
-            _TARGETS[task.key] = target
-        # A variant that leads to the same fold decisions as one this worker ran is the same computation
-        # (the first run captured the tfa graph that tells).
-        hit = _cached_result(target, task.base_key, task.variant, task.config)
-        if hit is not None:
-            report("cached", 1.0)
-            return "ok", _relabel(hit, task.variant), None
-        result, decisions = _run_variant(target, task.variant, task.calibration, task.config, task.steps,
-                                         task.reference, report)
-        _store(task.base_key, task.variant, decisions, result)
-        return "ok", result, decisions
+        return work(task, report)
     except InspectorError as exc:
         return "error", str(exc), exc.details
     except Exception as exc:  # noqa: BLE001 - reported in the parent, in one line
         return "error", f"variant {task.variant.label} failed in a worker process: {type(exc).__name__}: {exc}", ""
 
 
-def run_tasks(tasks: list[Task], workers: int, report: Callable[[int, str, float], None],
+def run_tasks(work: Callable, tasks: list[Task], workers: int, report: Callable[[int, str, float], None],
               local: Callable[[], Any] | None = None) -> tuple[Any, list]:
-    """Run ``tasks`` on ``workers`` spawned processes; ``report(index, phase, fraction)`` as they go.
+    """Run ``work(task, report)`` for each task on ``workers`` spawned processes (``work`` is a
+    module-level function: it travels by name); ``report(index, phase, fraction)`` as they go.
     ``local()``, if given, runs in this process meanwhile (it is warm: no start-up to pay).
 
     Returns ``(local's result, [(result, decisions) per task, in order])``; raises the first failure
@@ -149,7 +131,7 @@ def run_tasks(tasks: list[Task], workers: int, report: Callable[[int, str, float
         threads = max(1, available_workers() // (workers + (local is not None)))
         executor = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init,
                                        initargs=(progress, threads))
-        futures = [executor.submit(_run, task) for task in tasks]  # workers start here
+        futures = [executor.submit(_run, work, task) for task in tasks]  # workers start here
     try:
         here = None
         if local is not None:

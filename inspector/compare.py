@@ -11,6 +11,7 @@ model per output, output channel and recurrent step.
 from __future__ import annotations
 
 import copy
+import io
 import math
 import re
 import time
@@ -416,7 +417,7 @@ def _run_parallel(target, wanted, to_run, results, base_key, calibrated, config,
         tasks = [_parallel.Task(n, program, target.name, target.source, target.inputs, target.recurrent,
                                 target.key, wanted[i], calibrated, config, steps, reference, base_key)
                  for n, i in enumerate(firsts) if n > 0]
-        here, rest = _parallel.run_tasks(tasks, min(n_workers - 1, len(tasks)), report,
+        here, rest = _parallel.run_tasks(_work_in_worker, tasks, min(n_workers - 1, len(tasks)), report,
                                          local=lambda: run_here(0))
         outcomes = [here, *rest]
     for members, (result, decisions) in zip(groups.values(), outcomes):
@@ -430,6 +431,30 @@ def _run_parallel(target, wanted, to_run, results, base_key, calibrated, config,
             if decisions is not None:
                 _store(base_key, wanted[i], decisions, result)
             results[i] = _relabel(result, wanted[i])
+
+
+_WORKER_TARGETS: dict = {}  # in a worker process: the target it rebuilt (its tasks share it and its memo)
+
+
+def _work_in_worker(task, report):
+    """One variant in a worker process (see ``_parallel``), run exactly as in this process."""
+    target = _WORKER_TARGETS.get(task.key)
+    if target is None:
+        # The archive was written by the parent a moment ago from a program it already loaded.
+        program = torch.export.load(io.BytesIO(task.program))
+        target = _load.Target(task.name, program, task.inputs, None, dict(task.recurrent), task.source, task.key)
+        _WORKER_TARGETS.clear()
+        _WORKER_TARGETS[task.key] = target
+    # A variant that leads to the same fold decisions as one this worker ran is the same computation
+    # (the first run captured the tfa graph that tells).
+    hit = _cached_result(target, task.base_key, task.variant, task.config)
+    if hit is not None:
+        report("cached", 1.0)
+        return "ok", _relabel(hit, task.variant), None
+    result, decisions = _run_variant(target, task.variant, task.calibration, task.config, task.steps,
+                                     task.reference, report)
+    _store(task.base_key, task.variant, decisions, result)
+    return "ok", result, decisions
 
 
 def _cached_result(target: _load.Target, base_key: tuple, variant: Variant, config) -> "VariantResult | None":
