@@ -11,9 +11,11 @@ stays cheap. The TOSA flow has its own door, ``_tosa.py``, with the same check.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
 from types import ModuleType
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 from .errors import InspectorError
 
@@ -48,9 +50,13 @@ ARM_PASS_LOGGERS = ("executorch.backends.arm",)
 
 def _import(module: str) -> ModuleType:
     import importlib
+    import sys
 
     from ._quiet import quiet_imports
 
+    loaded = sys.modules.get(module)
+    if loaded is not None:
+        return loaded
     try:
         with quiet_imports():  # torchao logs optional CUDA kernels and pytree deprecations at import
             return importlib.import_module(module)
@@ -88,6 +94,7 @@ def _ready() -> None:
     check_required()
 
 
+@functools.cache
 def _get(module: str, name: str):
     _ready()
     return getattr(_import(module), name)
@@ -181,6 +188,33 @@ def get_param_tensor(program: Any, node: Any):
     return _get("executorch.backends.arm._passes.arm_pass_utils", "get_param_tensor")(program, node)
 
 
+def constant_lookup(program: Any):
+    """``node -> tensor or None``: what ``get_param_tensor`` returns for each placeholder of ``program``,
+    in one pass over its signature (get_param_tensor rebuilds the signature's dicts on every call:
+    quadratic on a 1,000-node graph). Anything else is left to ``get_param_tensor`` itself."""
+    signature = program.graph_signature
+    state, constants = program.state_dict, program.constants
+    table: dict[str, Any] = {}
+    for name, target in signature.inputs_to_parameters.items():
+        table[name] = state.get(target)
+    for name, target in signature.inputs_to_buffers.items():
+        table[name] = state[target] if target in state else constants.get(target)
+    for name, target in signature.inputs_to_lifted_tensor_constants.items():
+        table[name] = constants.get(target)
+
+    def lookup(node):
+        if node.op == "placeholder":
+            return table.get(node.name)  # a user input is not a constant (get_param_tensor raises for it)
+        if node.op == "call_function":
+            return None  # computed (get_param_tensor raises for it)
+        try:
+            return get_param_tensor(program, node)
+        except (RuntimeError, AttributeError):
+            return None
+
+    return lookup
+
+
 # ---------------------------------------------------------------- the quantizer and edge
 
 
@@ -211,6 +245,47 @@ def to_edge(program: Any):
 
 
 # ---------------------------------------------------------------- torch internals
+
+# The signature's name -> target dicts that the Arm pass utilities look up once per constant.
+_SIGNATURE_DICTS = ("inputs_to_parameters", "inputs_to_buffers", "inputs_to_lifted_tensor_constants")
+_PATCH_LOCK = threading.RLock()
+
+
+@contextlib.contextmanager
+def fast_signature_lookups() -> Iterator[None]:
+    """In this scope ``ExportGraphSignature.inputs_to_*`` are built once per signature state, not on
+    every call. The installed pass asks for them for every constant it reads, creates or deletes,
+    and torch rebuilds each dict from all input specs every time: quadratic, about a second on a
+    1,000-node graph with 200 folds. The cache is keyed by the identity and length of the spec list
+    (the Arm utilities insert into it, or build a new signature with a new list), so the dicts are
+    the same as torch's; the patch is removed on every exit."""
+    from torch.export.graph_signature import ExportGraphSignature
+
+    with _PATCH_LOCK:
+        originals = {name: getattr(ExportGraphSignature, name) for name in _SIGNATURE_DICTS}
+        # Held here, never on the signature (a copy or pickle of the program must not see it); the
+        # signature itself is kept so its id cannot be reused while the scope lasts.
+        store: dict[tuple[int, str], tuple] = {}
+
+        def cached(name: str, prop: property) -> property:
+            def get(self):
+                specs = self.input_specs
+                hit = store.get((id(self), name))
+                if hit is None or hit[0] is not self or hit[1] is not specs or hit[2] != len(specs):
+                    hit = (self, specs, len(specs), prop.fget(self))
+                    store[(id(self), name)] = hit
+                return hit[3]
+
+            return property(get, doc=prop.__doc__)
+
+        for name, prop in originals.items():
+            setattr(ExportGraphSignature, name, cached(name, prop))
+        try:
+            yield
+        finally:
+            for name, prop in originals.items():
+                setattr(ExportGraphSignature, name, prop)
+            store.clear()
 
 
 def lazy_graph_module(graph_module):

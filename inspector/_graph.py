@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -190,15 +191,25 @@ def location(node: Node) -> str:
 # ---------------------------------------------------------------- constants
 
 
+_LOOKUPS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _lookup(program):
+    """The program's constant lookup, rebuilt when its signature grows (a fold adds constants)."""
+    size = len(program.graph_signature.input_specs)
+    entry = _LOOKUPS.get(program)
+    if entry is None or entry[0] != size:
+        entry = (size, _executorch.constant_lookup(program))
+        _LOOKUPS[program] = entry
+    return entry[1]
+
+
 def constant_tensor(node: Any, program: Any) -> torch.Tensor | None:
     """The tensor behind a constant node as the pass reads it, or None if it is not constant."""
     if not isinstance(node, Node):
         return None
     if program is not None:
-        try:
-            t = _executorch.get_param_tensor(program, node)
-        except (RuntimeError, AttributeError):
-            return None
+        t = _lookup(program)(node)
         return t if isinstance(t, torch.Tensor) else None
     if node.op != "get_attr":
         return None

@@ -184,7 +184,8 @@ def run_pass(graph_module: GraphModule, program, policy: str, markers: tuple[str
     pass_class = policy_pass_class(policy, markers, log)
     fold_pass = pass_class(program) if program is not None else pass_class(tfa_pass=True)
     try:
-        fold_pass(graph_module)
+        with _executorch.fast_signature_lookups():
+            fold_pass(graph_module)
     except Exception as exc:  # noqa: BLE001 - the installed pass raised: say where, in one line
         crash = crash_behind(exc)
         if crash is not None:

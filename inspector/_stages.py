@@ -54,11 +54,23 @@ class StageGraph:
 
 
 def copy_pair(pair: tuple[GraphModule, Any]) -> tuple[GraphModule, Any]:
-    """A deep copy of a (graph module, program) pair; the copied program owns the copied module."""
+    """A private copy of a (graph module, program) pair the pass may rewrite; the copied program owns
+    the copied module.
+
+    With a program (aten, edge) the pass adds new constants and never writes into the old ones, so
+    the copy shares the parameters and lifted constants (graph, signature and dicts are copied):
+    copying 1,000 nodes' weights on every re-decide was most of its time. Buffers are copied:
+    running the program writes its state into them. Without a program (tfa) the pass writes
+    scaled weights into the get_attr tensors in place, so everything is copied.
+    """
     gm, program = pair
     if program is None:
         return copy.deepcopy(gm), None
-    program = copy.deepcopy(program)
+    signature = program.graph_signature
+    tensors = [program.state_dict.get(t) for t in signature.inputs_to_parameters.values()]
+    tensors += list(program.constants.values())
+    shared = {id(t): t for t in tensors if isinstance(t, torch.Tensor)}
+    program = copy.deepcopy(program, shared)
     return program.graph_module, program
 
 

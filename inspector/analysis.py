@@ -111,7 +111,7 @@ class Analysis:
     the exported stage graph; ``with_stage`` reuses the export.
     """
 
-    def __init__(self, target, stage_graph, policy, markers, sites, before, after, timings):
+    def __init__(self, target, stage_graph, policy, markers, sites, before, after, timings, marked_names=()):
         self.target: _load.Target = target  # the private model, inputs and export
         self.stage_graph: _stages.StageGraph = stage_graph  # the pristine stage graph
         self.stage: str = stage_graph.stage
@@ -122,6 +122,7 @@ class Analysis:
         self._before_factory = before if callable(before) else None  # builds the before pair on first use
         self._after = after  # (graph module, program) after the pass
         self.timings: dict[str, float] = timings  # seconds per step
+        self._marked_names: tuple[str, ...] = tuple(marked_names)  # the nodes the markers resolved to
 
     # -- graphs
     @property
@@ -283,7 +284,10 @@ class Analysis:
 
         if which not in WHICH:
             raise InspectorError(f"unknown graph {quoted(which)}; choose one of: {', '.join(WHICH)}")
-        gm, program = self._after if which == "after" else self._before
+        if which == "after":
+            gm, program = self._after
+        else:  # the pristine stage graph; the markers the pass saw are named in the verdicts
+            gm, program = self.stage_graph.graph_module, self.stage_graph.program
         signature = program.graph_signature if program is not None else None
         layer = {}
         if errors is not None and not isinstance(errors, dict):
@@ -296,7 +300,8 @@ class Analysis:
         if errors is not None and hasattr(errors, "label"):
             caption += (f"coloured by SQNR of variant {errors.label}"
                         + (f" at step {step + 1}" if step is not None else ", last step"),)
-        return gm, Verdicts(self.sites, which == "after", signature, caption, layer)
+        return gm, Verdicts(self.sites, which == "after", signature, caption, layer,
+                            marked=frozenset(self._marked_names))
 
     def caption(self, which: str | None) -> list[str]:
         """The lines above a picture of this analysis (``which`` None: the before | after pair)."""
@@ -447,7 +452,7 @@ def _decide(target, stage_graph, policy: str, markers: tuple[str, ...]) -> Analy
     sites = _flag_reused_weights(sites, weight_users, program)
     timings = {"explain": t1 - t0, "fold": t2 - t1, "sites": time.perf_counter() - t2}
     before = lambda: _marked_copy(stage_graph, marked_names)  # noqa: E731
-    return Analysis(target, stage_graph, policy, markers, sites, before, (gm, program), timings)
+    return Analysis(target, stage_graph, policy, markers, sites, before, (gm, program), timings, marked_names)
 
 
 def _marked_copy(stage_graph, marked_names: tuple[str, ...]):

@@ -110,6 +110,9 @@ class Verdicts:
     errors: dict = field(default_factory=dict)
     # How a node's stack trace is shown in its tooltip (e.g. only the user's frames, in reports).
     trace: Any = None
+    # Nodes to draw as marked carried state besides those whose meta says so (markers set on a
+    # copy of this graph: the picture can then be drawn from the pristine graph, uncopied).
+    marked: frozenset = frozenset()
 
 
 def render(
@@ -407,17 +410,22 @@ class _Facts:
     path_edges: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)  # (tail, head) -> (kind, why)
     errors: dict = field(default_factory=dict)  # node name -> measured error (has sqnr_db)
     trace: Any = None  # stack trace filter (Verdicts.trace)
+    marked: frozenset = frozenset()  # names of nodes marked carried state (Verdicts.marked)
     writes: dict[Node, list] = field(default_factory=dict)  # boundary node -> the state it writes (StateWrite)
     held: dict[Node, str] = field(default_factory=dict)  # node holding carried state -> "buffer" | "input"
     buffer_inputs: set[str] = field(default_factory=set)  # placeholder names of buffers
     constant_inputs: set[str] = field(default_factory=set)  # placeholder names of parameters, buffers, constants
+
+    def is_marked(self, n: Node) -> bool:
+        return n.name in self.marked or _graph.marked(n)
 
 
 def _classify(graph, verdicts: Verdicts) -> _Facts:
     """What every node is: a site's conv or mul (and its verdict), a state boundary, state, input,
     constant, output, op; and which edges lie on a path to state."""
     graph = graph.graph if isinstance(graph, fx.GraphModule) else graph
-    facts = _Facts(list(graph.nodes), verdicts.after, errors=dict(verdicts.errors), trace=verdicts.trace)
+    facts = _Facts(list(graph.nodes), verdicts.after, errors=dict(verdicts.errors), trace=verdicts.trace,
+                   marked=frozenset(verdicts.marked))
     by_name = {n.name: n for n in facts.nodes}
     for s in verdicts.sites:
         if s.mul in by_name and not (facts.after and s.folded):
@@ -603,7 +611,7 @@ def _draw_node(g: graphviz.Digraph, view: _View, n: Node, prefix: str) -> None:
     kind = view.facts.kind[n]
     attrs = dict(STYLES[kind])
     classes = [kind]
-    if _graph.marked(n):
+    if view.facts.is_marked(n):
         attrs.update(STYLES["marked"])
         classes.append("marked")
     label, tooltip = _label(view, n, kind)
@@ -683,7 +691,7 @@ def _label(view: _View, n: Node, kind: str) -> tuple[str, str]:
                       else ""))
     if n in view.cut:
         label.append(view.cut[n])
-    if _graph.marked(n):
+    if facts.is_marked(n):
         label.append("marked carried state")
         tip.append("marked carried_quant_state")
     if kind == "boundary":
