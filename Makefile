@@ -15,6 +15,9 @@ STAMP := $(VENV)/.installed
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 PYTEST_ARGS ?=
+# The suite runs on every core (pytest-xdist), one test file per worker at a time so a
+# file's module fixtures (a JupyterLab server, a shared analysis) are built once.
+TEST_WORKERS ?= auto
 
 .PHONY: setup setup-browser demo lab test bench pictures screenshot clean
 
@@ -28,7 +31,7 @@ $(STAMP): pyproject.toml
 	@$(VENV_PYTHON) -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)' || \
 		{ echo "$(VENV) is not a virtual environment; remove it and run make again" >&2; exit 1; }
 	$(VENV_PYTHON) -m pip install --quiet --upgrade pip
-	$(VENV_PYTHON) -m pip install -e '.[test]'
+	$(VENV_PYTHON) -m pip install -e '.[test,explorer]'
 	touch $@
 
 setup: $(STAMP)
@@ -44,7 +47,7 @@ lab: setup
 	$(VENV)/bin/jupyter lab $(ALLOW_ROOT) notebooks/01_quickstart.ipynb
 
 test: setup-browser
-	$(VENV_PYTHON) -m pytest $(PYTEST_ARGS)
+	$(VENV_PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 bench: setup
 	@set -e; found=0; \

@@ -4,7 +4,7 @@ No UI here: ``widgets`` imports this package, never the reverse. Everything a
 notebook, the CLI, a report or the widget uses is named in ``__all__``.
 """
 
-from . import _quiet, samples
+from . import _quiet, explorer, samples
 from ._limits import MAX_INPUT_ELEMENTS, MAX_STEPS, check_steps
 from ._policies import DEFAULT_VARIANTS, POLICIES, POLICY_HELP
 from ._present import (SiteRow, analysis_html, analysis_text, attribution_html, attribution_text, comparison_html,
@@ -14,6 +14,7 @@ from .attribution import Attribution, NodeError, SiteError, VariantAttribution, 
 from .analysis import WIDE_RANGE_RATIO, Analysis, ScaleSummary, Site, analyze, analyze_graph
 from .compare import (Comparison, Metrics, NotDelegated, QParams, SiteOutcome, Variant, VariantResult, clear_cache,
                       compare)
+from .explorer import ExplorerFiles
 from .errors import ExplanationMismatchWarning, FoldPassCrash, InspectorError, quoted
 from .reasons import Reason, ReasonCode, Risk, RiskCode
 from .render import LEGEND, STYLES, Verdicts, render, render_pair, site_kind, svg
@@ -33,8 +34,8 @@ __all__ = [
     # pictures, tables, reports
     "render", "render_pair", "Verdicts", "svg", "STYLES", "LEGEND", "site_kind", "SiteRow", "site_rows", "analysis_text",
     "analysis_html", "comparison_text", "comparison_html", "attribution_text", "attribution_html", "stale_html", "report_html", "figure_img",
-    # triage
-    "reproducer", "Reproducer",
+    # triage; whole graphs in Model Explorer
+    "reproducer", "Reproducer", "explorer", "ExplorerFiles",
     # sessions and samples
     "Session", "read_session", "save_session", "GRAPH_VIEWS", "GRAPH_SCOPES", "samples",
     # errors

@@ -272,6 +272,15 @@ class Analysis:
         text = report(self, comparison, format=format, results_for=results_for, full_traces=full_traces)
         return write_text(out, text) if out is not None else text
 
+    def to_model_explorer(self, folder, *, errors=None, step: int | None = None, which: str = "before"):
+        """Write the whole graph and its overlays (decisions, state path, and with ``errors`` a
+        variant of an attribution, the per-node SQNR) into ``folder`` for Google's Model Explorer.
+        Needs the ``explorer`` extra. Returns an ``ExplorerFiles`` (paths, and the command that
+        opens them); ``python -m inspector explorer TARGET --out DIR --serve`` serves them."""
+        from .explorer import to_model_explorer
+
+        return to_model_explorer(self, folder, errors=errors, step=step, which=which)
+
     # -- pictures
     def verdicts(self, which: str = "before", *, errors=None, step: int | None = None):
         """(graph module, ``render.Verdicts``): the ``before`` or ``after`` graph and what to say about it.

@@ -108,6 +108,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="output format (default: from the --out suffix, else svg); dot needs no graphviz install")
     r.add_argument("--out", required=True, metavar="FILE", help="where to write the picture")
 
+    e = model_command("explorer", "write the whole graph and its overlays for Google's Model Explorer (big graphs)")
+    e.add_argument("--out", required=True, metavar="DIR", help="folder to write graph.json and the node data into")
+    e.add_argument("--which", choices=("before", "after"), default="before",
+                   help="the graph the pass received, or the graph after it (default: before)")
+    e.add_argument("--serve", action="store_true", help="then start Model Explorer on them and print its local URL")
+    e.add_argument("--host", default="127.0.0.1", help="where --serve listens (default: 127.0.0.1)")
+    e.add_argument("--port", type=int, default=8080, help="the port --serve listens on (default: 8080)")
+    e.add_argument("--json", action="store_true", help="print what was written as JSON")
+
     d = sub.add_parser("demo", help="analyze the default sample under each policy; write an HTML report")
     d.add_argument("--sample", default=None, help="sample name (default: the default sample)")
     d.add_argument("--stage", choices=STAGES, default="tfa")
@@ -288,6 +297,31 @@ def _render(args) -> int:
     return 0
 
 
+def _explorer(args) -> int:
+    from . import explorer
+    from .analysis import analyze
+
+    explorer._model_explorer()  # not installed: say so before exporting anything
+    if args.serve:
+        explorer._check_port(args.host, args.port)
+    result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage,
+                     policy=args.policy, markers=args.mark)
+    files = result.to_model_explorer(args.out, which=args.which)
+    if args.json:
+        _print_json(files.to_dict())
+    else:
+        print(f"wrote {files.folder}: {files.graph.name} ({files.nodes} nodes) and "
+              f"{', '.join(p.name for p in files.node_data)}; {result.summary()}")
+        if not args.serve:
+            print(f"open it with: python -m inspector explorer {args.target} --out {args.out} --serve  "
+                  f"(or: {files.command})")
+    if args.serve:
+        sys.stdout.flush()
+        explorer.serve(files.folder, host=args.host, port=args.port,
+                       announce=lambda line: print(line, file=sys.stderr if args.json else sys.stdout, flush=True))
+    return 0
+
+
 def _demo(args) -> int:
     import html
 
@@ -339,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     _quiet_imports()
     handler = {"analyze": _analyze, "compare": _compare, "attribute": _attribute, "report": _report, "repro": _repro,
-               "render": _render, "demo": _demo,
+               "render": _render, "explorer": _explorer, "demo": _demo,
                "samples": _samples}[args.command]
     try:
         return handler(args)

@@ -39,7 +39,8 @@ def _environment() -> dict:
 
 def _pyproject_requirements() -> list[str]:
     project = _pyproject()["project"]
-    return list(project["dependencies"]) + list(project["optional-dependencies"]["test"])
+    extras = project["optional-dependencies"]
+    return list(project["dependencies"]) + list(extras["test"]) + list(extras["explorer"])
 
 
 def _conda_dependencies() -> list[str]:

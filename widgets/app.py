@@ -125,6 +125,10 @@ class FoldInspector(W.VBox):
         self.report_format = W.Dropdown(options=[("HTML page", "html"), ("Markdown reply", "md"), ("JSON", "json")],
                                         value="html", layout=W.Layout(width="150px")).add_class("fi-report-format")
         self.status = W.Label("").add_class("fi-status")
+        self.explorer_button = W.Button(description="Open in Model Explorer", icon="external-link",
+                                        layout=W.Layout(width="220px")).add_class("fi-explorer")
+        self.explorer_view = W.HTML().add_class("fi-explorer-view")
+        self._explorer_process = None  # the Model Explorer server this widget started
 
         self.stage_picker.observe(self._on_stage, names="value")
         self.policy_picker.observe(self._on_policy, names="value")
@@ -136,6 +140,7 @@ class FoldInspector(W.VBox):
         self.attr_node.observe(lambda _: self._safely(self._render_curve), names="value")
         self.save_button.on_click(lambda _: self._safely(lambda: self.save_session(self.session_path.value)))
         self.load_button.on_click(lambda _: self._safely(lambda: self.open_session(self.session_path.value)))
+        self.explorer_button.on_click(lambda _: self._safely(self.open_model_explorer))
         self.report_button.on_click(lambda _: self._safely(
             lambda: self.export_report(self._report_path(), format=self.report_format.value)))
 
@@ -161,7 +166,12 @@ class FoldInspector(W.VBox):
                     self.status]),
             self.trust_box,
         ]).add_class("fi-session")
-        self.children = [header, self.sites_box, graph_panel, reference, attribution, session]
+        explorer = W.VBox([
+            W.HBox([W.HTML("<b>Whole graph</b> <small>in Google's Model Explorer (the <code>explorer</code> extra): "
+                           "every node, the fold decisions and state path as overlays</small>"), self.explorer_button]),
+            self.explorer_view,
+        ]).add_class("fi-explorer-panel")
+        self.children = [header, self.sites_box, graph_panel, reference, attribution, explorer, session]
 
     def _init_model_picker(self) -> None:
         options = [(f"sample:{n}", f"sample:{n}") for n in inspector.samples.names()]
@@ -447,6 +457,67 @@ class FoldInspector(W.VBox):
         path = self.analysis.report(self.comparison, format=format, results_for=self._comparison_for, out=path)
         self.status.value = f"wrote {path.name}"
         return path
+
+    def open_model_explorer(self, folder: str | Path | None = None, *, port: int | None = None,
+                            timeout: float = 120.0) -> str:
+        """Show the whole current graph in Model Explorer, embedded below (and as a link): writes the
+        graph and overlays (with the measured error of the variant picked in "Where does the error
+        enter?", when it ran) and starts a local Model Explorer server for them. Returns its URL."""
+        import subprocess
+        import tempfile
+        import time
+        import urllib.request
+
+        from inspector import explorer
+
+        errors = None
+        if self.attribution is not None and self._attribution_for == self._current_config() and self.attr_variant.value:
+            errors = self.attribution.variant(self.attr_variant.value)
+        folder = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="fold-inspector-explorer-"))
+        files = self.analysis.to_model_explorer(folder, errors=errors)
+        self.close_model_explorer()
+        port = port or explorer.free_port()
+        self.status.value = "starting Model Explorer..."
+        log_path = files.folder / "server.log"
+        with open(log_path, "wb") as log:  # the child keeps its own descriptor; nothing here must drain it
+            self._explorer_process = subprocess.Popen(explorer.serve_command(files.folder, port),
+                                                      stdout=log, stderr=subprocess.STDOUT)
+        url = explorer.url(port, graph=files.graph, node_data=list(files.node_data))
+        deadline = time.monotonic() + timeout
+        while True:  # the server imports torch first: a few seconds
+            if self._explorer_process.poll() is not None:
+                err = log_path.read_text(errors="replace").strip().splitlines()
+                raise InspectorError("Model Explorer did not start: " + (err[-1] if err else "it exited"))
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/check_health", timeout=1) as answer:
+                    if answer.read() == b"model_explorer_ok":
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                self.close_model_explorer()
+                raise InspectorError(f"Model Explorer did not answer within {timeout:.0f} s")
+            time.sleep(0.25)
+        link = html.escape(url, quote=True)
+        self.explorer_view.value = (
+            f"<div class='fi-explorer-link'><a href='{link}' target='_blank' rel='noopener'>open in a new tab</a> "
+            f"<small>{files.nodes} nodes, {len(self.analysis.sites)} sites; files in {_esc(str(files.folder))}</small></div>"
+            f"<iframe class='fi-explorer-frame' src='{link}' style='width:100%;height:640px;border:1px solid #ccc'>"
+            "</iframe>")
+        self.status.value = f"Model Explorer on port {port}"
+        return url
+
+    def close_model_explorer(self) -> None:
+        """Stop the Model Explorer server this widget started (if any)."""
+        process, self._explorer_process = self._explorer_process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(5)
+            except Exception:  # noqa: BLE001 - it must not outlive the widget
+                process.kill()
+        if process is not None:
+            self.explorer_view.value = ""
 
     # ------------------------------------------------------------------ callbacks
 
