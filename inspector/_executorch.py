@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+import weakref
 from types import ModuleType
 from typing import Any, Callable, Iterator, Protocol
 
@@ -263,18 +264,22 @@ def fast_signature_lookups() -> Iterator[None]:
 
     with _PATCH_LOCK:
         originals = {name: getattr(ExportGraphSignature, name) for name in _SIGNATURE_DICTS}
-        # Held here, never on the signature (a copy or pickle of the program must not see it); the
-        # signature itself is kept so its id cannot be reused while the scope lasts.
-        store: dict[tuple[int, str], tuple] = {}
+        # Held here, never on the signature (a copy or pickle of the program must not see it).
+        # The Arm utilities build a new signature for many edits: an entry lives only as long as
+        # its signature (weakref.finalize), or every edit's dicts would pile up (10k nodes: 700 MB).
+        store: dict[int, dict[str, tuple]] = {}
 
         def cached(name: str, prop: property) -> property:
             def get(self):
                 specs = self.input_specs
-                hit = store.get((id(self), name))
-                if hit is None or hit[0] is not self or hit[1] is not specs or hit[2] != len(specs):
-                    hit = (self, specs, len(specs), prop.fget(self))
-                    store[(id(self), name)] = hit
-                return hit[3]
+                entries = store.get(id(self))
+                if entries is None or entries["self"]() is not self:
+                    entries = store[id(self)] = {"self": weakref.ref(self)}
+                    weakref.finalize(self, store.pop, id(self), None)
+                hit = entries.get(name)
+                if hit is None or hit[0] is not specs or hit[1] != len(specs):
+                    hit = entries[name] = (specs, len(specs), prop.fget(self))
+                return hit[2]
 
             return property(get, doc=prop.__doc__)
 

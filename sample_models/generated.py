@@ -21,7 +21,12 @@ from torch import fx, nn
 from ._base import FOLD, SampleModel, Verdict, seeded, seeded_input, skip
 
 
-def tfa_blocks(blocks: int, channels: int = 2, size: int = 4) -> fx.GraphModule:
+def tfa_blocks(blocks: int, channels: int = 2, size: int = 4, *, join: str = "sum") -> fx.GraphModule:
+    """``join="sum"``: the blocks' results are summed into one output (a deep graph, like a
+    network); ``join="outputs"``: every block's result is an output of its own (a wide, shallow
+    graph: what the whole-graph drawing benchmark lays out)."""
+    if join not in ("sum", "outputs"):
+        raise ValueError(f"join must be 'sum' or 'outputs', got {join!r}")
     root = nn.Module()
     gen = torch.Generator().manual_seed(0)
     graph = fx.Graph()
@@ -30,7 +35,7 @@ def tfa_blocks(blocks: int, channels: int = 2, size: int = 4) -> fx.GraphModule:
     x.meta["val"] = torch.empty(1, channels, size, size, device="meta")
     root.register_buffer("state", torch.zeros(1, channels, size, size))
     state = graph.get_attr("state")
-    total = x
+    total, ends = x, []
     for i in range(blocks):
         root.register_parameter(f"w{i}", nn.Parameter(torch.rand(channels, channels, 3, 3, generator=gen) - 0.5))
         root.register_parameter(f"b{i}", nn.Parameter(torch.rand(channels, generator=gen) - 0.5))
@@ -44,9 +49,12 @@ def tfa_blocks(blocks: int, channels: int = 2, size: int = 4) -> fx.GraphModule:
             mul.meta["val"] = conv.meta["val"]
         if i % 4 == 3:  # carried state: written back into the buffer
             graph.call_function(aten.copy_.default, (state, mul))
+        if join == "outputs":
+            ends.append(mul)
+            continue
         total = graph.call_function(aten.add.Tensor, (total, mul))
         total.meta["val"] = conv.meta["val"]
-    graph.output((total,))
+    graph.output(tuple(ends) if join == "outputs" else (total,))
     return fx.GraphModule(root, graph)
 
 

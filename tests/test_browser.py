@@ -260,6 +260,18 @@ def test_where_the_error_enters_panel(lab, page):
     panel.scroll_into_view_if_needed()
     page.screenshot(path=OUT / "jupyterlab-where-error-enters.png", full_page=True)
 
+    # The whole graph in Model Explorer, embedded in the widget, with the error layer just measured.
+    explorer = app.locator(".fi-explorer-panel")
+    explorer.locator("button.fi-explorer, .fi-explorer button").first.click()
+    kernel.settle()
+    frame = explorer.frame_locator("iframe.fi-explorer-frame")
+    expect(frame.get_by_text("NODE DATA PROVIDERS")).to_be_visible(timeout=120_000)
+    for overlay in ("fold decisions", "carried state", "SQNR dB"):
+        expect(frame.get_by_text(overlay).first).to_be_visible()
+    explorer.scroll_into_view_if_needed()
+    page.wait_for_timeout(1000)
+    explorer.screenshot(path=OUT / "jupyterlab-model-explorer.png")
+
 
 def test_voila_opens_the_same_ui(env, page):
     from playwright.sync_api import expect

@@ -31,3 +31,33 @@ def test_state_reach_paths_end_at_the_write():
     assert [reach.reaches(_graph.BUFFER, m) for m in muls[:8]] == [False, False, False, True] * 2
     path = reach.path(_graph.BUFFER, muls[3])
     assert path[0] is muls[3] and path[-1].op == "call_function" and path[-1].name.startswith("copy_")
+
+
+def test_fast_signature_lookups_match_torch_and_die_with_their_signature():
+    """The pass's signature lookups are cached while it runs: the same dicts as torch's, rebuilt
+    when the spec list grows, and nothing kept once a signature is gone (the Arm utilities make a
+    new signature for many edits; keeping them all held 700 MB on a 10,000-node graph)."""
+    import copy
+    import gc
+    import weakref
+
+    import torch
+    from torch import nn
+    from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
+
+    from inspector import _executorch
+
+    program = torch.export.export(nn.Conv2d(2, 2, 1), (torch.ones(1, 2, 4, 4),))
+    signature = copy.deepcopy(program.graph_signature)
+    expected = dict(signature.inputs_to_parameters)
+    with _executorch.fast_signature_lookups():
+        first = signature.inputs_to_parameters
+        assert dict(first) == expected and signature.inputs_to_parameters is first
+        spec = InputSpec(kind=InputKind.PARAMETER, arg=TensorArgument(name="p_new"), target="new", persistent=None)
+        signature.input_specs.insert(0, spec)
+        assert dict(signature.inputs_to_parameters) == {"p_new": "new", **expected}
+        probe = weakref.ref(spec)
+        del signature, spec, first
+        gc.collect()
+        assert probe() is None
+    assert type(program.graph_signature).inputs_to_parameters.fget.__name__ == "inputs_to_parameters"

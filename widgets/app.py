@@ -500,7 +500,8 @@ class FoldInspector(W.VBox):
             time.sleep(0.25)
         link = html.escape(url, quote=True)
         self.explorer_view.value = (
-            f"<div class='fi-explorer-link'><a href='{link}' target='_blank' rel='noopener'>open in a new tab</a> "
+            f"<div class='fi-explorer-link'><a href='{link}' target='_blank' rel='noopener' "
+            f"style='color:#1a73e8;text-decoration:underline'>open in a new tab</a> "
             f"<small>{files.nodes} nodes, {len(self.analysis.sites)} sites; files in {_esc(str(files.folder))}</small></div>"
             f"<iframe class='fi-explorer-frame' src='{link}' style='width:100%;height:640px;border:1px solid #ccc'>"
             "</iframe>")
