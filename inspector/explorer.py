@@ -253,3 +253,35 @@ def serve_command(folder: str | os.PathLike, port: int, host: str = "127.0.0.1")
     """The command that runs ``serve`` in a process of its own (the widget's button uses it)."""
     code = "import sys; from inspector.explorer import serve; serve(sys.argv[1], host=sys.argv[2], port=int(sys.argv[3]))"
     return [sys.executable, "-c", code, str(folder), host, str(port)]
+
+
+def start(folder: str | os.PathLike, *, port: int | None = None, host: str = "127.0.0.1",
+          timeout: float = 120.0):
+    """Run ``serve`` on ``folder`` in a process of its own and wait until it answers (it imports
+    torch first: a few seconds). Returns ``(process, port)``; the server's output goes to
+    ``server.log`` in the folder. Stop it with ``process.terminate()``."""
+    import subprocess
+    import time
+    import urllib.request
+
+    folder = Path(folder)
+    read_manifest(folder)  # a folder without an export fails here, in one line
+    port = port or free_port()
+    log_path = folder / "server.log"
+    with open(log_path, "wb") as log:  # the child keeps its own descriptor; nobody here must drain a pipe
+        process = subprocess.Popen(serve_command(folder, port, host), stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + timeout
+    while True:
+        if process.poll() is not None:
+            lines = log_path.read_text(errors="replace").strip().splitlines()
+            raise InspectorError("Model Explorer did not start: " + (lines[-1] if lines else "it exited"))
+        try:
+            with urllib.request.urlopen(f"http://{host}:{port}/check_health", timeout=1) as answer:
+                if answer.read() == b"model_explorer_ok":
+                    return process, port
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            process.terminate()
+            raise InspectorError(f"Model Explorer did not answer within {timeout:.0f} s; see {log_path}")
+        time.sleep(0.25)

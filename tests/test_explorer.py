@@ -7,8 +7,6 @@ import contextlib
 import json
 import os
 import socket
-import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
@@ -125,26 +123,12 @@ def test_bad_inputs_are_one_line(tmp_path, monkeypatch, stateful, capsys):
 
 @contextlib.contextmanager
 def _served(folder: Path):
-    port = explorer.free_port()
-    log = open(folder / "test-server.log", "wb")
-    process = subprocess.Popen(explorer.serve_command(folder, port), stdout=log, stderr=subprocess.STDOUT)
+    process, port = explorer.start(folder)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert process.poll() is None, (folder / "test-server.log").read_text()[-2000:]
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/check_health", timeout=1) as r:
-                    if r.read() == b"model_explorer_ok":
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "Model Explorer did not start"
-            time.sleep(0.25)
         yield port
     finally:
         process.terminate()
         process.wait(10)
-        log.close()
 
 
 def test_the_widget_button_embeds_model_explorer(tmp_path):

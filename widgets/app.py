@@ -463,10 +463,7 @@ class FoldInspector(W.VBox):
         """Show the whole current graph in Model Explorer, embedded below (and as a link): writes the
         graph and overlays (with the measured error of the variant picked in "Where does the error
         enter?", when it ran) and starts a local Model Explorer server for them. Returns its URL."""
-        import subprocess
         import tempfile
-        import time
-        import urllib.request
 
         from inspector import explorer
 
@@ -476,28 +473,9 @@ class FoldInspector(W.VBox):
         folder = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="fold-inspector-explorer-"))
         files = self.analysis.to_model_explorer(folder, errors=errors)
         self.close_model_explorer()
-        port = port or explorer.free_port()
         self.status.value = "starting Model Explorer..."
-        log_path = files.folder / "server.log"
-        with open(log_path, "wb") as log:  # the child keeps its own descriptor; nothing here must drain it
-            self._explorer_process = subprocess.Popen(explorer.serve_command(files.folder, port),
-                                                      stdout=log, stderr=subprocess.STDOUT)
+        self._explorer_process, port = explorer.start(files.folder, port=port, timeout=timeout)
         url = explorer.url(port, graph=files.graph, node_data=list(files.node_data))
-        deadline = time.monotonic() + timeout
-        while True:  # the server imports torch first: a few seconds
-            if self._explorer_process.poll() is not None:
-                err = log_path.read_text(errors="replace").strip().splitlines()
-                raise InspectorError("Model Explorer did not start: " + (err[-1] if err else "it exited"))
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/check_health", timeout=1) as answer:
-                    if answer.read() == b"model_explorer_ok":
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                self.close_model_explorer()
-                raise InspectorError(f"Model Explorer did not answer within {timeout:.0f} s")
-            time.sleep(0.25)
         link = html.escape(url, quote=True)
         self.explorer_view.value = (
             f"<div class='fi-explorer-link'><a href='{link}' target='_blank' rel='noopener' "
