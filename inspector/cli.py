@@ -112,6 +112,9 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--out", required=True, metavar="DIR", help="folder to write graph.json and the node data into")
     e.add_argument("--which", choices=("before", "after"), default="before",
                    help="the graph the pass received, or the graph after it (default: before)")
+    e.add_argument("--errors", default=None, metavar="POLICY",
+                   help="also overlay each node's measured SQNR for this variant (runs the quantized model)")
+    e.add_argument("--steps", type=int, default=1, help=f"recurrent steps for --errors, 1 to {MAX_STEPS} (default: 1)")
     e.add_argument("--serve", action="store_true", help="then start Model Explorer on them and print its local URL")
     e.add_argument("--host", default="127.0.0.1", help="where --serve listens (default: 127.0.0.1)")
     e.add_argument("--port", type=int, default=8080, help="the port --serve listens on (default: 8080)")
@@ -301,12 +304,22 @@ def _explorer(args) -> int:
     from . import explorer
     from .analysis import analyze
 
+    from ._limits import check_steps
+
     explorer._model_explorer()  # not installed: say so before exporting anything
+    check_steps(args.steps, "--steps")
     if args.serve:
         explorer._check_port(args.host, args.port)
-    result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage,
-                     policy=args.policy, markers=args.mark)
-    files = result.to_model_explorer(args.out, which=args.which)
+    inputs = _inputs_from_shapes(args.input_shape)
+    result = analyze(args.target, inputs, stage=args.stage, policy=args.policy, markers=args.mark)
+    errors = None
+    if args.errors:
+        from .attribution import attribution
+
+        measured = attribution(args.target, [args.errors], steps=args.steps, markers=args.mark,
+                               example_inputs=inputs, progress=_ProgressBar())
+        errors = measured.variant(args.errors)
+    files = result.to_model_explorer(args.out, which=args.which, errors=errors)
     if args.json:
         _print_json(files.to_dict())
     else:

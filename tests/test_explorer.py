@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import socket
 import urllib.request
@@ -94,6 +95,25 @@ def test_cli_writes_the_folder_and_prints_one_json_document(tmp_path, capsys):
     data = json.loads(out)
     assert Path(data["graph"]).is_file() and data["nodes"] > 0
     assert data["command"].startswith("model-explorer ")
+
+
+@pytest.mark.requires_tosa
+def test_cli_overlays_the_measured_error_of_a_variant(tmp_path, capsys):
+    """--errors runs the quantized model and overlays each node's SQNR from the attribution."""
+    out = tmp_path / "me"
+    assert cli.main(["explorer", "sample:stateful_conv_mul", "--stage", "tfa", "--out", str(out),
+                     "--errors", "upstream", "--steps", "2", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert Path(data["node_data"][-1]).name == explorer.ERROR_FILE
+    layer = _load(out, explorer.ERROR_FILE)
+    assert layer["name"] == "SQNR dB upstream"
+    measured = inspector.attribution("sample:stateful_conv_mul", ["upstream"], steps=2)
+    analysis = inspector.analyze("sample:stateful_conv_mul", stage="tfa")
+    _, verdicts = analysis.verdicts("before", errors=measured.variant("upstream"))
+    expected = {name: round(r.sqnr_db, 2) for name, r in verdicts.errors.items() if math.isfinite(r.sqnr_db)}
+    assert expected and {name: v["value"] for name, v in layer["results"].items()} == expected
+    site = analysis.sites[0]
+    assert site.mul in layer["results"] or site.conv in layer["results"]
 
 
 def test_bad_inputs_are_one_line(tmp_path, monkeypatch, stateful, capsys):
