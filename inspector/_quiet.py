@@ -36,19 +36,6 @@ def install_warning_filters() -> None:
 
 
 @contextlib.contextmanager
-def quiet_imports() -> Iterator[None]:
-    """Raise the import-time loggers of torchao and torch's pytree to ERROR for this scope."""
-    saved = [(logging.getLogger(name), logging.getLogger(name).level) for name in _IMPORT_LOGGERS]
-    for logger, _ in saved:
-        logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        for logger, level in saved:
-            logger.setLevel(level)
-
-
-@contextlib.contextmanager
 def quiet_loggers(*names: str, level: int = logging.ERROR) -> Iterator[None]:
     """Raise these loggers to ``level`` for this scope (restored after)."""
     saved = [(logging.getLogger(n), logging.getLogger(n).level) for n in names]
@@ -59,6 +46,11 @@ def quiet_loggers(*names: str, level: int = logging.ERROR) -> Iterator[None]:
     finally:
         for logger, old in saved:
             logger.setLevel(old)
+
+
+def quiet_imports():
+    """Raise the import-time loggers of torchao and torch's pytree to ERROR for this scope."""
+    return quiet_loggers(*_IMPORT_LOGGERS)
 
 
 # torch logs tracebacks of the failed meta kernel before raising an export error the inspector
