@@ -208,8 +208,7 @@ def _compare(args) -> int:
     from ._limits import check_steps
 
     check_steps(args.steps, "--steps")
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    result = compare(args.target, variants, example_inputs=_inputs_from_shapes(args.input_shape),
+    result = compare(args.target, args.variants, example_inputs=_inputs_from_shapes(args.input_shape),
                      markers=args.mark, steps=args.steps, progress=_ProgressBar(), workers=args.workers)
     if args.debug:
         for r in result.results:
@@ -229,8 +228,7 @@ def _attribute(args) -> int:
     from .attribution import attribution
 
     check_steps(args.steps, "--steps")
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    result = attribution(args.target, variants, steps=args.steps, markers=args.mark,
+    result = attribution(args.target, args.variants, steps=args.steps, markers=args.mark,
                          example_inputs=_inputs_from_shapes(args.input_shape), progress=_ProgressBar())
     if args.json:
         _print_json(result.to_dict())
@@ -250,8 +248,7 @@ def _report(args) -> int:
                      policy=args.policy, markers=args.mark)
     comparison = None
     if args.variants:
-        variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-        comparison = result.compare(variants, steps=args.steps, progress=_ProgressBar())
+        comparison = result.compare(args.variants, steps=args.steps, progress=_ProgressBar())
     text = result.report(comparison, format=args.format, full_traces=args.full_traces)
     if out is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
