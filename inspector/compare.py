@@ -407,11 +407,13 @@ def _run_parallel(target, wanted, to_run, results, base_key, calibrated, config,
         return _run_variant(target, wanted[firsts[n]], calibrated, config, steps, reference,
                             lambda phase, fraction: report(n, phase, fraction))
 
-    try:
-        program = _parallel.program_bytes(target.exported)
-    except Exception:  # noqa: BLE001 - a program torch cannot save: run here, one after another
-        program = None
-    if len(firsts) == 1 or program is None:
+    program = None
+    if len(firsts) > 1:  # only workers need the archive
+        try:
+            program = _parallel.program_bytes(target.exported)
+        except Exception:  # noqa: BLE001 - a program torch cannot save: run here, one after another
+            program = None
+    if program is None:
         outcomes = [run_here(n) for n in range(len(firsts))]
     else:
         tasks = [_parallel.Task(n, program, target.name, target.source, target.inputs, target.recurrent,
