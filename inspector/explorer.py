@@ -18,6 +18,7 @@ Model Explorer is an optional extra: ``pip install 'fold-inspector[explorer]'``.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 import sys
@@ -108,13 +109,14 @@ def graph_json(analysis, which: str = "before") -> tuple[dict, int]:
     return {"label": analysis.name, "graphs": data["graphs"]}, len(gm.graph.nodes)
 
 
-def overlays(analysis, *, errors=None, step: int | None = None) -> dict[str, dict]:
-    """Node data by file name (Model Explorer's GraphNodeData JSON, keyed by FX node names):
-    decisions, the state path and, with ``errors`` (a variant of an attribution), the SQNR layer."""
+def overlays(analysis, which: str = "before", *, errors=None, step: int | None = None) -> dict[str, dict]:
+    """Node data by file name (Model Explorer's GraphNodeData JSON, keyed by the FX node names of the
+    ``which`` graph): decisions, the state path and, with ``errors`` (a variant of an attribution),
+    the SQNR layer. Nodes the graph does not have (a folded mul, after the pass) are left out."""
     from .render import STYLES, site_kind
 
     _, ndb, _, _ = _model_explorer()
-    gm, verdicts = analysis.verdicts("before", errors=errors, step=step)
+    gm, verdicts = analysis.verdicts(which, errors=errors, step=step)
     decisions: dict[str, Any] = {}
     for s in analysis.sites:
         kind = site_kind(s)
@@ -145,13 +147,16 @@ def overlays(analysis, *, errors=None, step: int | None = None) -> dict[str, dic
         results = {}
         for name, record in verdicts.errors.items():
             sqnr = getattr(record, "sqnr_db", None)
-            if sqnr is not None and sqnr == sqnr and abs(sqnr) != float("inf"):
+            if sqnr is not None and math.isfinite(sqnr):
                 results[name] = ndb.NodeDataResult(value=round(float(sqnr), 2))
         label = getattr(errors, "label", "")
         out[ERROR_FILE] = ndb.GraphNodeData(
             results=results, name=f"SQNR dB{' ' + label if label else ''}",
             gradient=[ndb.GradientItem(stop=0, bgColor="#b2182b"), ndb.GradientItem(stop=0.5, bgColor="#fee08b"),
                       ndb.GradientItem(stop=1, bgColor="#1b7837")])
+    names = {n.name for n in gm.graph.nodes}
+    for data in out.values():
+        data.results = {name: r for name, r in data.results.items() if name in names}
     return {name: json.loads(data.to_json_string()) for name, data in out.items()}
 
 
@@ -169,7 +174,7 @@ def to_model_explorer(analysis, folder: str | os.PathLike, *, errors=None, step:
     folder.mkdir(parents=True, exist_ok=True)
     graph, nodes = graph_json(analysis, which)
     written = [write_text(folder / GRAPH_FILE, json.dumps(graph))]
-    data = overlays(analysis, errors=errors, step=step)
+    data = overlays(analysis, which, errors=errors, step=step)
     for name, content in data.items():
         written.append(write_text(folder / name, json.dumps(content)))
     files = ExplorerFiles(folder.resolve(), written[0].resolve(), tuple(p.resolve() for p in written[1:]), nodes,

@@ -85,6 +85,9 @@ def test_after_is_the_graph_the_pass_left(tmp_path, stateful):
     ids = [n["id"] for n in _load(files.folder, explorer.GRAPH_FILE)["graphs"][0]["nodes"]]
     assert ids == [n.name for n in stateful.after.graph.nodes]
     assert not {s.mul for s in stateful.sites if s.folded} & set(ids)
+    decisions = _load(files.folder, explorer.DECISIONS_FILE)["results"]
+    assert decisions and set(decisions) <= set(ids)  # keyed by the after graph's names
+    assert {s.conv for s in stateful.sites if s.folded} <= set(decisions)
 
 
 def test_cli_writes_the_folder_and_prints_one_json_document(tmp_path, capsys):
