@@ -324,7 +324,10 @@ def _children(pid: int) -> list[int]:
 def test_ctrl_c_stops_the_workers(tmp_path):
     cli = subprocess.Popen([sys.executable, "-m", "inspector", "compare", "sample:stateful_wide_scale", "--steps", "40",
                             "--variants", "off,upstream,state-aware", "--workers", "2"], cwd=ROOT,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           # a user at a terminal has Ctrl-C; a suite started as a background job (CI) has
+                           # SIGINT ignored, and Python keeps an inherited SIG_IGN: give the CLI the user's
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         workers = []
         for _ in range(600):  # until a worker process exists and has had time to start working
