@@ -349,13 +349,15 @@ def written_state(graph: torch.fx.Graph, signature: Any = None) -> dict[Node, st
     """The nodes that hold carried state (buffers and inputs written back), as ``"buffer"`` or ``"input"``."""
     held: dict[Node, str] = {}
     by_target: dict[str, Node] = {}
+    by_name: dict[str, Node] = {}
     for n in graph.nodes:
         if n.op in ("get_attr", "placeholder"):
             by_target[str(n.target)] = n
+            by_name[n.name] = n
     if signature is not None:
         for spec in signature.input_specs:
             if spec.target is not None and getattr(spec.arg, "name", None):
-                by_target[str(spec.target)] = next((n for n in graph.nodes if n.name == spec.arg.name), None)
+                by_target[str(spec.target)] = by_name.get(spec.arg.name)
     for w in state_writes(graph, signature):
         node = by_target.get(w.target)
         if w.via == "in-place" and w.node.args and isinstance(w.node.args[0], Node):
