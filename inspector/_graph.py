@@ -26,11 +26,37 @@ _CONV_PACKETS = {
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 
 
+# Facts about op overloads (process-wide singletons, few per graph), looked up per node many times.
+# Only overloads are kept: a plain Python function target may hold anything (a closure over a model).
+_OP_NAMES: dict[Any, str] = {}  # op overload -> its op_name
+_WRITES_FIRST: dict[Any, bool] = {}  # op overload -> whether its schema writes into its first argument
+
+
+def _is_overload(target: Any) -> bool:
+    return hasattr(target, "_overloadname") and hasattr(target, "_schema")
+
+
+def _known(table: dict, target: Any):
+    try:
+        return table.get(target)
+    except TypeError:  # an unhashable callable
+        return None
+
+
 def op_name(node: Node) -> str:
     """``aten.conv2d.default`` for aten and edge ops alike ("" for non-ops)."""
     if node.op != "call_function":
         return ""
     target = node.target
+    name = _known(_OP_NAMES, target)
+    if name is None:
+        name = _target_name(target)
+        if _is_overload(target):
+            _OP_NAMES[target] = name
+    return name
+
+
+def _target_name(target: Any) -> str:
     name = getattr(target, "_name", None) or getattr(target, "__name__", None) or str(target)
     name = str(name).replace("::", ".")
     overload = getattr(target, "_overloadname", None)
@@ -283,16 +309,29 @@ class StateWrite:
         return f"{self.node.name} writes into {what} '{self.target}'"
 
 
+def _writes_first_argument(target: Any) -> bool:
+    writes = _known(_WRITES_FIRST, target)
+    if writes is None:
+        writes = _schema_writes_first(target)
+        if _is_overload(target):
+            _WRITES_FIRST[target] = writes
+    return writes
+
+
+def _schema_writes_first(target: Any) -> bool:
+    schema = getattr(target, "_schema", None)
+    if schema is None or not schema.arguments:
+        return False
+    info = schema.arguments[0].alias_info
+    return info is not None and bool(info.is_write)
+
+
 def _inplace_destination(node: Node) -> Node | None:
     """The node ``node`` writes into in place (its first argument, if the schema says it is written)."""
     if node.op != "call_function" or not node.args:
         return None
-    schema = getattr(node.target, "_schema", None)
-    if schema is None or not schema.arguments:
-        return None
-    info = schema.arguments[0].alias_info
     dest = node.args[0]
-    return dest if info is not None and info.is_write and isinstance(dest, Node) else None
+    return dest if isinstance(dest, Node) and _writes_first_argument(node.target) else None
 
 
 def state_writes(graph: torch.fx.Graph, signature: Any = None) -> list[StateWrite]:
@@ -345,8 +384,10 @@ def placeholder_roles(signature: Any = None) -> tuple[set[str], set[str]]:
     return buffers, constants
 
 
-def written_state(graph: torch.fx.Graph, signature: Any = None) -> dict[Node, str]:
-    """The nodes that hold carried state (buffers and inputs written back), as ``"buffer"`` or ``"input"``."""
+def written_state(graph: torch.fx.Graph, signature: Any = None,
+                  writes: list[StateWrite] | None = None) -> dict[Node, str]:
+    """The nodes that hold carried state (buffers and inputs written back), as ``"buffer"`` or ``"input"``
+    (``writes``: the graph's ``state_writes``, when the caller has them already)."""
     held: dict[Node, str] = {}
     by_target: dict[str, Node] = {}
     by_name: dict[str, Node] = {}
@@ -358,7 +399,7 @@ def written_state(graph: torch.fx.Graph, signature: Any = None) -> dict[Node, st
         for spec in signature.input_specs:
             if spec.target is not None and getattr(spec.arg, "name", None):
                 by_target[str(spec.target)] = by_name.get(spec.arg.name)
-    for w in state_writes(graph, signature):
+    for w in state_writes(graph, signature) if writes is None else writes:
         node = by_target.get(w.target)
         if w.via == "in-place" and w.node.args and isinstance(w.node.args[0], Node):
             node = w.node.args[0]

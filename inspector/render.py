@@ -449,9 +449,10 @@ def _classify(graph, verdicts: Verdicts) -> _Facts:
         for edge in zip(path, path[1:]):
             if facts.path_edges.get(edge, ("",))[0] != "state-path":
                 facts.path_edges[edge] = (kind, f"site {s.id} -> {s.state_boundary}")
-    for w in _graph.state_writes(graph, verdicts.signature):
+    writes = _graph.state_writes(graph, verdicts.signature)
+    for w in writes:
         facts.writes.setdefault(w.node, []).append(w)
-    facts.held = _graph.written_state(graph, verdicts.signature)
+    facts.held = _graph.written_state(graph, verdicts.signature, writes)
     facts.buffer_inputs, facts.constant_inputs = _graph.placeholder_roles(verdicts.signature)
     for n in facts.nodes:
         facts.kind[n] = _kind(facts, n)

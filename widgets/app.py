@@ -611,8 +611,9 @@ class FoldInspector(W.VBox):
                 "<span>site</span><span>decision</span><span>reasons / risks / scale</span><span>carried state</span></div>")
             empty = [W.HTML("<i>no conv-&gt;mul sites in this model</i>")] if not ids else []
             self.sites_box.children = [header, *self._rows.values(), *empty]
+        marked = set(self.analysis.marker_ids)
         for r in inspector.site_rows(self.analysis, self.comparison):
-            self._update_row(self._rows[r.site], r)
+            self._update_row(self._rows[r.site], r, r.site in marked)
 
     def _make_row(self, site_id: str) -> W.HBox:
         select = W.Button(description=site_id, tooltip=f"select {site_id}: focus the graphs on it",
@@ -623,12 +624,12 @@ class FoldInspector(W.VBox):
         marker.observe(lambda change: self._on_marker(site_id, change), names="value")
         return W.HBox([select, info, marker], layout=W.Layout(border_bottom="1px solid #ddd")).add_class("fi-site-row")
 
-    def _update_row(self, row: W.HBox, r: inspector.SiteRow) -> None:
+    def _update_row(self, row: W.HBox, r: inspector.SiteRow, marked: bool) -> None:
         select, info, marker = row.children
         select.button_style = "info" if r.site == self.selected else ""
         info.value = (f"<div style='display:grid;grid-template-columns:90px 1fr'>{r.decision_html()}"
                       f"{r.details_html()}</div>")
-        marker.value = r.site in self.analysis.marker_ids
+        marker.value = marked
         classes = {"fi-site-row", f"fi-site-{r.decision}"} | ({"fi-selected"} if r.site == self.selected else set())
         for c in set(row._dom_classes) - classes:
             row.remove_class(c)
