@@ -293,6 +293,18 @@ def fast_signature_lookups() -> Iterator[None]:
             store.clear()
 
 
+def lazy_program(program):
+    """``program`` (an ExportedProgram this process owns) with its graph module made lazy, as
+    ``lazy_graph_module``: its copies and the pass's ``recompile()`` then skip codegen, which was
+    about half of copying a 1,000-node program. ExportedProgram has no public setter for it; if
+    its private ``_graph_module`` has moved, the program is returned as it is (only slower)."""
+    from torch.fx import GraphModule
+
+    if isinstance(getattr(program, "_graph_module", None), GraphModule):
+        program._graph_module = lazy_graph_module(program._graph_module)
+    return program
+
+
 def lazy_graph_module(graph_module):
     """``graph_module`` as a lazy GraphModule: its Python code is generated only when it is called,
     so copies and the pass's own ``recompile()`` stay cheap (re-deciding needs no codegen)."""

@@ -103,10 +103,10 @@ def build(exported: torch.export.ExportedProgram, stage: str) -> StageGraph:
     """The stage graph for ``exported`` (which is itself left untouched)."""
     check_stage(stage)
     if stage == "aten":
-        program = copy.deepcopy(exported)
+        program = _executorch.lazy_program(copy.deepcopy(exported))
         return StageGraph(stage, program.graph_module, program)
     if stage == "edge":
-        program = _executorch.to_edge(copy.deepcopy(exported))
+        program = _executorch.lazy_program(_executorch.to_edge(copy.deepcopy(exported)))
         return StageGraph(stage, program.graph_module, program)
     return StageGraph(stage, *_capture_tfa_graph(exported))
 
