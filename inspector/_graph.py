@@ -36,19 +36,12 @@ def _is_overload(target: Any) -> bool:
     return hasattr(target, "_overloadname") and hasattr(target, "_schema")
 
 
-def _known(table: dict, target: Any):
-    try:
-        return table.get(target)
-    except TypeError:  # an unhashable callable
-        return None
-
-
 def op_name(node: Node) -> str:
     """``aten.conv2d.default`` for aten and edge ops alike ("" for non-ops)."""
     if node.op != "call_function":
         return ""
     target = node.target
-    name = _known(_OP_NAMES, target)
+    name = _OP_NAMES.get(target)
     if name is None:
         name = _target_name(target)
         if _is_overload(target):
@@ -310,7 +303,7 @@ class StateWrite:
 
 
 def _writes_first_argument(target: Any) -> bool:
-    writes = _known(_WRITES_FIRST, target)
+    writes = _WRITES_FIRST.get(target)
     if writes is None:
         writes = _schema_writes_first(target)
         if _is_overload(target):

@@ -411,3 +411,30 @@ def test_fold_swap_restores_on_error():
             assert fold_swap.active_fold_pass() is cls
             raise RuntimeError("boom")
     assert fold_swap.active_fold_pass() is installed
+
+
+
+def test_op_facts_are_kept_for_op_overloads_only():
+    """op names and in-place schemas are looked up once per op overload; a plain Python function
+    target may close over anything (a model), so nothing about it is kept."""
+    import gc
+    import weakref
+
+    from inspector import _graph
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+
+    def plain(t):
+        return t + 1
+
+    local = graph.call_function(plain, (x,))
+    mul = graph.call_function(torch.ops.aten.mul_.Tensor, (local, x))
+    graph.output(mul)
+    assert _graph.op_name(local) == "plain" and _graph._inplace_destination(local) is None
+    assert _graph.op_name(mul) == "aten.mul_.Tensor" and _graph.is_mul(mul)
+    assert _graph._inplace_destination(mul) is local  # the in-place mul writes into its first argument
+    gone = weakref.ref(plain)
+    del plain, local, mul, x, graph
+    gc.collect()
+    assert gone() is None
