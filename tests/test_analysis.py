@@ -413,7 +413,6 @@ def test_fold_swap_restores_on_error():
     assert fold_swap.active_fold_pass() is installed
 
 
-
 def test_op_facts_are_kept_for_op_overloads_only():
     """op names and in-place schemas are looked up once per op overload; a plain Python function
     target may close over anything (a model), so nothing about it is kept."""
