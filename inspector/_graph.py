@@ -9,7 +9,7 @@ import os
 import re
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import torch
 from torch.fx import Node
@@ -28,25 +28,25 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 
 # Facts about op overloads (process-wide singletons, few per graph), looked up per node many times.
 # Only overloads are kept: a plain Python function target may hold anything (a closure over a model).
-_OP_NAMES: dict[Any, str] = {}  # op overload -> its op_name
-_WRITES_FIRST: dict[Any, bool] = {}  # op overload -> whether its schema writes into its first argument
+_OP_FACTS: dict[tuple[Callable, Any], Any] = {}  # (fact, op overload) -> fact(op overload)
 
 
-def _is_overload(target: Any) -> bool:
-    return hasattr(target, "_overloadname") and hasattr(target, "_schema")
+def _op_fact(fact: Callable[[Any], Any], target: Any) -> Any:
+    """``fact(target)``, computed once per op overload."""
+    key = (fact, target)
+    value = _OP_FACTS.get(key, _OP_FACTS)
+    if value is _OP_FACTS:
+        value = fact(target)
+        if hasattr(target, "_overloadname") and hasattr(target, "_schema"):
+            _OP_FACTS[key] = value
+    return value
 
 
 def op_name(node: Node) -> str:
     """``aten.conv2d.default`` for aten and edge ops alike ("" for non-ops)."""
     if node.op != "call_function":
         return ""
-    target = node.target
-    name = _OP_NAMES.get(target)
-    if name is None:
-        name = _target_name(target)
-        if _is_overload(target):
-            _OP_NAMES[target] = name
-    return name
+    return _op_fact(_target_name, node.target)
 
 
 def _target_name(target: Any) -> str:
@@ -303,15 +303,7 @@ class StateWrite:
 
 
 def _writes_first_argument(target: Any) -> bool:
-    writes = _WRITES_FIRST.get(target)
-    if writes is None:
-        writes = _schema_writes_first(target)
-        if _is_overload(target):
-            _WRITES_FIRST[target] = writes
-    return writes
-
-
-def _schema_writes_first(target: Any) -> bool:
+    """Whether ``target``'s schema says it writes into its first argument."""
     schema = getattr(target, "_schema", None)
     if schema is None or not schema.arguments:
         return False
@@ -324,7 +316,7 @@ def _inplace_destination(node: Node) -> Node | None:
     if node.op != "call_function" or not node.args:
         return None
     dest = node.args[0]
-    return dest if isinstance(dest, Node) and _writes_first_argument(node.target) else None
+    return dest if isinstance(dest, Node) and _op_fact(_writes_first_argument, node.target) else None
 
 
 def state_writes(graph: torch.fx.Graph, signature: Any = None) -> list[StateWrite]:
