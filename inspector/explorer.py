@@ -202,29 +202,31 @@ def read_manifest(folder: str | os.PathLike) -> tuple[Path, list[Path]]:
     return graph, node_data
 
 
-def url(port: int, host: str = "127.0.0.1", graph: Path | None = None, node_data: list[Path] = ()) -> str:
-    """The page that shows ``graph`` with its node data in a Model Explorer server on ``port``."""
+def _config(graph: Path | None, node_data: list[Path]):
+    """Model Explorer's config for ``graph`` and its node data files."""
     model_explorer, *_ = _model_explorer()
     config = model_explorer.config()
     if graph is not None:
         config.add_model_from_path(str(graph))
     for path in node_data:
         config.add_node_data_from_path(str(path))
-    return f"http://{host}:{port}/?data={config.to_url_param_value()}"
+    return config
+
+
+def url(port: int, host: str = "127.0.0.1", graph: Path | None = None, node_data: list[Path] = ()) -> str:
+    """The page that shows ``graph`` with its node data in a Model Explorer server on ``port``."""
+    return f"http://{host}:{port}/?data={_config(graph, node_data).to_url_param_value()}"
 
 
 def serve(folder: str | os.PathLike, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
           announce=print) -> None:
     """Start Model Explorer on a folder ``to_model_explorer`` wrote; blocks until Ctrl-C."""
-    model_explorer, *_ = _model_explorer()
+    _model_explorer()
     from model_explorer import server
 
     graph, node_data = read_manifest(folder)
     _check_port(host, port)
-    config = model_explorer.config()
-    config.add_model_from_path(str(graph))
-    for path in node_data:
-        config.add_node_data_from_path(str(path))
+    config = _config(graph, node_data)
     server._check_new_version = lambda: None  # no network call from a local viewer
     announce(f"Model Explorer: {url(port, host, graph, node_data)}")
     with _quiet.captured_python():  # its own banner repeats the URL; the one above is the answer
