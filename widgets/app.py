@@ -476,7 +476,7 @@ class FoldInspector(W.VBox):
         self.status.value = "starting Model Explorer..."
         self._explorer_process, port = explorer.start(files.folder, port=port, timeout=timeout)
         url = explorer.url(port, graph=files.graph, node_data=list(files.node_data))
-        link = html.escape(url, quote=True)
+        link = _esc(url)
         self.explorer_view.value = (
             f"<div class='fi-explorer-link'><a href='{link}' target='_blank' rel='noopener' "
             f"style='color:#1a73e8;text-decoration:underline'>open in a new tab</a> "
