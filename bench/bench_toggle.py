@@ -11,6 +11,7 @@ pass; sites) and the redraw (rows and the focused before | after picture, with g
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
@@ -51,7 +52,7 @@ def line(label: str, nodes: int, sites: int, median: float, target: float, timin
 
 
 def main() -> None:
-    print(f"cores available: {len(__import__('os').sched_getaffinity(0))}")
+    print(f"cores available: {len(os.sched_getaffinity(0))}")
     for stage in inspector.STAGES:
         analysis = inspector.analyze("sample:generated_blocks", stage=stage, policy="state-aware")
         app = FoldInspector(analysis)
