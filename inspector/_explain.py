@@ -27,6 +27,12 @@ class Context:
     program: Any  # ExportedProgram or None (tfa)
     reach: _graph.StateReach  # the state guard's view for this policy (empty for upstream/off)
     predicted_fold: set  # muls the explainer already predicts folded (earlier in graph order)
+    order: dict | None = None  # node -> position in the graph: nodes are named in graph order
+
+    def in_order(self, nodes) -> list[Node]:
+        """``nodes`` in graph order (a node's users are kept in the order they were added, which a
+        copy of the graph does not keep)."""
+        return sorted(nodes, key=self.order.__getitem__) if self.order is not None else list(nodes)
 
     @property
     def tfa(self) -> bool:
@@ -108,7 +114,8 @@ def conv_has_other_users(ctx, c):
         return None
     users = _effective_users(c.conv, ctx)
     if len(users) != 1 or users[0] is not c.mul:
-        return Reason.of(R.CONV_HAS_OTHER_USERS, f"{c.conv.name} has {len(users)} users: {_names(users)}")
+        return Reason.of(R.CONV_HAS_OTHER_USERS,
+                         f"{c.conv.name} has {len(users)} users: {_names(ctx.in_order(users))}")
 
 
 def _scale_value(ctx, c) -> tuple[torch.Tensor | None, Any]:
@@ -208,7 +215,7 @@ def weight_shared(ctx, c):
     shared = []
     for node in _weight_and_bias(c):
         if isinstance(node, Node) and node.op == "get_attr" and set(node.users) != {c.conv}:
-            shared.append(f"{node.name} is used by {_names(node.users)}")
+            shared.append(f"{node.name} is used by {_names(ctx.in_order(node.users))}")
     if shared:
         return Reason.of(R.WEIGHT_SHARED, "; ".join(shared))
 
