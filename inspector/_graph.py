@@ -399,12 +399,15 @@ def state_reach(
     *,
     in_place_writes: bool = False,
     markers: bool = True,
+    also_marked: Iterable[Node] = (),
 ) -> StateReach:
     """Which nodes feed carried state: signature mutations, optional in-place writes, markers.
 
     ``signature`` is an ExportedProgram's graph signature (None for a bare GraphModule).
     With ``in_place_writes`` an in-place op writing into a ``get_attr`` buffer or a
     placeholder counts as a boundary too (visible where no signature exists).
+    ``also_marked``: nodes read as marked besides those whose meta says so (markers applied
+    without writing them into a shared graph).
     """
     reach = StateReach({BUFFER: {}, INPUT: {}, MARKER: {}})
     nodes = list(graph.nodes)
@@ -417,8 +420,9 @@ def state_reach(
         for src in w.sources:
             reach.next_hop[w.kind].setdefault(src, w.node)
     if markers:
+        also_marked = set(also_marked)
         for n in nodes:
-            if marked(n):
+            if n in also_marked or marked(n):
                 reach.next_hop[MARKER][n] = n
                 reach.boundary[n] = f"marker on {n.name}"
     # One backward sweep: users come after their producers in an FX graph.

@@ -102,24 +102,28 @@ def resolve_markers(graph, markers: Iterable[str], cands=None, ids=None) -> tupl
     return found, unknown
 
 
-def policy_pass_class(policy: str, markers: Iterable[str] = (), log: FoldLog | None = None) -> type:
+def policy_pass_class(policy: str, markers: Iterable[str] = (), log: FoldLog | None = None,
+                      hidden: frozenset[str] | None = None) -> type:
     """A subclass of the installed pass that applies ``policy`` and ``markers`` and reports to ``log``.
 
     Markers (site ids or node names) are set on the graph the pass receives, in
     ``meta["carried_quant_state"]`` and ``meta["custom"]``, before the guard reads them.
+    ``hidden`` names the muls the guard hides instead, when the caller computed the guard on a
+    larger graph than the one the pass receives (a region, see ``_region``).
     The subclass is made by the door (``_executorch.fold_pass_subclass``): the fold itself
     is always the installed code.
     """
     check_policy(policy)
     markers = tuple(markers)
-    return _executorch.fold_pass_subclass(policy, lambda gm, program: _PolicyCall(policy, markers, log, gm, program))
+    return _executorch.fold_pass_subclass(
+        policy, lambda gm, program: _PolicyCall(policy, markers, log, gm, program, hidden))
 
 
 class _PolicyCall:
     """One call of a policy pass: marks the graph, hides guarded muls, records what folded."""
 
     def __init__(self, policy: str, markers: tuple[str, ...], log: FoldLog | None, graph_module: GraphModule,
-                 program) -> None:
+                 program, hidden: frozenset[str] | None = None) -> None:
         graph = graph_module.graph
         cands = _graph.candidates(graph)
         ids = _graph.site_ids(cands)
@@ -137,7 +141,10 @@ class _PolicyCall:
             _graph.set_marker(node)
         self.run, self.log = run, log
         self.skip = policy == "off"
-        self.guarded = guarded_muls(policy, graph, program)
+        if hidden is None:
+            self.guarded = guarded_muls(policy, graph, program)
+        else:
+            self.guarded = {n: [] for n in graph.nodes if n.name in hidden}
 
     def hides(self, mul: Node) -> bool:
         return mul in self.guarded
@@ -178,10 +185,11 @@ def guarded_muls(policy: str, graph, program) -> dict[Node, list[str]]:
 
 
 def run_pass(graph_module: GraphModule, program, policy: str, markers: tuple[str, ...] = (),
-             stage: str = "") -> FoldRun:
-    """Run ``policy``'s pass on ``graph_module`` (rewritten in place: give it a private copy)."""
+             stage: str = "", hidden: frozenset[str] | None = None) -> FoldRun:
+    """Run ``policy``'s pass on ``graph_module`` (rewritten in place: give it a private copy);
+    ``hidden``: the muls the guard hides, by name, instead of the guard's own reading of this graph."""
     log = FoldLog()
-    pass_class = policy_pass_class(policy, markers, log)
+    pass_class = policy_pass_class(policy, markers, log, hidden)
     fold_pass = pass_class(program) if program is not None else pass_class(tfa_pass=True)
     try:
         with _executorch.fast_signature_lookups():
