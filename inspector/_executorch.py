@@ -305,6 +305,31 @@ def lazy_program(program):
     return program
 
 
+def program_like(program, graph, signature, state_dict: dict, constants: dict):
+    """An ExportedProgram like ``program`` (same verifiers, dialect, range constraints) holding
+    ``graph`` with ``signature`` and these tensors: a part of ``program`` as a program of its own.
+
+    ``program``'s verifiers are not run again: ``graph``'s nodes are copies of nodes they
+    accepted, and the edge dialect's runs every node on fake tensors (most of a toggle's time at
+    edge). ExportedProgram has no public way to skip them; if its private fields have moved, the
+    public constructor builds it, verifiers and all (only slower)."""
+    import copy
+
+    import torch
+    from torch.export import ExportedProgram
+    from torch.fx import GraphModule
+
+    fields = ("_graph_module", "_graph_signature", "_state_dict", "_constants")
+    if all(hasattr(program, f) for f in fields):
+        part = copy.copy(program)
+        part._graph_module = GraphModule(torch.nn.Module(), graph)
+        part._graph_signature, part._state_dict, part._constants = signature, state_dict, constants
+        return part
+    return ExportedProgram(root=torch.nn.Module(), graph=graph, graph_signature=signature, state_dict=state_dict,
+                           range_constraints={}, module_call_graph=[], constants=constants,
+                           verifiers=program.verifiers)
+
+
 def lazy_graph_module(graph_module):
     """``graph_module`` as a lazy GraphModule: its Python code is generated only when it is called,
     so copies and the pass's own ``recompile()`` stay cheap (re-deciding needs no codegen)."""

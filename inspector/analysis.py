@@ -13,12 +13,14 @@ from typing import Any, Iterable
 
 from torch.fx import GraphModule, Node
 
-from . import _graph, _load, _stages
+from . import _graph, _load, _region, _stages
 from ._explain import Context, explain
 from .errors import ExplanationMismatchWarning, InspectorError, listing, quoted
 from ._policies import DEFAULT_VARIANTS, check_policy, marker_tuple, resolve_markers, run_pass
 from .reasons import Reason, ReasonCode, Risk, RiskCode
 
+# A re-decide whose changed clusters hold more nodes than this and a third of the graph runs the whole graph.
+_WHOLE_RUN_NODES = 200
 # max|s| / min|s| at or above which a scale is flagged ``wide-dynamic-range-scale``.
 WIDE_RANGE_RATIO = 1e3
 
@@ -113,7 +115,8 @@ class Analysis:
     the exported stage graph; ``with_stage`` reuses the export.
     """
 
-    def __init__(self, target, stage_graph, policy, markers, sites, before, after, timings, marked_names=()):
+    def __init__(self, target, stage_graph, policy, markers, sites, before, after, timings, marked_names=(),
+                 guard=None):
         self.target: _load.Target = target  # the private model, inputs and export
         self.stage_graph: _stages.StageGraph = stage_graph  # the pristine stage graph
         self.stage: str = stage_graph.stage
@@ -122,9 +125,12 @@ class Analysis:
         self.sites: tuple[Site, ...] = tuple(sites)
         self._before_pair = before if isinstance(before, tuple) else None
         self._before_factory = before if callable(before) else None  # builds the before pair on first use
-        self._after = after  # (graph module, program) after the pass
+        self._after_pair = after if isinstance(after, tuple) else None  # (graph module, program) after the pass
+        self._after_factory = after if callable(after) else None  # runs the pass on the whole graph on first use
         self.timings: dict[str, float] = timings  # seconds per step
         self._marked_names: tuple[str, ...] = tuple(marked_names)  # the nodes the markers resolved to
+        self._guard: _Guard | None = guard  # what the state guard hid: the base of the next re-decide
+        self._regions: dict = {}  # (site id, hops) -> the pass's run on the region a focused picture shows
 
     # -- graphs
     @property
@@ -133,6 +139,14 @@ class Analysis:
         if self._before_pair is None:
             self._before_pair = self._before_factory()
         return self._before_pair
+
+    @property
+    def _after(self):
+        """(graph module, program) after the pass ran on the whole graph; built on first use when
+        this analysis was re-decided from regions (and checked against them, see ``_full_after``)."""
+        if self._after_pair is None:
+            self._after_pair = self._after_factory()
+        return self._after_pair
 
     @property
     def before(self) -> GraphModule:
@@ -208,7 +222,7 @@ class Analysis:
         return _decide(self.target, self.stage_graph, policy, self.markers)
 
     def with_markers(self, markers: Iterable[str]) -> "Analysis":
-        return _decide(self.target, self.stage_graph, self.policy, marker_tuple(markers))
+        return _decide(self.target, self.stage_graph, self.policy, marker_tuple(markers), prev=self)
 
     def toggle_marker(self, marker: str) -> "Analysis":
         """Add ``marker`` (a site id or node name) if absent, else remove it."""
@@ -284,17 +298,28 @@ class Analysis:
         return to_model_explorer(self, folder, errors=errors, step=step, which=which)
 
     # -- pictures
-    def verdicts(self, which: str = "before", *, errors=None, step: int | None = None):
+    def verdicts(self, which: str = "before", *, errors=None, step: int | None = None, focus: str | None = None,
+                 hops: int = 2):
         """(graph module, ``render.Verdicts``): the ``before`` or ``after`` graph and what to say about it.
 
         ``errors`` adds the measured-error layer: a variant of an attribution
         (``attribution.variant("upstream")``) at ``step`` (default: the last), or a dict of
-        records by node name.
+        records by node name. With ``focus`` (a site id) the after graph may be just the region
+        around that site that a picture of ``hops`` shows, when this analysis was re-decided from
+        regions: its ``Verdicts.complete`` says which nodes a picture may show.
         """
-        from .render import WHICH, Verdicts
+        from .render import WHICH, Region, Verdicts
 
         if which not in WHICH:
             raise InspectorError(f"unknown graph {quoted(which)}; choose one of: {', '.join(WHICH)}")
+        if which == "after" and focus is not None and errors is None and self._after_pair is None:
+            region = self._focus_region(focus, hops)
+            if region is not None:
+                facts = Region(region.complete, region.stand_ins, region.outside_users,
+                               _region.layout(self.stage_graph).held)
+                return region.graph_module, Verdicts(
+                    self.sites, True, region.program.graph_signature if region.program is not None else None,
+                    tuple(self.caption(which)), marked=frozenset(self._marked_names), region=facts)
         if which == "after":
             gm, program = self._after
         else:  # the pristine stage graph; the markers the pass saw are named in the verdicts
@@ -313,6 +338,29 @@ class Analysis:
                         + (f" at step {step + 1}" if step is not None else ", last step"),)
         return gm, Verdicts(self.sites, which == "after", signature, caption, layer,
                             marked=frozenset(self._marked_names))
+
+    def _focus_region(self, site_id: str, hops: int):
+        """The installed pass's run on the region a focused picture of ``site_id`` shows (None: use the
+        whole graph). Its decisions must be this analysis's, or it is not used."""
+        from .render import HUB_DEGREE
+
+        key = (site_id, hops)
+        if key not in self._regions:
+            self._regions[key] = None
+            lay = _region.layout(self.stage_graph)
+            i = next((s.index for s in self.sites if s.id == site_id), None)
+            if i is not None and isinstance(hops, int) and not isinstance(hops, bool) and hops >= 0:
+                c = lay.cands[i]
+                names = _region.around(lay, (c.mul, c.conv), hops, HUB_DEGREE)
+                try:
+                    region = _region.run(self.stage_graph, names, self.policy, self._guard.hidden, self._marked_names)
+                except (_region.RegionUnavailable, InspectorError):
+                    region = None
+                folded = set(region.folded) if region is not None else set()
+                if region is not None and all((s.mul in folded) == s.folded for s in self.sites
+                                              if s.mul in region.names):
+                    self._regions[key] = region
+        return self._regions[key]
 
     def caption(self, which: str | None) -> list[str]:
         """The lines above a picture of this analysis (``which`` None: the before | after pair)."""
@@ -387,10 +435,50 @@ def analyze_graph(graph_module, *, policy: str = "upstream", markers: Iterable[s
     return _decide(target, stage_graph, policy, marker_tuple(markers))
 
 
-def _decide(target, stage_graph, policy: str, markers: tuple[str, ...]) -> Analysis:
+def _decide(target, stage_graph, policy: str, markers: tuple[str, ...], prev: Analysis | None = None) -> Analysis:
+    """Decide every site; from ``prev`` (same stage graph and policy, other markers) only the
+    clusters whose guard changed are run again, on a region (see ``_redecide``)."""
     check_policy(policy)
     with _no_gc_pauses():
+        if prev is not None and prev._guard is not None and prev.stage_graph is stage_graph \
+                and prev.policy == policy and policy != "off":
+            result = _redecide(prev, markers)
+            if result is not None:
+                return result
         return _decide_now(target, stage_graph, policy, markers)
+
+
+@dataclass(frozen=True)
+class _Guard:
+    """What the state guard saw in one analysis: the base from which the next toggle re-decides."""
+
+    hops: dict  # boundary kind -> {node name: next node name on its path to that boundary}
+    hidden: frozenset[str]  # every mul the guard hid from the pass, by name
+
+    @classmethod
+    def of(cls, graph_nodes, guard_reach) -> "_Guard":
+        hops = {k: {n.name: m.name for n, m in h.items()} for k, h in guard_reach.next_hop.items()}
+        return cls(hops, frozenset(n.name for n in graph_nodes if _graph.is_mul(n) and _guard_kinds(guard_reach, n)))
+
+    def moved(self, other: "_Guard", names_last_first: list[str]) -> set[str]:
+        """The nodes whose path to a state boundary differs between the two guards (one backward sweep:
+        a path differs where its next hop does, or where the rest of it does)."""
+        out: set[str] = set()
+        for kind in (_graph.MARKER, _graph.BUFFER, _graph.INPUT):
+            a, b = self.hops.get(kind, {}), other.hops.get(kind, {})
+            if a == b:
+                continue
+            changed: set[str] = set()
+            for name in names_last_first:
+                x, y = a.get(name), b.get(name)
+                if x != y or (y is not None and y != name and y in changed):
+                    changed.add(name)
+            out |= changed
+        return out
+
+
+def _guard_kinds(reach, node) -> tuple[str, ...]:
+    return tuple(k for k in (_graph.MARKER, _graph.BUFFER, _graph.INPUT) if reach.reaches(k, node))
 
 
 @contextlib.contextmanager
@@ -429,8 +517,9 @@ def _decide_now(target, stage_graph, policy: str, markers: tuple[str, ...]) -> A
         _graph.state_reach(graph, signature, in_place_writes=policy == "state-aware-strict")
         if guard_on else _graph.StateReach({})
     )
-    ctx = Context(stage_graph.stage, policy, program, guard_reach, set())
+    ctx = Context(stage_graph.stage, policy, program, guard_reach, set(), {n: i for i, n in enumerate(graph.nodes)})
     explained = explain(ctx, cands)
+    guard = _Guard.of(graph.nodes, guard_reach)
     # Every boundary, whatever the policy: for risks and for drawing the path to state.
     all_reach = _graph.state_reach(graph, signature, in_place_writes=True)
     recurrent = _recurrent_reach(graph, signature, target.recurrent)
@@ -456,17 +545,8 @@ def _decide_now(target, stage_graph, policy: str, markers: tuple[str, ...]) -> A
     for i, (c, site_id, reasons) in enumerate(zip(cands, ids, explained)):
         mul, conv, conv_op, mod_path, where, is_marked, via = pre[i]
         decision = "fold" if mul in folded else "skip"
-        predicted = "skip" if reasons else "fold"
-        mismatch = None
-        if predicted != decision:
-            mismatch = (
-                f"the installed pass chose {decision} but the explainer predicted {predicted}"
-                + (f" ({', '.join(r.code for r in reasons)})" if reasons else "")
-            )
-            warnings.warn(f"site {site_id}: {mismatch}", ExplanationMismatchWarning, stacklevel=3)
-            if decision == "skip":
-                reasons = [Reason.of(ReasonCode.EXPLANATION_MISMATCH, mismatch)]
-        risks = _risks(c, scales[i], decision, kinds[i], boundaries[i], recurrent)
+        reasons, mismatch = _checked(site_id, decision, reasons)
+        risks = _risks(c, scales[i], decision, kinds[i], boundaries[i], recurrent, is_marked)
         conv_after = after_convs.get(conv)
         fw = fb = None
         if decision == "fold" and conv_after is not None:
@@ -483,7 +563,109 @@ def _decide_now(target, stage_graph, policy: str, markers: tuple[str, ...]) -> A
     sites = _flag_reused_weights(sites, weight_users, program)
     timings = {"explain": t1 - t0, "fold": t2 - t1, "sites": time.perf_counter() - t2}
     before = lambda: _marked_copy(stage_graph, marked_names)  # noqa: E731
-    return Analysis(target, stage_graph, policy, markers, sites, before, (gm, program), timings, marked_names)
+    return Analysis(target, stage_graph, policy, markers, sites, before, (gm, program), timings, marked_names,
+                    guard)
+
+
+def _redecide(prev: Analysis, markers: tuple[str, ...]) -> Analysis | None:
+    """``prev`` with other markers, re-deciding only the clusters whose guard changed.
+
+    The guard is read on the whole pristine graph (the markers applied without touching it),
+    and the installed pass runs on a region holding just the changed clusters
+    (``_region.run``); every other site keeps ``prev``'s decision, which the pass, being local,
+    would make again. The after-graph of the whole run is built only when asked for. None
+    when the whole graph must run instead: an unknown marker (it reports the error), a region
+    that cannot stand alone, or a crash of the pass (it reports it as on the whole graph).
+    """
+    t0 = time.perf_counter()
+    stage_graph, policy = prev.stage_graph, prev.policy
+    lay = _region.layout(stage_graph)
+    graph, program = stage_graph.graph_module.graph, stage_graph.program
+    signature = program.graph_signature if program is not None else None
+    found, unknown = resolve_markers(graph, markers, lay.cands, lay.ids)
+    if unknown:
+        return None
+    marked = set(found.values())
+    guard_reach = _graph.StateReach({})
+    if policy in ("state-aware", "state-aware-strict"):
+        guard_reach = _graph.state_reach(graph, signature, in_place_writes=policy == "state-aware-strict",
+                                         also_marked=marked)
+    guard = _Guard.of(lay.muls, guard_reach)
+    moved = prev._guard.moved(guard, lay.last_first)  # a site whose guard path moved has new reasons
+    changed = sorted({lay.cluster_of[i] for i, c in enumerate(lay.cands) if c.mul.name in moved})
+    names = _region.cluster_names(lay, changed)
+    if len(names) > _WHOLE_RUN_NODES and len(names) > len(lay.order) // 3:
+        return None  # a big part of a big graph changed (another policy, say): the whole run is as cheap
+    redo = [i for i, k in enumerate(lay.cluster_of) if k in set(changed)]
+    ctx = Context(stage_graph.stage, policy, program, guard_reach, set(), lay.order)
+    explained = dict(zip(redo, explain(ctx, [lay.cands[i] for i in redo])))
+    t1 = time.perf_counter()
+    region = None
+    if redo:
+        try:
+            region = _region.run(stage_graph, names, policy, guard.hidden)
+        except (_region.RegionUnavailable, InspectorError):
+            return None
+    t2 = time.perf_counter()
+
+    all_reach = _graph.state_reach(graph, signature, in_place_writes=True, also_marked=marked)
+    recurrent = _recurrent_reach(graph, signature, prev.target.recurrent)
+    folded = set(region.folded) if region is not None else set()
+    reads = region.folded_args() if region is not None else {}
+    weight_users: dict[str, list[int]] = {}
+    sites = []
+    for i, (c, old) in enumerate(zip(lay.cands, prev.sites)):
+        kind = next((k for k in (_graph.MARKER, _graph.BUFFER, _graph.INPUT) if all_reach.reaches(k, c.mul)), None)
+        path = all_reach.path(kind, c.mul) if kind else []
+        boundary = all_reach.boundary.get(path[-1], "") if path else ""
+        is_marked = c.mul in marked or _graph.marked(c.mul)
+        fields = dict(marked=is_marked, state_path=tuple(n.name for n in path), state_boundary=boundary)
+        if i in explained:
+            decision = "fold" if c.mul.name in folded else "skip"
+            reasons, mismatch = _checked(old.id, decision, explained[i])
+            fw, fb = reads.get(c.conv.name, (None, None)) if decision == "fold" else (None, None)
+            fields.update(decision=decision, reasons=tuple(reasons) if decision == "skip" else (), mismatch=mismatch,
+                          folded_weight=fw, folded_bias=fb)
+        decision = fields.get("decision", old.decision)
+        fields["risks"] = tuple(_risks(c, old.scale, decision, kind, boundary, recurrent, is_marked))
+        site = replace(old, **fields)
+        if site.folded and site.folded_weight is not None:
+            weight_users.setdefault(site.folded_weight, []).append(i)
+        sites.append(site)
+    sites = _flag_reused_weights(sites, weight_users, program)
+    timings = {"explain": t1 - t0, "fold": t2 - t1, "sites": time.perf_counter() - t2}
+    marked_names = tuple(n.name for n in found.values())
+    before = lambda: _marked_copy(stage_graph, marked_names)  # noqa: E731
+    result = Analysis(prev.target, stage_graph, policy, markers, sites, before, None, timings, marked_names,
+                      guard)
+    result._after_factory = lambda: _full_after(result)
+    return result
+
+
+def _checked(site_id: str, decision: str, reasons: list) -> tuple[list, str | None]:
+    """The explainer's reasons against the pass's decision: (reasons to show, the mismatch if any)."""
+    predicted = "skip" if reasons else "fold"
+    if predicted == decision:
+        return reasons, None
+    mismatch = (f"the installed pass chose {decision} but the explainer predicted {predicted}"
+                + (f" ({', '.join(r.code for r in reasons)})" if reasons else ""))
+    warnings.warn(f"site {site_id}: {mismatch}", ExplanationMismatchWarning, stacklevel=4)
+    if decision == "skip":
+        reasons = [Reason.of(ReasonCode.EXPLANATION_MISMATCH, mismatch)]
+    return reasons, mismatch
+
+
+def _full_after(analysis: Analysis):
+    """The whole-graph run of ``analysis`` (re-decided from regions): its after-graph, once its
+    decisions are checked to be the regions' (the locality the regions rest on, checked again)."""
+    full = _decide_now(analysis.target, analysis.stage_graph, analysis.policy, analysis.markers)
+    got = [(s.decision, s.folded_weight, s.folded_bias) for s in analysis.sites]
+    want = [(s.decision, s.folded_weight, s.folded_bias) for s in full.sites]
+    if got != want:
+        bad = next(a.id for a, x, y in zip(analysis.sites, got, want) if x != y)
+        raise InspectorError(f"internal error: site {bad} was decided differently on its region than on the whole "
+                             "graph; please report it with this model (inspector.report)")
+    return full._after
 
 
 def _marked_copy(stage_graph, marked_names: tuple[str, ...]):
@@ -549,7 +731,7 @@ def _recurrent_reach(graph, signature, recurrent: dict) -> dict[Node, int]:
     return reach
 
 
-def _risks(c, scale: ScaleSummary, decision: str, kind, boundary: str, recurrent: dict) -> list[Risk]:
+def _risks(c, scale: ScaleSummary, decision: str, kind, boundary: str, recurrent: dict, marked: bool) -> list[Risk]:
     risks = []
     if scale.ratio is not None and scale.ratio >= WIDE_RANGE_RATIO * (1 - 1e-6):  # float32 1/0.001 is 999.9999
         risks.append(Risk.of(
@@ -560,7 +742,7 @@ def _risks(c, scale: ScaleSummary, decision: str, kind, boundary: str, recurrent
         ))
     if decision == "fold" and kind is not None:
         risks.append(Risk.of(RiskCode.FEEDS_CARRIED_STATE, f"{c.mul.name} reaches {boundary}"))
-    if c.mul in recurrent and not _graph.marked(c.mul):
+    if c.mul in recurrent and not marked:
         idx = recurrent[c.mul]
         risks.append(Risk.of(
             RiskCode.FEEDS_RECURRENT_OUTPUT,

@@ -87,7 +87,7 @@ _CAPTION_CLIP = 400  # longest line of a graph or cluster caption
 _MAX_STRING = 8000  # longest label or tooltip: dot refuses strings over 16,384 characters
 _MAX_ID = 200  # longer node names get a short, stable DOT id (the full name is in the tooltip)
 _LEGEND_ROW = 4  # legend entries per row
-_HUB_DEGREE = 10  # a node with more neighbours ends a neighbourhood walk (see _neighbourhood)
+HUB_DEGREE = 10  # a node with more neighbours ends a neighbourhood walk (see _neighbourhood)
 
 
 # ---------------------------------------------------------------- public API
@@ -113,6 +113,29 @@ class Verdicts:
     # Nodes to draw as marked carried state besides those whose meta says so (markers set on a
     # copy of this graph: the picture can then be drawn from the pristine graph, uncopied).
     marked: frozenset = frozenset()
+    # Set when the graph is a region of a larger one (the pass run on just the part a focused
+    # picture shows): what the picture needs to know about the rest (see ``Region``).
+    region: "Region | None" = None
+
+
+@dataclass(frozen=True)
+class Region:
+    """What a focused picture of a region needs to know about the whole graph around it.
+
+    A focused picture walks from the site and shows the border's neighbours as counts. From a
+    region it is the same picture when every node it walks through has all its neighbours in
+    the region, and every border node's outside users are known; otherwise drawing it raises
+    ``RegionTooSmall`` and the caller draws the whole graph instead.
+    """
+
+    complete: frozenset  # names of the nodes whose every neighbour is in the region
+    stand_ins: frozenset  # names of the nodes standing for the outside (values flowing in, the region's output)
+    outside_users: dict  # node name -> how many of its users lie outside the region
+    held: dict  # node name -> "buffer" | "input": the nodes holding carried state in the whole graph
+
+
+class RegionTooSmall(Exception):
+    """A focused picture of a region would need a node whose neighbours lie outside it."""
 
 
 def render(
@@ -152,9 +175,16 @@ def render(
         if not hasattr(graph, "verdicts"):
             raise InspectorError(f"cannot draw a {type(graph).__name__}; give an FX graph and its verdicts, "
                                  "or an Analysis")
-        graph, verdicts = graph.verdicts(verdicts if isinstance(verdicts, str) else "before")
-    verdicts = _as_verdicts(verdicts)
-    view = _view(graph, verdicts, **kw)
+        analysis, which = graph, verdicts if isinstance(verdicts, str) else "before"
+        graph, verdicts = analysis.verdicts(which, focus=focus, hops=hops)
+        try:
+            view = _view(graph, verdicts, **kw)
+        except RegionTooSmall:
+            graph, verdicts = analysis.verdicts(which)
+            view = _view(graph, verdicts, **kw)
+    else:
+        verdicts = _as_verdicts(verdicts)
+        view = _view(graph, verdicts, **kw)
     g = _digraph()
     g.attr("graph", label=_text_left(*verdicts.caption, *view.notes))
     _draw(g, view, prefix="", cluster_by_module=cluster_by_module)
@@ -169,15 +199,21 @@ def render_pair(before, after=None, verdicts: tuple | None = None, *, caption: I
     """Before and after side by side: one ``Digraph`` with a cluster each (node ids prefixed
     ``before.`` and ``after.``). Give an ``Analysis``, or the two graphs and their two
     ``Verdicts``; takes the keyword arguments of ``render``."""
+    cluster_by_module = kw.pop("cluster_by_module", False)
     if not isinstance(before, (fx.Graph, fx.GraphModule)):
         analysis = before
-        (before, v_before), (after, v_after) = analysis.verdicts("before"), analysis.verdicts("after")
+        (before, v_before) = analysis.verdicts("before")
+        (after, v_after) = analysis.verdicts("after", focus=kw.get("focus"), hops=kw.get("hops", 2))
         caption = analysis.caption(None)
+        try:
+            view_after = _view(after, v_after, **kw, cluster_by_module=cluster_by_module)
+        except RegionTooSmall:
+            after, v_after = analysis.verdicts("after")
+            view_after = _view(after, v_after, **kw, cluster_by_module=cluster_by_module)
     else:
         v_before, v_after = (_as_verdicts(v) for v in verdicts)
-    cluster_by_module = kw.pop("cluster_by_module", False)
-    views = [_view(graph, v, **kw, cluster_by_module=cluster_by_module)
-             for graph, v in ((before, v_before), (after, v_after))]
+        view_after = _view(after, v_after, **kw, cluster_by_module=cluster_by_module)
+    views = [_view(before, v_before, **kw, cluster_by_module=cluster_by_module), view_after]
     g = _digraph()
     g.attr("graph", label=_text_left(*caption))
     for which, view in zip(WHICH, views):
@@ -415,6 +451,18 @@ class _Facts:
     held: dict[Node, str] = field(default_factory=dict)  # node holding carried state -> "buffer" | "input"
     buffer_inputs: set[str] = field(default_factory=set)  # placeholder names of buffers
     constant_inputs: set[str] = field(default_factory=set)  # placeholder names of parameters, buffers, constants
+    region: Region | None = None  # set when the graph is a region of a larger one
+    outside: dict[Node, int] = field(default_factory=dict)  # region: a node's users outside it
+
+    def users(self, n: Node) -> int:
+        """How many users ``n`` has in the whole graph."""
+        k = self.outside.get(n)
+        return len(n.users) if k is None else len(n.users) - 1 + k
+
+    def walked(self, n: Node) -> list[Node]:
+        """The neighbours of ``n`` a walk goes on to (in a region, not the output standing for outside users)."""
+        users = n.users if n not in self.outside else [u for u in n.users if u.name not in self.region.stand_ins]
+        return [*n.all_input_nodes, *users]
 
     def is_marked(self, n: Node) -> bool:
         return n.name in self.marked or _graph.marked(n)
@@ -452,7 +500,15 @@ def _classify(graph, verdicts: Verdicts) -> _Facts:
     writes = _graph.state_writes(graph, verdicts.signature)
     for w in writes:
         facts.writes.setdefault(w.node, []).append(w)
-    facts.held = _graph.written_state(graph, verdicts.signature, writes)
+    region = facts.region = verdicts.region
+    if region is None:
+        facts.held = _graph.written_state(graph, verdicts.signature, writes)
+    else:  # state written through the whole graph's output is not visible in the region's
+        facts.held = {n: region.held[n.name] for n in facts.nodes if n.name in region.held}
+        for n in facts.nodes:
+            k = region.outside_users.get(n.name, 0)
+            if k:  # the region's output stands for k users
+                facts.outside[n] = k
     facts.buffer_inputs, facts.constant_inputs = _graph.placeholder_roles(verdicts.signature)
     for n in facts.nodes:
         facts.kind[n] = _kind(facts, n)
@@ -514,14 +570,22 @@ def _select(facts: _Facts, focus_site, hops: int, hide: tuple[str, ...], max_nod
               if facts.kind[n] == "constant" and "constants" in hide and n.name not in facts.keep}
     visible = [n for n in facts.nodes if n not in hidden]
     notes: list[str] = []
-    if hidden:
+    if hidden and focus_site is None:
         notes.append(f"{len(hidden):,} constant{'s' * (len(hidden) != 1)} hidden (hide=() shows them)")
     if focus_site is not None:
+        # What the picture says is about the focused part alone: a region of the graph draws it the same.
         names = (focus_site.conv,) if facts.after and focus_site.folded else (focus_site.mul, focus_site.conv)
         seeds = [by_name[name] for name in names if name in by_name]
-        shown = _neighbourhood(seeds, hops, hidden)
+        depth = _neighbourhood(seeds, hops, hidden, facts)
+        shown = set(depth)
+        if facts.region is not None:
+            _check_region(facts, depth, hops)
+        around = {m for n in shown for m in facts.walked(n) if m in hidden}
+        if around:
+            notes.append(f"{len(around):,} constant{'s' * (len(around) != 1)} around it hidden "
+                         "(hide=() shows them)")
         notes.append(f"focus: site {focus_site.id} and {hops} hop{'s' * (hops != 1)} around it "
-                     f"({len(shown):,} of {len(visible):,} nodes)")
+                     f"({len(shown):,} node{'s' * (len(shown) != 1)})")
     elif max_nodes is not None and len(visible) > max_nodes and not (facts.site_of_mul or facts.sites_of_conv):
         shown = set(visible[:max_nodes])
         notes.append(f"showing the first {max_nodes:,} of {len(visible):,} nodes (no sites here); "
@@ -530,10 +594,10 @@ def _select(facts: _Facts, focus_site, hops: int, hide: tuple[str, ...], max_nod
         seeds = [n for n in visible if n.name in facts.site_of_mul or n.name in facts.sites_of_conv]
         # Shrink the neighbourhoods until they fit; at 0 hops only the sites themselves remain.
         h = hops
-        shown = _neighbourhood(seeds, h, hidden)
+        shown = set(_neighbourhood(seeds, h, hidden, facts))
         while len(shown) > max_nodes and h > 0:
             h -= 1
-            shown = _neighbourhood(seeds, h, hidden)
+            shown = set(_neighbourhood(seeds, h, hidden, facts))
         sites = {s.id for s in facts.site_of_mul.values()} | {s.id for ss in facts.sites_of_conv.values() for s in ss}
         notes.append(f"showing {len(shown):,} of {len(visible):,} nodes: the neighbourhoods "
                      f"({h} hop{'s' * (h != 1)}) of {len(sites):,} site{'s' * (len(sites) != 1)}; "
@@ -546,7 +610,8 @@ def _select(facts: _Facts, focus_site, hops: int, hide: tuple[str, ...], max_nod
     if len(ordered) < len(visible):
         for n in ordered:
             ins = sum(1 for m in n.all_input_nodes if m not in shown and m not in hidden)
-            outs = sum(1 for m in n.users if m not in shown and m not in hidden)
+            outs = sum(1 for m in facts.walked(n) if m in n.users and m not in shown and m not in hidden)
+            outs += facts.outside.get(n, 0)
             parts = [f"{k:,} {what}{'s' * (k != 1)}" for k, what in ((ins, "input"), (outs, "user")) if k]
             if parts:
                 cut[n] = "+" + ", ".join(parts) + " not shown"
@@ -730,21 +795,42 @@ def site_kind(site) -> str:
     return "near-miss" if site.reasons and site.reasons[0].code in NEAR_MISS_REASONS else "skipped"
 
 
-def _neighbourhood(seeds: list[Node], hops: int, hidden: set[Node]) -> set[Node]:
-    """Nodes within ``hops`` edges of any seed, both directions, not walking through hidden nodes.
+def _walks_on(n: Node, d: int, hops: int, facts: _Facts) -> bool:
+    """Whether a walk reaching ``n`` after ``d`` hops goes on from it: not at the last hop, and not
+    from a hub (more than ``HUB_DEGREE`` neighbours, e.g. the input every block reads), or one
+    hop would pull in the whole graph."""
+    return d < hops and (d == 0 or facts.users(n) + len(n.all_input_nodes) <= HUB_DEGREE)
+
+
+def _neighbourhood(seeds: list[Node], hops: int, hidden: set[Node], facts: _Facts) -> dict[Node, int]:
+    """Nodes within ``hops`` edges of any seed, both directions, not walking through hidden nodes
+    nor on from hubs (``_walks_on``); with the hops each took.
 
     One breadth-first search from all seeds at once: every node is expanded at most once.
-    A hub (more than ``_HUB_DEGREE`` neighbours, e.g. the input every block reads) is
-    drawn but not walked through, or one hop would pull in the whole graph.
     """
-    seen = set(seeds)
+    seen = dict.fromkeys(seeds, 0)
     frontier = deque((n, 0) for n in seeds)
     while frontier:
         n, d = frontier.popleft()
-        if d == hops or (d > 0 and len(n.users) + len(n.all_input_nodes) > _HUB_DEGREE):
+        if not _walks_on(n, d, hops, facts):
             continue
-        for m in (*n.all_input_nodes, *n.users):
+        for m in facts.walked(n):
             if m not in seen and m not in hidden:
-                seen.add(m)
+                seen[m] = d + 1
                 frontier.append((m, d + 1))
     return seen
+
+
+def _check_region(facts: _Facts, depth: dict[Node, int], hops: int) -> None:
+    """Raise ``RegionTooSmall`` unless the region draws the focused picture as the whole graph would:
+    nothing shown stands for the outside, every node walked on from has all its neighbours in the
+    region, and a border node with neighbours outside is not a constant (a fold outside the region
+    may take users from a constant)."""
+    region = facts.region
+    for n, d in depth.items():
+        if n.name in region.stand_ins:
+            raise RegionTooSmall(n.name)
+        if n.name in region.complete:
+            continue
+        if _walks_on(n, d, hops, facts) or facts.kind[n] == "constant":
+            raise RegionTooSmall(n.name)
