@@ -1,12 +1,13 @@
-"""A marker toggle in the widget, as a user waits for it: re-decide every site with the real pass,
-rebuild the site rows and redraw the focused graph.
+"""A marker toggle in the widget, as a user waits for it: re-decide the sites with the real pass
+(on the region of the clusters the toggle changed), rebuild the site rows and redraw the focused
+before | after graph (its after side from a region run of the pass too).
 
 Measured through the widget's public methods (``FoldInspector.toggle_marker``) on models built
 through the public API: the built-in ``sample:generated_blocks`` (about 1,000 nodes) at every
 stage, and a generated tfa graph of about 10,000 nodes (``inspector.analyze_graph``). Prints the
 median of repeated toggles next to the target from the speed issue, and what one toggle spends
-where: the re-decide's own timings (explain: private copy, reach and explainer; fold: the installed
-pass; sites) and the redraw (rows and the focused before | after picture, with graphviz's dot).
+where: the re-decide's own timings (explain: reach and explainer; fold: the installed pass on the
+region; sites) and the redraw (rows and the focused before | after picture, with graphviz's dot).
 """
 
 from __future__ import annotations
