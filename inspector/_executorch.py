@@ -317,17 +317,21 @@ def program_like(program, graph, signature, state_dict: dict, constants: dict):
 
     import torch
     from torch.export import ExportedProgram
-    from torch.fx import GraphModule
 
     fields = ("_graph_module", "_graph_signature", "_state_dict", "_constants")
     if all(hasattr(program, f) for f in fields):
         part = copy.copy(program)
-        part._graph_module = GraphModule(torch.nn.Module(), graph)
+        part._graph_module = lazy_graph_module_of(torch.nn.Module(), graph)
         part._graph_signature, part._state_dict, part._constants = signature, state_dict, constants
         return part
     return ExportedProgram(root=torch.nn.Module(), graph=graph, graph_signature=signature, state_dict=state_dict,
                            range_constraints={}, module_call_graph=[], constants=constants,
                            verifiers=program.verifiers)
+
+
+def lazy_graph_module_of(root, graph):
+    """A lazy GraphModule (see ``lazy_graph_module``) of ``graph`` over ``root``'s attributes."""
+    return _get("torch.fx._lazy_graph_module", "_LazyGraphModule")(root, graph)
 
 
 def lazy_graph_module(graph_module):

@@ -133,6 +133,7 @@ class Region:
     names: frozenset[str]  # the region's nodes of the stage graph
     stand_ins: frozenset[str]  # nodes standing for the outside: the values flowing in, the region's output
     outside_users: dict[str, int]  # region node -> how many of its users lie outside (fed via the output)
+    synthetic: frozenset[tuple[str, str]]  # (node, output) edges that only carry a value out of the region
 
     def folded_args(self) -> dict[str, tuple[str | None, str | None]]:
         """conv name -> (weight, bias) node names it reads after the pass."""
@@ -166,7 +167,7 @@ def around(lay: Layout, seeds: Iterable[Node], hops: int, hub_degree: int) -> se
                     seen.add(m)
                     nxt.append(m)
         frontier = nxt
-    names = {n.name for n in seen if n.op != "output"}
+    names = {n.name for n in seen}
     touched = {lay.cluster_of[i] for i, c in enumerate(lay.cands) if c.mul.name in names or c.conv.name in names}
     return names | cluster_names(lay, touched)
 
@@ -196,7 +197,7 @@ def run(stage_graph, names: set[str], policy: str, hidden: frozenset[str], marke
     after = {n.name for n in gm.graph.nodes}
     created = after - before  # the scaled weights and biases: their only user is their conv
     return Region(gm, built.program, tuple(fold.folded), frozenset((built.complete & after) | created), built.names,
-                  frozenset(before) - built.names, built.outside_users)
+                  frozenset(before) - built.names, built.outside_users, built.synthetic)
 
 
 @dataclass
@@ -206,12 +207,13 @@ class _Built:
     names: frozenset[str]  # the stage graph's nodes in it
     complete: frozenset[str]  # those whose every neighbour is in it too
     outside_users: dict[str, int]  # node name -> how many of its users are not in it
+    synthetic: frozenset[tuple[str, str]]  # (node, output) edges that only carry a value out of it
 
 
 def _build(stage_graph, lay: Layout, names: set[str]) -> _Built:
     """The region ``names`` of ``stage_graph`` as a program of its own (the stage graph is only read)."""
     program = stage_graph.program
-    source = [lay.by_name[name] for name in names if name in lay.by_name and lay.by_name[name].op != "output"]
+    source = [lay.by_name[name] for name in names if name in lay.by_name]
     inside = set(source)
     # Constants and inputs the region reads come in as they are; values computed outside become inputs.
     for n in source:
@@ -240,22 +242,34 @@ def _build(stage_graph, lay: Layout, names: set[str]) -> _Built:
         p = graph.placeholder(m.name)
         p.meta = copy.copy(m.meta)
         env[m] = p
+    real_output = next((n for n in nodes if n.op == "output"), None)
     for n in nodes:
-        if n not in env:
+        if n not in env and n is not real_output:
             env[n] = graph.node_copy(n, env.__getitem__)
+    # What flows out to users outside leaves through the region's output, after the whole graph's own
+    # outputs when that is in the region: those edges are not the graph's (``synthetic``).
+    carried = [n for n in nodes if any(u not in inside for u in n.users)]
+    returned: list = []
+    if real_output is not None:
+        value = real_output.args[0]
+        returned = [fx.map_arg(v, env.__getitem__) for v in (value if isinstance(value, (list, tuple)) else [value])]
+    out = graph.output(tuple(returned) + tuple(env[n] for n in carried))
+    if real_output is not None:
+        out.meta = copy.copy(real_output.meta)
+        env[real_output] = out
     renamed = [m.name for m in (*nodes, *outside_inputs) if env[m].name != m.name]
     if renamed:
         raise RegionUnavailable(f"node {renamed[0]} was renamed in the region")
-    outputs = [env[n] for n in nodes if any(u not in inside for u in n.users)]
-    graph.output(tuple(outputs))
+    synthetic = frozenset((n.name, out.name) for n in carried if real_output is None or n not in real_output.users)
     names_inside = frozenset(n.name for n in nodes)
     if program is None:
-        gm = fx.GraphModule(_attributes(stage_graph.graph_module, nodes), graph)
-        return _Built(gm, None, names_inside, complete, outside_users)
+        gm = _executorch.lazy_graph_module_of(_attributes(stage_graph.graph_module, nodes), graph)
+        return _Built(gm, None, names_inside, complete, outside_users, synthetic)
     if any(n.op == "get_attr" for n in nodes):
         raise RegionUnavailable("the region reads a submodule")
-    region_program = _program(program, lay, graph, placeholders, list(outside_inputs), outputs)
-    return _Built(region_program.graph_module, region_program, names_inside, complete, outside_users)
+    region_program = _program(program, lay, graph, placeholders, list(outside_inputs), returned,
+                              [env[n] for n in carried])
+    return _Built(region_program.graph_module, region_program, names_inside, complete, outside_users, synthetic)
 
 
 def _attributes(root: torch.nn.Module, nodes: list[Node]) -> torch.nn.Module:
@@ -288,7 +302,7 @@ def _attributes(root: torch.nn.Module, nodes: list[Node]) -> torch.nn.Module:
 
 
 def _program(program, lay: Layout, graph: fx.Graph, placeholders: list[Node], outside: list[Node],
-             outputs: list[Node]):
+             returned: list, outputs: list[Node]):
     """The region as an ExportedProgram: the stage program's specs and tensors for its constants and
     inputs (tensors shared: the pass adds scaled copies and never writes into them), and the values
     flowing in and out as user inputs and outputs."""
@@ -303,8 +317,12 @@ def _program(program, lay: Layout, graph: fx.Graph, placeholders: list[Node], ou
     for o in outputs:
         if not isinstance(o.meta.get("val"), torch.Tensor):
             raise RegionUnavailable(f"{o.name} flows out of the region and is not a tensor")
-    signature = ExportGraphSignature(specs, [OutputSpec(OutputKind.USER_OUTPUT, TensorArgument(o.name), None)
-                                             for o in outputs])
+    # The whole graph's own outputs keep their specs (what they write into state is read from them).
+    output_specs = list(program.graph_signature.output_specs) if returned else []
+    if len(output_specs) != len(returned):
+        raise RegionUnavailable("the graph's outputs do not match its signature")
+    output_specs += [OutputSpec(OutputKind.USER_OUTPUT, TensorArgument(o.name), None) for o in outputs]
+    signature = ExportGraphSignature(specs, output_specs)
     state_dict, constants = {}, {}
     for spec in specs:
         if spec.target is None:

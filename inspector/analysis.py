@@ -315,7 +315,7 @@ class Analysis:
         if which == "after" and focus is not None and errors is None and self._after_pair is None:
             region = self._focus_region(focus, hops)
             if region is not None:
-                facts = Region(region.complete, region.stand_ins, region.outside_users,
+                facts = Region(region.complete, region.stand_ins, region.outside_users, region.synthetic,
                                _region.layout(self.stage_graph).held)
                 return region.graph_module, Verdicts(
                     self.sites, True, region.program.graph_signature if region.program is not None else None,
@@ -596,7 +596,8 @@ def _redecide(prev: Analysis, markers: tuple[str, ...]) -> Analysis | None:
     names = _region.cluster_names(lay, changed)
     if len(names) > _WHOLE_RUN_NODES and len(names) > len(lay.order) // 3:
         return None  # a big part of a big graph changed (another policy, say): the whole run is as cheap
-    redo = [i for i, k in enumerate(lay.cluster_of) if k in set(changed)]
+    changed_set = set(changed)
+    redo = [i for i, k in enumerate(lay.cluster_of) if k in changed_set]
     ctx = Context(stage_graph.stage, policy, program, guard_reach, set(), lay.order)
     explained = dict(zip(redo, explain(ctx, [lay.cands[i] for i in redo])))
     t1 = time.perf_counter()

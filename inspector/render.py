@@ -131,6 +131,7 @@ class Region:
     complete: frozenset  # names of the nodes whose every neighbour is in the region
     stand_ins: frozenset  # names of the nodes standing for the outside (values flowing in, the region's output)
     outside_users: dict  # node name -> how many of its users lie outside the region
+    synthetic: frozenset  # (tail, head) names of the edges that carry those values out (to the region's output)
     held: dict  # node name -> "buffer" | "input": the nodes holding carried state in the whole graph
 
 
@@ -454,15 +455,25 @@ class _Facts:
     region: Region | None = None  # set when the graph is a region of a larger one
     outside: dict[Node, int] = field(default_factory=dict)  # region: a node's users outside it
 
-    def users(self, n: Node) -> int:
-        """How many users ``n`` has in the whole graph."""
-        k = self.outside.get(n)
-        return len(n.users) if k is None else len(n.users) - 1 + k
+    def inputs(self, n: Node) -> list[Node]:
+        """``n``'s inputs (in a region, not the values it only carries out)."""
+        if self.region is None or not self.region.synthetic:
+            return n.all_input_nodes
+        return [m for m in n.all_input_nodes if (m.name, n.name) not in self.region.synthetic]
+
+    def user_nodes(self, n: Node) -> list[Node]:
+        """``n``'s users in the graph (in a region, not the output carrying its value out)."""
+        if n not in self.outside:
+            return list(n.users)
+        return [u for u in n.users if (n.name, u.name) not in self.region.synthetic]
+
+    def degree(self, n: Node) -> int:
+        """How many neighbours ``n`` has in the whole graph."""
+        return len(self.inputs(n)) + len(self.user_nodes(n)) + self.outside.get(n, 0)
 
     def walked(self, n: Node) -> list[Node]:
-        """The neighbours of ``n`` a walk goes on to (in a region, not the output standing for outside users)."""
-        users = n.users if n not in self.outside else [u for u in n.users if u.name not in self.region.stand_ins]
-        return [*n.all_input_nodes, *users]
+        """The neighbours of ``n`` in the graph a walk goes on to."""
+        return [*self.inputs(n), *self.user_nodes(n)]
 
     def is_marked(self, n: Node) -> bool:
         return n.name in self.marked or _graph.marked(n)
@@ -609,8 +620,8 @@ def _select(facts: _Facts, focus_site, hops: int, hide: tuple[str, ...], max_nod
     cut: dict[Node, str] = {}
     if len(ordered) < len(visible):
         for n in ordered:
-            ins = sum(1 for m in n.all_input_nodes if m not in shown and m not in hidden)
-            outs = sum(1 for m in facts.walked(n) if m in n.users and m not in shown and m not in hidden)
+            ins = sum(1 for m in facts.inputs(n) if m not in shown and m not in hidden)
+            outs = sum(1 for m in facts.user_nodes(n) if m not in shown and m not in hidden)
             outs += facts.outside.get(n, 0)
             parts = [f"{k:,} {what}{'s' * (k != 1)}" for k, what in ((ins, "input"), (outs, "user")) if k]
             if parts:
@@ -627,7 +638,7 @@ def _draw(g: graphviz.Digraph, view: _View, *, prefix: str, cluster_by_module: b
         for n in view.shown:
             _draw_node(g, view, n, prefix)
     for n in view.shown:
-        for src in n.all_input_nodes:
+        for src in view.facts.inputs(n):
             if src not in shown:
                 continue
             path = view.facts.path_edges.get((src.name, n.name))
@@ -799,7 +810,7 @@ def _walks_on(n: Node, d: int, hops: int, facts: _Facts) -> bool:
     """Whether a walk reaching ``n`` after ``d`` hops goes on from it: not at the last hop, and not
     from a hub (more than ``HUB_DEGREE`` neighbours, e.g. the input every block reads), or one
     hop would pull in the whole graph."""
-    return d < hops and (d == 0 or facts.users(n) + len(n.all_input_nodes) <= HUB_DEGREE)
+    return d < hops and (d == 0 or facts.degree(n) <= HUB_DEGREE)
 
 
 def _neighbourhood(seeds: list[Node], hops: int, hidden: set[Node], facts: _Facts) -> dict[Node, int]:

@@ -59,19 +59,22 @@ def test_toggles_on_regions_equal_the_whole_graph_run(stage_analyses, name, stag
 
 @pytest.mark.parametrize("stage", STAGES)
 @pytest.mark.parametrize("policy", GUARDS)
-def test_a_toggle_on_a_big_graph_runs_the_pass_on_regions_only(stage_analyses, stage, policy):
+@pytest.mark.parametrize("index", [100, 103], ids=["middle-site", "site-writing-state"])
+def test_a_toggle_on_a_big_graph_runs_the_pass_on_regions_only(stage_analyses, stage, policy, index):
     base = stage_analyses("generated_blocks", stage).with_policy(policy)
     nodes = len(base.stage_graph.graph_module.graph.nodes)
-    site = base.sites[len(base.sites) // 2]
+    site = base.sites[index]
     toggled = base.toggle_marker(site.id)
     assert toggled._after_pair is None, "the whole graph ran"
     assert toggled.site(site.id).decision == "skip" and "marked-carried-state" in toggled.site(site.id).reason_codes
-    toggled.render_pair(focus=site.id)
+    drawn = toggled.render_pair(focus=site.id).source
     region = toggled._regions[site.id, 2]
     assert region is not None, "the focused picture was drawn from the whole graph"
     assert len(region.names) < nodes / 10, (len(region.names), nodes)
     assert toggled._after_pair is None
-    assert records(toggled) == records(whole(toggled))
+    reference = whole(toggled)
+    assert records(toggled) == records(reference)
+    assert drawn == reference.render_pair(focus=site.id).source
     back = toggled.toggle_marker(site.id)
     assert records(back) == records(base)
 
