@@ -270,6 +270,10 @@ class StateReach:
     def reaches(self, kind: str, node: Node) -> bool:
         return node in self.next_hop.get(kind, {})
 
+    def kinds(self, node: Node) -> tuple[str, ...]:
+        """The boundary kinds ``node`` reaches, markers first (the order the guard reports them)."""
+        return tuple(k for k in (MARKER, BUFFER, INPUT) if self.reaches(k, node))
+
     def path(self, kind: str, node: Node) -> list[Node]:
         """Nodes from ``node`` to the boundary it reaches (inclusive)."""
         hops = self.next_hop.get(kind, {})

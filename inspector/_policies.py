@@ -166,22 +166,19 @@ class _PolicyCall:
             self.log.add(self.run)
 
 
+def guard_reach(policy: str, graph, signature, also_marked: Iterable[Node] = ()) -> _graph.StateReach:
+    """What ``policy``'s state guard reads on ``graph``: which nodes reach which state boundary
+    (nothing for the policies without a guard)."""
+    if policy not in ("state-aware", "state-aware-strict"):
+        return _graph.StateReach({})
+    return _graph.state_reach(graph, signature, in_place_writes=policy == "state-aware-strict",
+                              also_marked=also_marked)
+
+
 def guarded_muls(policy: str, graph, program) -> dict[Node, list[str]]:
     """Muls the state guard hides from the pass, with the boundary kinds each one reaches."""
-    if policy not in ("state-aware", "state-aware-strict"):
-        return {}
-    reach = _graph.state_reach(
-        graph,
-        program.graph_signature if program is not None else None,
-        in_place_writes=policy == "state-aware-strict",
-    )
-    guarded: dict[Node, list[str]] = {}
-    for node in graph.nodes:
-        if _graph.is_mul(node):
-            kinds = [k for k in (_graph.MARKER, _graph.BUFFER, _graph.INPUT) if reach.reaches(k, node)]
-            if kinds:
-                guarded[node] = kinds
-    return guarded
+    reach = guard_reach(policy, graph, program.graph_signature if program is not None else None)
+    return {n: list(reach.kinds(n)) for n in graph.nodes if _graph.is_mul(n) and reach.kinds(n)}
 
 
 def run_pass(graph_module: GraphModule, program, policy: str, markers: tuple[str, ...] = (),

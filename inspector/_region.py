@@ -96,7 +96,8 @@ def _build_layout(graph: fx.Graph, program) -> Layout:
     nodes = list(graph.nodes)
     return Layout(
         cands=cands, ids=_graph.site_ids(cands), cluster_of=cluster_of, clusters=[frozenset(m) for m in members],
-        order={n: i for i, n in enumerate(nodes)}, by_name={n.name: n for n in nodes}, last_first=[n.name for n in reversed(nodes)], muls=[n for n in nodes if _graph.is_mul(n)], held=held,
+        order={n: i for i, n in enumerate(nodes)}, by_name={n.name: n for n in nodes},
+        last_first=[n.name for n in reversed(nodes)], muls=[n for n in nodes if _graph.is_mul(n)], held=held,
         input_specs=specs,
     )
 

@@ -16,7 +16,7 @@ from torch.fx import GraphModule, Node
 from . import _graph, _load, _region, _stages
 from ._explain import Context, explain
 from .errors import ExplanationMismatchWarning, InspectorError, listing, quoted
-from ._policies import DEFAULT_VARIANTS, check_policy, marker_tuple, resolve_markers, run_pass
+from ._policies import DEFAULT_VARIANTS, check_policy, guard_reach, marker_tuple, resolve_markers, run_pass
 from .reasons import Reason, ReasonCode, Risk, RiskCode
 
 # A re-decide whose changed clusters hold more nodes than this and a third of the graph runs the whole graph.
@@ -306,7 +306,7 @@ class Analysis:
         (``attribution.variant("upstream")``) at ``step`` (default: the last), or a dict of
         records by node name. With ``focus`` (a site id) the after graph may be just the region
         around that site that a picture of ``hops`` shows, when this analysis was re-decided from
-        regions: its ``Verdicts.complete`` says which nodes a picture may show.
+        regions: its ``Verdicts.region`` says what a picture of it may show.
         """
         from .render import WHICH, Region, Verdicts
 
@@ -456,9 +456,9 @@ class _Guard:
     hidden: frozenset[str]  # every mul the guard hid from the pass, by name
 
     @classmethod
-    def of(cls, graph_nodes, guard_reach) -> "_Guard":
-        hops = {k: {n.name: m.name for n, m in h.items()} for k, h in guard_reach.next_hop.items()}
-        return cls(hops, frozenset(n.name for n in graph_nodes if _graph.is_mul(n) and _guard_kinds(guard_reach, n)))
+    def of(cls, graph_nodes, reach) -> "_Guard":
+        hops = {k: {n.name: m.name for n, m in h.items()} for k, h in reach.next_hop.items()}
+        return cls(hops, frozenset(n.name for n in graph_nodes if _graph.is_mul(n) and reach.kinds(n)))
 
     def moved(self, other: "_Guard", names_last_first: list[str]) -> set[str]:
         """The nodes whose path to a state boundary differs between the two guards (one backward sweep:
@@ -477,8 +477,18 @@ class _Guard:
         return out
 
 
-def _guard_kinds(reach, node) -> tuple[str, ...]:
-    return tuple(k for k in (_graph.MARKER, _graph.BUFFER, _graph.INPUT) if reach.reaches(k, node))
+def _every_boundary(policy: str, guard: _graph.StateReach, graph, signature, also_marked=()) -> _graph.StateReach:
+    """Which nodes reach any state boundary, in-place writes included: what the strict guard reads."""
+    if policy == "state-aware-strict":
+        return guard
+    return _graph.state_reach(graph, signature, in_place_writes=True, also_marked=also_marked)
+
+
+def _state_of(reach, node) -> tuple[str | None, list, str]:
+    """(the first boundary kind ``node`` reaches, its path there, that boundary's description)."""
+    kind = next(iter(reach.kinds(node)), None)
+    path = reach.path(kind, node) if kind else []
+    return kind, path, reach.boundary.get(path[-1], "") if path else ""
 
 
 @contextlib.contextmanager
@@ -512,24 +522,17 @@ def _decide_now(target, stage_graph, policy: str, markers: tuple[str, ...]) -> A
     for node in found.values():
         _graph.set_marker(node)
     signature = program.graph_signature if program is not None else None
-    guard_on = policy in ("state-aware", "state-aware-strict")
-    guard_reach = (
-        _graph.state_reach(graph, signature, in_place_writes=policy == "state-aware-strict")
-        if guard_on else _graph.StateReach({})
-    )
-    ctx = Context(stage_graph.stage, policy, program, guard_reach, set(), {n: i for i, n in enumerate(graph.nodes)})
+    reach = guard_reach(policy, graph, signature)
+    ctx = Context(stage_graph.stage, policy, program, reach, set(), {n: i for i, n in enumerate(graph.nodes)})
     explained = explain(ctx, cands)
-    guard = _Guard.of(graph.nodes, guard_reach)
+    guard = _Guard.of(graph.nodes, reach)
     # Every boundary, whatever the policy: for risks and for drawing the path to state.
-    all_reach = _graph.state_reach(graph, signature, in_place_writes=True)
+    all_reach = _every_boundary(policy, reach, graph, signature)
     recurrent = _recurrent_reach(graph, signature, target.recurrent)
     # Everything that needs the pre-fold graph is read now: the pass runs on this same copy
     # (the explainer only reads), and the marked before-graph is rebuilt lazily on demand.
     scales = [_scale_summary(c, program) for c in cands]
-    kinds = [next((k for k in (_graph.MARKER, _graph.BUFFER, _graph.INPUT) if all_reach.reaches(k, c.mul)), None)
-             for c in cands]
-    paths = [all_reach.path(k, c.mul) if k else [] for c, k in zip(cands, kinds)]
-    boundaries = [all_reach.boundary.get(p[-1], "") if p else "" for p in paths]
+    kinds, paths, boundaries = zip(*(_state_of(all_reach, c.mul) for c in cands)) if cands else ((), (), ())
     pre = [(c.mul.name, c.conv.name, _graph.op_name(c.conv), _graph.module_path(c.conv), _graph.location(c.mul),
             _graph.marked(c.mul), c.via.name if c.via is not None else None) for c in cands]
     marked_names = tuple(n.name for n in found.values())
@@ -586,11 +589,8 @@ def _redecide(prev: Analysis, markers: tuple[str, ...]) -> Analysis | None:
     if unknown:
         return None
     marked = set(found.values())
-    guard_reach = _graph.StateReach({})
-    if policy in ("state-aware", "state-aware-strict"):
-        guard_reach = _graph.state_reach(graph, signature, in_place_writes=policy == "state-aware-strict",
-                                         also_marked=marked)
-    guard = _Guard.of(lay.muls, guard_reach)
+    reach = guard_reach(policy, graph, signature, also_marked=marked)
+    guard = _Guard.of(lay.muls, reach)
     moved = prev._guard.moved(guard, lay.last_first)  # a site whose guard path moved has new reasons
     changed = sorted({lay.cluster_of[i] for i, c in enumerate(lay.cands) if c.mul.name in moved})
     names = _region.cluster_names(lay, changed)
@@ -598,7 +598,7 @@ def _redecide(prev: Analysis, markers: tuple[str, ...]) -> Analysis | None:
         return None  # a big part of a big graph changed (another policy, say): the whole run is as cheap
     changed_set = set(changed)
     redo = [i for i, k in enumerate(lay.cluster_of) if k in changed_set]
-    ctx = Context(stage_graph.stage, policy, program, guard_reach, set(), lay.order)
+    ctx = Context(stage_graph.stage, policy, program, reach, set(), lay.order)
     explained = dict(zip(redo, explain(ctx, [lay.cands[i] for i in redo])))
     t1 = time.perf_counter()
     region = None
@@ -609,16 +609,14 @@ def _redecide(prev: Analysis, markers: tuple[str, ...]) -> Analysis | None:
             return None
     t2 = time.perf_counter()
 
-    all_reach = _graph.state_reach(graph, signature, in_place_writes=True, also_marked=marked)
+    all_reach = _every_boundary(policy, reach, graph, signature, marked)
     recurrent = _recurrent_reach(graph, signature, prev.target.recurrent)
     folded = set(region.folded) if region is not None else set()
     reads = region.folded_args() if region is not None else {}
     weight_users: dict[str, list[int]] = {}
     sites = []
     for i, (c, old) in enumerate(zip(lay.cands, prev.sites)):
-        kind = next((k for k in (_graph.MARKER, _graph.BUFFER, _graph.INPUT) if all_reach.reaches(k, c.mul)), None)
-        path = all_reach.path(kind, c.mul) if kind else []
-        boundary = all_reach.boundary.get(path[-1], "") if path else ""
+        kind, path, boundary = _state_of(all_reach, c.mul)
         is_marked = c.mul in marked or _graph.marked(c.mul)
         fields = dict(marked=is_marked, state_path=tuple(n.name for n in path), state_boundary=boundary)
         if i in explained:
