@@ -176,13 +176,7 @@ def render(
         if not hasattr(graph, "verdicts"):
             raise InspectorError(f"cannot draw a {type(graph).__name__}; give an FX graph and its verdicts, "
                                  "or an Analysis")
-        analysis, which = graph, verdicts if isinstance(verdicts, str) else "before"
-        graph, verdicts = analysis.verdicts(which, focus=focus, hops=hops)
-        try:
-            view = _view(graph, verdicts, **kw)
-        except RegionTooSmall:
-            graph, verdicts = analysis.verdicts(which)
-            view = _view(graph, verdicts, **kw)
+        verdicts, view = _analysis_view(graph, verdicts if isinstance(verdicts, str) else "before", kw)
     else:
         verdicts = _as_verdicts(verdicts)
         view = _view(graph, verdicts, **kw)
@@ -200,21 +194,15 @@ def render_pair(before, after=None, verdicts: tuple | None = None, *, caption: I
     """Before and after side by side: one ``Digraph`` with a cluster each (node ids prefixed
     ``before.`` and ``after.``). Give an ``Analysis``, or the two graphs and their two
     ``Verdicts``; takes the keyword arguments of ``render``."""
-    cluster_by_module = kw.pop("cluster_by_module", False)
+    cluster_by_module = kw.get("cluster_by_module", False)
     if not isinstance(before, (fx.Graph, fx.GraphModule)):
         analysis = before
-        (before, v_before) = analysis.verdicts("before")
-        (after, v_after) = analysis.verdicts("after", focus=kw.get("focus"), hops=kw.get("hops", 2))
+        (v_before, before_view), (v_after, after_view) = (_analysis_view(analysis, w, kw) for w in WHICH)
+        views = [before_view, after_view]
         caption = analysis.caption(None)
-        try:
-            view_after = _view(after, v_after, **kw, cluster_by_module=cluster_by_module)
-        except RegionTooSmall:
-            after, v_after = analysis.verdicts("after")
-            view_after = _view(after, v_after, **kw, cluster_by_module=cluster_by_module)
     else:
         v_before, v_after = (_as_verdicts(v) for v in verdicts)
-        view_after = _view(after, v_after, **kw, cluster_by_module=cluster_by_module)
-    views = [_view(before, v_before, **kw, cluster_by_module=cluster_by_module), view_after]
+        views = [_view(graph, v, **kw) for graph, v in ((before, v_before), (after, v_after))]
     g = _digraph()
     g.attr("graph", label=_text_left(*caption))
     for which, view in zip(WHICH, views):
@@ -225,6 +213,17 @@ def render_pair(before, after=None, verdicts: tuple | None = None, *, caption: I
     if v_before.errors or v_after.errors:
         _error_legend(g)
     return g
+
+
+def _analysis_view(analysis, which: str, kw: dict) -> tuple[Verdicts, "_View"]:
+    """(verdicts, view) of an Analysis's ``which`` graph drawn with ``kw``: a focused after-picture
+    from the region the analysis ran the pass on when the region can draw it, else from the whole graph."""
+    graph, verdicts = analysis.verdicts(which, focus=kw.get("focus"), hops=kw.get("hops", 2))
+    try:
+        return verdicts, _view(graph, verdicts, **kw)
+    except RegionTooSmall:
+        graph, verdicts = analysis.verdicts(which)
+        return verdicts, _view(graph, verdicts, **kw)
 
 
 def _as_verdicts(verdicts) -> Verdicts:
