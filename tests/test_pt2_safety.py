@@ -1,4 +1,4 @@
-"""A stranger's .pt2 runs no code, through any door of torch's loader (DESIGN.md, "What is trusted").
+"""A stranger's .pt2 runs no code, through any door of torch's loader (docs/design.md, "What is trusted").
 
 For every door: a malicious archive rewritten from a real ``torch.export.save``, torch's own
 loader running its payload (the positive control: it shows the test can fail), then our loader
@@ -31,6 +31,7 @@ from torch import nn
 import inspector
 import sample_models
 from inspector import InspectorError, _pt2
+from inspector._pt2._common import _ExprError
 
 ROOT = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
@@ -916,7 +917,7 @@ def test_expression_grammar_accepts_what_torch_writes(text):
     "s0 if s0 else 1", "'s0'", "Symbol(\"s0\")", "(" * 100 + "s0" + ")" * 100, "1" * 100, "",
 ])
 def test_expression_grammar_refuses_everything_else(text):
-    with pytest.raises(_pt2._ExprError):
+    with pytest.raises(_ExprError):
         _pt2.check_expression(text)
 
 
@@ -938,7 +939,7 @@ def test_guard_grammar_accepts_what_torch_writes(text):
     "L['x'].size()[0] == 2 ** 2 ** 99", "L['a\\'b'].size()[0]", "L['x'].size()[0]\n== 1",
 ])
 def test_guard_grammar_refuses_everything_else(text):
-    with pytest.raises(_pt2._ExprError):
+    with pytest.raises(_ExprError):
         _pt2.check_guard(text)
 
 
@@ -954,7 +955,7 @@ def test_operator_allowlist(text, ok):
     if ok:
         _pt2.check_operator(text)
     else:
-        with pytest.raises(_pt2._ExprError):
+        with pytest.raises(_ExprError):
             _pt2.check_operator(text)
 
 
