@@ -2,7 +2,8 @@
 
 The caller's module, program and tensors are never touched: everything
 downstream works on deep copies made here (the Arm pipeline writes scaled
-weights in place into whatever module it is given; FACTS.md).
+weights in place into whatever module it is given; see docs/stack-facts.md,
+"Traps that lose data or mislead").
 """
 
 from __future__ import annotations

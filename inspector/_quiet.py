@@ -4,7 +4,8 @@ What torch, torchao, executorch and the TOSA reference model print says nothing
 about the user's model: import-time logs (optional CUDA kernels, pytree
 deprecations), deprecation warnings from deep copies, a dump of the graph before
 an export error, and the reference model's C++ warnings, which it writes straight
-to file descriptor 1 where Python-level redirection cannot catch them (FACTS.md).
+to file descriptor 1 where Python-level redirection cannot catch them
+(docs/stack-facts.md, "Traps that lose data or mislead").
 Scripts piping ``--json`` need stdout to hold exactly one JSON document.
 """
 

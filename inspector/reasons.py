@@ -1,6 +1,7 @@
 """Stable reason and risk codes: why a site is skipped, and what to watch when it folds.
 
-The codes are a contract (DESIGN.md): UI, JSON, reports and tests key on them.
+The codes are a contract (docs/design.md, "Stable reason codes"): UI, JSON, reports and
+tests key on them.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Every model has fixed weights, ``example_inputs()``, and ``expected(stage, policy)``:
 the decision and reason codes the inspector must report for each site, in graph order.
-The expectations are written from the pass's rules (see DESIGN.md) and checked
+The expectations are written from the pass's rules (docs/stack-facts.md, "Which patterns fold") and checked
 against the real installed pass by the test suite.
 """
 

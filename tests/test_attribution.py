@@ -23,7 +23,7 @@ def stateful5():
 
 
 def test_default_calibration_covers_the_run_for_models_with_state():
-    """FACTS.md: with 8 calibration calls the stateful sample fell from 33.7 to 6.3 dB by step 20,
+    """docs/stack-facts.md: with 8 calibration calls the stateful sample fell from 33.7 to 6.3 dB by step 20,
     because the observers never saw the state's range there. Calibrating over the run fixes that."""
     comparison = inspector.compare("sample:stateful_conv_mul", ("upstream",), steps=20)
     assert comparison.calibration.startswith("8 sequence(s) of 20 step(s), each free-running the model's state")

@@ -1,7 +1,8 @@
 """Real-browser tests: the quickstart in JupyterLab and in Voila, driven by Playwright + Debian's Chromium.
 
-Follows ../shared/recipes/BROWSER_TESTING.md (private Jupyter folders, ?reset, kernel settle,
-no network). Screenshots land in test-artifacts/ (or $SHOT_DIR).
+Each server gets private Jupyter folders, the page opens with ?reset, clicks wait until the
+kernel has settled, and every non-local request is blocked (the UI needs no network).
+Screenshots land in test-artifacts/ (or $SHOT_DIR).
 """
 
 from __future__ import annotations
