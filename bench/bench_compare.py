@@ -1,8 +1,8 @@
 """compare(): the first call on a model the process has not seen, the repeat, and a 50-conv 3-variant run.
 
 What a user waits for, measured in this one process and printed as ratios against the
-plain ExecuTorch flow (the FACTS.md recipe, no inspector) measured in the same run
-(these machines are noisy; no thresholds are asserted here). Each round builds models
+plain ExecuTorch flow with no inspector (docs/stack-facts.md, "The TOSA INT flow that works"),
+measured in the same run (these machines are noisy; no thresholds are asserted here). Each round builds models
 with new weights, so neither the plain flow nor the inspector has seen them before.
 Targets from the issues: first call <= 1.10x the plain flow; a repeat answered from the
 cache. A repeat with a new model object must export it again to know it is the same model
@@ -37,7 +37,7 @@ REPEAT_TARGET_MS = 50
 
 
 def plain_flow(model, inputs, batches):
-    """The FACTS.md recipe with no inspector: quantize, calibrate, convert, lower, one reference run."""
+    """The flow of docs/stack-facts.md with no inspector: quantize, calibrate, convert, lower, one reference run."""
     quantizer = _executorch.tosa_int_quantizer()
     ep = torch.export.export(copy.deepcopy(model), inputs)
     gm = _tosa.prepare_pt2e(ep.module(check_guards=False), quantizer)

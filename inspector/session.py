@@ -1,6 +1,6 @@
 """Sessions: what the inspector's screen shows, saved as JSON and read back with every field checked.
 
-A session file is data that may come from a stranger (DESIGN.md, "What is trusted"):
+A session file is data that may come from a stranger (docs/design.md, "What is trusted"):
 reading one never runs code. Its target may name a Python file (``model.py:Net``);
 building that target imports the file, so ``read_session`` refuses such a session
 unless the caller says it trusts it. Every field is checked against the schema and

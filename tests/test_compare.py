@@ -130,7 +130,7 @@ def test_off_folds_nothing_and_upstream_is_bit_identical_to_the_plain_flow():
     off, upstream = result.results
     assert off.folds == {"tfa": 0, "lowering": 0} and off.sites[0].folded_at is None
     assert upstream.folds["tfa"] == 1
-    # the plain ExecuTorch flow, no inspector anywhere (FACTS.md recipe)
+    # the plain ExecuTorch flow, no inspector anywhere (docs/stack-facts.md, "The TOSA INT flow that works")
     quantizer = _executorch.tosa_int_quantizer()
     ep = torch.export.export(copy.deepcopy(model), inputs)
     gm = _tosa.prepare_pt2e(ep.module(check_guards=False), quantizer)
