@@ -83,7 +83,9 @@ def test_state_is_reset_before_the_run(stateful20):
     assert torch.equal(result.reference[0][0], first)
 
 
-def test_cache_answers_known_variants_and_recomputes_changed_ones(stateful20):
+def test_cache_answers_the_same_variants_again_with_the_same_metrics(stateful20):
+    """That a variant whose decisions changed is recomputed is checked by
+    test_functional_state_marker_makes_state_aware_skip_and_runs_free."""
     again = compare("sample:stateful_conv_mul", ("off", "upstream", "state-aware-strict"), steps=20)
     assert all(r.cached for r in again.results)
     assert [r.metrics for r in again.results] == [r.metrics for r in stateful20[0].results]
