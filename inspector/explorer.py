@@ -34,7 +34,8 @@ GRAPH_FILE = "graph.json"
 DECISIONS_FILE = "fold_decisions.json"
 STATE_FILE = "state_path.json"
 ERROR_FILE = "error_sqnr_db.json"
-INSTALL_HINT = "pip install 'fold-inspector[explorer]' (or: make setup EXTRAS=explorer)"
+INSTALL_HINT = ("pip install 'fold-inspector[explorer]' (in a checkout, make setup installs it; or: "
+                "pip install ai-edge-model-explorer==0.1.34 ai-edge-model-explorer-adapter==0.2.1)")
 DEFAULT_PORT = 8080
 CONST_ELEMENT_LIMIT = 16  # weight values shown per constant in Model Explorer's side panel
 
