@@ -221,7 +221,10 @@ def errors_by_node(graph, variant: VariantAttribution, sites, *, after: bool,
 
 def attribution(target: Any, variants=("off", "upstream"), *, steps: int = 1, progress=None,
                 **compare_kw) -> Attribution:
-    """``compare(target, variants, steps=steps, ...)``, then where the error enters in each variant."""
+    """From a model: runs ``compare(target, variants, steps=steps, ...)``, then ``attribute`` on it (one call).
+
+    ``attribute`` starts from a comparison you already have instead.
+    """
     from .compare import compare
 
     def part(start: float, width: float):
@@ -232,7 +235,11 @@ def attribution(target: Any, variants=("off", "upstream"), *, steps: int = 1, pr
 
 
 def attribute(comparison, progress: Callable[[str, float], None] | None = None) -> Attribution:
-    """Per-node error of every variant of ``comparison`` at every step (see the module docstring)."""
+    """From a comparison you already have: per-node error of each of its variants at every step.
+
+    Each variant is quantized again as it was compared; the TOSA reference does not run again (see the
+    module docstring). ``attribution`` starts from a model instead: it runs ``compare`` first.
+    """
     from .compare import quantize
 
     run = getattr(comparison, "run", None)
