@@ -15,6 +15,7 @@ import torch
 from torch.fx import Node
 
 from . import _executorch
+from ._cache import FactTable, WeakCache
 
 CARRIED_STATE_KEY = "carried_quant_state"
 
@@ -28,7 +29,7 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 
 # Facts about op overloads (process-wide singletons, few per graph), looked up per node many times.
 # Only overloads are kept: a plain Python function target may hold anything (a closure over a model).
-_OP_FACTS: dict[tuple[Callable, Any], Any] = {}  # (fact, op overload) -> fact(op overload)
+_OP_FACTS = FactTable(4096, "op facts")  # (fact, op overload) -> fact(op overload)
 
 
 def _op_fact(fact: Callable[[Any], Any], target: Any) -> Any:
@@ -38,7 +39,7 @@ def _op_fact(fact: Callable[[Any], Any], target: Any) -> Any:
     if value is _OP_FACTS:
         value = fact(target)
         if hasattr(target, "_overloadname") and hasattr(target, "_schema"):
-            _OP_FACTS[key] = value
+            _OP_FACTS.put(key, value)
     return value
 
 
@@ -210,7 +211,9 @@ def location(node: Node) -> str:
 # ---------------------------------------------------------------- constants
 
 
-_LOOKUPS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# program -> (its signature's size, its constant lookup): dies with the program (the lookup
+# holds the program only weakly).
+_LOOKUPS = WeakCache("constant lookups")
 
 
 def _lookup(program):
@@ -219,7 +222,7 @@ def _lookup(program):
     entry = _LOOKUPS.get(program)
     if entry is None or entry[0] != size:
         entry = (size, _executorch.constant_lookup(program))
-        _LOOKUPS[program] = entry
+        _LOOKUPS.put(program, entry)
     return entry[1]
 
 
@@ -438,3 +441,67 @@ def state_reach(
                 if user in hops and n not in hops:
                     hops[n] = user
     return reach
+
+
+# ---------------------------------------------------------------- outputs, recurrence, ids
+
+
+def output_values(graph: torch.fx.Graph, signature: Any = None, user_only: bool = False) -> list:
+    """What the graph's output node returns, flattened in order (nested lists and tuples opened):
+    nodes, or the constants and Nones a graph may return. With ``user_only`` and an exported
+    program's ``signature``, only the user outputs (not the mutated buffers and inputs it returns
+    too). Empty without an output node."""
+    out = next((n for n in reversed(graph.nodes) if n.op == "output"), None)
+    if out is None or not out.args:
+        return []
+    values: list = []
+    stack = [out.args[0]]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, (list, tuple)):
+            stack.extend(reversed(value))
+        else:
+            values.append(value)
+    if user_only and signature is not None:
+        from torch.export.graph_signature import OutputKind
+
+        values = [v for v, spec in zip(values, signature.output_specs) if spec.kind == OutputKind.USER_OUTPUT]
+    return values
+
+
+def recurrent_reach(graph: torch.fx.Graph, signature: Any, recurrent: dict) -> dict[Node, int]:
+    """Nodes reaching a user output the model declares recurrent (``recurrent``: output index ->
+    input index, a model's ``RECURRENT``) -> that output's index; the output values included.
+
+    One backward sweep; a node reaching several recurrent outputs takes the index its first
+    reaching user (in ``users`` order) takes.
+    """
+    if not recurrent:
+        return {}
+    values = output_values(graph, signature, user_only=True)
+    reach: dict[Node, int] = {}
+    for idx in recurrent:
+        if 0 <= idx < len(values) and isinstance(values[idx], Node):
+            reach.setdefault(values[idx], idx)
+    for n in reversed(list(graph.nodes)):
+        for user in n.users:
+            if user in reach and n not in reach:
+                reach[n] = reach[user]
+    return reach
+
+
+def unique_ids(names: Iterable[str]) -> list[str]:
+    """``names`` in order, each that occurs more than once numbered ``#1``, ``#2``, ... in order."""
+    names = list(names)
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        if counts[name] == 1:
+            out.append(name)
+        else:
+            seen[name] = seen.get(name, 0) + 1
+            out.append(f"{name}#{seen[name]}")
+    return out
