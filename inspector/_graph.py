@@ -15,7 +15,6 @@ import torch
 from torch.fx import Node
 
 from . import _executorch
-from ._cache import FactTable, WeakCache
 
 CARRIED_STATE_KEY = "carried_quant_state"
 
@@ -29,7 +28,7 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 
 # Facts about op overloads (process-wide singletons, few per graph), looked up per node many times.
 # Only overloads are kept: a plain Python function target may hold anything (a closure over a model).
-_OP_FACTS = FactTable(4096, "op facts")  # (fact, op overload) -> fact(op overload)
+_OP_FACTS: dict[tuple[Callable, Any], Any] = {}  # (fact, op overload) -> fact(op overload)
 
 
 def _op_fact(fact: Callable[[Any], Any], target: Any) -> Any:
@@ -39,7 +38,7 @@ def _op_fact(fact: Callable[[Any], Any], target: Any) -> Any:
     if value is _OP_FACTS:
         value = fact(target)
         if hasattr(target, "_overloadname") and hasattr(target, "_schema"):
-            _OP_FACTS.put(key, value)
+            _OP_FACTS[key] = value
     return value
 
 
@@ -211,9 +210,7 @@ def location(node: Node) -> str:
 # ---------------------------------------------------------------- constants
 
 
-# program -> (its signature's size, its constant lookup): dies with the program (the lookup
-# holds the program only weakly).
-_LOOKUPS = WeakCache("constant lookups")
+_LOOKUPS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _lookup(program):
@@ -222,7 +219,7 @@ def _lookup(program):
     entry = _LOOKUPS.get(program)
     if entry is None or entry[0] != size:
         entry = (size, _executorch.constant_lookup(program))
-        _LOOKUPS.put(program, entry)
+        _LOOKUPS[program] = entry
     return entry[1]
 
 
