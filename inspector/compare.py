@@ -577,7 +577,7 @@ def _calibration(target: _load.Target, calibration, steps: int) -> _Calibration:
         batches = _perturbed(target.inputs, CALIBRATION_COPIES)
         return _Calibration(tuple(batches), 1, False, noise.format(copies=CALIBRATION_COPIES))
     # A model with state: the observers must see the state's range over the whole run, so each
-    # calibration sequence free-runs as many steps as the comparison (FACTS.md: 8 calls never see
+    # calibration sequence free-runs as many steps as the comparison (docs/stack-facts.md: 8 calls never see
     # the state of step 20, and the quantized state clips there).
     length = min(steps, CALIBRATION_MAX_STEPS)
     sequences = max(1, min(1 + CALIBRATION_COPIES, CALIBRATION_MAX_CALLS // length))

@@ -1,7 +1,7 @@
 """``FoldInspector``: the interactive inspector, an ipywidgets app over the ``inspector`` core.
 
-Thin by design (STYLE.md): every control calls one core function and shows what it
-returns. A failure in a callback is shown inside the widget, which keeps working.
+Thin on purpose: every control calls one core function and shows what it returns, so a script
+gets the same answer as the screen. A failure in a callback is shown inside the widget, which keeps working.
 """
 
 from __future__ import annotations
