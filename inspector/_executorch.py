@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import threading
 import weakref
 from types import ModuleType
 from typing import Any, Callable, Iterator, Protocol
@@ -195,6 +194,7 @@ def constant_lookup(program: Any):
     quadratic on a 1,000-node graph). Anything else is left to ``get_param_tensor`` itself."""
     signature = program.graph_signature
     state, constants = program.state_dict, program.constants
+    owner = weakref.ref(program)  # a cache keyed by the program may keep this: it must not keep the program
     table: dict[str, Any] = {}
     for name, target in signature.inputs_to_parameters.items():
         table[name] = state.get(target)
@@ -208,8 +208,11 @@ def constant_lookup(program: Any):
             return table.get(node.name)  # a user input is not a constant (get_param_tensor raises for it)
         if node.op == "call_function":
             return None  # computed (get_param_tensor raises for it)
+        live = owner()
+        if live is None:
+            return None
         try:
-            return get_param_tensor(program, node)
+            return get_param_tensor(live, node)
         except (RuntimeError, AttributeError):
             return None
 
@@ -249,48 +252,72 @@ def to_edge(program: Any):
 
 # The signature's name -> target dicts that the Arm pass utilities look up once per constant.
 _SIGNATURE_DICTS = ("inputs_to_parameters", "inputs_to_buffers", "inputs_to_lifted_tensor_constants")
-_PATCH_LOCK = threading.RLock()
+
+
+@functools.cache
+def _caching_classes() -> tuple[type, type]:
+    """(program class, signature class): subclasses of torch's whose ``inputs_to_*`` dicts are
+    built once per spec list, given for one call to objects this process owns (see below)."""
+    from torch.export import ExportedProgram
+    from torch.export.graph_signature import ExportGraphSignature
+
+    def cached(name: str, prop: property) -> property:
+        def get(self):
+            specs = self.input_specs
+            store = self.__dict__.setdefault("_inspector_lookups", {})
+            hit = store.get(name)
+            if hit is None or hit[0] is not specs or hit[1] != len(specs):
+                hit = store[name] = (specs, len(specs), prop.fget(self))
+            return hit[2]
+
+        return property(get, doc=prop.__doc__)
+
+    signature_class = type("CachingGraphSignature", (ExportGraphSignature,),
+                           {name: cached(name, getattr(ExportGraphSignature, name)) for name in _SIGNATURE_DICTS})
+
+    def get_signature(self):
+        return self.__dict__["_graph_signature"]
+
+    def set_signature(self, signature):  # the Arm utilities build a new signature for many edits
+        if type(signature) is ExportGraphSignature:
+            signature.__class__ = signature_class
+            self.__dict__.setdefault("_inspector_signatures", []).append(weakref.ref(signature))
+        self.__dict__["_graph_signature"] = signature
+
+    program_class = type("CachingExportedProgram", (ExportedProgram,),
+                         {"_graph_signature": property(get_signature, set_signature)})
+    return program_class, signature_class
 
 
 @contextlib.contextmanager
-def fast_signature_lookups() -> Iterator[None]:
-    """In this scope ``ExportGraphSignature.inputs_to_*`` are built once per signature state, not on
+def fast_signature_lookups(program) -> Iterator[None]:
+    """In this scope ``program``'s graph signatures build ``inputs_to_*`` once per spec list, not on
     every call. The installed pass asks for them for every constant it reads, creates or deletes,
     and torch rebuilds each dict from all input specs every time: quadratic, about a second on a
-    1,000-node graph with 200 folds. The cache is keyed by the identity and length of the spec list
-    (the Arm utilities insert into it, or build a new signature with a new list), so the dicts are
-    the same as torch's; the patch is removed on every exit."""
+    1,000-node graph with 200 folds. Only ``program`` changes (it must be a private copy): its class
+    and its signatures' classes are subclasses for the scope, with the cache in their own ``__dict__``,
+    keyed by the identity and length of the spec list (the Arm utilities insert into it, or build a
+    new signature with a new list), so the dicts are torch's; everything is put back on exit, and no
+    class of torch's is touched (other threads and programs see torch as it is)."""
+    from torch.export import ExportedProgram
     from torch.export.graph_signature import ExportGraphSignature
 
-    with _PATCH_LOCK:
-        originals = {name: getattr(ExportGraphSignature, name) for name in _SIGNATURE_DICTS}
-        # Held here, never on the signature (a copy or pickle of the program must not see it).
-        # The Arm utilities build a new signature for many edits: an entry lives only as long as
-        # its signature (weakref.finalize), or every edit's dicts would pile up (10k nodes: 700 MB).
-        store: dict[int, dict[str, tuple]] = {}
-
-        def cached(name: str, prop: property) -> property:
-            def get(self):
-                specs = self.input_specs
-                entries = store.get(id(self))
-                if entries is None or entries["self"]() is not self:
-                    entries = store[id(self)] = {"self": weakref.ref(self)}
-                    weakref.finalize(self, store.pop, id(self), None)
-                hit = entries.get(name)
-                if hit is None or hit[0] is not specs or hit[1] != len(specs):
-                    hit = entries[name] = (specs, len(specs), prop.fget(self))
-                return hit[2]
-
-            return property(get, doc=prop.__doc__)
-
-        for name, prop in originals.items():
-            setattr(ExportGraphSignature, name, cached(name, prop))
-        try:
-            yield
-        finally:
-            for name, prop in originals.items():
-                setattr(ExportGraphSignature, name, prop)
-            store.clear()
+    if program is None or type(program) is not ExportedProgram or "_graph_signature" not in vars(program) \
+            or type(program.__dict__["_graph_signature"]) is not ExportGraphSignature:
+        yield  # not a plain program of torch's own: the lookups stay as torch makes them (only slower)
+        return
+    program_class, signature_class = _caching_classes()
+    program.__class__ = program_class
+    program._graph_signature = program.__dict__["_graph_signature"]  # through the setter: made caching
+    try:
+        yield
+    finally:
+        for ref in program.__dict__.pop("_inspector_signatures", []):
+            signature = ref()
+            if signature is not None and type(signature) is signature_class:
+                signature.__class__ = ExportGraphSignature
+                signature.__dict__.pop("_inspector_lookups", None)
+        program.__class__ = ExportedProgram
 
 
 def lazy_program(program):

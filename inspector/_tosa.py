@@ -9,7 +9,9 @@ partitioner's reject reporter is a private hook. Every name used here is listed 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
+import threading
 from typing import Iterator
 
 from . import _executorch
@@ -65,21 +67,45 @@ def lower(program, spec: str = SPEC):
     return _get("executorch.exir", "to_edge_transform_and_lower")(program, partitioner=[partitioner])
 
 
+_REJECTED: contextvars.ContextVar[dict | None] = contextvars.ContextVar("inspector_rejections", default=None)
+_INSTALL = threading.Lock()  # held only while the reporter is bound, once per process
+
+
+def _install_recording_reporter() -> None:
+    """Bind the partitioner's ``WhyNoPartitionReporter`` to a subclass that also records each
+    rejection into the current context's dict (once per process). Outside a
+    ``partition_rejections`` scope it records nothing and reports exactly as the installed class,
+    so the permanent binding changes nothing for other code; each thread and job records only its
+    own lowering's rejections (``contextvars``), with no lock held across a run."""
+    partitioner = _executorch._import(_PARTITIONER)
+    if getattr(partitioner.WhyNoPartitionReporter, "_inspector_recording", False):
+        return
+    with _INSTALL:
+        base = partitioner.WhyNoPartitionReporter
+        if getattr(base, "_inspector_recording", False):
+            return
+
+        class Recording(base):
+            _inspector_recording = True
+
+            def report_reject(self, node, reason):
+                rejected = _REJECTED.get()
+                if rejected is not None:
+                    rejected.setdefault(node.name, str(reason))
+                return super().report_reject(node, reason)
+
+        partitioner.WhyNoPartitionReporter = Recording
+
+
 @contextlib.contextmanager
 def partition_rejections() -> Iterator[dict[str, str]]:
-    """Collect the TOSA partitioner's reasons for rejecting nodes (node name -> reason)."""
+    """Collect the TOSA partitioner's reasons for rejecting nodes (node name -> reason), in this
+    scope of this thread or task only."""
     _ready()
-    partitioner = _executorch._import(_PARTITIONER)
+    _install_recording_reporter()
     rejected: dict[str, str] = {}
-    base = partitioner.WhyNoPartitionReporter
-
-    class Recording(base):
-        def report_reject(self, node, reason):
-            rejected.setdefault(node.name, str(reason))
-            return super().report_reject(node, reason)
-
-    partitioner.WhyNoPartitionReporter = Recording
+    token = _REJECTED.set(rejected)
     try:
         yield rejected
     finally:
-        partitioner.WhyNoPartitionReporter = base
+        _REJECTED.reset(token)

@@ -33,31 +33,36 @@ def test_state_reach_paths_end_at_the_write():
     assert path[0] is muls[3] and path[-1].op == "call_function" and path[-1].name.startswith("copy_")
 
 
-def test_fast_signature_lookups_match_torch_and_die_with_their_signature():
-    """The pass's signature lookups are cached while it runs: the same dicts as torch's, rebuilt
-    when the spec list grows, and nothing kept once a signature is gone (the Arm utilities make a
-    new signature for many edits; keeping them all held 700 MB on a 10,000-node graph)."""
+def test_fast_signature_lookups_match_torch_and_touch_only_their_program():
+    """The pass's signature lookups are cached while it runs, on the private program alone: the
+    same dicts as torch's, rebuilt when the spec list grows or the Arm utilities install a new
+    signature, and afterwards the program and every signature are torch's own classes again with
+    nothing kept (no class of torch's is patched: another program meanwhile sees torch as it is)."""
     import copy
-    import gc
-    import weakref
 
     import torch
     from torch import nn
-    from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
+    from torch.export import ExportedProgram
+    from torch.export.graph_signature import ExportGraphSignature, InputKind, InputSpec, TensorArgument
 
     from inspector import _executorch
 
-    program = torch.export.export(nn.Conv2d(2, 2, 1), (torch.ones(1, 2, 4, 4),))
-    signature = copy.deepcopy(program.graph_signature)
-    expected = dict(signature.inputs_to_parameters)
-    with _executorch.fast_signature_lookups():
+    program = copy.deepcopy(torch.export.export(nn.Conv2d(2, 2, 1), (torch.ones(1, 2, 4, 4),)))
+    other = copy.deepcopy(program)
+    expected = dict(program.graph_signature.inputs_to_parameters)
+    with _executorch.fast_signature_lookups(program):
+        signature = program.graph_signature
         first = signature.inputs_to_parameters
         assert dict(first) == expected and signature.inputs_to_parameters is first
+        assert other.graph_signature.inputs_to_parameters is not other.graph_signature.inputs_to_parameters
         spec = InputSpec(kind=InputKind.PARAMETER, arg=TensorArgument(name="p_new"), target="new", persistent=None)
         signature.input_specs.insert(0, spec)
         assert dict(signature.inputs_to_parameters) == {"p_new": "new", **expected}
-        probe = weakref.ref(spec)
-        del signature, spec, first
-        gc.collect()
-        assert probe() is None
-    assert type(program.graph_signature).inputs_to_parameters.fget.__name__ == "inputs_to_parameters"
+        program._graph_signature = ExportGraphSignature(list(signature.input_specs), signature.output_specs)
+        replaced = program.graph_signature
+        assert replaced is not signature and replaced.inputs_to_parameters is replaced.inputs_to_parameters
+    assert type(program) is ExportedProgram
+    for sig in (signature, replaced):
+        assert type(sig) is ExportGraphSignature and "_inspector_lookups" not in vars(sig)
+    assert "_inspector_signatures" not in vars(program)
+    assert ExportGraphSignature.inputs_to_parameters.fget.__module__ == "torch.export.graph_signature"
