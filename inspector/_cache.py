@@ -1,17 +1,48 @@
-"""One cache rule for the whole core: a bounded, thread-safe, least-recently-used map.
+"""Every cache the core keeps, with one owner: this module.
 
-Every cache in the inspector is one of these, keyed by everything that determines
-the cached value (never by less: see ``_hashing.program_fingerprint``).
+Three kinds, all bounded, registered here when made, so that ``inspector.clear_cache()``
+(``clear_all``) empties every one of them:
+
+- ``BoundedCache``: a least-recently-used map of at most ``maxsize`` entries, keyed by
+  everything that determines the value (never by less: see ``_hashing.program_fingerprint``).
+- ``FactTable``: facts about a small, fixed set of keys (op overloads) read on hot paths; a
+  plain dict emptied whole when it would pass its bound.
+- ``WeakCache``: values derived from an object this process holds elsewhere (a program's
+  constant table), living exactly as long as that object. Its values must not refer to their
+  key, or the entry would never die: ``put`` checks it.
+
+The registry holds its caches weakly: a cache owned by an object (a target's memo, a decider's
+after-graphs) dies with its owner.
 """
 
 from __future__ import annotations
 
 import collections
 import threading
+import weakref
 from typing import Any, Callable, Hashable, TypeVar
 
 V = TypeVar("V")
 _MISSING = object()
+_ALL: "weakref.WeakSet[Any]" = weakref.WeakSet()  # every cache made, held weakly (the owner of them all)
+_ALL_LOCK = threading.Lock()
+
+
+def _register(cache) -> None:
+    with _ALL_LOCK:
+        _ALL.add(cache)
+
+
+def caches() -> list:
+    """Every cache alive now (for ``clear_all`` and the tests that measure them)."""
+    with _ALL_LOCK:
+        return list(_ALL)
+
+
+def clear_all() -> None:
+    """Empty every cache of the core (comparison results, loaded targets, stage graphs, ...)."""
+    for cache in caches():
+        cache.clear()
 
 
 class BoundedCache:
@@ -24,6 +55,7 @@ class BoundedCache:
         self.name = name
         self._entries: "collections.OrderedDict[Hashable, Any]" = collections.OrderedDict()
         self._lock = threading.RLock()
+        _register(self)
 
     def get(self, key: Hashable, default: Any = None) -> Any:
         with self._lock:
@@ -66,3 +98,88 @@ class BoundedCache:
 
     def __repr__(self) -> str:
         return f"<BoundedCache {self.name}: {len(self)}/{self.maxsize}>"
+
+
+class FactTable:
+    """Facts about a few keys, read many times on hot paths: a dict with a bound, emptied whole when
+    full (the keys are op overloads, a few dozen in a process, so it is never full in practice)."""
+
+    def __init__(self, maxsize: int, name: str = "facts") -> None:
+        self.maxsize = maxsize
+        self.name = name
+        self._entries: dict = {}
+        _register(self)
+
+    def get(self, key: Hashable, default: Any = None) -> Any:
+        return self._entries.get(key, default)  # one dict read: atomic under the GIL
+
+    def put(self, key: Hashable, value: Any) -> None:
+        if len(self._entries) >= self.maxsize:
+            self._entries = {}  # replaced, not cleared: a reader holding the old dict stays valid
+        self._entries[key] = value
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        self._entries = {}
+
+    def __repr__(self) -> str:
+        return f"<FactTable {self.name}: {len(self)}/{self.maxsize}>"
+
+
+class WeakCache:
+    """Values keyed by live objects, each entry gone when its key is (bounded by the live keys)."""
+
+    def __init__(self, name: str = "weak cache") -> None:
+        self.name = name
+        self._entries: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+        _register(self)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        with self._lock:
+            return self._entries.get(key, default)
+
+    def put(self, key: Any, value: Any) -> None:
+        if _holds(value, key):
+            raise ValueError(f"{self.name}: a value that holds its own key would never be freed")
+        with self._lock:
+            self._entries[key] = value
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def __repr__(self) -> str:
+        return f"<WeakCache {self.name}: {len(self)}>"
+
+
+def _holds(value: Any, key: Any, depth: int = 5, budget: int = 10_000) -> bool:
+    """Whether ``value`` refers to ``key`` within ``depth`` references (closures and containers;
+    modules and classes are not followed)."""
+    import gc
+    import types
+
+    seen: set[int] = set()
+    frontier = [value]
+    for _ in range(depth):
+        nxt = []
+        for obj in frontier:
+            if isinstance(obj, types.FunctionType):  # what it closes over, not its module's globals
+                refs = [*(obj.__closure__ or ()), *(obj.__defaults__ or ())]
+            else:
+                refs = gc.get_referents(obj)
+            for ref in refs:
+                if ref is key:
+                    return True
+                if id(ref) in seen or isinstance(ref, (types.ModuleType, type)) or len(seen) > budget:
+                    continue
+                seen.add(id(ref))
+                nxt.append(ref)
+        frontier = nxt
+    return False

@@ -23,7 +23,7 @@ class Context:
     """What every check may read: the graph as the pass receives it, and the policy."""
 
     stage: str
-    policy: str
+    policy: Any  # the rule deciding (a _policies.Policy)
     program: Any  # ExportedProgram or None (tfa)
     reach: _graph.StateReach  # the state guard's view for this policy (empty for upstream/off)
     predicted_fold: set  # muls the explainer already predicts folded (earlier in graph order)
@@ -61,8 +61,8 @@ def _effective_users(conv: Node, ctx: Context) -> list[Node]:
 
 
 def policy_off(ctx, c):
-    if ctx.policy == "off":
-        return Reason.of(R.POLICY_OFF, f"{c.mul.name} is left as it is under policy 'off'")
+    if not ctx.policy.folds:
+        return Reason.of(R.POLICY_OFF, f"{c.mul.name} is left as it is under policy {ctx.policy.name!r}")
 
 
 def disallowed_by_quantizer(ctx, c):

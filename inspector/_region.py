@@ -26,7 +26,6 @@ the whole-graph run when a region cannot be built or its answer would reach past
 from __future__ import annotations
 
 import copy
-import weakref
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -58,16 +57,9 @@ class Layout:
     input_specs: dict[str, Any]  # placeholder name -> its InputSpec (exported programs)
 
 
-_LAYOUTS: "weakref.WeakKeyDictionary[fx.GraphModule, Layout]" = weakref.WeakKeyDictionary()
-
-
-def layout(stage_graph) -> Layout:
-    """The ``Layout`` of a stage graph (cached while the stage graph lives)."""
-    gm = stage_graph.graph_module
-    lay = _LAYOUTS.get(gm)
-    if lay is None:
-        lay = _LAYOUTS[gm] = _build_layout(gm.graph, stage_graph.program)
-    return lay
+def build_layout(stage_graph) -> Layout:
+    """The ``Layout`` of a pristine stage graph (its decider builds it once and keeps it)."""
+    return _build_layout(stage_graph.graph_module.graph, stage_graph.program)
 
 
 def _build_layout(graph: fx.Graph, program) -> Layout:
@@ -173,15 +165,16 @@ def around(lay: Layout, seeds: Iterable[Node], hops: int, hub_degree: int) -> se
     return names | cluster_names(lay, touched)
 
 
-def run(stage_graph, names: set[str], policy: str, hidden: frozenset[str], marked: Iterable[str] = ()) -> Region:
+def run(stage_graph, lay: Layout, names: set[str], policy, hidden: frozenset[str], marked: Iterable[str] = (),
+        site_ids: dict[str, str] | None = None) -> Region:
     """Run ``policy``'s installed pass on the region ``names`` of ``stage_graph`` (never modified).
 
     ``hidden``: the muls the state guard hides, by name (computed on the whole graph);
     ``marked``: nodes to mark carried state in the region, for the picture. Raises
     ``RegionUnavailable`` when the region cannot be built as a program of its own; a crash of
     the pass propagates (the caller re-runs the whole graph, which reports it as the user sees it).
+    ``lay`` is ``stage_graph``'s layout; ``site_ids``: mul name -> site id of the whole graph.
     """
-    lay = layout(stage_graph)
     try:
         built = _build(stage_graph, lay, names)
     except RegionUnavailable:
@@ -194,7 +187,8 @@ def run(stage_graph, names: set[str], policy: str, hidden: frozenset[str], marke
         if name in by_name:
             _graph.set_marker(by_name[name])
     before = set(by_name)
-    fold = run_pass(gm, built.program, policy, stage=stage_graph.stage, hidden=frozenset(hidden) & built.names)
+    fold = run_pass(gm, built.program, policy, stage=stage_graph.stage, hidden=frozenset(hidden) & built.names,
+                    site_ids=site_ids)
     after = {n.name for n in gm.graph.nodes}
     created = after - before  # the scaled weights and biases: their only user is their conv
     return Region(gm, built.program, tuple(fold.folded), frozenset((built.complete & after) | created), built.names,

@@ -16,6 +16,7 @@ from torch.fx import GraphModule
 
 from . import _executorch, _quiet
 from .errors import InspectorError, describe, first_line, quoted
+from ._copies import private_copy
 from ._fold_swap import swapped_fold_pass
 from ._policies import FoldLog, policy_pass_class
 
@@ -65,7 +66,7 @@ def copy_pair(pair: tuple[GraphModule, Any]) -> tuple[GraphModule, Any]:
     """
     gm, program = pair
     if program is None:
-        return copy.deepcopy(gm), None
+        return private_copy(gm), None
     signature = program.graph_signature
     tensors = [program.state_dict.get(t) for t in signature.inputs_to_parameters.values()]
     tensors += list(program.constants.values())

@@ -94,7 +94,7 @@ def graph_json(analysis, which: str = "before") -> tuple[dict, int]:
     JSON, converted by its own PyTorch adapter; and the number of nodes."""
     _, _, Adapter, convert = _model_explorer()
     gm, _ = analysis.verdicts(which)
-    program = analysis.stage_graph.program if which == "before" else analysis._after[1]
+    program = analysis.stage_graph.program if which == "before" else analysis.after_program
     source = program if program is not None and program.graph_module is gm else _GraphOnly(gm)
     settings = {"const_element_count_limit": CONST_ELEMENT_LIMIT}
     try:
@@ -114,7 +114,7 @@ def overlays(analysis, which: str = "before", *, errors=None, step: int | None =
     """Node data by file name (Model Explorer's GraphNodeData JSON, keyed by the FX node names of the
     ``which`` graph): decisions, the state path and, with ``errors`` (a variant of an attribution),
     the SQNR layer. Nodes the graph does not have (a folded mul, after the pass) are left out."""
-    from .render import STYLES, site_kind
+    from ._render import STYLES, site_kind
 
     _, ndb, _, _ = _model_explorer()
     gm, verdicts = analysis.verdicts(which, errors=errors, step=step)

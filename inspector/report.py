@@ -214,7 +214,7 @@ def report_html(analysis, comparison=None, *, results_for=None, full_traces: boo
                 command: str | None = None) -> str:
     """The self-contained report page. ``results_for`` is the ``(stage, policy, markers)`` the
     comparison was computed for, when that may differ from ``analysis.configuration``."""
-    from .render import render_pair, svg
+    from ._render import render_pair, svg
 
     try:
         (before, v_before), (after, v_after) = analysis.verdicts("before"), analysis.verdicts("after")

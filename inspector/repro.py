@@ -436,7 +436,7 @@ def _load_source(source: str, folder: Path):
 
 def reproducer(analysis, site_id: str, *, command: str | None = None, file: str = "test_repro.py") -> Reproducer:
     """A standalone pytest file reproducing ``site_id`` of ``analysis`` at its stage (see the module doc)."""
-    from .analysis import analyze
+    from ._decide import analyze
     from .report import Redactor, model_file_of, reproduce_command
 
     site = analysis.site(site_id)
@@ -462,7 +462,7 @@ def reproducer(analysis, site_id: str, *, command: str | None = None, file: str 
         if plan.stage == "tfa" and match is not None:
             # The test runs the pass on ep.module() without the quantizer's pipeline around it: that
             # harness must decide for the same reasons, or the test shows something else.
-            from .analysis import analyze_graph
+            from ._decide import analyze_graph
 
             harness = analyze_graph(torch.export.export(module.Repro().eval(), module._inputs()).module())
             direct = next((s for s in harness.sites if s.location == location), None)

@@ -60,7 +60,7 @@ def test_inspector_modules_form_a_dag():
 
     for name in sorted(edges):
         visit(name)
-    assert "analysis" not in edges["compare"]  # compare predicts decisions through _policies
+    assert not {"analysis", "_decide"} & edges["_compare"]  # compare predicts decisions through _policies
 
 
 def test_only_the_doors_touch_executorch():
@@ -142,7 +142,7 @@ def test_render_is_a_function_of_a_graph_and_verdicts():
     by_sites = inspector.render(gm.graph, analysis.sites).source
     assert f"site {analysis.sites[0].id}" in by_sites and "fold" in by_sites
     assert inspector.render(gm, verdicts).source == analysis.render("before").source
-    assert inspector.render(analysis, "after").source == analysis.render("after").source
+    assert inspector.render(*analysis.verdicts("after")).source == analysis.render("after").source
     bare = inspector.render(gm.graph).source  # no verdicts: a plain picture
     assert analysis.sites[0].id not in bare and "conv2d" in bare
     with pytest.raises(InspectorError, match="cannot draw a int"):

@@ -10,8 +10,7 @@ import pytest
 import torch
 
 import inspector
-from inspector import FoldPassCrash, InspectorError, _region
-from inspector.analysis import _decide_now
+from inspector import FoldPassCrash, InspectorError
 from inspector._stages import STAGES
 from conftest import flat
 from test_analysis import BufferWeights
@@ -21,7 +20,7 @@ GUARDS = ("state-aware", "state-aware-strict")
 
 def whole(analysis: inspector.Analysis) -> inspector.Analysis:
     """The same configuration decided by running the pass on a copy of the whole graph."""
-    return _decide_now(analysis.target, analysis.stage_graph, analysis.policy, analysis.markers)
+    return analysis.with_policy(analysis.policy)  # no base: every site, the pass on the whole graph
 
 
 def records(analysis: inspector.Analysis) -> list[dict]:
@@ -46,7 +45,7 @@ def test_toggles_on_regions_equal_the_whole_graph_run(stage_analyses, name, stag
         current = base.with_policy(policy)
         for marker in toggles(current, rng, 4):
             current = current.toggle_marker(marker)
-            on_regions += current._after_pair is None  # else a marker guarded much of a big graph at once
+            on_regions += current.from_regions  # else a marker guarded much of a big graph at once
             reference = whole(current)
             assert records(current) == records(reference), (policy, current.markers)
             focused = {marker} & {s.id for s in current.sites} | {rng.choice(current.sites).id} if current.sites else ()
@@ -65,13 +64,13 @@ def test_a_toggle_on_a_big_graph_runs_the_pass_on_regions_only(stage_analyses, s
     nodes = len(base.stage_graph.graph_module.graph.nodes)
     site = base.sites[index]
     toggled = base.toggle_marker(site.id)
-    assert toggled._after_pair is None, "the whole graph ran"
+    assert toggled.from_regions, "the whole graph ran"
     assert toggled.site(site.id).decision == "skip" and "marked-carried-state" in toggled.site(site.id).reason_codes
     drawn = toggled.render_pair(focus=site.id).source
-    region = toggled._regions[site.id, 2]
-    assert region is not None, "the focused picture was drawn from the whole graph"
+    assert not toggled.decider.has_after(toggled), "the focused picture was drawn from the whole graph"
+    region = toggled.decider.focus_region(toggled, site.id, 2)
+    assert region is not None
     assert len(region.names) < nodes / 10, (len(region.names), nodes)
-    assert toggled._after_pair is None
     reference = whole(toggled)
     assert records(toggled) == records(reference)
     assert drawn == reference.render_pair(focus=site.id).source
@@ -82,12 +81,13 @@ def test_a_toggle_on_a_big_graph_runs_the_pass_on_regions_only(stage_analyses, s
 @pytest.mark.parametrize("stage", STAGES)
 def test_the_after_graph_of_a_region_analysis_is_the_whole_run(stage_analyses, stage):
     base = stage_analyses("stateful_conv_mul", stage).with_policy("state-aware-strict")
-    toggled = base.toggle_marker(base.sites[0].id).toggle_marker(base.sites[0].id)
-    assert toggled._after_pair is None
-    reference = whole(toggled)
-    got = [(n.name, n.op, str(n.target)) for n in toggled.after.graph.nodes]
+    toggled = base.toggle_marker(base.sites[0].id)  # a configuration no whole run has decided yet
+    assert toggled.from_regions and not toggled.decider.has_after(toggled)
+    got = [(n.name, n.op, str(n.target)) for n in toggled.after.graph.nodes]  # built now, and checked
+    got_outputs = flat(toggled.run_after())
+    reference = whole(toggled)  # another whole run of its own
     assert got == [(n.name, n.op, str(n.target)) for n in reference.after.graph.nodes]
-    got, want = flat(toggled.run_after()), flat(reference.run_after())
+    got, want = got_outputs, flat(reference.run_after())
     assert len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want))
 
 
@@ -97,7 +97,7 @@ def test_the_after_graph_check_fails_when_a_region_decided_otherwise(stage_analy
     base = stage_analyses("generated_blocks", "tfa").with_policy("state-aware")
     toggled = base.toggle_marker(base.sites[3].id)
     forged = replace(toggled.sites[5], decision="skip" if toggled.sites[5].folded else "fold")
-    toggled.sites = toggled.sites[:5] + (forged,) + toggled.sites[6:]
+    toggled = replace(toggled, sites=toggled.sites[:5] + (forged,) + toggled.sites[6:])
     with pytest.raises(InspectorError, match="decided differently on its region than on the whole graph"):
         toggled.after
 
@@ -139,7 +139,7 @@ def test_regions_leave_the_stage_graph_untouched(stage_analyses, stage):
 
 def test_clusters_join_sites_that_share_a_conv_or_a_weight(stage_analyses):
     for name, stage in (("shared_conv_mul", "aten"), ("conv_mul_chain", "edge"), ("shared_conv_mul", "tfa")):
-        lay = _region.layout(stage_analyses(name, stage).stage_graph)
+        lay = stage_analyses(name, stage).decider.layout
         joined = 0
         for i, a in enumerate(lay.cands):
             for j, b in enumerate(lay.cands[:i]):

@@ -20,7 +20,7 @@ import inspector
 import sample_models
 from inspector import InspectorError
 from inspector.cli import main
-from inspector.render import LEGEND, STYLES, _text, _tooltip, render, render_pair, svg
+from inspector._render import LEGEND, STYLES, _text, _tooltip, render, render_pair, svg
 from sample_models.generated import tfa_blocks
 from conftest import ROOT
 
@@ -79,7 +79,7 @@ GOLDEN_CASES = ([(name, "upstream") for name in sample_models.names() if name !=
 @pytest.mark.parametrize("name,policy", GOLDEN_CASES, ids=[f"{n}-{p}" for n, p in GOLDEN_CASES])
 def test_golden_dot_source(name, policy, stage_analyses, update_goldens):
     analysis = stage_analyses(name, "tfa").with_policy(policy)
-    source = scrub(render_pair(analysis).source)
+    source = scrub(analysis.render_pair().source)
     path = GOLDENS / f"{name}.tfa.{policy}.dot"
     if update_goldens:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -92,9 +92,9 @@ def test_golden_dot_source(name, policy, stage_analyses, update_goldens):
 def test_same_graph_same_source(stage_analyses):
     analysis = stage_analyses("conv_mul_chain", "edge")
     again = analysis.with_policy("upstream")
-    assert render(analysis).source == render(again).source
-    assert render_pair(analysis, cluster_by_module=True).source == render_pair(again, cluster_by_module=True).source
-    assert not re.search(r"0x[0-9a-f]{6,}", render(analysis, hide=()).source)
+    assert analysis.render().source == again.render().source
+    assert analysis.render_pair(cluster_by_module=True).source == again.render_pair(cluster_by_module=True).source
+    assert not re.search(r"0x[0-9a-f]{6,}", analysis.render(hide=()).source)
 
 
 # ---------------------------------------------------------------- styles follow verdicts
@@ -102,7 +102,7 @@ def test_same_graph_same_source(stage_analyses):
 
 def test_one_style_table_with_a_legend_entry_each(stage_analyses):
     assert list(LEGEND) == list(STYLES)
-    source = render(stage_analyses("conv_mul_scalar", "tfa")).source
+    source = stage_analyses("conv_mul_scalar", "tfa").render().source
     for kind in STYLES:
         assert f'"legend.{kind}"' in source
 
@@ -111,7 +111,7 @@ def test_skipped_site_shows_first_reason_and_all_in_tooltip(stage_analyses):
     analysis = stage_analyses("conv_transpose_mul", "tfa")
     (site,) = analysis.sites
     assert site.reason_codes == ("conv-op-not-matched", "transposed-conv")
-    source = render(analysis).source
+    source = analysis.render().source
     for node in (site.conv, site.mul):
         assert classes(source, node) == {"near-miss"}
         assert f"site {site.id}" in label(source, node)
@@ -119,7 +119,7 @@ def test_skipped_site_shows_first_reason_and_all_in_tooltip(stage_analyses):
         assert "transposed-conv:" in node_lines(source)[node].split("tooltip=")[1]
 
     users = stage_analyses("conv_mul_multiple_users", "tfa")
-    source = render(users).source
+    source = users.render().source
     assert classes(source, users.sites[0].mul) == {"skipped"}
     assert "skip: conv-has-other-users" in label(source, users.sites[0].conv)
 
@@ -127,7 +127,7 @@ def test_skipped_site_shows_first_reason_and_all_in_tooltip(stage_analyses):
 def test_folded_site_before_and_after(stage_analyses):
     analysis = stage_analyses("conv_mul_channel_scale", "edge")
     (site,) = analysis.sites
-    before, after = render(analysis, "before").source, render(analysis, "after").source
+    before, after = analysis.render("before").source, analysis.render("after").source
     assert classes(before, site.conv) == {"folded"} and classes(before, site.mul) == {"removed"}
     assert "removed by fold" in label(before, site.mul) and "dashed" in node_lines(before)[site.mul]
     assert site.mul not in node_lines(after)
@@ -146,16 +146,16 @@ def test_folded_site_before_and_after(stage_analyses):
 def test_toggling_a_marker_changes_the_style(stage_analyses):
     analysis = stage_analyses("functional_recurrent_conv_mul", "tfa").with_policy("state-aware")
     (site,) = analysis.sites
-    source = render(analysis).source
+    source = analysis.render().source
     assert classes(source, site.mul) == {"removed"}
     assert "risk: feeds-recurrent-output" in label(source, site.mul)
     marked = analysis.toggle_marker(site.id)
-    source = render(marked).source
+    source = marked.render().source
     assert classes(source, site.mul) == {"skipped", "marked"}
     assert classes(source, site.conv) == {"skipped"}
     assert "skip: marked-carried-state" in label(source, site.mul) and "marked carried state" in label(source, site.mul)
     assert 'peripheries=2' in node_lines(source)[site.mul]
-    assert render(marked.toggle_marker(site.id)).source == render(analysis).source
+    assert marked.toggle_marker(site.id).render().source == analysis.render().source
 
 
 @pytest.mark.parametrize("stage,policy,edge", [
@@ -167,10 +167,10 @@ def test_path_to_the_buffer_write_is_highlighted(stage, policy, edge, stage_anal
     analysis = stage_analyses("stateful_conv_mul", stage).with_policy(policy)
     (site,) = analysis.sites
     assert site.reason_codes == ("feeds-buffer-mutation",) and site.state_path == edge
-    for source in (render(analysis).source, render(analysis, "after").source):
+    for source in (analysis.render().source, analysis.render("after").source):
         assert re.search(rf'\b{edge[0]} -> {edge[1]} \[class="state-path"', source)
         assert classes(source, edge[1]) == {"boundary"}
-    pair = render_pair(analysis).source
+    pair = analysis.render_pair().source
     assert f'"before.{edge[0]}" -> "before.{edge[1]}" [class="state-path"' in pair
 
 
@@ -178,15 +178,15 @@ def test_folded_into_carried_state_draws_a_light_path(stage_analyses):
     analysis = stage_analyses("stateful_conv_mul", "tfa")  # upstream folds it
     (site,) = analysis.sites
     assert site.folded and "feeds-carried-state" in [r.code for r in site.risks]
-    assert 'mul -> copy_ [class="risk-path"' in render(analysis).source
+    assert 'mul -> copy_ [class="risk-path"' in analysis.render().source
     # After the fold the mul is gone: the conv feeds the write directly.
-    assert f'{site.conv} -> copy_ [class="risk-path"' in render(analysis, "after").source
-    assert "state-path" not in node_lines(render(analysis).source).get("copy_", "")
+    assert f'{site.conv} -> copy_ [class="risk-path"' in analysis.render("after").source
+    assert "state-path" not in node_lines(analysis.render().source).get("copy_", "")
 
 
 def test_state_buffer_is_never_hidden(stage_analyses):
     for stage in ("tfa", "aten", "edge"):
-        nodes = node_lines(render(stage_analyses("stateful_conv_mul", stage)).source)
+        nodes = node_lines(stage_analyses("stateful_conv_mul", stage).render().source)
         assert any(n in nodes for n in ("state", "b_state")), stage
         assert not any("conv_weight" in n for n in nodes), stage
 
@@ -197,25 +197,25 @@ def test_state_buffer_is_never_hidden(stage_analyses):
 def test_focus_and_hops(stage_analyses):
     analysis = stage_analyses("conv_mul_multiple_users", "tfa")
     site = analysis.sites[0]
-    assert set(node_lines(render(analysis, focus=site.id, hops=0).source)) == {site.conv, site.mul}
-    one = set(node_lines(render(analysis, focus=site.id, hops=1).source))
-    everything = set(node_lines(render(analysis).source))
+    assert set(node_lines(analysis.render(focus=site.id, hops=0).source)) == {site.conv, site.mul}
+    one = set(node_lines(analysis.render(focus=site.id, hops=1).source))
+    everything = set(node_lines(analysis.render().source))
     assert {site.conv, site.mul} < one <= everything
-    assert "focus: site" in render(analysis, focus=site.id).source
+    assert "focus: site" in analysis.render(focus=site.id).source
     with pytest.raises(InspectorError, match="no site 'nope'"):
-        render(analysis, focus="nope")
+        analysis.render(focus="nope")
     with pytest.raises(InspectorError, match="unknown graph 'during'"):
-        render(analysis, "during")
+        analysis.render("during")
     with pytest.raises(InspectorError, match="cannot hide 'inputs'"):
-        render(analysis, hide=("inputs",))
+        analysis.render(hide=("inputs",))
 
 
 def test_hide_constants(stage_analyses):
     analysis = stage_analyses("conv_mul_channel_scale", "tfa")
-    shown = set(node_lines(render(analysis).source))
-    everything = set(node_lines(render(analysis, hide=()).source))
+    shown = set(node_lines(analysis.render().source))
+    everything = set(node_lines(analysis.render(hide=()).source))
     assert everything - shown == {"conv_weight", "conv_bias", "scale"}
-    assert "3 constants hidden" in render(analysis).source
+    assert "3 constants hidden" in analysis.render().source
 
 
 def generated(blocks: int, policy: str = "state-aware-strict") -> inspector.Analysis:
@@ -226,16 +226,16 @@ def test_big_graph_draws_the_neighbourhoods_of_the_sites():
     analysis = generated(120)
     total = len(analysis.before.graph.nodes)
     constants = sum(1 for n in analysis.before.graph.nodes if n.op == "get_attr") - 1  # the state buffer stays
-    full = node_lines(render(analysis, max_nodes=None).source)
+    full = node_lines(analysis.render(max_nodes=None).source)
     assert len(full) == total - constants
-    small = render(analysis, max_nodes=100).source
+    small = analysis.render(max_nodes=100).source
     m = re.search(r"showing ([\d,]+) of ([\d,]+) nodes: the neighbourhoods \((\d) hops?\) of 120 sites; "
                   r"pass max_nodes=None for all", small)
     assert m and int(m.group(2)) == total - constants and int(m.group(1)) == len(node_lines(small))
     shown = node_lines(small)
     assert all(s.conv in shown and s.mul in shown for s in analysis.sites)
     # A focus view stays small even though every block reads the same input (a hub).
-    focus = node_lines(render(analysis, focus=analysis.sites[3].id).source)
+    focus = node_lines(analysis.render(focus=analysis.sites[3].id).source)
     assert len(focus) < 12 and "users not shown" in focus["x"]
 
 
@@ -247,7 +247,7 @@ def test_graph_without_sites_still_draws_something():
     graph.output(x)
     gm = torch.fx.GraphModule(nn.Module(), graph)
     analysis = inspector.analyze_graph(gm, name="relus")
-    source = render(analysis, max_nodes=10).source
+    source = analysis.render(max_nodes=10).source
     assert len(node_lines(source)) == 10 and "showing the first 10 of 32 nodes (no sites here)" in source
 
 
@@ -278,7 +278,7 @@ def test_model_strings_are_escaped(stage):
     analysis = inspector.analyze(EvilNames(), (torch.randn(1, 3, 8, 8),), stage=stage, policy="state-aware-strict")
     (site,) = analysis.sites
     assert EVIL in site.id and site.reason_codes == ("feeds-buffer-mutation",)
-    for graph in (render(analysis, cluster_by_module=True, hide=()), render_pair(analysis, cluster_by_module=True)):
+    for graph in (analysis.render(cluster_by_module=True, hide=()), analysis.render_pair(cluster_by_module=True)):
         source = graph.source
         assert EVIL in source  # as plain text inside quoted strings...
         assert not re.search(r"=\s*<", source)  # ...never as an HTML-like label
@@ -292,13 +292,13 @@ def test_model_strings_are_escaped(stage):
 def test_cluster_by_module_nests_module_paths():
     analysis = inspector.analyze(EvilNames(), (torch.randn(1, 3, 8, 8),), stage="tfa")
     conv = analysis.sites[0].conv
-    source = render(analysis, cluster_by_module=True).source
+    source = analysis.render(cluster_by_module=True).source
     lines = source.splitlines()
     at = next(i for i, line in enumerate(lines) if line.strip().startswith(f"{conv} ["))
     opened = [line.strip() for line in lines[:at] if line.strip().startswith("subgraph cluster_g_")]
     assert opened == ["subgraph cluster_g_m0 {", "subgraph cluster_g_m1 {"]
     assert f'label="block.{EVIL} (Conv2d)"' in source and "label=block " in source
-    assert "subgraph cluster_before_m0" in render_pair(analysis, cluster_by_module=True).source
+    assert "subgraph cluster_before_m0" in analysis.render_pair(cluster_by_module=True).source
 
 
 @pytest.mark.requires_dot
@@ -336,7 +336,7 @@ def test_missing_dot_is_one_clear_error(monkeypatch, stage_analyses):
         raise graphviz.ExecutableNotFound(("dot",))
 
     monkeypatch.setattr(graphviz.Digraph, "pipe", no_dot)
-    graph = render(stage_analyses("conv_mul_scalar", "tfa"))
+    graph = stage_analyses("conv_mul_scalar", "tfa").render()
     with pytest.raises(InspectorError, match=r"^graphviz's dot is not installed: apt-get install -y graphviz"):
         svg(graph)
     assert graph.source.startswith("digraph")

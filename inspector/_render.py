@@ -1,6 +1,7 @@
 """Pictures of the stage graph before and after the fold: a pure function of (graph, verdicts).
 
-``render(analysis, "before" | "after")`` returns a ``graphviz.Digraph``; nothing
+``render(graph, verdicts)`` returns a ``graphviz.Digraph`` (``analysis.render("before" |
+"after")`` passes an analysis's own graph and verdicts); nothing
 here runs ``dot`` except ``svg`` (and the CLI's PNG), through ``_pipe``, the one
 door to the executable. Every node's look comes from ``STYLES``, keyed by what
 the node is (a folded / skipped / near-miss site, an input, a constant, ...), so
@@ -113,30 +114,32 @@ class Verdicts:
     # Nodes to draw as marked carried state besides those whose meta says so (markers set on a
     # copy of this graph: the picture can then be drawn from the pristine graph, uncopied).
     marked: frozenset = frozenset()
-    # Set when the graph is a region of a larger one (the pass run on just the part a focused
-    # picture shows): what the picture needs to know about the rest (see ``Region``).
-    region: "Region | None" = None
+    # Set when the graph is part of a larger one: what the picture must say about the rest.
+    border: "Border | None" = None
 
 
 @dataclass(frozen=True)
-class Region:
-    """What a focused picture of a region needs to know about the whole graph around it.
+class Border:
+    """What a picture of a graph that is part of a larger one needs to know about the rest.
 
-    A focused picture walks from the site and shows the border's neighbours as counts. From a
-    region it is the same picture when every node it walks through has all its neighbours in
-    the region, and every border node's outside users are known; otherwise drawing it raises
-    ``RegionTooSmall`` and the caller draws the whole graph instead.
+    A focused picture shows the neighbours it leaves out as counts, and the nodes holding
+    state as such; a part of a graph draws the same picture when these facts are given for
+    the nodes at its edge (whoever cut it out makes sure the part holds what the picture shows).
     """
 
-    complete: frozenset  # names of the nodes whose every neighbour is in the region
-    stand_ins: frozenset  # names of the nodes standing for the outside (values flowing in, the region's output)
-    outside_users: dict  # node name -> how many of its users lie outside the region
-    synthetic: frozenset  # (tail, head) names of the edges that carry those values out (to the region's output)
+    outside_users: dict  # node name -> how many of its users lie outside the part
+    synthetic: frozenset  # (tail, head) names of edges that only carry a value out of the part: not drawn
     held: dict  # node name -> "buffer" | "input": the nodes holding carried state in the whole graph
 
 
-class RegionTooSmall(Exception):
-    """A focused picture of a region would need a node whose neighbours lie outside it."""
+@dataclass(frozen=True)
+class WalkStep:
+    """One node a focused picture walks through (see ``focus_walk``)."""
+
+    name: str  # the node's name
+    depth: int  # hops from the site
+    walks_on: bool  # the walk goes on from it to its neighbours
+    constant: bool  # a weight or constant
 
 
 def render(
@@ -153,8 +156,7 @@ def render(
 
     A pure function of (graph, verdicts): the same input draws the same DOT source.
     ``verdicts`` is a ``Verdicts`` record or just the sites. For an ``Analysis``,
-    ``analysis.render("before" | "after")`` (or ``render(analysis, "after")``) passes its
-    own graph and verdicts.
+    ``analysis.render("before" | "after")`` passes its own graph and verdicts.
 
     Node styles come from ``STYLES`` (a legend cluster lists them). A skipped
     site shows its first reason code, and every reason in its tooltip; a folded
@@ -171,15 +173,9 @@ def render(
     graph the weight and bias a folded conv now reads (they are where the scale
     went). ``cluster_by_module`` groups nodes by their ``nn_module_stack`` path.
     """
-    kw = dict(focus=focus, hops=hops, hide=hide, max_nodes=max_nodes, cluster_by_module=cluster_by_module)
-    if not isinstance(graph, (fx.Graph, fx.GraphModule)):  # an Analysis and "before" / "after"
-        if not hasattr(graph, "verdicts"):
-            raise InspectorError(f"cannot draw a {type(graph).__name__}; give an FX graph and its verdicts, "
-                                 "or an Analysis")
-        verdicts, view = _analysis_view(graph, verdicts if isinstance(verdicts, str) else "before", kw)
-    else:
-        verdicts = _as_verdicts(verdicts)
-        view = _view(graph, verdicts, **kw)
+    _check_graph(graph)
+    verdicts = _as_verdicts(verdicts)
+    view = _view(graph, verdicts, focus=focus, hops=hops, hide=hide, max_nodes=max_nodes)
     g = _digraph()
     g.attr("graph", label=_text_left(*verdicts.caption, *view.notes))
     _draw(g, view, prefix="", cluster_by_module=cluster_by_module)
@@ -189,20 +185,17 @@ def render(
     return g
 
 
-def render_pair(before, after=None, verdicts: tuple | None = None, *, caption: Iterable[str] = (),
-                **kw) -> graphviz.Digraph:
+def render_pair(before, after, verdicts: tuple, *, caption: Iterable[str] = (), focus: str | None = None,
+                hops: int = 2, hide: Iterable[str] = ("constants",), cluster_by_module: bool = False,
+                max_nodes: int | None = 400) -> graphviz.Digraph:
     """Before and after side by side: one ``Digraph`` with a cluster each (node ids prefixed
-    ``before.`` and ``after.``). Give an ``Analysis``, or the two graphs and their two
-    ``Verdicts``; takes the keyword arguments of ``render``."""
-    cluster_by_module = kw.get("cluster_by_module", False)
-    if not isinstance(before, (fx.Graph, fx.GraphModule)):
-        analysis = before
-        (v_before, before_view), (v_after, after_view) = (_analysis_view(analysis, w, kw) for w in WHICH)
-        views = [before_view, after_view]
-        caption = analysis.caption(None)
-    else:
-        v_before, v_after = (_as_verdicts(v) for v in verdicts)
-        views = [_view(graph, v, **kw) for graph, v in ((before, v_before), (after, v_after))]
+    ``before.`` and ``after.``), from the two graphs and their two ``Verdicts``; takes the keyword
+    arguments of ``render`` (``analysis.render_pair()`` passes an analysis's own)."""
+    for graph in (before, after):
+        _check_graph(graph)
+    v_before, v_after = (_as_verdicts(v) for v in verdicts)
+    views = [_view(graph, v, focus=focus, hops=hops, hide=hide, max_nodes=max_nodes)
+             for graph, v in ((before, v_before), (after, v_after))]
     g = _digraph()
     g.attr("graph", label=_text_left(*caption))
     for which, view in zip(WHICH, views):
@@ -215,15 +208,26 @@ def render_pair(before, after=None, verdicts: tuple | None = None, *, caption: I
     return g
 
 
-def _analysis_view(analysis, which: str, kw: dict) -> tuple[Verdicts, "_View"]:
-    """(verdicts, view) of an Analysis's ``which`` graph drawn with ``kw``: a focused after-picture
-    from the region the analysis ran the pass on when the region can draw it, else from the whole graph."""
-    graph, verdicts = analysis.verdicts(which, focus=kw.get("focus"), hops=kw.get("hops", 2))
-    try:
-        return verdicts, _view(graph, verdicts, **kw)
-    except RegionTooSmall:
-        graph, verdicts = analysis.verdicts(which)
-        return verdicts, _view(graph, verdicts, **kw)
+def focus_walk(graph, verdicts: "Verdicts | Iterable", focus: str, *, hops: int = 2,
+               hide: Iterable[str] = ("constants",)) -> tuple[WalkStep, ...]:
+    """The nodes a picture of ``render(graph, verdicts, focus=focus, hops=hops, hide=hide)`` walks
+    through, with their depth and whether the walk goes on from them: what a caller handing a part
+    of a graph must hold (every node walked on from with all its neighbours) for the same picture."""
+    _check_graph(graph)
+    verdicts = _as_verdicts(verdicts)
+    view_hide = _hide(hide)
+    site = _focus_site(verdicts, focus)
+    facts = _classify(graph, verdicts)
+    hidden = _hidden(facts, view_hide)
+    depth = _neighbourhood(_seeds(facts, site), hops, hidden, facts)
+    return tuple(WalkStep(n.name, d, _walks_on(n, d, hops, facts), facts.kind[n] == "constant")
+                 for n, d in depth.items())
+
+
+def _check_graph(graph) -> None:
+    if not isinstance(graph, (fx.Graph, fx.GraphModule)):
+        raise InspectorError(f"cannot draw a {type(graph).__name__}; give an FX graph and its verdicts "
+                             "(an Analysis draws itself: analysis.render())")
 
 
 def _as_verdicts(verdicts) -> Verdicts:
@@ -451,20 +455,20 @@ class _Facts:
     held: dict[Node, str] = field(default_factory=dict)  # node holding carried state -> "buffer" | "input"
     buffer_inputs: set[str] = field(default_factory=set)  # placeholder names of buffers
     constant_inputs: set[str] = field(default_factory=set)  # placeholder names of parameters, buffers, constants
-    region: Region | None = None  # set when the graph is a region of a larger one
-    outside: dict[Node, int] = field(default_factory=dict)  # region: a node's users outside it
+    border: Border | None = None  # set when the graph is part of a larger one
+    outside: dict[Node, int] = field(default_factory=dict)  # part of a graph: a node's users outside it
 
     def inputs(self, n: Node) -> list[Node]:
-        """``n``'s inputs (in a region, not the values it only carries out)."""
-        if self.region is None or not self.region.synthetic:
+        """``n``'s inputs (in a part of a graph, not the values it only carries out)."""
+        if self.border is None or not self.border.synthetic:
             return n.all_input_nodes
-        return [m for m in n.all_input_nodes if (m.name, n.name) not in self.region.synthetic]
+        return [m for m in n.all_input_nodes if (m.name, n.name) not in self.border.synthetic]
 
     def user_nodes(self, n: Node) -> list[Node]:
-        """``n``'s users in the graph (in a region, not the output carrying its value out)."""
+        """``n``'s users in the graph (in a part of a graph, not the output carrying its value out)."""
         if n not in self.outside:
             return list(n.users)
-        return [u for u in n.users if (n.name, u.name) not in self.region.synthetic]
+        return [u for u in n.users if (n.name, u.name) not in self.border.synthetic]
 
     def degree(self, n: Node) -> int:
         """How many neighbours ``n`` has in the whole graph."""
@@ -510,14 +514,14 @@ def _classify(graph, verdicts: Verdicts) -> _Facts:
     writes = _graph.state_writes(graph, verdicts.signature)
     for w in writes:
         facts.writes.setdefault(w.node, []).append(w)
-    region = facts.region = verdicts.region
-    if region is None:
+    border = facts.border = verdicts.border
+    if border is None:
         facts.held = _graph.written_state(graph, verdicts.signature, writes)
-    else:  # state written through the whole graph's output is not visible in the region's
-        facts.held = {n: region.held[n.name] for n in facts.nodes if n.name in region.held}
+    else:  # state written through the whole graph's output is not visible in the part's
+        facts.held = {n: border.held[n.name] for n in facts.nodes if n.name in border.held}
         for n in facts.nodes:
-            k = region.outside_users.get(n.name, 0)
-            if k:  # the region's output stands for k users
+            k = border.outside_users.get(n.name, 0)
+            if k:  # the part's output stands for k users
                 facts.outside[n] = k
     facts.buffer_inputs, facts.constant_inputs = _graph.placeholder_roles(verdicts.signature)
     for n in facts.nodes:
@@ -552,22 +556,43 @@ class _View:
     cut: dict[Node, str]  # border nodes of a partial view: what is not shown around them
 
 
-def _view(graph, verdicts: Verdicts, *, focus=None, hops=2, hide=("constants",), max_nodes=400,
-          cluster_by_module=False) -> _View:
+def _hide(hide) -> tuple[str, ...]:
     hide = (hide,) if isinstance(hide, str) else tuple(hide or ())
     bad = [h for h in hide if h not in HIDEABLE]
     if bad:
         raise InspectorError(f"cannot hide {quoted(bad[0])}; hideable: {', '.join(HIDEABLE)}")
+    return hide
+
+
+def _focus_site(verdicts: Verdicts, focus):
+    """The site ``focus`` names (None without a focus); one line if it names none."""
+    if focus is None:
+        return None
+    site = next((s for s in verdicts.sites if s.id == focus), None)
+    if site is None:
+        known = ", ".join(s.id for s in verdicts.sites) or "none"
+        raise InspectorError(f"no site {quoted(focus)}; sites: {known[:240]}")
+    return site
+
+
+def _hidden(facts: _Facts, hide: tuple[str, ...]) -> set[Node]:
+    return {n for n in facts.nodes if facts.kind[n] == "constant" and "constants" in hide and n.name not in facts.keep}
+
+
+def _seeds(facts: _Facts, site) -> list[Node]:
+    """Where a focused picture of ``site`` starts: its mul and conv (after a fold, its conv)."""
+    by_name = {n.name: n for n in facts.nodes}
+    names = (site.conv,) if facts.after and site.folded else (site.mul, site.conv)
+    return [by_name[name] for name in names if name in by_name]
+
+
+def _view(graph, verdicts: Verdicts, *, focus=None, hops=2, hide=("constants",), max_nodes=400) -> _View:
+    hide = _hide(hide)
     if not isinstance(hops, int) or isinstance(hops, bool) or hops < 0:
         raise InspectorError(f"hops must be a non-negative integer, got {quoted(hops)}")
     if max_nodes is not None and (not isinstance(max_nodes, int) or max_nodes < 1):
         raise InspectorError(f"max_nodes must be a positive integer or None, got {quoted(max_nodes)}")
-    focus_site = None
-    if focus is not None:
-        focus_site = next((s for s in verdicts.sites if s.id == focus), None)
-        if focus_site is None:
-            known = ", ".join(s.id for s in verdicts.sites) or "none"
-            raise InspectorError(f"no site {quoted(focus)}; sites: {known[:240]}")
+    focus_site = _focus_site(verdicts, focus)
     facts = _classify(graph, verdicts)
     return _select(facts, focus_site, hops, hide, max_nodes)
 
@@ -575,21 +600,14 @@ def _view(graph, verdicts: Verdicts, *, focus=None, hops=2, hide=("constants",),
 def _select(facts: _Facts, focus_site, hops: int, hide: tuple[str, ...], max_nodes: int | None) -> _View:
     """Which nodes to draw: all, a focused site's neighbourhood, or the sites' neighbourhoods
     shrunk to fit ``max_nodes``; constants hidden unless kept."""
-    by_name = {n.name: n for n in facts.nodes}
-    hidden = {n for n in facts.nodes
-              if facts.kind[n] == "constant" and "constants" in hide and n.name not in facts.keep}
+    hidden = _hidden(facts, hide)
     visible = [n for n in facts.nodes if n not in hidden]
     notes: list[str] = []
     if hidden and focus_site is None:
         notes.append(f"{len(hidden):,} constant{'s' * (len(hidden) != 1)} hidden (hide=() shows them)")
     if focus_site is not None:
-        # What the picture says is about the focused part alone: a region of the graph draws it the same.
-        names = (focus_site.conv,) if facts.after and focus_site.folded else (focus_site.mul, focus_site.conv)
-        seeds = [by_name[name] for name in names if name in by_name]
-        depth = _neighbourhood(seeds, hops, hidden, facts)
-        shown = set(depth)
-        if facts.region is not None:
-            _check_region(facts, depth, hops)
+        # What the picture says is about the focused part alone: a part of the graph draws it the same.
+        shown = set(_neighbourhood(_seeds(facts, focus_site), hops, hidden, facts))
         around = {m for n in shown for m in facts.walked(n) if m in hidden}
         if around:
             notes.append(f"{len(around):,} constant{'s' * (len(around) != 1)} around it hidden "
@@ -829,18 +847,3 @@ def _neighbourhood(seeds: list[Node], hops: int, hidden: set[Node], facts: _Fact
                 seen[m] = d + 1
                 frontier.append((m, d + 1))
     return seen
-
-
-def _check_region(facts: _Facts, depth: dict[Node, int], hops: int) -> None:
-    """Raise ``RegionTooSmall`` unless the region draws the focused picture as the whole graph would:
-    nothing shown stands for the outside, every node walked on from has all its neighbours in the
-    region, and a border node with neighbours outside is not a constant (a fold outside the region
-    may take users from a constant)."""
-    region = facts.region
-    for n, d in depth.items():
-        if n.name in region.stand_ins:
-            raise RegionTooSmall(n.name)
-        if n.name in region.complete:
-            continue
-        if _walks_on(n, d, hops, facts) or facts.kind[n] == "constant":
-            raise RegionTooSmall(n.name)
