@@ -1,0 +1,38 @@
+"""Small pieces the panels share."""
+
+from __future__ import annotations
+
+import html
+import traceback
+from typing import Any, Callable
+
+from inspector import InspectorError
+
+esc = html.escape
+
+
+def scrolled(svg: str) -> str:
+    """A graph's SVG in a box that scrolls instead of growing the page."""
+    return f"<div style='overflow:auto;max-height:600px'>{svg}</div>"
+
+
+def graph_error(message: str) -> str:
+    """Why a graph could not be drawn, where the graph would be."""
+    return f"<div class='fi-graph-error'>{esc(message)}</div>"
+
+
+def set_quietly(control: Any, value: Any, observer: Callable) -> None:
+    """Set a control's value without running its observer (the caller already did the work)."""
+    control.unobserve(observer, names="value")
+    try:
+        control.value = value
+    finally:
+        control.observe(observer, names="value")
+
+
+def describe(exc: BaseException) -> tuple[str, str | None]:
+    """An exception as the widget shows it: one line, and the traceback behind a toggle unless it is
+    an ``InspectorError`` (whose message already says what was wrong)."""
+    if isinstance(exc, InspectorError):
+        return str(exc), None
+    return f"{type(exc).__name__}: {exc}", traceback.format_exc()
