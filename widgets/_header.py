@@ -1,0 +1,51 @@
+"""The header panel: title, model/stage/policy pickers, the one-line summary and the error line."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import ipywidgets as W
+
+import inspector
+
+from ._common import esc, set_quietly
+
+
+class Header:
+    """Owns the title, the stage and policy pickers, the summary and the error line; lays out the
+    model picker (owned by ``ModelPicker``) beside them."""
+
+    exposed = ("title", "stage_picker", "policy_picker", "summary", "error")
+
+    def __init__(self, stage: str, policy: str, model_picker: W.Dropdown, *, on_stage: Callable,
+                 on_policy: Callable) -> None:
+        self.title = W.HTML().add_class("fi-title")
+        self.stage_picker = W.Dropdown(options=list(inspector.STAGES), value=stage, description="stage",
+                                       layout=W.Layout(width="180px")).add_class("fi-stage")
+        self.policy_picker = W.Dropdown(options=list(inspector.POLICIES), value=policy, description="policy",
+                                        layout=W.Layout(width="260px")).add_class("fi-policy")
+        self.summary = W.HTML().add_class("fi-summary")
+        self.error = W.HTML().add_class("fi-error")
+        self._on_stage, self._on_policy = on_stage, on_policy
+        self.stage_picker.observe(on_stage, names="value")
+        self.policy_picker.observe(on_policy, names="value")
+        self.view = W.VBox([self.title, W.HBox([model_picker, self.stage_picker, self.policy_picker]),
+                            self.summary, self.error])
+
+    def show(self, analysis: inspector.Analysis) -> None:
+        self.title.value = f"<h3 style='margin:4px 0'>fold inspector: {esc(analysis.name)}</h3>"
+        self.summary.value = f"<span class='fi-summary-text'>{esc(analysis.summary())}</span>" + "".join(
+            f"<div><small>note: {esc(n)}</small></div>" for n in analysis.notes)
+
+    def show_error(self, message: str | None, details: str | None = None) -> None:
+        if message is None:
+            self.error.value = ""
+            return
+        extra = f"<details><summary>details</summary><pre>{esc(details)}</pre></details>" if details else ""
+        self.error.value = f"<div class='fi-error-message' style='color:#b00020'>&#9888; {esc(message)}</div>{extra}"
+
+    def set_stage_quietly(self, stage: str) -> None:
+        set_quietly(self.stage_picker, stage, self._on_stage)
+
+    def set_policy_quietly(self, policy: str) -> None:
+        set_quietly(self.policy_picker, policy, self._on_policy)

@@ -1,0 +1,60 @@
+"""The TOSA INT reference panel: variants and steps, the run button and its progress, the results."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import ipywidgets as W
+
+import inspector
+from inspector import InspectorError
+
+from ._jobs import JobView
+
+NOT_RUN = "<i>no reference run yet</i>"
+
+
+class ReferencePanel:
+    """Owns the variant picker, the steps input, the run button, its progress and the results."""
+
+    exposed = ("variant_picker", "steps_input", "run_button", "progress", "progress_label", "results", "plots")
+
+    def __init__(self, variants: tuple[str, ...], *, on_run: Callable) -> None:
+        self.variant_picker = W.SelectMultiple(options=list(inspector.POLICIES), value=tuple(variants),
+                                               description="variants", rows=4).add_class("fi-variants")
+        self.steps_input = W.BoundedIntText(value=1, min=1, max=inspector.MAX_STEPS, description="steps",
+                                            layout=W.Layout(width="160px")).add_class("fi-steps")
+        self.run_button = W.Button(description="Run TOSA INT reference", icon="play", button_style="primary",
+                                   layout=W.Layout(width="220px")).add_class("fi-run")
+        self.progress = W.FloatProgress(value=0.0, min=0.0, max=1.0,
+                                        layout=W.Layout(width="300px")).add_class("fi-progress")
+        self.progress_label = W.Label("").add_class("fi-progress-label")
+        self.results = W.HTML(NOT_RUN).add_class("fi-results")
+        self.plots = W.HTML().add_class("fi-plots")
+        self.job_view = JobView(self.run_button, self.progress, self.progress_label)
+        self.run_button.on_click(on_run)
+        self.view = W.VBox([
+            W.HTML("<b>TOSA INT reference</b>"),
+            W.HBox([self.variant_picker, W.VBox([self.steps_input, self.run_button])]),
+            W.HBox([self.progress, self.progress_label]),
+            self.results, self.plots,
+        ]).add_class("fi-reference")
+
+    def variants(self) -> list[str]:
+        chosen = list(self.variant_picker.value)
+        if not chosen:
+            raise InspectorError("pick at least one variant to run")
+        return chosen
+
+    @property
+    def steps(self) -> int:
+        return int(self.steps_input.value)
+
+    def render(self, comparison, comparison_for: tuple | None, stale: bool) -> None:
+        if comparison is None:
+            self.results.value = NOT_RUN
+            self.plots.value = ""
+            return
+        banner = inspector.stale_html(comparison_for) if stale else ""
+        self.results.value = banner + inspector.comparison_html(comparison)
+        self.plots.value = "".join(inspector.figure_img(comparison.plot(kind)) for kind in ("drift", "channels"))
