@@ -326,3 +326,231 @@ def test_the_where_does_the_error_enter_panel():
     assert "fi-stale" in app.attr_table.value
     app.pick_model("sample:conv_mul_scalar")
     assert app.attribution is None and app.attr_graph.value == ""
+
+
+# ---------------------------------------------------------------- background jobs and the screen lock
+
+
+def _ticking_compare(result, *, ticks=5, until=None):
+    """A stand-in for ``Analysis.compare``: reports progress ``ticks`` times (or until ``until`` is set,
+    and then on while it is cancelled), then returns ``result`` (or raises it, if it is an exception)."""
+    calls = []
+
+    def compare(self, variants, markers=(), steps=1, progress=None, **kwargs):
+        calls.append(threading.current_thread())
+        for i in range(ticks):
+            progress(f"tick {i}", i / ticks)
+            time.sleep(0.01)
+        deadline = time.time() + 20
+        while until is not None and not until.is_set() and time.time() < deadline:
+            progress("waiting", 0.5)
+            time.sleep(0.01)
+        if isinstance(result, BaseException):
+            raise result
+        progress("done", 1.0)
+        return result
+
+    return compare, calls
+
+
+@pytest.fixture(scope="module")
+def one_comparison():
+    """A real reference run of the stateful sample (policy upstream, 1 step), made once."""
+    return inspector.analyze("sample:stateful_conv_mul", stage="tfa").compare(("upstream",), steps=1)
+
+
+@pytest.mark.requires_tosa
+def test_a_job_outcome_waits_for_the_main_thread_to_finish_its_change(monkeypatch, one_comparison):
+    """Without a kernel the outcome is applied in the worker thread: it must not draw the results or
+    the site table while the main thread is drawing the table (a marker toggle). The main thread stays
+    in the table until the worker comes in (or 1 s has passed); the screen lock makes the worker wait."""
+    app = FoldInspector("sample:stateful_conv_mul", stage="tfa", variants=("upstream",), steps=1)
+    site = app.sites[0].id
+    main, inside, worker_in = threading.current_thread(), threading.Event(), threading.Event()
+    armed, active, overlaps, drawers = [False], [0], [], []
+    count_lock = threading.Lock()
+
+    def tracked(real):
+        def drawing(*args, **kwargs):
+            with count_lock:
+                active[0] += 1
+                if active[0] > 1:
+                    overlaps.append(threading.current_thread().name)
+            drawers.append(threading.current_thread())
+            try:
+                if threading.current_thread() is not main:
+                    worker_in.set()
+                elif armed[0]:
+                    armed[0] = False
+                    inside.set()  # the worker may apply now ...
+                    worker_in.wait(1.0)  # ... and would be in here with us, were there no lock
+                return real(*args, **kwargs)
+            finally:
+                with count_lock:
+                    active[0] -= 1
+
+        return drawing
+
+    monkeypatch.setattr(inspector, "site_rows", tracked(inspector.site_rows))
+    monkeypatch.setattr(inspector, "comparison_html", tracked(inspector.comparison_html))
+    compare, _ = _ticking_compare(one_comparison, until=inside)
+    monkeypatch.setattr(inspector.Analysis, "compare", compare)
+    app.run_reference()
+    assert app.running
+    armed[0] = True
+    app.toggle_marker(site)  # redraws the table on this thread while the job finishes
+    deadline = time.time() + 30
+    while app.running and time.time() < deadline:  # the worker applies its outcome itself
+        time.sleep(0.01)
+    app.wait(30)
+    assert overlaps == [] and any(t is not main for t in drawers)  # the worker drew, but never alongside
+    assert not app.running and app.last_error is None and app.progress_label.value == "done"
+    assert app.comparison is one_comparison and app.markers == (site,) and app.stale
+    (row,) = rows(app)
+    decision, other = app.sites[0].decision, {"fold": "skip", "skip": "fold"}[app.sites[0].decision]
+    assert row.children[2].value is True and f"fi-decision fi-{decision}" in row.children[1].value
+    assert f"fi-site-{decision}" in row._dom_classes and f"fi-site-{other}" not in row._dom_classes
+    assert "fi-stale" in app.results.value
+
+
+class FakeKernelLoop:
+    """Stands in for the kernel's IO loop: callbacks queue up until the main thread runs them."""
+
+    def __init__(self):
+        self.callbacks, self.lock = [], threading.Lock()
+
+    def add_callback(self, fn):
+        with self.lock:
+            self.callbacks.append(fn)
+
+    def run(self):
+        with self.lock:
+            callbacks, self.callbacks = self.callbacks, []
+        for fn in callbacks:
+            fn()
+        return len(callbacks)
+
+
+def _job_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("fold-inspector-")]
+
+
+@pytest.mark.requires_tosa
+def test_in_a_kernel_the_outcome_is_applied_on_the_main_thread(monkeypatch, one_comparison):
+    import widgets._jobs
+
+    loop = FakeKernelLoop()
+    monkeypatch.setattr(widgets._jobs, "kernel_loop", lambda: loop)
+    app = FoldInspector("sample:stateful_conv_mul", stage="tfa", variants=("upstream",), steps=1)
+    compare, _ = _ticking_compare(one_comparison)
+    monkeypatch.setattr(inspector.Analysis, "compare", compare)
+    drawers = []
+    real_rows = inspector.site_rows
+    monkeypatch.setattr(inspector, "site_rows", lambda *a, **k: drawers.append(threading.current_thread())
+                        or real_rows(*a, **k))
+    app.run_reference()
+    deadline = time.time() + 30
+    while _job_threads() and time.time() < deadline:
+        time.sleep(0.01)
+    assert app.running and app.comparison is None and drawers == []  # computed, not yet on the screen
+    assert app.progress.value == 0.0  # the worker wrote no widget either
+    assert loop.run() >= 2  # progress reports, then the outcome, as the kernel would run them
+    assert not app.running and app.comparison is one_comparison and drawers == [threading.current_thread()]
+    assert app.progress_label.value == "done" and app.progress.value == 1.0 and not app.run_button.disabled
+    # wait() on the main thread applies the outcome itself (the loop cannot run while a cell waits);
+    # the progress reports still queued behind it change nothing.
+    app.toggle_marker(app.sites[0].id)
+    app.run_reference(wait=True)
+    assert not app.running and not app.stale and app.progress_label.value == "done"
+    loop.run()
+    assert app.progress_label.value == "done" and app.progress.value == 1.0 and app.last_error is None
+
+
+def test_a_job_can_be_cancelled_and_a_failing_job_leaves_a_working_widget(monkeypatch, stateful):
+    app = stateful
+    app.variant_picker.value = ("upstream",)
+    never = threading.Event()
+    compare, calls = _ticking_compare(object(), until=never)
+    monkeypatch.setattr(inspector.Analysis, "compare", compare)
+    assert app.cancel() is False  # nothing runs
+    app.run_reference()
+    deadline = time.time() + 10
+    while not calls and time.time() < deadline:
+        time.sleep(0.01)
+    assert app.running and app.cancel() is True
+    app.wait(30)
+    assert not app.running and app.comparison is None and app.last_error is None
+    assert app.progress_label.value == "cancelled" and app.progress.bar_style == "warning"
+    assert not app.run_button.disabled and "no reference run yet" in app.results.value
+    compare, _ = _ticking_compare(RuntimeError("the reference broke"))
+    monkeypatch.setattr(inspector.Analysis, "compare", compare)
+    app.attr_button.click()
+    app.wait(30)
+    assert app.last_error == "RuntimeError: the reference broke" and "<details>" in app.error.value
+    assert app.attr_progress_label.value == "failed" and app.attr_progress.bar_style == "danger"
+    assert not app.running and not app.attr_button.disabled and app.attribution is None
+    app.policy_picker.value = "off"  # and it keeps working
+    assert app.error.value == "" and app.sites[0].decision == "skip"
+
+
+# ---------------------------------------------------------------- the widget's own source
+
+
+def _private_names_of_ipywidgets() -> set[str]:
+    made = [W.VBox(), W.HBox(), W.HTML(), W.Label(), W.Button(), W.Checkbox(), W.Dropdown(), W.Select(),
+            W.SelectMultiple(), W.ToggleButtons(), W.FloatProgress(), W.BoundedIntText(), W.Text()]
+    return {n for w in made for n in dir(w) if n.startswith("_") and not n.startswith("__")}
+
+
+def _private_uses(sources: dict[str, str], theirs: set[str]) -> list[str]:
+    """Private names the sources reach that are not their own (or that are ipywidgets' own): attribute
+    reads and writes, getattr/setattr/hasattr/delattr with a literal name, and imports."""
+    import ast
+
+    trees = {name: ast.parse(text) for name, text in sources.items()}
+    own = set()
+    for tree in trees.values():
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                own.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and \
+                    isinstance(node.value, ast.Name) and node.value.id == "self":
+                own.add(node.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                own.add(node.id)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(("_", "widgets")) or \
+                    isinstance(node, ast.ImportFrom) and node.level > 0:
+                own.update(a.asname or a.name for a in node.names)
+    own -= theirs
+
+    def private(name: str) -> bool:
+        return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+    found = []
+    for file, tree in trees.items():
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Attribute):
+                names = [node.attr]
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                    node.func.id in ("getattr", "setattr", "hasattr", "delattr") and len(node.args) > 1 and \
+                    isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
+                names = [node.args[1].value]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ipywidgets"):
+                names = [a.name for a in node.names] + [p for p in node.module.split(".") if private(p)]
+            found += [f"{file}:{node.lineno}: {n}" for n in names if private(n) and n not in own]
+    return found
+
+
+def test_the_widget_source_uses_no_private_ipywidgets_name():
+    from conftest import ROOT
+
+    theirs = _private_names_of_ipywidgets()
+    assert {"_dom_classes", "_trait_values", "_property_lock"} <= theirs
+    # the check can fail: each of these reaches into a widget
+    for bad in ("row._dom_classes", "self._dom_classes.append('x')", "getattr(w, '_trait_values')",
+                "from ipywidgets.widgets.widget import _remove_buffers", "w._someone_elses = 1"):
+        assert _private_uses({"bad.py": bad}, theirs), bad
+    sources = {p.name: p.read_text() for p in sorted((ROOT / "widgets").glob("*.py"))}
+    assert "app.py" in sources and "_jobs.py" in sources
+    assert _private_uses(sources, theirs) == []
