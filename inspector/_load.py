@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from . import _quiet
+from ._copies import private_copy
 from ._cache import BoundedCache
 from ._hashing import digest, program_fingerprint
 from .errors import InspectorError, describe, first_line, listing, quoted
@@ -53,7 +54,7 @@ class Target:
     def eager(self) -> nn.Module:
         """A fresh private module computing the model in float (eager copy, or the program's module)."""
         if self.model is not None:
-            return copy.deepcopy(self.model)
+            return private_copy(self.model)
         return copy.deepcopy(self.exported).module(check_guards=False)
 
 
@@ -190,11 +191,11 @@ def _inputs_of(model: nn.Module, example_inputs: Any, name: str) -> tuple:
 
 def _from_module(model: nn.Module, example_inputs: Any, name: str) -> Target:
     inputs = _inputs_of(model, example_inputs, name)
-    private = copy.deepcopy(model).eval()
+    private = private_copy(model).eval()  # a copy deepcopy alone would refuse (non-leaf tensor attributes)
     try:
         # torch prints the whole graph before some export errors; the one-line error says enough
         with _quiet.captured_python(), _quiet.quiet_loggers(*_quiet.EXPORT_LOGGERS, level=logging.CRITICAL):
-            exported = torch.export.export(copy.deepcopy(private), copy.deepcopy(inputs))
+            exported = torch.export.export(private_copy(private), copy.deepcopy(inputs))
     except Exception as exc:  # noqa: BLE001 - export errors are the user's model/input mismatch
         raise InspectorError(
             f"torch.export failed for {name} with inputs {describe_inputs(inputs)}: "
