@@ -276,7 +276,7 @@ class Decider:
         if which == "after" and focus is not None and errors is None and not self.has_after(analysis):
             region = self.focus_region(analysis, focus, hops)
             if region is not None:
-                border = Border(region.outside_users, region.synthetic, self.layout.held)
+                border = Border(region.outside_users, self.layout.held)
                 signature = region.program.graph_signature if region.program is not None else None
                 verdicts = Verdicts(analysis.sites, True, signature, caption, marked=marked, border=border)
                 walk = focus_walk(region.graph_module, verdicts, focus, hops=hops, hide=hide)
@@ -322,6 +322,8 @@ class Decider:
             if region is not None and not all((s.mul in folded) == s.folded for s in analysis.sites
                                               if s.mul in region.names):
                 region = None
+            if region is not None:
+                region = _region.for_drawing(region)
         self._regions.put(key, region)
         return region
 

@@ -126,7 +126,7 @@ class Region:
     names: frozenset[str]  # the region's nodes of the stage graph
     stand_ins: frozenset[str]  # nodes standing for the outside: the values flowing in, the region's output
     outside_users: dict[str, int]  # region node -> how many of its users lie outside (fed via the output)
-    synthetic: frozenset[tuple[str, str]]  # (node, output) edges that only carry a value out of the region
+    own_outputs: int  # how many of the region's output values are the whole graph's own outputs (first)
 
     def folded_args(self) -> dict[str, tuple[str | None, str | None]]:
         """conv name -> (weight, bias) node names it reads after the pass."""
@@ -135,6 +135,16 @@ class Region:
             if _graph.is_conv(n):
                 out[n.name] = tuple(a.name if isinstance(a, Node) else None for a in n.args[1:3])
         return out
+
+
+def for_drawing(region: Region) -> Region:
+    """``region`` with its output holding the whole graph's own outputs only (in place: the region is
+    private): the values it carried out to the rest of the graph were edges of no real graph, and a
+    picture shows the rest of the graph as counts (``outside_users``) instead."""
+    out = next(n for n in reversed(region.graph_module.graph.nodes) if n.op == "output")
+    values = out.args[0] if isinstance(out.args[0], (list, tuple)) else (out.args[0],)
+    out.args = (tuple(values[:region.own_outputs]),)
+    return region
 
 
 def cluster_names(lay: Layout, indices: Iterable[int]) -> set[str]:
@@ -192,7 +202,7 @@ def run(stage_graph, lay: Layout, names: set[str], policy, hidden: frozenset[str
     after = {n.name for n in gm.graph.nodes}
     created = after - before  # the scaled weights and biases: their only user is their conv
     return Region(gm, built.program, tuple(fold.folded), frozenset((built.complete & after) | created), built.names,
-                  frozenset(before) - built.names, built.outside_users, built.synthetic)
+                  frozenset(before) - built.names, built.outside_users, built.own_outputs)
 
 
 @dataclass
@@ -202,7 +212,7 @@ class _Built:
     names: frozenset[str]  # the stage graph's nodes in it
     complete: frozenset[str]  # those whose every neighbour is in it too
     outside_users: dict[str, int]  # node name -> how many of its users are not in it
-    synthetic: frozenset[tuple[str, str]]  # (node, output) edges that only carry a value out of it
+    own_outputs: int  # how many output values are the whole graph's own outputs (they come first)
 
 
 def _build(stage_graph, lay: Layout, names: set[str]) -> _Built:
@@ -242,7 +252,7 @@ def _build(stage_graph, lay: Layout, names: set[str]) -> _Built:
         if n not in env and n is not real_output:
             env[n] = graph.node_copy(n, env.__getitem__)
     # What flows out to users outside leaves through the region's output, after the whole graph's own
-    # outputs when that is in the region: those edges are not the graph's (``synthetic``).
+    # outputs when that is in the region (``own_outputs``): the others are not the graph's edges.
     carried = [n for n in nodes if any(u not in inside for u in n.users)]
     returned: list = []
     if real_output is not None:
@@ -255,16 +265,15 @@ def _build(stage_graph, lay: Layout, names: set[str]) -> _Built:
     renamed = [m.name for m in (*nodes, *outside_inputs) if env[m].name != m.name]
     if renamed:
         raise RegionUnavailable(f"node {renamed[0]} was renamed in the region")
-    synthetic = frozenset((n.name, out.name) for n in carried if real_output is None or n not in real_output.users)
     names_inside = frozenset(n.name for n in nodes)
     if program is None:
         gm = _executorch.lazy_graph_module_of(_attributes(stage_graph.graph_module, nodes), graph)
-        return _Built(gm, None, names_inside, complete, outside_users, synthetic)
+        return _Built(gm, None, names_inside, complete, outside_users, len(returned))
     if any(n.op == "get_attr" for n in nodes):
         raise RegionUnavailable("the region reads a submodule")
     region_program = _program(program, lay, graph, placeholders, list(outside_inputs), returned,
                               [env[n] for n in carried])
-    return _Built(region_program.graph_module, region_program, names_inside, complete, outside_users, synthetic)
+    return _Built(region_program.graph_module, region_program, names_inside, complete, outside_users, len(returned))
 
 
 def _attributes(root: torch.nn.Module, nodes: list[Node]) -> torch.nn.Module:

@@ -2,7 +2,7 @@
 
 ``render(graph, verdicts)`` returns a ``graphviz.Digraph`` (``analysis.render("before" |
 "after")`` passes an analysis's own graph and verdicts); nothing
-here runs ``dot`` except ``svg`` (and the CLI's PNG), through ``_pipe``, the one
+here runs ``dot`` except ``svg`` (and the CLI's PNG), through ``pipe``, the one
 door to the executable. Every node's look comes from ``STYLES``, keyed by what
 the node is (a folded / skipped / near-miss site, an input, a constant, ...), so
 the same graph with the same verdicts draws the same way on every run.
@@ -128,7 +128,6 @@ class Border:
     """
 
     outside_users: dict  # node name -> how many of its users lie outside the part
-    synthetic: frozenset  # (tail, head) names of edges that only carry a value out of the part: not drawn
     held: dict  # node name -> "buffer" | "input": the nodes holding carried state in the whole graph
 
 
@@ -245,12 +244,12 @@ DOT_MISSING = ("graphviz's dot is not installed: apt-get install -y graphviz (or
 
 def svg(digraph: graphviz.Digraph) -> str:
     """The SVG text of ``digraph`` (from ``<svg`` on: ready to inline into HTML)."""
-    text = _pipe(digraph, "svg").decode("utf-8")
+    text = pipe(digraph, "svg").decode("utf-8")
     start = text.find("<svg")
     return text[start:] if start >= 0 else text
 
 
-def _pipe(digraph: graphviz.Digraph, fmt: str) -> bytes:
+def pipe(digraph: graphviz.Digraph, fmt: str) -> bytes:
     """Lay out ``digraph`` with ``dot`` into ``fmt`` bytes: the only place that runs ``dot``."""
     try:
         return digraph.pipe(format=fmt, quiet=True)  # dot's warnings (fonts, sizes) are not the user's business
@@ -459,19 +458,15 @@ class _Facts:
     outside: dict[Node, int] = field(default_factory=dict)  # part of a graph: a node's users outside it
 
     def inputs(self, n: Node) -> list[Node]:
-        """``n``'s inputs (in a part of a graph, not the values it only carries out)."""
-        if self.border is None or not self.border.synthetic:
-            return n.all_input_nodes
-        return [m for m in n.all_input_nodes if (m.name, n.name) not in self.border.synthetic]
+        """``n``'s inputs in the graph."""
+        return n.all_input_nodes
 
     def user_nodes(self, n: Node) -> list[Node]:
-        """``n``'s users in the graph (in a part of a graph, not the output carrying its value out)."""
-        if n not in self.outside:
-            return list(n.users)
-        return [u for u in n.users if (n.name, u.name) not in self.border.synthetic]
+        """``n``'s users in the graph."""
+        return list(n.users)
 
     def degree(self, n: Node) -> int:
-        """How many neighbours ``n`` has in the whole graph."""
+        """How many neighbours ``n`` has in the whole graph (in a part of one, those outside counted too)."""
         return len(self.inputs(n)) + len(self.user_nodes(n)) + self.outside.get(n, 0)
 
     def walked(self, n: Node) -> list[Node]:
