@@ -26,9 +26,9 @@ warnings.filterwarnings("ignore")
 import torch  # noqa: E402
 
 import inspector  # noqa: E402
-from inspector import _executorch, _parallel, _quiet, _tosa  # noqa: E402
+from inspector import _executorch, _parallel, _quiet, _tosa, clear_cache  # noqa: E402
 from inspector._load import load  # noqa: E402
-from inspector.compare import _calibration, clear_cache  # noqa: E402
+from inspector._flow import choose_calibration  # noqa: E402
 from sample_models.big import ConvStack  # noqa: E402
 
 FIRST_CALL_TARGET = 1.10
@@ -61,7 +61,7 @@ def medium(seed: int) -> ConvStack:
 
 def main() -> None:
     warm = medium(1000)
-    batches = list(_calibration(load(warm), None, 1).batches)  # the same calibration batches compare uses
+    batches = list(choose_calibration(load(warm), None, 1).batches)  # the same calibration batches compare uses
     plain_flow(warm, warm.example_inputs(), batches[:1])  # warm-up: imports, kernel caches
     inspector.compare(medium(1001), ("upstream",))
 

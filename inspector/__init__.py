@@ -12,8 +12,9 @@ from ._present import (SiteRow, analysis_html, analysis_text, attribution_html, 
 from ._stages import STAGE_HELP, STAGES
 from .attribution import Attribution, NodeError, SiteError, VariantAttribution, attribute, attribution
 from .analysis import WIDE_RANGE_RATIO, Analysis, ScaleSummary, Site, analyze, analyze_graph
-from .compare import (Comparison, Metrics, NotDelegated, QParams, SiteOutcome, Variant, VariantResult, clear_cache,
-                      compare)
+from ._compare import compare
+from ._results import Comparison, Metrics, NotDelegated, QParams, SiteOutcome, Variant, VariantResult
+from ._variant_cache import clear_cache
 from .explorer import ExplorerFiles
 from .errors import ExplanationMismatchWarning, FoldPassCrash, InspectorError, quoted
 from .reasons import Reason, ReasonCode, Risk, RiskCode

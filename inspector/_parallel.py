@@ -48,12 +48,12 @@ class Task:
     inputs: tuple
     recurrent: dict
     key: str
-    variant: Any  # compare.Variant
-    calibration: Any  # compare._Calibration
+    variant: Any  # _results.Variant
+    calibration: Any  # _flow.Calibration
     config: Any  # quantization config (None: the default)
     steps: int
     reference: Any  # float outputs per step
-    base_key: tuple  # compare's cache key for everything but the variant
+    base_key: tuple  # _variant_cache.base_key: the cache key for everything but the variant
 
 
 def program_bytes(program) -> bytes:

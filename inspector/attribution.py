@@ -19,7 +19,6 @@ mul's output: it stands for the mul node (role ``folded-conv``).
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -28,6 +27,8 @@ import torch
 from torch.fx import Node
 
 from . import _graph, _quiet, _stages
+from ._compare import compare
+from ._flow import is_qdq, quantize, sqnr, stepped
 from ._fold_swap import swapped_fold_pass
 from ._policies import FoldLog, policy_pass_class
 from .errors import InspectorError, describe
@@ -35,8 +36,6 @@ from .errors import InspectorError, describe
 # Nodes whose SQNR drops by more than this many dB below their inputs' are where error enters.
 ENTRY_THRESHOLD_DB = 1.0
 ENTRY_POINTS = 5  # how many to report per variant
-_QDQ = ("quantize_per_tensor", "dequantize_per_tensor", "quantize_per_channel", "dequantize_per_channel",
-        "choose_qparams")
 _SKIP_OPS = ("getitem", "_guards_fn", "_assert", "sym_size", "alias")
 
 
@@ -225,8 +224,6 @@ def attribution(target: Any, variants=("off", "upstream"), *, steps: int = 1, pr
 
     ``attribute`` starts from a comparison you already have instead.
     """
-    from .compare import compare
-
     def part(start: float, width: float):
         return None if progress is None else (lambda phase, f: progress(phase, start + width * f))
 
@@ -240,8 +237,6 @@ def attribute(comparison, progress: Callable[[str, float], None] | None = None) 
     Each variant is quantized again as it was compared; the TOSA reference does not run again (see the
     module docstring). ``attribution`` starts from a model instead: it runs ``compare`` first.
     """
-    from .compare import quantize
-
     run = getattr(comparison, "run", None)
     if run is None:
         raise InspectorError("this comparison was read from a file: run inspector.compare again to look inside it")
@@ -324,17 +319,7 @@ def _node_ids(program) -> tuple[dict[str, str], dict[str, tuple[str, str, int]]]
             continue
         base[n.name] = text
         meta[n.name] = (module, op, order)
-    counts: dict[str, int] = {}
-    for text in base.values():
-        counts[text] = counts.get(text, 0) + 1
-    seen: dict[str, int] = {}
-    ids = {}
-    for name, text in base.items():
-        if counts[text] > 1:
-            seen[text] = seen.get(text, 0) + 1
-            text = f"{text}#{seen[text]}"
-        ids[name] = text
-    return ids, meta
+    return dict(zip(base, _graph.unique_ids(base.values()))), meta
 
 
 @dataclass(frozen=True)
@@ -352,7 +337,8 @@ def _site_nodes(target) -> dict[str, tuple[str, _SiteNodes]]:
     cands = _graph.candidates(graph)
     ids = _graph.site_ids(cands)
     reach = _graph.state_reach(graph, None, in_place_writes=True, markers=False)
-    recurrent_outputs = _recurrent_output_nodes(graph, target.recurrent)
+    recurrent = _graph.recurrent_reach(graph, None, target.recurrent)
+    outputs = _graph.output_values(graph) if recurrent else []
     out = {}
     for c, site_id in zip(cands, ids):
         write = None
@@ -360,44 +346,16 @@ def _site_nodes(target) -> dict[str, tuple[str, _SiteNodes]]:
             if reach.reaches(kind, c.mul):
                 write = _ancestor(reach.path(kind, c.mul)[-1])
                 break
-        if write is None:
-            node = _first_reached(c.mul, recurrent_outputs)
-            write = _ancestor(node) if node is not None else None
+        if write is None and c.mul in recurrent:  # the recurrent output it reaches is fed back as state
+            write = _ancestor(outputs[recurrent[c.mul]])
         out[c.mul.name] = (site_id, _SiteNodes(site_id, _ancestor(c.conv), _ancestor(c.mul), write))
     return out
-
-
-def _recurrent_output_nodes(graph, recurrent: dict) -> set[Node]:
-    out = next((n for n in reversed(graph.nodes) if n.op == "output"), None)
-    if out is None or not recurrent:
-        return set()
-    values = list(out.args[0]) if isinstance(out.args[0], (list, tuple)) else [out.args[0]]
-    return {values[i] for i in recurrent if 0 <= i < len(values) and isinstance(values[i], Node)}
-
-
-def _first_reached(start: Node, targets: set[Node]) -> Node | None:
-    if not targets:
-        return None
-    frontier, seen = [start], {start}
-    while frontier:
-        n = frontier.pop(0)
-        if n in targets:
-            return n
-        for u in n.users:
-            if u not in seen:
-                seen.add(u)
-                frontier.append(u)
-    return None
 
 
 def _folded_names(log: FoldLog, sites) -> set[str]:
     """The tfa mul names this variant's pass folded."""
     run = next((r for r in log.runs if r.tfa), None)
     return set(run.folded) & set(sites) if run is not None else set()
-
-
-def _is_qdq(node: Node) -> bool:
-    return node.op == "call_function" and any(q in str(node.target) for q in _QDQ)
 
 
 def _dequantized(node: Node) -> tuple[Node, float | None, int | None]:
@@ -421,6 +379,11 @@ class _Recorder(torch.fx.Interpreter):
         self.watch = watch  # node name -> record key
         self.values: dict[str, torch.Tensor] = {}
 
+    def fresh_run(self, *args) -> Any:
+        """Run the graph, keeping this run's values only."""
+        self.values = {}
+        return self.run(*args)
+
     def run_node(self, n: Node) -> Any:
         out = super().run_node(n)
         key = self.watch.get(n.name)
@@ -435,7 +398,7 @@ def _keys(gm, program_names: set[str], buffer_of: dict[str, str]) -> dict[str, s
     for n in gm.graph.nodes:
         if n.op == "get_attr" and str(n.target) in buffer_of:
             keys[n.name] = buffer_of[str(n.target)]
-        elif n.op in ("placeholder", "call_function") and not _is_qdq(n):
+        elif n.op in ("placeholder", "call_function") and not is_qdq(n, choose_qparams=True):
             source = _ancestor(n) or n.name
             if source in program_names:
                 keys[n.name] = source
@@ -444,8 +407,6 @@ def _keys(gm, program_names: set[str], buffer_of: dict[str, str]) -> dict[str, s
 
 def _record(target, float_gm, quant_gm, steps: int, ids, meta, sites, folded):
     """Run both graphs ``steps`` times; one NodeError per aligned node and step."""
-    from .compare import _flat
-
     program = target.exported
     buffer_of = {s.target: s.arg.name for s in program.graph_signature.input_specs
                  if s.target is not None and s.arg.name in ids}
@@ -468,19 +429,15 @@ def _record(target, float_gm, quant_gm, steps: int, ids, meta, sites, folded):
     inputs_of = _recorded_inputs(quant_gm, quant_keys, folded_conv)
 
     float_rec, quant_rec = _Recorder(float_gm, float_keys), _Recorder(quant_gm, quant_watch)
-    float_in, quant_in = list(copy.deepcopy(target.inputs)), list(copy.deepcopy(target.inputs))
     records, sim_outputs = [], []
     out_scales = _output_scales(quant_gm)
     with torch.no_grad():
-        for step in range(steps):
-            float_rec.values, quant_rec.values = {}, {}
-            f_out = _flat(float_rec.run(*float_in))
-            q_out = _flat(quant_rec.run(*quant_in))
+        # Both graphs step side by side, each fed its own recurrent outputs back.
+        both = zip(stepped(float_rec.fresh_run, target.inputs, target.recurrent, steps),
+                   stepped(quant_rec.fresh_run, target.inputs, target.recurrent, steps))
+        for step, (_, q_out) in enumerate(both):
             sim_outputs.append([o.detach().clone() for o in q_out])
-            for out_idx, in_idx in target.recurrent.items():
-                float_in[in_idx] = f_out[out_idx].detach().clone()
-                quant_in[in_idx] = q_out[out_idx].detach().clone()
-            sqnr: dict[str, float] = {}
+            by_source: dict[str, float] = {}
             step_records = []
             for key, q in quant_rec.values.items():
                 source = folded_conv.get(key, key)  # a folded conv is compared with the float mul output
@@ -488,8 +445,8 @@ def _record(target, float_gm, quant_gm, steps: int, ids, meta, sites, folded):
                 if f is None or f.shape != q.shape:
                     continue
                 err = (q.double() - f.double())
-                s_db = _sqnr(f.double(), err)
-                sqnr[source] = s_db
+                s_db = sqnr(f.double(), err)
+                by_source[source] = s_db
                 module, op, order = meta[source]
                 site, role = site_of.get(source, (None, ""))
                 if key in folded_conv:
@@ -501,7 +458,7 @@ def _record(target, float_gm, quant_gm, steps: int, ids, meta, sites, folded):
                                      float(err.abs().max()) if err.numel() else 0.0, scale, zp, key])
             for rec in step_records:
                 source, key = rec[0], rec[-1]
-                upstream = [sqnr[i] for i in inputs_of.get(key, ()) if i in sqnr]
+                upstream = [by_source[i] for i in inputs_of.get(key, ()) if i in by_source]
                 drop = (min(upstream) - rec[6]) if upstream and math.isfinite(min(upstream)) else None
                 if drop is not None and not math.isfinite(drop):
                     drop = None
@@ -522,35 +479,22 @@ def _recorded_inputs(gm, keys: dict[str, str], folded_conv: dict[str, str]) -> d
             if n in seen:
                 continue
             seen.add(n)
-            if n.name in keys and not _is_qdq(n):
+            if n.name in keys and not is_qdq(n, choose_qparams=True):
                 src = keys[n.name]
                 found.append(folded_conv.get(src, src))
-            elif _is_qdq(n):
+            elif is_qdq(n, choose_qparams=True):
                 stack.extend(n.all_input_nodes)
         out[key] = found
     return out
 
 
 def _output_scales(gm) -> list[float | None]:
-    out = next((n for n in reversed(gm.graph.nodes) if n.op == "output"), None)
-    if out is None:
-        return []
-    values = out.args[0] if isinstance(out.args[0], (list, tuple)) else [out.args[0]]
+    """Per flat output of a converted graph, the quantization step of its final dequantize (or None)."""
     scales = []
-    for v in _flat_nodes(values):
+    for v in _graph.output_values(gm.graph):
         scale = v.args[1] if isinstance(v, Node) and "dequantize_per_tensor" in str(v.target) else None
         scales.append(float(scale) if isinstance(scale, (int, float)) else None)
     return scales
-
-
-def _flat_nodes(values) -> list:
-    out = []
-    for v in values:
-        if isinstance(v, (list, tuple)):
-            out.extend(_flat_nodes(v))
-        else:
-            out.append(v)
-    return out
 
 
 def _agreement(sim_outputs, tosa_outputs, scales) -> list[OutputAgreement]:
@@ -576,15 +520,6 @@ def _site_errors(records, sites, folded, label: str, steps: int) -> list[SiteErr
             write = by.get((nodes.state_write, step, "state-write")) if nodes.state_write else None
             out.append(SiteError(site_id, label, is_folded, step, conv, mul, write))
     return out
-
-
-def _sqnr(signal: torch.Tensor, noise: torch.Tensor) -> float:
-    s, n = float((signal ** 2).sum()), float((noise ** 2).sum())
-    if n == 0:
-        return math.inf
-    if s == 0:
-        return -math.inf
-    return 10 * math.log10(s / n)
 
 
 __all__ = ["Attribution", "NodeError", "OutputAgreement", "SiteError", "VariantAttribution", "attribute"]

@@ -202,7 +202,7 @@ class _ProgressBar:
 
 
 def _compare(args) -> int:
-    from .compare import compare
+    from ._compare import compare
     from ._present import comparison_text
 
     from ._limits import check_steps

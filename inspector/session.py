@@ -18,7 +18,7 @@ from typing import Any
 from ._files import write_text
 from ._limits import MAX_STEPS
 from ._stages import STAGES
-from .compare import Comparison
+from ._results import Comparison
 from .errors import InspectorError
 from ._policies import DEFAULT_VARIANTS, POLICIES
 

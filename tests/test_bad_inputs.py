@@ -234,7 +234,7 @@ def test_api_bad_input_is_one_line_inspector_error(call, message):
 
 def test_compare_takes_one_policy_as_a_string():
     """``compare(m, "upstream")`` means one variant, not the letters of a word."""
-    from inspector.compare import _variants
+    from inspector._compare import _variants
 
     assert [v.policy for v in _variants("upstream", None)] == ["upstream"]
     assert [v.policy for v in _variants("off,upstream", None)] == ["off", "upstream"]

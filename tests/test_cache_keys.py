@@ -12,7 +12,7 @@ from torch import nn
 
 import inspector
 from inspector import _load
-from inspector.compare import clear_cache
+from inspector import clear_cache
 
 X = (torch.rand(1, 3, 8, 8, generator=torch.Generator().manual_seed(0)),)
 

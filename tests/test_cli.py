@@ -135,7 +135,7 @@ def test_compare_json_is_exactly_one_document_and_debug_shows_the_backend_output
 
 @pytest.mark.requires_tosa
 def test_debug_shows_what_the_backend_printed(capfd):
-    from inspector.compare import clear_cache
+    from inspector import clear_cache
 
     clear_cache()  # a cached result prints nothing new
     assert main(["--debug", "compare", "sample:conv_mul_scalar", "--variants", "upstream", "--json"]) == 0

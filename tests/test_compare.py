@@ -18,8 +18,7 @@ from torch import nn
 
 import inspector
 import sample_models
-from inspector import InspectorError, _executorch, _tosa, compare
-from inspector.compare import clear_cache
+from inspector import InspectorError, _executorch, _tosa, clear_cache, compare
 from inspector.cli import main
 from conftest import ROOT, assert_bit_identical, state_of
 
@@ -194,6 +193,17 @@ def test_errors_are_one_line_and_name_what_failed():
         compare(model, ("upstream",), example_inputs=(torch.randn(1, 2, 2, 2),))
     assert "\n" not in str(info.value)
     assert_bit_identical(snap, model)
+
+
+def test_the_public_functions_are_not_shadowed_by_modules():
+    """``inspector.compare`` and ``inspector.attribution`` are the functions; no module of those names exists."""
+    import importlib
+
+    for name in ("compare", "attribution"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(f"inspector.{name}")
+        assert callable(getattr(inspector, name))
+    assert inspector.compare is compare and inspector.clear_cache is clear_cache
 
 
 def test_concurrent_swaps_never_see_each_others_pass():
