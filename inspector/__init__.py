@@ -10,7 +10,7 @@ from ._policies import DEFAULT_VARIANTS, POLICIES, POLICY_HELP
 from ._present import (SiteRow, analysis_html, analysis_text, attribution_html, attribution_text, comparison_html,
                        comparison_text, site_rows, stale_html)
 from ._stages import STAGE_HELP, STAGES
-from .attribution import Attribution, NodeError, SiteError, VariantAttribution, attribute, attribution
+from ._attribution import Attribution, NodeError, SiteError, VariantAttribution, attribute, attribution
 from .analysis import WIDE_RANGE_RATIO, Analysis, ScaleSummary, Site, analyze, analyze_graph
 from ._compare import compare
 from ._results import Comparison, Metrics, NotDelegated, QParams, SiteOutcome, Variant, VariantResult

@@ -225,7 +225,7 @@ def _compare(args) -> int:
 def _attribute(args) -> int:
     from ._limits import check_steps
     from ._present import attribution_text
-    from .attribution import attribution
+    from ._attribution import attribution
 
     check_steps(args.steps, "--steps")
     result = attribution(args.target, args.variants, steps=args.steps, markers=args.mark,
@@ -311,7 +311,7 @@ def _explorer(args) -> int:
     result = analyze(args.target, inputs, stage=args.stage, policy=args.policy, markers=args.mark)
     errors = None
     if args.errors:
-        from .attribution import attribution
+        from ._attribution import attribution
 
         measured = attribution(args.target, [args.errors], steps=args.steps, markers=args.mark,
                                example_inputs=inputs, progress=_ProgressBar())
