@@ -6,19 +6,21 @@ notebook, the CLI, a report or the widget uses is named in ``__all__``.
 
 from . import _quiet, explorer, samples
 from ._limits import MAX_INPUT_ELEMENTS, MAX_STEPS, check_steps
-from ._policies import DEFAULT_VARIANTS, POLICIES, POLICY_HELP
+from ._policies import DEFAULT_VARIANTS, POLICIES, POLICY_HELP, Policy, StateGuard, get_policy
+from ._policies import register as register_policy, unregister as unregister_policy
 from ._present import (SiteRow, analysis_html, analysis_text, attribution_html, attribution_text, comparison_html,
                        comparison_text, site_rows, stale_html)
 from ._stages import STAGE_HELP, STAGES
 from ._attribution import Attribution, NodeError, SiteError, VariantAttribution, attribute, attribution
-from .analysis import WIDE_RANGE_RATIO, Analysis, ScaleSummary, Site, analyze, analyze_graph
+from .analysis import WIDE_RANGE_RATIO, Analysis, ScaleSummary, Site
+from ._decide import analyze, analyze_graph
 from ._compare import compare
 from ._results import Comparison, Metrics, NotDelegated, QParams, SiteOutcome, Variant, VariantResult
-from ._variant_cache import clear_cache
+from ._cache import clear_all as clear_cache
 from .explorer import ExplorerFiles
 from .errors import ExplanationMismatchWarning, FoldPassCrash, InspectorError, quoted
 from .reasons import Reason, ReasonCode, Risk, RiskCode
-from .render import LEGEND, STYLES, Verdicts, render, render_pair, site_kind, svg
+from ._render import LEGEND, STYLES, Verdicts, render, render_pair, site_kind, svg
 from .report import figure_img, report_html
 from .repro import Reproducer, reproducer
 from .session import GRAPH_SCOPES, GRAPH_VIEWS, Session, read_session, save_session
@@ -27,6 +29,8 @@ __all__ = [
     # analyze: sites, decisions, reasons
     "analyze", "analyze_graph", "Analysis", "Site", "ScaleSummary", "Reason", "ReasonCode", "Risk", "RiskCode", "WIDE_RANGE_RATIO",
     "STAGES", "STAGE_HELP", "POLICIES", "POLICY_HELP",
+    # rules: one object each, in one registry
+    "Policy", "StateGuard", "get_policy", "register_policy", "unregister_policy",
     # compare: the TOSA INT reference
     "compare", "Comparison", "Variant", "VariantResult", "Metrics", "QParams", "SiteOutcome", "NotDelegated",
     "DEFAULT_VARIANTS", "MAX_STEPS", "MAX_INPUT_ELEMENTS", "check_steps", "clear_cache",

@@ -15,6 +15,7 @@ import torch
 from torch.fx import Node
 
 from . import _executorch
+from ._cache import FactTable, WeakCache
 
 CARRIED_STATE_KEY = "carried_quant_state"
 
@@ -28,7 +29,7 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 
 # Facts about op overloads (process-wide singletons, few per graph), looked up per node many times.
 # Only overloads are kept: a plain Python function target may hold anything (a closure over a model).
-_OP_FACTS: dict[tuple[Callable, Any], Any] = {}  # (fact, op overload) -> fact(op overload)
+_OP_FACTS = FactTable(4096, "op facts")  # (fact, op overload) -> fact(op overload)
 
 
 def _op_fact(fact: Callable[[Any], Any], target: Any) -> Any:
@@ -38,7 +39,7 @@ def _op_fact(fact: Callable[[Any], Any], target: Any) -> Any:
     if value is _OP_FACTS:
         value = fact(target)
         if hasattr(target, "_overloadname") and hasattr(target, "_schema"):
-            _OP_FACTS[key] = value
+            _OP_FACTS.put(key, value)
     return value
 
 
@@ -188,18 +189,7 @@ def site_ids(cands: Iterable[Candidate]) -> list[str]:
         frame = _user_frame(c.mul)
         where = f"{frame[0]}:{frame[1]}" if frame else original_name(c.mul)
         bases.append(f"{module_path(c.conv) or 'root'}@{where}")
-    counts: dict[str, int] = {}
-    for b in bases:
-        counts[b] = counts.get(b, 0) + 1
-    seen: dict[str, int] = {}
-    ids = []
-    for b in bases:
-        if counts[b] == 1:
-            ids.append(b)
-        else:
-            seen[b] = seen.get(b, 0) + 1
-            ids.append(f"{b}#{seen[b]}")
-    return ids
+    return unique_ids(bases)
 
 
 def location(node: Node) -> str:
@@ -210,7 +200,9 @@ def location(node: Node) -> str:
 # ---------------------------------------------------------------- constants
 
 
-_LOOKUPS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# program -> (its signature's size, its constant lookup): dies with the program (the lookup
+# holds the program only weakly).
+_LOOKUPS = WeakCache("constant lookups")
 
 
 def _lookup(program):
@@ -219,7 +211,7 @@ def _lookup(program):
     entry = _LOOKUPS.get(program)
     if entry is None or entry[0] != size:
         entry = (size, _executorch.constant_lookup(program))
-        _LOOKUPS[program] = entry
+        _LOOKUPS.put(program, entry)
     return entry[1]
 
 
@@ -339,8 +331,7 @@ def state_writes(graph: torch.fx.Graph, signature: Any = None) -> list[StateWrit
         buffer_inputs = {s.arg.name for s in signature.input_specs if s.kind == InputKind.BUFFER}
         out = next((n for n in reversed(nodes) if n.op == "output"), None)
         if out is not None:
-            values = out.args[0] if isinstance(out.args[0], (list, tuple)) else [out.args[0]]
-            for spec, value in zip(signature.output_specs, values):
+            for spec, value in zip(signature.output_specs, output_values(graph)):
                 if isinstance(value, Node) and spec.kind in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION):
                     kind = BUFFER if spec.kind == OutputKind.BUFFER_MUTATION else INPUT
                     writes.append(StateWrite(out, kind, str(spec.target), "signature", (value,)))

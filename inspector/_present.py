@@ -12,7 +12,7 @@ import html
 from dataclasses import dataclass
 
 from .reasons import Reason, Risk
-from .render import STYLES, site_kind
+from ._render import STYLES, site_kind
 
 
 def _esc(value) -> str:

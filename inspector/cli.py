@@ -157,7 +157,7 @@ def _inputs_from_shapes(shapes: list[str]):
 
 
 def _analyze(args) -> int:
-    from .analysis import analyze
+    from ._decide import analyze
     from ._present import analysis_text
 
     result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage,
@@ -240,7 +240,7 @@ def _attribute(args) -> int:
 def _report(args) -> int:
     from ._files import check_writable, write_text
     from ._limits import check_steps
-    from .analysis import analyze
+    from ._decide import analyze
 
     check_steps(args.steps, "--steps")
     out = check_writable(args.out) if args.out else None
@@ -260,7 +260,7 @@ def _report(args) -> int:
 
 def _repro(args) -> int:
     from ._files import check_writable
-    from .analysis import analyze
+    from ._decide import analyze
     from .repro import reproducer
 
     out = check_writable(args.out)
@@ -277,21 +277,21 @@ def _repro(args) -> int:
 
 def _render(args) -> int:
     from ._files import check_writable, write_bytes
-    from .analysis import analyze
-    from .render import _pipe, render, render_pair, svg
+    from ._decide import analyze
+    from ._render import pipe, svg
 
     out = check_writable(args.out)
     fmt = args.format or {".png": "png", ".dot": "dot", ".gv": "dot"}.get(out.suffix.lower(), "svg")
     result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage,
                      policy=args.policy, markers=args.mark)
     kw = {"focus": args.focus, "hops": args.hops}
-    graph = render_pair(result, **kw) if args.which == "both" else render(result, args.which, **kw)
+    graph = result.render_pair(**kw) if args.which == "both" else result.render(args.which, **kw)
     if fmt == "dot":
         data = graph.source.encode("utf-8")
     elif fmt == "svg":
         data = svg(graph).encode("utf-8")
     else:
-        data = _pipe(graph, fmt)
+        data = pipe(graph, fmt)
     write_bytes(out, data)
     print(f"wrote {out} ({fmt}): {result.summary()}")
     return 0
@@ -299,14 +299,14 @@ def _render(args) -> int:
 
 def _explorer(args) -> int:
     from . import explorer
-    from .analysis import analyze
+    from ._decide import analyze
 
     from ._limits import check_steps
 
-    explorer._model_explorer()  # not installed: say so before exporting anything
+    explorer.load_model_explorer()  # not installed: say so before exporting anything
     check_steps(args.steps, "--steps")
     if args.serve:
-        explorer._check_port(args.host, args.port)
+        explorer.check_port(args.host, args.port)
     inputs = _inputs_from_shapes(args.input_shape)
     result = analyze(args.target, inputs, stage=args.stage, policy=args.policy, markers=args.mark)
     errors = None
@@ -336,9 +336,9 @@ def _demo(args) -> int:
     import html
 
     from . import samples
-    from .analysis import analyze
+    from ._decide import analyze
     from ._policies import POLICIES
-    from .render import svg
+    from ._render import svg
     from ._present import analysis_html, analysis_text
 
     from ._files import check_writable, write_text

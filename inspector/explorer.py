@@ -69,7 +69,7 @@ def available() -> bool:
     return importlib.util.find_spec("model_explorer") is not None
 
 
-def _model_explorer():
+def load_model_explorer():
     if not available():
         raise InspectorError(f"Model Explorer is not installed; install it with: {INSTALL_HINT}")
     with _quiet.quiet_imports():
@@ -92,7 +92,7 @@ class _GraphOnly:
 def graph_json(analysis, which: str = "before") -> tuple[dict, int]:
     """The stage graph (``before``) or the graph after the pass (``after``) as Model Explorer's graph
     JSON, converted by its own PyTorch adapter; and the number of nodes."""
-    _, _, Adapter, convert = _model_explorer()
+    _, _, Adapter, convert = load_model_explorer()
     gm, _ = analysis.verdicts(which)
     program = analysis.stage_graph.program if which == "before" else analysis.after_program
     source = program if program is not None and program.graph_module is gm else _GraphOnly(gm)
@@ -116,7 +116,7 @@ def overlays(analysis, which: str = "before", *, errors=None, step: int | None =
     the SQNR layer. Nodes the graph does not have (a folded mul, after the pass) are left out."""
     from ._render import STYLES, site_kind
 
-    _, ndb, _, _ = _model_explorer()
+    _, ndb, _, _ = load_model_explorer()
     gm, verdicts = analysis.verdicts(which, errors=errors, step=step)
     decisions: dict[str, Any] = {}
     for s in analysis.sites:
@@ -205,7 +205,7 @@ def read_manifest(folder: str | os.PathLike) -> tuple[Path, list[Path]]:
 
 def _config(graph: Path | None, node_data: list[Path]):
     """Model Explorer's config for ``graph`` and its node data files."""
-    model_explorer, *_ = _model_explorer()
+    model_explorer, *_ = load_model_explorer()
     config = model_explorer.config()
     if graph is not None:
         config.add_model_from_path(str(graph))
@@ -222,11 +222,11 @@ def url(port: int, host: str = "127.0.0.1", graph: Path | None = None, node_data
 def serve(folder: str | os.PathLike, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
           announce=print) -> None:
     """Start Model Explorer on a folder ``to_model_explorer`` wrote; blocks until Ctrl-C."""
-    _model_explorer()
+    load_model_explorer()
     from model_explorer import server
 
     graph, node_data = read_manifest(folder)
-    _check_port(host, port)
+    check_port(host, port)
     config = _config(graph, node_data)
     server._check_new_version = lambda: None  # no network call from a local viewer
     announce(f"Model Explorer: {url(port, host, graph, node_data)}")
@@ -234,7 +234,7 @@ def serve(folder: str | os.PathLike, *, host: str = "127.0.0.1", port: int = DEF
         server.start(host=host, port=port, config=config, no_open_in_browser=True)
 
 
-def _check_port(host: str, port: int) -> None:
+def check_port(host: str, port: int) -> None:
     """Fail in one line if nothing can listen on ``host:port`` (Model Explorer would wait forever)."""
     import socket
 

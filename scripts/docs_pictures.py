@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import inspector  # noqa: E402
-from inspector._render import _pipe  # noqa: E402  (the one door to dot)
+from inspector._render import pipe  # noqa: E402  (the one door to dot)
 
 
 def main() -> None:
@@ -23,7 +23,7 @@ def main() -> None:
     attribution = inspector.attribute(comparison)
     analysis = inspector.analyze("sample:stateful_wide_scale", stage="tfa", policy="off")
     graph = analysis.render("after", errors=attribution.variant("off"))
-    (docs / "where-error-enters.png").write_bytes(_pipe(graph, "png"))
+    (docs / "where-error-enters.png").write_bytes(pipe(graph, "png"))
     print("wrote", docs / "stateful-conv-mul.png", "and", docs / "where-error-enters.png")
 
 

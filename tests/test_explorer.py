@@ -136,7 +136,7 @@ def test_bad_inputs_are_one_line(tmp_path, monkeypatch, stateful, capsys):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         with pytest.raises(InspectorError, match="choose another port with --port"):
-            explorer._check_port("127.0.0.1", busy.getsockname()[1])
+            explorer.check_port("127.0.0.1", busy.getsockname()[1])
     monkeypatch.setattr(explorer, "available", lambda: False)
     assert cli.main(["explorer", "sample:conv_mul_scalar", "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
