@@ -45,17 +45,39 @@ def clear_all() -> None:
         cache.clear()
 
 
-class BoundedCache:
+class _Locked:
+    """What the locked caches share: a name, a lock, entries, their count and ``clear``; registered."""
+
+    def __init__(self, name: str, entries) -> None:
+        self.name = name
+        self._entries = entries
+        self._lock = threading.RLock()
+        _register(self)
+
+    def __contains__(self, key: Hashable) -> bool:
+        with self._lock:
+            return key in self._entries
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}: {len(self)}>"
+
+
+class BoundedCache(_Locked):
     """A least-recently-used map holding at most ``maxsize`` entries; safe to share between threads."""
 
     def __init__(self, maxsize: int, name: str = "cache") -> None:
         if maxsize < 1:
             raise ValueError(f"maxsize must be at least 1, got {maxsize}")
         self.maxsize = maxsize
-        self.name = name
-        self._entries: "collections.OrderedDict[Hashable, Any]" = collections.OrderedDict()
-        self._lock = threading.RLock()
-        _register(self)
+        super().__init__(name, collections.OrderedDict())
 
     def get(self, key: Hashable, default: Any = None) -> Any:
         with self._lock:
@@ -83,18 +105,6 @@ class BoundedCache:
             value = compute()
             self.put(key, value)
         return value
-
-    def __contains__(self, key: Hashable) -> bool:
-        with self._lock:
-            return key in self._entries
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._entries)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
 
     def __repr__(self) -> str:
         return f"<BoundedCache {self.name}: {len(self)}/{self.maxsize}>"
@@ -128,14 +138,11 @@ class FactTable:
         return f"<FactTable {self.name}: {len(self)}/{self.maxsize}>"
 
 
-class WeakCache:
+class WeakCache(_Locked):
     """Values keyed by live objects, each entry gone when its key is (bounded by the live keys)."""
 
     def __init__(self, name: str = "weak cache") -> None:
-        self.name = name
-        self._entries: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
-        self._lock = threading.Lock()
-        _register(self)
+        super().__init__(name, weakref.WeakKeyDictionary())
 
     def get(self, key: Any, default: Any = None) -> Any:
         with self._lock:
@@ -146,17 +153,6 @@ class WeakCache:
             raise ValueError(f"{self.name}: a value that holds its own key would never be freed")
         with self._lock:
             self._entries[key] = value
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._entries)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-
-    def __repr__(self) -> str:
-        return f"<WeakCache {self.name}: {len(self)}>"
 
 
 def _holds(value: Any, key: Any, depth: int = 5, budget: int = 10_000) -> bool:

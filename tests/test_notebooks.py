@@ -25,11 +25,16 @@ EXPECTED = {
 
 
 def _outputs(nb) -> str:
+    """Every cell's outputs as text; a cell's stream output joined as Jupyter shows it (a kernel under
+    load may send one ``print`` as several stream messages: "refused:" and " refusing to load ...")."""
     texts = []
     for cell in nb.cells:
+        streams: dict[str, str] = {}
         for o in cell.get("outputs", []) if cell.cell_type == "code" else []:
-            texts.append(o.get("text", ""))
+            if o.get("output_type") == "stream":
+                streams[o.get("name", "stdout")] = streams.get(o.get("name", "stdout"), "") + o.get("text", "")
             texts += [str(v) for k, v in o.get("data", {}).items() if k in ("text/plain", "text/html")]
+        texts += streams.values()
     return "\n".join(texts)
 
 
