@@ -18,7 +18,7 @@ import torch
 from . import _flow, _load, _parallel
 from ._cache import BoundedCache
 from ._limits import check_steps
-from ._policies import DEFAULT_VARIANTS, check_policy, marker_tuple
+from ._policies import DEFAULT_VARIANTS, check_policy, get_policy, marker_tuple
 from ._results import Comparison, Run, Variant, VariantResult
 from ._variant_cache import RESULTS, answered, base_key, can_predict, predicted_decisions
 from .errors import InspectorError, quoted
@@ -152,9 +152,9 @@ def _run_parallel(target, wanted, to_run, results, base, calibrated, config, ste
         key = predicted_decisions(target, wanted[i]) if predictable else ("variant", wanted[i])
         groups.setdefault(key, []).append(i)
     # This process takes the variant that folds least (the most ops to lower: likely the longest),
-    # policy off when it is asked for; the workers take the rest, in order.
+    # a rule that never folds when one is asked for; the workers take the rest, in order.
     local_key = min(groups, key=lambda key: (_fold_count(key) if predictable else
-                                             (0 if wanted[groups[key][0]].policy == "off" else 1)))
+                                             (0 if not get_policy(wanted[groups[key][0]].policy).folds else 1)))
     groups = {local_key: groups[local_key], **{k: v for k, v in groups.items() if k != local_key}}
     firsts = [members[0] for members in groups.values()]
     fractions = {i: 0.0 for i in firsts}

@@ -20,7 +20,7 @@ from .errors import InspectorError, listing, quoted
 class Variant:
     """One configuration to quantize and run: a fold policy plus carried-state markers."""
 
-    policy: str  # off | upstream | state-aware | state-aware-strict
+    policy: str  # a registered rule's name (inspector.POLICIES): off, upstream, state-aware, ...
     markers: tuple[str, ...] = ()  # site ids or node names marked carried_quant_state
 
     @property

@@ -290,3 +290,11 @@ def test_presentation_takes_graphs_verdicts_and_public_analysis_fields():
                 and isinstance(n.value, ast.Name) and n.value.id == "analysis"}
         assert used <= public, f"{name} reads {sorted(used - public)} of an Analysis"
         assert not used & {"decider", "guard"}, f"{name} reaches into how the analysis was decided"
+
+
+def test_the_widget_uses_only_public_ipywidgets_api():
+    """The house's side of it (the check itself, and that it can fail, is in test_widgets.py)."""
+    from test_widgets import _private_names_of_ipywidgets, _private_uses
+
+    sources = {p.name: p.read_text() for p in sorted((ROOT / "widgets").glob("*.py"))}
+    assert _private_uses(sources, _private_names_of_ipywidgets()) == []

@@ -120,7 +120,14 @@ _ARCHIVE_LOCK = threading.Lock()
 
 @contextlib.contextmanager
 def _no_code_from_archives():
-    """Within this scope, torch.load is weights_only and arbitrary unpicklers refuse."""
+    """Within this scope, torch.load is weights_only and arbitrary unpicklers refuse.
+
+    The one process-wide patch the inspector still makes, and why it is safe: it lasts exactly one
+    ``torch.export.load`` call of an archive already checked (never a whole run), it only makes
+    loading *stricter* (another thread's ``torch.load`` meanwhile gets ``weights_only=True``, which
+    torch 2.13 already defaults to, and refuses pickled objects rather than running them), and it
+    is restored on every exit path. torch offers no per-call hook for the unpicklers its archive
+    reader uses, so a context variable cannot stand in for it here."""
     from torch.export.pt2_archive import _package
 
     def refuse(*_args, **_kwargs):
