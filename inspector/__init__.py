@@ -6,7 +6,8 @@ notebook, the CLI, a report or the widget uses is named in ``__all__``.
 
 from . import _quiet, explorer, samples
 from ._limits import MAX_INPUT_ELEMENTS, MAX_STEPS, check_steps
-from ._policies import DEFAULT_VARIANTS, POLICIES, POLICY_HELP, Policy, StateGuard, get_policy
+from ._policies import (DEFAULT_VARIANTS, POLICIES, POLICY_HELP, Policy, Rule, RuleContext, Skip, StateGuard, get_policy,
+                        load_rule, rule)
 from ._policies import register as register_policy, unregister as unregister_policy
 from ._present import (SiteRow, analysis_html, analysis_text, attribution_html, attribution_text, comparison_html,
                        comparison_text, site_rows, stale_html)
@@ -24,13 +25,15 @@ from ._render import LEGEND, STYLES, Verdicts, render, render_pair, site_kind, s
 from .report import figure_img, report_html
 from .repro import Reproducer, reproducer
 from .session import GRAPH_SCOPES, GRAPH_VIEWS, Session, read_session, save_session
+from .session import untrusted_message as session_trust_message
 
 __all__ = [
     # analyze: sites, decisions, reasons
     "analyze", "analyze_graph", "Analysis", "Site", "ScaleSummary", "Reason", "ReasonCode", "Risk", "RiskCode", "WIDE_RANGE_RATIO",
     "STAGES", "STAGE_HELP", "POLICIES", "POLICY_HELP",
     # rules: one object each, in one registry
-    "Policy", "StateGuard", "get_policy", "register_policy", "unregister_policy",
+    "Policy", "Rule", "rule", "RuleContext", "Skip", "StateGuard", "get_policy", "load_rule", "register_policy",
+    "unregister_policy",
     # compare: the TOSA INT reference
     "compare", "Comparison", "Variant", "VariantResult", "Metrics", "QParams", "SiteOutcome", "NotDelegated",
     "DEFAULT_VARIANTS", "MAX_STEPS", "MAX_INPUT_ELEMENTS", "check_steps", "clear_cache",
@@ -42,7 +45,7 @@ __all__ = [
     # triage; whole graphs in Model Explorer
     "reproducer", "Reproducer", "explorer", "ExplorerFiles",
     # sessions and samples
-    "Session", "read_session", "save_session", "GRAPH_VIEWS", "GRAPH_SCOPES", "samples",
+    "Session", "read_session", "save_session", "session_trust_message", "GRAPH_VIEWS", "GRAPH_SCOPES", "samples",
     # errors
     "InspectorError", "FoldPassCrash", "ExplanationMismatchWarning", "quoted",
 ]

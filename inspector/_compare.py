@@ -11,6 +11,7 @@ runs). The records it returns are ``_results``'.
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
@@ -18,7 +19,7 @@ import torch
 from . import _flow, _load, _parallel
 from ._cache import BoundedCache
 from ._limits import check_steps
-from ._policies import DEFAULT_VARIANTS, check_policy, get_policy, marker_tuple
+from ._policies import DEFAULT_VARIANTS, Policy, check_policy, get_policy, marker_tuple, register
 from ._results import Comparison, Run, Variant, VariantResult
 from ._variant_cache import RESULTS, answered, base_key, can_predict, predicted_decisions
 from .errors import InspectorError, quoted
@@ -77,6 +78,8 @@ def compare(
         reference = _flow.float_reference(loaded, steps)
         RESULTS.put_reference(base, reference)
     n_workers = _workers(workers)
+    if any(get_policy(wanted[i].policy).is_users for i in to_run):
+        n_workers = 1  # a user's rule lives in this process only: a worker would not know it
     if n_workers > 1 and len(to_run) > 1:
         _run_parallel(loaded, wanted, to_run, results, base, calibrated, quantization_config, steps,
                       reference, n_workers, progress)
@@ -109,7 +112,9 @@ def _variants(variants, markers) -> list[Variant]:
         raise InspectorError(f"cannot read variants {quoted(variants)}; give policy names, e.g. ('off', 'upstream')") from None
     out = []
     for v in items:
-        if isinstance(v, Variant):
+        if isinstance(v, Policy):
+            variant = Variant(register(v, replace=True).name, default_markers)
+        elif isinstance(v, Variant):
             variant = v
         elif isinstance(v, str):
             variant = Variant(v, default_markers)
@@ -117,8 +122,8 @@ def _variants(variants, markers) -> list[Variant]:
             variant = Variant(v[0], marker_tuple(v[1]))
         else:
             raise InspectorError(f"cannot read variant {quoted(v)}; give a policy name, a Variant, or (policy, markers)")
-        check_policy(variant.policy)
-        out.append(variant)
+        name = check_policy(variant.policy)  # "rules.py:NAME" imports the file and becomes NAME
+        out.append(variant if name == variant.policy else replace(variant, policy=name))
     if not out:
         raise InspectorError("no variants to compare; give at least one policy")
     return out

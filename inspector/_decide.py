@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import math
 import threading
 import time
 import warnings
@@ -37,9 +36,10 @@ from torch.fx import GraphModule, Node
 from . import _graph, _load, _region, _stages
 from ._cache import BoundedCache
 from ._copies import private_copy
-from ._explain import Context, channel_broadcast, explain
-from ._policies import Policy, get_policy, marker_tuple, resolve_markers, run_pass, unknown_marker
-from .analysis import WIDE_RANGE_RATIO, Analysis, ScaleSummary, Site
+from ._explain import Context, explain
+from ._policies import Policy, get_policy, marker_tuple, resolve_markers, rule_skips, run_pass, unknown_marker
+from ._scale import scale_summary
+from .analysis import WIDE_RANGE_RATIO, Analysis, Site
 from .errors import ExplanationMismatchWarning, InspectorError, quoted
 from .reasons import Reason, ReasonCode, Risk, RiskCode
 
@@ -52,12 +52,12 @@ class Guard:
     """What the state guard saw in one analysis: the base from which the next toggle re-decides."""
 
     hops: dict  # boundary kind -> {node name: next node name on its path to that boundary}
-    hidden: frozenset[str]  # every mul the guard hid from the pass, by name
+    hidden: frozenset[str]  # every mul the guard (and a user's guard) hid from the pass, by name
 
     @classmethod
-    def of(cls, muls: Iterable[Node], reach: _graph.StateReach) -> "Guard":
+    def of(cls, muls: Iterable[Node], reach: _graph.StateReach, skips: dict = {}) -> "Guard":  # noqa: B006
         hops = {k: {n.name: m.name for n, m in h.items()} for k, h in reach.next_hop.items()}
-        return cls(hops, frozenset(n.name for n in muls if reach.kinds(n)))
+        return cls(hops, frozenset(n.name for n in muls if reach.kinds(n)) | frozenset(skips))
 
     def moved(self, other: "Guard", names_last_first: list[str]) -> set[str]:
         """The nodes whose path to a state boundary differs between the two guards (one backward sweep:
@@ -143,7 +143,7 @@ class Decider:
             program = self.stage_graph.program
             self._statics = tuple(
                 _Static(i, c.mul.name, c.conv.name, _graph.op_name(c.conv), _graph.module_path(c.conv),
-                        _graph.location(c.mul), _scale_summary(c, program), c.via.name if c.via is not None else None)
+                        _graph.location(c.mul), scale_summary(c, program), c.via.name if c.via is not None else None)
                 for c, i in zip(lay.cands, lay.ids))
         return self._statics
 
@@ -172,17 +172,19 @@ class Decider:
             marked = tuple(dict.fromkeys(found.values()))
             marked_names = tuple(n.name for n in marked)
             reach = rule.reach(graph, signature, also_marked=marked)
-            guard = Guard.of(lay.muls, reach)
+            all_reach = _every_boundary(rule, reach, graph, signature, marked)
+            skips = rule_skips(rule, graph, self.stage_graph.program, self.stage, lay.cands, lay.ids, all_reach,
+                               marked)
+            guard = Guard.of(lay.muls, reach, skips)
             redo = self._changed_sites(rule, base, guard, lay)
             outcome, t1 = None, time.perf_counter()
             if redo is not None:
-                outcome = self._on_region(rule, reach, guard, lay, redo, marked_names)
+                outcome = self._on_region(rule, reach, skips, guard, lay, redo, marked_names)
             if outcome is None:
                 base = None
-                outcome = self._on_whole_graph(rule, reach, guard, lay, marked_names)
+                outcome = self._on_whole_graph(rule, reach, skips, guard, lay, marked_names)
             t2 = time.perf_counter()
-            sites = _build_sites(self._statics_of(lay), lay, rule, outcome,
-                                 _every_boundary(rule, reach, graph, signature, marked), self._recurrent_reach(),
+            sites = _build_sites(self._statics_of(lay), lay, rule, outcome, all_reach, self._recurrent_reach(),
                                  set(marked), base.sites if base is not None else None, self.stage_graph.program)
             timings = {"explain": t1 - t0, "fold": t2 - t1, "sites": time.perf_counter() - t2}
         return Analysis(self.target, self, rule, markers, tuple(sites), marked_names, guard,
@@ -190,8 +192,8 @@ class Decider:
 
     def _changed_sites(self, rule: Policy, base, guard: Guard, lay) -> list[int] | None:
         """The sites to decide again from ``base`` (None: decide every site on the whole graph)."""
-        if base is None or base.decider is not self or base.rule != rule or not rule.folds:
-            return None
+        if base is None or base.decider is not self or base.rule != rule or not rule.folds or rule.is_users:
+            return None  # a user's guard or pass may read anything: it is asked about every site again
         moved = base.guard.moved(guard, lay.last_first)  # a site whose guard path moved has new reasons
         changed = {lay.cluster_of[i] for i, c in enumerate(lay.cands) if c.mul.name in moved}
         names = _region.cluster_names(lay, changed)
@@ -199,16 +201,16 @@ class Decider:
             return None  # a big part of a big graph changed: the whole run is as cheap
         return [i for i, k in enumerate(lay.cluster_of) if k in changed]
 
-    def _explain(self, rule: Policy, reach, lay, indices: list[int]) -> dict[int, list]:
-        ctx = Context(self.stage, rule, self.stage_graph.program, reach, set(), lay.order)
+    def _explain(self, rule: Policy, reach, skips, lay, indices: list[int]) -> dict[int, list]:
+        ctx = Context(self.stage, rule, self.stage_graph.program, reach, set(), lay.order, skips)
         return dict(zip(indices, explain(ctx, [lay.cands[i] for i in indices])))
 
     def _site_ids(self, lay) -> dict[str, str]:
         return {c.mul.name: i for c, i in zip(lay.cands, lay.ids)}
 
-    def _on_whole_graph(self, rule: Policy, reach, guard: Guard, lay, marked_names) -> _Outcome:
+    def _on_whole_graph(self, rule: Policy, reach, skips, guard: Guard, lay, marked_names) -> _Outcome:
         """Explain every site and run the installed pass on a private copy of the whole graph."""
-        explained = self._explain(rule, reach, lay, list(range(len(lay.cands))))
+        explained = self._explain(rule, reach, skips, lay, list(range(len(lay.cands))))
         gm, program = self.stage_graph.fresh_copy()
         if marked_names:  # the pass receives the graph marked, as a user's marked graph would be
             by_name = {n.name: n for n in gm.graph.nodes}
@@ -218,10 +220,11 @@ class Decider:
         self._afters.put((rule, marked_names), (gm, program))
         return _Outcome(explained, frozenset(run.folded), _conv_reads(gm))
 
-    def _on_region(self, rule: Policy, reach, guard: Guard, lay, redo: list[int], marked_names) -> _Outcome | None:
+    def _on_region(self, rule: Policy, reach, skips, guard: Guard, lay, redo: list[int],
+                   marked_names) -> _Outcome | None:
         """Explain the sites ``redo`` and run the pass on the region of their clusters (None: it cannot
         stand in for the whole graph, or the pass raised there: the whole graph runs and says so)."""
-        explained = self._explain(rule, reach, lay, redo)
+        explained = self._explain(rule, reach, skips, lay, redo)
         if not redo:
             return _Outcome(explained, frozenset(), {})
         names = _region.cluster_names(lay, {lay.cluster_of[i] for i in redo})
@@ -273,7 +276,8 @@ class Decider:
             raise InspectorError(f"unknown graph {quoted(which)}; choose one of: {', '.join(WHICH)}")
         caption = tuple(analysis.caption(which))
         marked = frozenset(analysis.marked)
-        if which == "after" and focus is not None and errors is None and not self.has_after(analysis):
+        if which == "after" and focus is not None and errors is None and not self.has_after(analysis) \
+                and not analysis.rule.is_users:  # a user's pass or guard is not known to be local
             region = self.focus_region(analysis, focus, hops)
             if region is not None:
                 border = Border(region.outside_users, self.layout.held)
@@ -359,7 +363,12 @@ def _build_sites(statics, lay, rule: Policy, outcome: _Outcome, all_reach, recur
     for i, (c, st) in enumerate(zip(lay.cands, statics)):
         kind, path, boundary = _state_of(all_reach, c.mul)
         is_marked = c.mul in marked or _graph.marked(c.mul)
-        if i in outcome.explained:
+        if i in outcome.explained and rule.pass_class is not None:
+            decision = "fold" if c.mul.name in outcome.folded else "skip"
+            reasons, mismatch = _pass_rule_reasons(rule, decision, outcome.explained[i]), None
+            fw, fb = outcome.reads.get(c.conv.name, (None, None)) if decision == "fold" else (None, None)
+            reasons = tuple(reasons) if decision == "skip" else ()
+        elif i in outcome.explained:
             decision = "fold" if c.mul.name in outcome.folded else "skip"
             reasons, mismatch = _checked(st.id, decision, outcome.explained[i])
             fw, fb = outcome.reads.get(c.conv.name, (None, None)) if decision == "fold" else (None, None)
@@ -369,6 +378,11 @@ def _build_sites(statics, lay, rule: Policy, outcome: _Outcome, all_reach, recur
             decision, reasons, mismatch = old.decision, old.reasons, old.mismatch
             fw, fb = old.folded_weight, old.folded_bias
         risks = _risks(c, st.scale, decision, kind, boundary, recurrent, is_marked)
+        if rule.guarded and rule.guard.top_level_markers:
+            risks += _markers_the_pr_ignores(all_reach, c.mul, marked)
+        if rule.pass_class is not None and decision == "fold" and i in outcome.explained and outcome.explained[i]:
+            codes = ", ".join(r.code for r in outcome.explained[i])
+            risks.append(Risk.of(RiskCode.RULE_PASS_FOLDED, f"the installed pass would skip it ({codes})"))
         site = Site(
             id=st.id, index=i, mul=st.mul, conv=st.conv, conv_op=st.conv_op, module_path=st.module_path,
             location=st.location, scale=st.scale, decision=decision, reasons=reasons, risks=tuple(risks),
@@ -379,6 +393,23 @@ def _build_sites(statics, lay, rule: Policy, outcome: _Outcome, all_reach, recur
             weight_users.setdefault(fw, []).append(i)
         sites.append(site)
     return _flag_reused_weights(sites, weight_users, program)
+
+
+def _pass_rule_reasons(rule: Policy, decision: str, reasons: list) -> list:
+    """Why a rule's own pass class skipped a site: the installed rules' reasons where they skip it
+    too, else ``rule-pass-skipped`` (never an explanation mismatch: it is another pass)."""
+    if decision == "fold" or reasons:
+        return reasons
+    return [Reason.of(ReasonCode.RULE_PASS_SKIPPED, f"{rule.pass_class.__qualname__} (rule {rule.name!r}) did not fold it")]
+
+
+def _markers_the_pr_ignores(all_reach, mul: Node, marked: set) -> list:
+    """A marker the mul reaches that sits in meta["custom"] only (and was not set by this run):
+    the guard as PR #21234 proposes it reads the top-level key and would not see it."""
+    path = all_reach.path(_graph.MARKER, mul) if _graph.MARKER in all_reach.kinds(mul) else []
+    if path and path[-1] not in marked and _graph.marked_in_custom_only(path[-1]):
+        return [Risk.of(RiskCode.MARKER_IGNORED_BY_PR, f"{path[-1].name} carries the marker in meta['custom'] only")]
+    return []
 
 
 def _conv_reads(gm) -> dict[str, tuple[str | None, str | None]]:
@@ -428,31 +459,6 @@ def _checked(site_id: str, decision: str, reasons: list) -> tuple[list, str | No
     if decision == "skip":
         reasons = [Reason.of(ReasonCode.EXPLANATION_MISMATCH, mismatch)]
     return reasons, mismatch
-
-
-def _scale_summary(c: _graph.Candidate, program):
-    s = c.scale
-    if isinstance(s, (int, float)) and not isinstance(s, bool):
-        v = abs(float(s))
-        return ScaleSummary("scalar", (), f"python-{type(s).__name__}", v, v, 1.0 if v else math.inf)
-    tensor = _graph.constant_tensor(s, program)
-    if tensor is None:
-        meta = _graph.value_meta(s)
-        shape = tuple(int(d) for d in meta.shape) if meta is not None else ()
-        dtype = str(meta.dtype).replace("torch.", "") if meta is not None else "unknown"
-        return ScaleSummary("input-dependent", shape, dtype, None, None, None)
-    shape = tuple(int(d) for d in tensor.shape)
-    dtype = str(tensor.dtype).replace("torch.", "")
-    a = tensor.detach().abs().double().flatten()
-    lo, hi = (float(a.min()), float(a.max())) if a.numel() else (0.0, 0.0)
-    ratio = hi / lo if lo > 0 else (math.inf if hi > 0 else 1.0)
-    if tensor.numel() == 1:
-        kind = "scalar-tensor"
-    elif channel_broadcast(c.conv, shape) is None:
-        kind = "channel"
-    else:
-        kind = "tensor"
-    return ScaleSummary(kind, shape, dtype, lo, hi, ratio)
 
 
 def _risks(c, scale, decision: str, kind, boundary: str, recurrent: dict, marked: bool) -> list[Risk]:

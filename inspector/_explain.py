@@ -8,7 +8,7 @@ explainer only supplies reasons, and any disagreement is reported as
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 import torch
@@ -28,6 +28,7 @@ class Context:
     reach: _graph.StateReach  # the state guard's view for this policy (empty for upstream/off)
     predicted_fold: set  # muls the explainer already predicts folded (earlier in graph order)
     order: dict | None = None  # node -> position in the graph: nodes are named in graph order
+    skips: dict = field(default_factory=dict)  # mul name -> (site id, Skip): what a user's guard keeps from the pass
 
     def in_order(self, nodes) -> list[Node]:
         """``nodes`` in graph order (a node's users are kept in the order they were added, which a
@@ -79,6 +80,12 @@ def _state_check(kind: str, code: R) -> Check:
 
     check.__name__ = code.name.lower()
     return check
+
+
+def skipped_by_rule(ctx, c):
+    if c.mul.name in ctx.skips:
+        _, skip = ctx.skips[c.mul.name]
+        return Reason(f"rule:{skip.code}", f"the rule {ctx.policy.name!r} keeps this site from the pass", skip.detail)
 
 
 def mul_op_not_matched(ctx, c):
@@ -226,6 +233,7 @@ CHECKS: tuple[Check, ...] = (
     _state_check(_graph.MARKER, R.MARKED_CARRIED_STATE),
     _state_check(_graph.BUFFER, R.FEEDS_BUFFER_MUTATION),
     _state_check(_graph.INPUT, R.FEEDS_INPUT_MUTATION),
+    skipped_by_rule,
     mul_op_not_matched,
     follows_unfolded_mul,
     conv_op_not_matched,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -82,10 +81,18 @@ def is_transposed(conv: Node) -> bool:
     return False
 
 
-def marked(node: Node) -> bool:
-    """Whether ``node`` carries the carried-state marker, top-level or in ``meta["custom"]``."""
+def marked(node: Node, top_level_only: bool = False) -> bool:
+    """Whether ``node`` carries the carried-state marker, top-level or in ``meta["custom"]``
+    (``top_level_only``: the top-level key alone, as executorch PR #21234 reads it)."""
+    if node.meta.get(CARRIED_STATE_KEY):
+        return True
     custom = node.meta.get("custom") or {}
-    return bool(node.meta.get(CARRIED_STATE_KEY) or (isinstance(custom, dict) and custom.get(CARRIED_STATE_KEY)))
+    return not top_level_only and isinstance(custom, dict) and bool(custom.get(CARRIED_STATE_KEY))
+
+
+def marked_in_custom_only(node: Node) -> bool:
+    """The marker is in ``meta["custom"]`` but not top-level: a guard reading the top-level key misses it."""
+    return marked(node) and not marked(node, top_level_only=True)
 
 
 def set_marker(node: Node) -> None:
@@ -395,6 +402,7 @@ def state_reach(
     in_place_writes: bool = False,
     markers: bool = True,
     also_marked: Iterable[Node] = (),
+    top_level_markers: bool = False,
 ) -> StateReach:
     """Which nodes feed carried state: signature mutations, optional in-place writes, markers.
 
@@ -402,7 +410,8 @@ def state_reach(
     With ``in_place_writes`` an in-place op writing into a ``get_attr`` buffer or a
     placeholder counts as a boundary too (visible where no signature exists).
     ``also_marked``: nodes read as marked besides those whose meta says so (markers applied
-    without writing them into a shared graph).
+    without writing them into a shared graph). ``top_level_markers``: a marker counts only in the
+    top-level ``meta["carried_quant_state"]`` (not in ``meta["custom"]``).
     """
     reach = StateReach({BUFFER: {}, INPUT: {}, MARKER: {}})
     nodes = list(graph.nodes)
@@ -417,7 +426,7 @@ def state_reach(
     if markers:
         also_marked = set(also_marked)
         for n in nodes:
-            if n in also_marked or marked(n):
+            if n in also_marked or marked(n, top_level_markers):
                 reach.next_hop[MARKER][n] = n
                 reach.boundary[n] = f"marker on {n.name}"
     # One backward sweep: users come after their producers in an FX graph.
@@ -493,3 +502,16 @@ def unique_ids(names: Iterable[str]) -> list[str]:
             seen[name] = seen.get(name, 0) + 1
             out.append(f"{name}#{seen[name]}")
     return out
+
+
+def reaches_output(graph: torch.fx.Graph) -> set[Node]:
+    """The nodes whose value reaches the graph's output node (one backward sweep)."""
+    out = next((n for n in reversed(graph.nodes) if n.op == "output"), None)
+    if out is None:
+        return set()
+    reach = {out}
+    for n in reversed(list(graph.nodes)):
+        if n not in reach and any(u in reach for u in n.users):
+            reach.add(n)
+    reach.discard(out)
+    return reach

@@ -130,9 +130,9 @@ def load_pt2(path: str | os.PathLike) -> torch.export.ExportedProgram:
     return _pt2.load_pt2(path)
 
 
-def _from_script(spec: str, example_inputs: Any) -> Target:
-    """``path/to/file.py:ClassName``: import the file, build the class with no arguments."""
-    file, _, cls_name = spec.rpartition(":")
+def import_file(file: str | os.PathLike):
+    """Import the Python file the user named (code they chose to run, as ``python file.py``), afresh
+    each time (an edited file is read again); a failure is one line."""
     path = Path(file)
     if not path.is_file():
         raise InspectorError(f"no such file: {file}")
@@ -149,6 +149,14 @@ def _from_script(spec: str, example_inputs: Any) -> Target:
     except Exception as exc:  # noqa: BLE001
         sys.modules.pop(mod_name, None)
         raise InspectorError(f"importing {path.name} failed: {describe(exc)}") from None
+    return module
+
+
+def _from_script(spec: str, example_inputs: Any) -> Target:
+    """``path/to/file.py:ClassName``: import the file, build the class with no arguments."""
+    file, _, cls_name = spec.rpartition(":")
+    module = import_file(file)
+    mod_name, path = module.__name__, Path(file)
     cls = getattr(module, cls_name, None)
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         classes = sorted(n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, nn.Module) and v.__module__ == mod_name)

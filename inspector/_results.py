@@ -146,6 +146,7 @@ class Comparison:
             "calibration": self.calibration,
             "quantization": self.quantization,
             "variants": [r.to_dict() for r in self.results],
+            "rules": _rules_of(self.results),
         }
 
     def _repr_mimebundle_(self, include=None, exclude=None):
@@ -180,6 +181,19 @@ class Comparison:
         from ._plots import plot_comparison
 
         return plot_comparison(self, kind, output)
+
+
+def _rules_of(results) -> dict:
+    """Each variant's rule: what it does and where it comes from (a rule not registered in this
+    process, as from a saved session, is left out)."""
+    from ._policies import POLICIES, get_policy
+
+    out = {}
+    for r in results:
+        if r.variant.policy in POLICIES and r.variant.policy not in out:
+            rule = get_policy(r.variant.policy)
+            out[rule.name] = {"help": rule.help, "source": rule.source, "origin": rule.origin}
+    return out
 
 
 def _json_float(v: float):

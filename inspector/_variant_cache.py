@@ -5,10 +5,11 @@ process and each worker process (its own copy). Its keys are built here only:
 
 - the *base key*: everything but the variant (the target's fingerprint, its inputs, the
   calibration batches and how they run, the quantization config in words, the steps);
-- a variant's result under ``(base key, "variant", policy, markers)``, and under
-  ``(base key, "decisions", fold decisions)``: the decisions the run really made, so that
-  another variant leading to the same decisions (a marker toggle that changes none) is
-  answered without running;
+- a variant's result under ``(base key, "variant", rule identity, markers)`` (a user's rule is
+  identified by its source), and under ``(base key, "decisions", fold decisions)``: the
+  decisions the run really made, so that another variant leading to the same decisions (a
+  marker toggle that changes none) is answered without running; not for a rule's own pass
+  class, which may fold differently from the installed pass;
 - the float reference under ``("reference", base key)``.
 
 Decisions are predicted with the real pass on the tfa graph that a first run on the model
@@ -22,7 +23,7 @@ from __future__ import annotations
 from . import _load, _stages
 from ._cache import BoundedCache
 from ._hashing import digest as _digest
-from ._policies import folded_site_ids
+from ._policies import folded_site_ids, get_policy
 from ._results import Variant, VariantResult
 
 
@@ -47,7 +48,7 @@ def predicted_decisions(target: _load.Target, variant: Variant) -> tuple:
         folded = folded_site_ids(_stages.stage_graph_of(target, "tfa"), variant.policy, variant.markers)
         return (("tfa", tuple(sorted(folded))), ("lowering", ()))
 
-    return target.memo.get_or_compute(("decisions", variant.policy, variant.markers), decide)
+    return target.memo.get_or_compute(("decisions", get_policy(variant.policy).identity, variant.markers), decide)
 
 
 def can_predict(target: _load.Target, config) -> bool:
@@ -69,7 +70,13 @@ class VariantCache:
 
     @staticmethod
     def _variant_key(base: tuple, variant: Variant) -> tuple:
-        return base + ("variant", variant.policy, variant.markers)
+        return base + ("variant", get_policy(variant.policy).identity, variant.markers)
+
+    @staticmethod
+    def _shares_decisions(variant: Variant) -> bool:
+        """Variants with the same fold decisions give the same result when the installed pass does
+        every fold; a rule's own pass class may fold differently (so it is keyed by itself only)."""
+        return get_policy(variant.policy).pass_class is None
 
     @staticmethod
     def _decisions_key(base: tuple, decisions: tuple) -> tuple:
@@ -83,7 +90,7 @@ class VariantCache:
         """A result computed before for this variant, or for another one with the same fold decisions,
         relabelled as ``variant``'s (``cached``, no time spent); None if there is none."""
         hit = self._entries.get(self._variant_key(base, variant))
-        if hit is None and can_predict(target, config):
+        if hit is None and can_predict(target, config) and self._shares_decisions(variant):
             hit = self._entries.get(self._decisions_key(base, predicted_decisions(target, variant)))
         return answered(hit, variant) if hit is not None else None
 
@@ -91,7 +98,7 @@ class VariantCache:
         """Keep ``result`` for ``variant``, and for the fold ``decisions`` it really led to when known
         (None: answered from a worker's cache, whose run is not this one's to describe)."""
         self._entries.put(self._variant_key(base, variant), result)
-        if decisions is not None:
+        if decisions is not None and self._shares_decisions(variant):
             self._entries.put(self._decisions_key(base, decisions), result)
 
     def reference(self, base: tuple):

@@ -6,9 +6,7 @@
 
 from __future__ import annotations
 
-import math
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
@@ -19,34 +17,9 @@ WIDE_RANGE_RATIO = 1e3
 
 from . import _load, _stages
 from ._policies import DEFAULT_VARIANTS, Policy, marker_tuple
+from ._scale import ScaleSummary
 from .errors import InspectorError, listing, quoted
 from .reasons import Reason, Risk
-
-
-@dataclass(frozen=True)
-class ScaleSummary:
-    """What multiplies the conv output."""
-
-    kind: str  # scalar (Python number) | scalar-tensor | channel | tensor | input-dependent
-    shape: tuple[int, ...]  # () for a Python number
-    dtype: str  # "float32", "int64", "python-float", ...
-    min_abs: float | None  # smallest |s| (None when not a constant)
-    max_abs: float | None  # largest |s|
-    ratio: float | None  # max_abs / min_abs (inf when some s is 0; None when not a constant)
-
-    def short(self) -> str:
-        if self.min_abs is None:
-            return f"{self.kind} {list(self.shape)}"
-        if self.min_abs == self.max_abs:
-            return f"{self.kind} {self.max_abs:.4g}"
-        return f"{self.kind} {list(self.shape)} |s| {self.min_abs:.3g}..{self.max_abs:.3g}"
-
-    def to_dict(self) -> dict:
-        d = dict(vars(self))
-        d["shape"] = list(self.shape)
-        if self.ratio is not None and math.isinf(self.ratio):
-            d["ratio"] = "inf"
-        return d
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    from ._policies import DEFAULT_VARIANTS, POLICIES, POLICY_HELP
+    from ._policies import DEFAULT_VARIANTS, POLICY_HELP
     from ._stages import STAGES, STAGE_HELP
     from ._limits import MAX_STEPS
 
@@ -55,8 +55,10 @@ def _parser() -> argparse.ArgumentParser:
         if stage_and_policy:
             cmd.add_argument("--stage", choices=STAGES, default="edge",
                              help="; ".join(f"{k}: {v}" for k, v in STAGE_HELP.items()) + " (default: edge)")
-            cmd.add_argument("--policy", choices=POLICIES, default="upstream",
-                             help="; ".join(f"{k}: {v}" for k, v in POLICY_HELP.items()) + " (default: upstream)")
+            cmd.add_argument("--policy", default="upstream", metavar="POLICY",
+                             help="; ".join(f"{k}: {v}" for k, v in POLICY_HELP.items())
+                             + "; or path/to/rules.py:NAME, a rule of your own (a guard or a pass class: the file "
+                             "is code you run, as a model file is) (default: upstream)")
         if markers:
             cmd.add_argument("--mark", action="append", default=[], metavar="ID",
                              help=mark_help or "mark a site id or node name as carried state (repeatable)")

@@ -41,6 +41,7 @@ class ReasonCode(_Code):
     BIAS_NOT_FLOAT = ("bias-not-float", "the conv bias is not floating point")
     WEIGHT_SHARED = ("weight-shared", "the conv weight or bias is shared with other nodes, so it cannot be rewritten in place")
     EXPLANATION_MISMATCH = ("explanation-mismatch", "the inspector cannot explain what the installed pass did here")
+    RULE_PASS_SKIPPED = ("rule-pass-skipped", "the rule's own pass class left this site as it is, where the installed pass folds it")
 
 
 class RiskCode(_Code):
@@ -50,13 +51,15 @@ class RiskCode(_Code):
     FEEDS_CARRIED_STATE = ("feeds-carried-state", "this fold scales a value that is carried to the next step; quantization error can compound")
     FEEDS_RECURRENT_OUTPUT = ("feeds-recurrent-output", "the mul output reaches an output the model declares as recurrent state; mark it to protect it")
     FOLDED_WEIGHT_REUSED = ("folded-weight-reused", "two folds scale one shared weight, and the pass reuses the first scaled constant for both")
+    MARKER_IGNORED_BY_PR = ("marker-ignored-by-pr", "the carried-state marker is only in meta['custom']; executorch PR #21234 reads the top-level key and would not see it")
+    RULE_PASS_FOLDED = ("rule-pass-folded", "the rule's own pass class folded this site, where the installed pass leaves it")
 
 
 @dataclass(frozen=True)
 class Reason:
     """One reason a site is skipped."""
 
-    code: str  # stable code, a ReasonCode value
+    code: str  # stable code, a ReasonCode value (or "rule:CODE" from a user's guard)
     message: str  # the human sentence for the code
     detail: str  # names the nodes involved, e.g. "conv2d has 2 users: mul, add"
 

@@ -130,7 +130,8 @@ def model_file_of(target) -> str | None:
 def reproduce_command(analysis, comparison=None, fmt: str = "md") -> str:
     """The command line that makes the same report (the target as the user named it)."""
     target = analysis.target.source or analysis.name
-    parts = ["python", "-m", "inspector", "report", target, "--stage", analysis.stage, "--policy", analysis.policy]
+    parts = ["python", "-m", "inspector", "report", target, "--stage", analysis.stage,
+             "--policy", analysis.rule.origin or analysis.policy]
     for m in analysis.marker_ids:
         parts += ["--mark", m]
     if comparison is not None:
@@ -200,7 +201,7 @@ _PAGE = """<!doctype html>
 svg{{max-width:100%;height:auto}} pre{{background:#f6f8fa;padding:6px}}</style></head>
 <body><h1>fold inspector report: {title}</h1>
 <p class="fi-summary">{summary}</p>
-<p>stage <code>{stage}</code>, policy <code>{policy}</code>; executorch FoldScalarMulIntoConvPass as installed.</p>
+<p>stage <code>{stage}</code>, policy <code>{policy}</code> ({source}); executorch FoldScalarMulIntoConvPass as installed.</p>
 <h2>Sites</h2>{sites}
 <h2>Graphs (before | after)</h2>{graphs}
 <h2>TOSA INT reference vs float</h2>{results}
@@ -234,7 +235,8 @@ def report_html(analysis, comparison=None, *, results_for=None, full_traces: boo
             figure_img(comparison.plot(kind)) for kind in ("drift", "channels"))
     env = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in environment().items())
     return _PAGE.format(title=html.escape(analysis.name), stage=html.escape(analysis.stage),
-                        policy=html.escape(analysis.policy), summary=html.escape(summary(analysis, comparison)),
+                        policy=html.escape(analysis.policy), source=html.escape(analysis.rule.source),
+                        summary=html.escape(summary(analysis, comparison)),
                         sites=analysis_html(analysis, comparison), graphs=graphs, results=results,
                         environment=f"<table class='fi-table'>{env}</table>",
                         command=html.escape(command or reproduce_command(analysis, comparison, "html")))
@@ -262,7 +264,8 @@ def report_markdown(analysis, comparison=None, *, command: str | None = None) ->
     command = command or reproduce_command(analysis, comparison, "md")
     env = environment()
     head = [f"### fold inspector: {md_code(analysis.name)} at stage `{analysis.stage}`, policy `{analysis.policy}`",
-            "", summary_md(analysis, comparison), ""]
+            "", f"Rule {md_code(analysis.policy)}: {md_code(analysis.rule.help)}, from {md_code(analysis.rule.source)}", "",
+            summary_md(analysis, comparison), ""]
     rows = [[md_code(r.site, cell=True), f"**{r.decision}**" + (" (marked)" if r.marked else ""),
              "<br>".join(md_code(x.code, cell=True) for x in r.reasons) or "–",
              "<br>".join(md_code(x.code, cell=True) for x in r.risks) or "–",

@@ -483,7 +483,13 @@ def reproducer(analysis, site_id: str, *, command: str | None = None, file: str 
                                f"match the decision {decision}")
     source, test_name = _render(plan, model, command, file, counts=(before, after), decision=decision)
     source = Redactor(model_file_of(analysis.target))(source)
-    return Reproducer(site_id, plan.stage, decision, test_name, before, after, source, tuple(plan.notes))
+    notes = list(plan.notes)
+    if analysis.rule.is_users:  # the backend's test suite has the installed pass, not the user's rule
+        where = analysis.rule.origin.rpartition(":")[0] if analysis.rule.origin else "the session that defined it"
+        notes.append(f"the test checks the installed pass ({decision} here); the rule {analysis.policy} is the "
+                     f"user's ({analysis.rule.source}) and is not in executorch: to check it too, import it from "
+                     f"{Path(where).name if analysis.rule.origin else where} and run it on Repro()")
+    return Reproducer(site_id, plan.stage, decision, test_name, before, after, source, tuple(notes))
 
 
 __all__ = ["Reproducer", "reproducer"]

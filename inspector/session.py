@@ -1,9 +1,10 @@
 """Sessions: what the inspector's screen shows, saved as JSON and read back with every field checked.
 
 A session file is data that may come from a stranger (docs/design.md, "What is trusted"):
-reading one never runs code. Its target may name a Python file (``model.py:Net``);
-building that target imports the file, so ``read_session`` refuses such a session
-unless the caller says it trusts it. Every field is checked against the schema and
+reading one never runs code. Its target may name a Python file (``model.py:Net``), and
+so may its rule and variants (``rules.py:no_wide_scale``, a rule of the user's); building the
+target or the rule imports the file, so ``read_session`` refuses such a session unless the
+caller says it trusts it. Every field is checked against the schema and
 a bad one is reported in one line that names the field.
 """
 
@@ -35,10 +36,10 @@ class Session:
 
     target: str | None  # what to analyze: "sample:NAME", "model.pt2", "model.py:Net"; None for in-memory models
     stage: str  # aten | tfa | edge
-    policy: str  # a policy name
+    policy: str  # a rule's name, or "path/to/rules.py:NAME" for a rule of the user's kept in a file
     markers: tuple[str, ...] = ()  # site ids or node names marked carried state
     selected: str | None = None  # the selected site id
-    variants: tuple[str, ...] = DEFAULT_VARIANTS  # policies to run on the reference
+    variants: tuple[str, ...] = DEFAULT_VARIANTS  # rules to run on the reference (names or rule files)
     steps: int = 1  # recurrent steps of a reference run
     graph_view: str = "side by side"  # before | after | side by side
     graph_scope: str = "focus"  # focus | whole
@@ -47,8 +48,14 @@ class Session:
 
     @property
     def runs_code(self) -> bool:
-        """Building the target imports a Python file (a ``file.py:Class`` target)."""
-        return runs_code(self.target)
+        """Building the target or a rule imports a Python file (``file.py:Class``, ``rules.py:NAME``)."""
+        return bool(self.code_files)
+
+    @property
+    def code_files(self) -> tuple[str, ...]:
+        """The Python files building this session would import: the target's, then the rules'."""
+        specs = [self.target, self.policy, *self.variants]
+        return tuple(dict.fromkeys(x.rpartition(":")[0] for x in specs if runs_code(x)))
 
     def to_dict(self) -> dict:
         return {
@@ -89,10 +96,10 @@ class Session:
         session = cls(
             target=check.text(data, "target", optional=True),
             stage=check.choice(data, "stage", STAGES),
-            policy=check.choice(data, "policy", POLICIES),
+            policy=check.rule(data, "policy"),
             markers=check.texts(data, "markers", default=()),
             selected=check.text(data, "selected", optional=True, default=None),
-            variants=check.texts(data, "variants", default=cls.variants, choices=POLICIES, nonempty=True),
+            variants=check.rules(data, "variants", default=cls.variants),
             steps=check.steps(data, "steps", default=1),
             graph_view=check.choice(data, "graph_view", GRAPH_VIEWS, default=cls.graph_view),
             graph_scope=check.choice(data, "graph_scope", GRAPH_SCOPES, default=cls.graph_scope),
@@ -135,10 +142,13 @@ def read_session(path: str | os.PathLike, *, trust: bool = False) -> Session:
     return session
 
 
-def untrusted_message(session: Session, path: str | os.PathLike) -> str:
-    file = session.target.rpartition(":")[0]
-    return (f"session {Path(path).name} names the Python file {_clip(os.path.abspath(file))!s}; loading it "
-            f"runs that file's code. Pass trust=True (or press 'Trust and load' in the widget) only if you trust it")
+def untrusted_message(session: Session, path: str | os.PathLike, file: str | None = None) -> str:
+    """The one line refusing ``session`` until the caller trusts the Python file it names."""
+    file = file or session.code_files[0]
+    more = len(session.code_files) - 1
+    return (f"session {Path(path).name} names the Python file {_clip(os.path.abspath(file))!s}"
+            + (f" (and {more} more)" if more else "") + "; loading it runs that file's code. Pass trust=True "
+            "(or press 'Trust and load' in the widget) only if you trust it")
 
 
 def _no_constant(name: str):
@@ -184,6 +194,35 @@ class _Checker:
             raise self.fail(field, "one of " + ", ".join(choices), value)
         return value
 
+    def is_rule(self, value: Any) -> bool:
+        """A registered rule's name, or a rule file ``path.py:NAME`` (imported only once trusted)."""
+        if not isinstance(value, str) or not value or len(value) > _MAX_TEXT or "\x00" in value:
+            return False
+        if value in POLICIES:
+            return True
+        file, _, name = value.rpartition(":")
+        return file.endswith(".py") and name.isidentifier()
+
+    def rule(self, data: dict, field: str) -> str:
+        if field not in data:
+            raise InspectorError(f"{self.source}: missing field '{field}'")
+        if not self.is_rule(data[field]):
+            raise self.fail(field, "one of " + ", ".join(POLICIES) + ", or a rule file path/to/rules.py:NAME",
+                            data[field])
+        return data[field]
+
+    def rules(self, data: dict, field: str, *, default: tuple) -> tuple[str, ...]:
+        if field not in data:
+            return tuple(default)
+        value = data[field]
+        what = "a non-empty list of rules (" + ", ".join(POLICIES) + ", or path/to/rules.py:NAME)"
+        if not isinstance(value, list) or not value or len(value) > 10_000:
+            raise self.fail(field, what, value)
+        for item in value:
+            if not self.is_rule(item):
+                raise self.fail(field, what, item)
+        return tuple(value)
+
     def texts(self, data: dict, field: str, *, default: tuple, choices: tuple[str, ...] | None = None,
               nonempty: bool = False) -> tuple[str, ...]:
         if field not in data:
@@ -206,7 +245,7 @@ class _Checker:
         return value
 
     def results_for(self, value: Any) -> tuple[str, str, tuple[str, ...]]:
-        if (not isinstance(value, list) or len(value) != 3 or value[0] not in STAGES or value[1] not in POLICIES
+        if (not isinstance(value, list) or len(value) != 3 or value[0] not in STAGES or not self.is_rule(value[1])
                 or not isinstance(value[2], list) or not all(isinstance(m, str) for m in value[2])):
             raise self.fail("results_for", "[stage, policy, [markers...]]", value)
         return value[0], value[1], tuple(value[2])
@@ -221,8 +260,9 @@ class _Checker:
         if not 1 <= comparison.steps <= MAX_STEPS:
             raise self.fail("results.steps", f"an integer from 1 to {MAX_STEPS}", comparison.steps)
         for r in comparison.results:
-            if r.variant.policy not in POLICIES:
-                raise self.fail("results.variants.policy", "one of " + ", ".join(POLICIES), r.variant.policy)
+            if not self.is_rule(r.variant.policy):
+                raise self.fail("results.variants.policy", "one of " + ", ".join(POLICIES) + " or a rule file",
+                                r.variant.policy)
             steps = {m.step for m in r.metrics}
             if steps and (min(steps) < 0 or max(steps) >= comparison.steps):
                 raise InspectorError(f"{self.source}: field 'results': variant {self.show(r.variant.label)} has "

@@ -123,7 +123,7 @@ CLI_CASES = [
     ("shape-many-dims", ["analyze", SAMPLE, "--input-shape", "1," * 5000 + "1"], "has 5,001 dimensions; the limit is 8"),
     # choices (argparse's own errors)
     ("unknown-stage", ["analyze", SAMPLE, "--stage", "lowering"], "invalid choice: 'lowering'"),
-    ("unknown-policy", ["analyze", SAMPLE, "--policy", "sometimes"], "invalid choice: 'sometimes'"),
+    ("unknown-policy", ["analyze", SAMPLE, "--policy", "sometimes"], "unknown policy 'sometimes'"),
     ("unknown-command", ["frobnicate"], "invalid choice: 'frobnicate'"),
     ("missing-target", ["analyze"], "the following arguments are required: TARGET"),
     ("steps-not-int", ["compare", SAMPLE, "--steps", "many"], "invalid int value: 'many'"),
@@ -253,7 +253,7 @@ SESSION_CASES = [
     ("policy-int", {**SESSION, "policy": 3}, "field 'policy' must be one of"),
     ("markers-str", {**SESSION, "markers": "conv"}, "field 'markers' must be a list of strings"),
     ("markers-nested", {**SESSION, "markers": [["a"]]}, "field 'markers' must be a list of strings"),
-    ("variants-unknown", {**SESSION, "variants": ["off", "later"]}, "field 'variants' must be a list of policy"),
+    ("variants-unknown", {**SESSION, "variants": ["off", "later"]}, "field 'variants' must be a non-empty list of rules"),
     ("variants-empty", {**SESSION, "variants": []}, "field 'variants' must be a non-empty"),
     ("steps-huge", {**SESSION, "steps": 10**9}, "field 'steps' must be an integer from 1 to 1000"),
     ("steps-bool", {**SESSION, "steps": True}, "field 'steps' must be an integer"),

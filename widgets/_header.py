@@ -23,7 +23,7 @@ class Header:
         self.stage_picker = W.Dropdown(options=list(inspector.STAGES), value=stage, description="stage",
                                        layout=W.Layout(width="180px")).add_class("fi-stage")
         self.policy_picker = W.Dropdown(options=list(inspector.POLICIES), value=policy, description="policy",
-                                        layout=W.Layout(width="260px")).add_class("fi-policy")
+                                        layout=W.Layout(width="260px"), tooltip=rules_tooltip()).add_class("fi-policy")
         self.summary = W.HTML().add_class("fi-summary")
         self.error = W.HTML().add_class("fi-error")
         self._on_stage, self._on_policy = on_stage, on_policy
@@ -49,3 +49,20 @@ class Header:
 
     def set_policy_quietly(self, policy: str) -> None:
         set_quietly(self.policy_picker, policy, self._on_policy)
+
+    def offer_rules(self) -> None:
+        """Offer every registered rule (its help and where it comes from in the tooltip)."""
+        if tuple(self.policy_picker.options) != tuple(inspector.POLICIES):
+            value = self.policy_picker.value
+            self.policy_picker.unobserve(self._on_policy, names="value")
+            try:
+                self.policy_picker.options = list(inspector.POLICIES)
+                self.policy_picker.value = value
+            finally:
+                self.policy_picker.observe(self._on_policy, names="value")
+        self.policy_picker.tooltip = rules_tooltip()
+
+
+def rules_tooltip() -> str:
+    """Every rule on a line of its own: name, what it does, and where it comes from."""
+    return "\n".join(f"{name}: {inspector.POLICY_HELP[name]}" for name in inspector.POLICIES)

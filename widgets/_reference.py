@@ -9,6 +9,7 @@ import ipywidgets as W
 import inspector
 from inspector import InspectorError
 
+from ._header import rules_tooltip
 from ._jobs import JobView
 
 NOT_RUN = "<i>no reference run yet</i>"
@@ -21,7 +22,8 @@ class ReferencePanel:
 
     def __init__(self, variants: tuple[str, ...], *, on_run: Callable) -> None:
         self.variant_picker = W.SelectMultiple(options=list(inspector.POLICIES), value=tuple(variants),
-                                               description="variants", rows=4).add_class("fi-variants")
+                                               description="variants", rows=4,
+                                               tooltip=rules_tooltip()).add_class("fi-variants")
         self.steps_input = W.BoundedIntText(value=1, min=1, max=inspector.MAX_STEPS, description="steps",
                                             layout=W.Layout(width="160px")).add_class("fi-steps")
         self.run_button = W.Button(description="Run TOSA INT reference", icon="play", button_style="primary",
@@ -58,3 +60,11 @@ class ReferencePanel:
         banner = inspector.stale_html(comparison_for) if stale else ""
         self.results.value = banner + inspector.comparison_html(comparison)
         self.plots.value = "".join(inspector.figure_img(comparison.plot(kind)) for kind in ("drift", "channels"))
+
+    def offer_rules(self) -> None:
+        """Offer every registered rule as a variant (keeping the ones chosen)."""
+        if tuple(self.variant_picker.options) != tuple(inspector.POLICIES):
+            chosen = tuple(self.variant_picker.value)
+            self.variant_picker.options = list(inspector.POLICIES)
+            self.variant_picker.value = tuple(v for v in chosen if v in inspector.POLICIES)
+        self.variant_picker.tooltip = rules_tooltip()

@@ -37,6 +37,23 @@ from ._session import SessionPanel
 from ._sites import SiteTable
 
 
+def _rule_name(rule: Any) -> str:
+    """The registered name of a rule given by name, as a ``Policy``, or as ``path/to/rules.py:NAME``."""
+    if isinstance(rule, inspector.Policy):
+        return inspector.register_policy(rule, replace=True).name
+    if not isinstance(rule, str):
+        raise InspectorError(f"a rule is a name ({', '.join(inspector.POLICIES)}), an inspector.Policy or "
+                             f"path/to/rules.py:NAME, got {inspector.quoted(rule)}")
+    return inspector.get_policy(rule).name
+
+
+def _rule_ref(name: str) -> str:
+    """How a session names the rule ``name``: its file when it came from one (imported again when
+    the session is opened, after asking), else its name."""
+    rule = inspector.get_policy(name)
+    return rule.origin or rule.name
+
+
 def _check_choice(what: str, value: Any, choices: Iterable[str]) -> None:
     if not isinstance(value, str) or value not in choices:
         raise InspectorError(f"unknown {what} {inspector.quoted(value)}; choose one of: {', '.join(choices)}")
@@ -63,17 +80,18 @@ class FoldInspector(W.VBox):
     of the app too (``steps_input``, ``model_picker``, ``run_button``, ...).
     """
 
-    def __init__(self, target: Any, example_inputs: Any = None, *, stage: str = "tfa", policy: str = "upstream",
-                 markers: Iterable[str] = (), variants: Iterable[str] = inspector.DEFAULT_VARIANTS, steps: int | None = None,
-                 graph_view: str = "side by side", focus_selected: bool = True) -> None:
+    def __init__(self, target: Any, example_inputs: Any = None, *, stage: str = "tfa", policy: Any = "upstream",
+                 markers: Iterable[str] = (), variants: Iterable[Any] = inspector.DEFAULT_VARIANTS, steps: int | None = None,
+                 graph_view: str = "side by side", focus_selected: bool = True, rules: Iterable[Any] = ()) -> None:
         super().__init__()
         self.add_class("fi-app")
         _check_choice("stage", stage, inspector.STAGES)
-        _check_choice("policy", policy, inspector.POLICIES)
+        for extra in ([rules] if isinstance(rules, (str, inspector.Policy)) else list(rules)):
+            _rule_name(extra)  # registered: the pickers offer it (a rule file is imported: code you run)
+        policy = _rule_name(policy)
         _check_choice("graph_view", graph_view, inspector.GRAPH_VIEWS)
-        variants = (variants,) if isinstance(variants, str) else tuple(variants)
-        for v in variants:
-            _check_choice("variant", v, inspector.POLICIES)
+        variants = (variants,) if isinstance(variants, (str, inspector.Policy)) else tuple(variants)
+        variants = tuple(_rule_name(v) for v in variants)
         if isinstance(target, os.PathLike):
             target = os.fspath(target)
         self._target_ref = target if isinstance(target, str) else None
@@ -243,9 +261,10 @@ class FoldInspector(W.VBox):
     def session(self) -> Session:
         """What this screen shows, as a core ``inspector.Session`` record."""
         return Session(
-            target=self._target_ref, stage=self.analysis.stage, policy=self.analysis.policy,
+            target=self._target_ref, stage=self.analysis.stage, policy=_rule_ref(self.analysis.policy),
             markers=tuple(self.analysis.markers), selected=self.selected,
-            variants=tuple(self.variant_picker.value) or ("upstream",), steps=self._reference.steps,
+            variants=tuple(_rule_ref(v) for v in self.variant_picker.value) or ("upstream",),
+            steps=self._reference.steps,
             graph_view=self.graph_which.value, graph_scope=self.graph_scope.value,
             results=self.comparison, results_for=self._comparison_for if self.comparison is not None else None,
         )
@@ -262,10 +281,14 @@ class FoldInspector(W.VBox):
                      trust: bool = False) -> "FoldInspector":
         """Restore a saved session to the same screen (give ``target`` if it was an in-memory model).
 
-        A session is data: one whose target names a Python file (``model.py:Net``) is refused
-        unless ``trust=True``, because building that target runs the file's code.
+        A session is data: one whose target or rules name a Python file (``model.py:Net``,
+        ``rules.py:NAME``) is refused unless ``trust=True``, because building them runs the file's code
+        (a ``target`` given here stands for the session's own, whose file is then not imported).
         """
-        session = inspector.read_session(path, trust=trust or target is not None)
+        session = inspector.read_session(path, trust=True)  # checked; nothing is imported yet
+        needed = [f for f in session.code_files if target is None or f != (session.target or "").rpartition(":")[0]]
+        if needed and not trust:
+            raise InspectorError(inspector.session_trust_message(session, path, needed[0]))
         target = target if target is not None else session.target
         if target is None:
             raise InspectorError(f"{Path(path).name} was saved from an in-memory model: pass target= to load_session")
@@ -295,15 +318,23 @@ class FoldInspector(W.VBox):
             raise InspectorError(f"{path.name} was saved from an in-memory model; it cannot be opened here")
         analysis = inspector.analyze(session.target, stage=session.stage, policy=session.policy,
                                      markers=session.markers)
+        for v in session.variants:
+            _rule_name(v)  # a rule file the session names is imported now (the user trusted it)
+        self._refresh_rules()
         self._switch_to(analysis, session.target)
         self._header.set_stage_quietly(session.stage)
-        self._header.set_policy_quietly(session.policy)
-        self.variant_picker.value = tuple(session.variants)
+        self._header.set_policy_quietly(analysis.policy)
+        self.variant_picker.value = tuple(_rule_name(v) for v in session.variants)
         self.steps_input.value = session.steps
         self.graph_which.value = session.graph_view
         self.graph_scope.value = session.graph_scope
         self._apply_session(session)
         self._session.say(f"restored {path.name}")
+
+    def _refresh_rules(self) -> None:
+        """Offer every registered rule in the pickers (a session or a notebook may have added some)."""
+        self._header.offer_rules()
+        self._reference.offer_rules()
 
     @_on_screen
     def _apply_session(self, session: Session) -> None:
@@ -416,6 +447,7 @@ class FoldInspector(W.VBox):
         return self.analysis.configuration
 
     def _refresh(self) -> None:
+        self._refresh_rules()
         self._header.show(self.analysis)
         self._render_sites()
         self._render_graph()
