@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import inspector  # noqa: E402
-from inspector._render import render, svg  # noqa: E402
+from inspector._render import svg  # noqa: E402
 from sample_models.generated import tfa_blocks  # noqa: E402
 
 WHOLE_TARGET = 3.0  # seconds, whole ~1,000-node graph to SVG
@@ -36,7 +36,7 @@ def timed(analysis, repeats: int = 3, **kw) -> tuple[float, float, int]:
     best = (float("inf"), float("inf"), 0)
     for _ in range(repeats):
         t0 = time.perf_counter()
-        graph = render(analysis, **kw)
+        graph = analysis.render(**kw)
         t1 = time.perf_counter()
         svg(graph)
         t2 = time.perf_counter()
@@ -52,7 +52,7 @@ def render_seconds(analysis, repeats: int = 5) -> float:
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
-        render(analysis, max_nodes=None)
+        analysis.render(max_nodes=None)
         best = min(best, time.perf_counter() - t0)
     return best
 
