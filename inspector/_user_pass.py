@@ -137,7 +137,11 @@ class _Snapshot:
                 if all(u.name in convs or u.name in kept for u in by_name[name].users) and by_name[name].users:
                     kept.add(name)
                     grew = True
-        stray = [n.name for n in gm.graph.nodes if n.name in added - kept]
+        # Name the node that is really extra first: a new constant only looks stray when the extra
+        # node reads it.
+        stray = sorted((n for n in gm.graph.nodes if n.name in added - kept),
+                       key=lambda n: n.op in ("placeholder", "get_attr"))
+        stray = [n.name for n in stray]
         if stray:
             raise InspectorError(f"the pass of rule {quoted(rule)} added {stray[0]}, which feeds no folded conv: "
                                  "a rule may only fold")
