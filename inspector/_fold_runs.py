@@ -9,6 +9,7 @@ from typing import Iterable
 from torch.fx import GraphModule, Node
 
 from . import _graph
+from ._copies import private_copy
 from .errors import UnknownMarker, listing, quoted
 
 
@@ -65,3 +66,30 @@ def unknown_marker(marker: str, stage: str, ids: Iterable[str]) -> UnknownMarker
     """The one-line error for a marker that names no site and no node of the graph at ``stage``."""
     return UnknownMarker(f"unknown marker {quoted(marker)} at stage {stage}: give a site id "
                          f"({listing(ids) or 'no sites'}) or a node name of this graph")
+
+
+def start_run(graph_module: GraphModule, program, markers: tuple[str, ...], log: "FoldLog | None",
+              site_ids: dict[str, str] | None = None) -> FoldRun:
+    """What a wrapped pass does first on the graph it receives: a ``FoldRun`` naming its sites (found
+    here unless the caller gave ``site_ids``), the pristine snapshot when ``log`` keeps them, and
+    the markers set (at tfa, where the INT flow folds, a marker that names nothing is an error:
+    it would silently protect nothing)."""
+    graph = graph_module.graph
+    run = FoldRun(tfa=program is None)
+    cands = ids = None
+    if site_ids is None or markers:
+        cands = _graph.candidates(graph)
+        ids = _graph.site_ids(cands)
+        run.site_ids = {c.mul.name: i for c, i in zip(cands, ids)}
+        run.convs = {c.mul.name: c.conv.name for c in cands}
+    else:
+        run.site_ids = dict(site_ids)
+    if log is not None and log.snapshots:
+        run.before = private_copy(graph_module)  # pristine: before any marker is set
+    if markers:
+        found, unknown = resolve_markers(graph, markers, cands, ids)
+        if unknown and run.tfa:
+            raise unknown_marker(unknown[0], "tfa", ids)
+        for node in found.values():
+            _graph.set_marker(node)
+    return run

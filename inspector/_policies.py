@@ -21,8 +21,7 @@ from typing import Any, Callable, Iterable
 from torch.fx import GraphModule, Node
 
 from . import _executorch, _graph
-from ._copies import private_copy
-from ._fold_runs import FoldLog, FoldRun, resolve_markers, unknown_marker
+from ._fold_runs import FoldLog, FoldRun, resolve_markers, start_run, unknown_marker
 from .errors import FoldPassCrash, InspectorError, crash_behind, describe, listing, quoted
 
 @dataclass(frozen=True)
@@ -435,23 +434,7 @@ class _PolicyCall:
     def __init__(self, policy: Policy, markers: tuple[str, ...], log: FoldLog | None, graph_module: GraphModule,
                  program, hidden: frozenset[str] | None = None, site_ids: dict[str, str] | None = None) -> None:
         graph = graph_module.graph
-        run = FoldRun(tfa=program is None)
-        if site_ids is None or markers:
-            cands = _graph.candidates(graph)
-            ids = _graph.site_ids(cands)
-            run.site_ids = {c.mul.name: i for c, i in zip(cands, ids)}
-            run.convs = {c.mul.name: c.conv.name for c in cands}
-        else:
-            run.site_ids = dict(site_ids)
-        if log is not None and log.snapshots:
-            run.before = private_copy(graph_module)  # pristine: before any marker is set
-        if markers:
-            found, unknown = resolve_markers(graph, markers, cands, ids)
-            if unknown and run.tfa:
-                # Where the INT flow folds, a marker that names nothing would silently protect nothing.
-                raise unknown_marker(unknown[0], "tfa", ids)
-            for node in found.values():
-                _graph.set_marker(node)
+        run = start_run(graph_module, program, markers, log, site_ids)
         self.run, self.log = run, log
         self.skip = not policy.folds
         if hidden is None:

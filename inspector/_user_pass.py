@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from torch.fx import GraphModule, Node
 
 from . import _graph
-from ._copies import private_copy
-from ._fold_runs import FoldRun, resolve_markers, unknown_marker
+from ._fold_runs import start_run
 from .errors import InspectorError, describe, quoted
 
 
@@ -47,22 +46,8 @@ def user_pass_class(policy, markers: tuple[str, ...], log) -> type:
             self._inspector_program = args[0] if args else kwargs.get("exported_program")
 
         def call(self, graph_module: GraphModule):
-            program = self._inspector_program
-            graph = graph_module.graph
-            cands = _graph.candidates(graph)
-            ids = _graph.site_ids(cands)
-            run = FoldRun(tfa=program is None)
-            run.site_ids = {c.mul.name: i for c, i in zip(cands, ids)}
-            run.convs = {c.mul.name: c.conv.name for c in cands}
-            if log is not None and log.snapshots:
-                run.before = private_copy(graph_module)
-            if markers:
-                found, unknown = resolve_markers(graph, markers, cands, ids)
-                if unknown and run.tfa:
-                    raise unknown_marker(unknown[0], "tfa", ids)
-                for node in found.values():
-                    _graph.set_marker(node)
-            before = _Snapshot.of(graph_module, cands)
+            run = start_run(graph_module, self._inspector_program, markers, log)
+            before = _Snapshot.of(graph_module, _graph.candidates(graph_module.graph))
             try:
                 result = super().call(graph_module)
             except InspectorError:
