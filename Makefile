@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml
 	@$(VENV_PYTHON) -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)' || \
 		{ echo "$(VENV) is not a virtual environment; remove it and run make again" >&2; exit 1; }
 	$(VENV_PYTHON) -m pip install --quiet --upgrade pip
-	$(VENV_PYTHON) -m pip install -e '.[test,explorer]'
+	$(VENV_PYTHON) -m pip install -e '.[test,explorer,ray]'
 	touch $@
 
 setup: $(STAMP)

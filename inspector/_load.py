@@ -225,6 +225,22 @@ def _from_program(program, example_inputs: Any, name: str) -> Target:
     return Target(name, program, copy.deepcopy(tuple(example_inputs)))
 
 
+def random_inputs(shapes, what: str = "input shape") -> tuple:
+    """Seeded random float32 inputs in [-1, 1) of these shapes (what ``--input-shape`` and a sweep's
+    ``input_shape`` give a model): the same shapes give the same tensors in every process."""
+    from ._limits import check_shape
+
+    gen = torch.Generator().manual_seed(0)
+    out = []
+    for shape in shapes:
+        dims = tuple(shape)
+        if not dims or any(isinstance(d, bool) or not isinstance(d, int) or d <= 0 for d in dims):
+            raise InspectorError(f"bad {what} {quoted(list(dims))}: give positive integers, e.g. [1, 3, 8, 8]")
+        check_shape(dims, what)
+        out.append(torch.rand(dims, generator=gen) * 2 - 1)
+    return tuple(out)
+
+
 def describe_inputs(inputs: tuple) -> str:
     return "(" + ", ".join(
         "x".join(map(str, x.shape)) + f" {str(x.dtype).replace('torch.', '')}" if isinstance(x, torch.Tensor) else repr(x)

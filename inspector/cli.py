@@ -128,6 +128,33 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--html", default="demo-report.html", metavar="FILE", help="where to write the report")
 
     sub.add_parser("samples", help="list the built-in sample models")
+
+    w = sub.add_parser("sweep", help="decide (and compare) many models under several rules: one table for a pull request",
+                       description="TARGET is sample:NAME, path/to/file.py:ClassName, or model.pt2; --models reads "
+                       "a TOML file of [[model]] tables (target, input_shape, steps, name).")
+    w.add_argument("targets", nargs="*", metavar="TARGET")
+    w.add_argument("--models", action="append", default=[], metavar="FILE.toml",
+                   help="a TOML file listing models (repeatable); relative paths are relative to the file")
+    w.add_argument("--samples", action="store_true", help="every built-in sample model")
+    w.add_argument("--input-shape", action="append", default=[], metavar="1,3,8,8",
+                   help="shape of one example input for the TARGETs given here (repeat per input)")
+    w.add_argument("--policies", default="upstream,state-aware", metavar="P,Q",
+                   help="comma-separated rules, the first the baseline; names or path/to/rules.py:NAME "
+                   "(default: upstream,state-aware)")
+    w.add_argument("--stages", default="tfa", metavar="S,S",
+                   help=f"comma-separated stages to decide, of {', '.join(STAGES)} (default: tfa)")
+    w.add_argument("--steps", type=int, default=0,
+                   help=f"also run each rule on the TOSA INT reference for N steps, 1 to {MAX_STEPS} (default: 0, none)")
+    w.add_argument("--compare", action="store_true", help="run each rule on the TOSA INT reference (1 step unless --steps)")
+    w.add_argument("--out", default=None, metavar="DIR",
+                   help="write every result here as it finishes; the same sweep run again reads them back")
+    w.add_argument("--format", choices=("md", "html", "json", "csv"), default="md", help="what stdout gets (default: md)")
+    w.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="local: worker processes on this machine; ray: Ray tasks (pip install 'fold-inspector[ray]')")
+    w.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="worker processes (default: the cores available)")
+    w.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="a running Ray cluster (default: start a local one)")
     return p
 
 
@@ -137,14 +164,11 @@ def _short(text: str, limit: int = 60) -> str:
 
 
 def _inputs_from_shapes(shapes: list[str]):
-    import torch
-
-    from ._limits import check_shape
+    from ._load import random_inputs
 
     if not shapes:
         return None
-    gen = torch.Generator().manual_seed(0)
-    out = []
+    parsed = []
     for text in shapes:
         try:
             dims = tuple(int(d) for d in text.split(","))
@@ -153,9 +177,8 @@ def _inputs_from_shapes(shapes: list[str]):
         except ValueError:
             raise InspectorError(f"bad --input-shape {_short(text)}: give positive integers separated by commas, "
                                  "e.g. 1,3,8,8") from None
-        check_shape(dims, "--input-shape")
-        out.append(torch.rand(dims, generator=gen) * 2 - 1)
-    return tuple(out)
+        parsed.append(dims)
+    return random_inputs(parsed, "--input-shape")
 
 
 def _analyze(args) -> int:
@@ -369,6 +392,64 @@ def _demo(args) -> int:
     return 0
 
 
+class _SweepBars:
+    """One bar per phase of a sweep on one stderr line, with an ETA (only when stderr is a terminal)."""
+
+    def __init__(self) -> None:
+        self.bar = _ProgressBar()
+        self.last = 0.0
+
+    def __call__(self, bars) -> None:
+        import time
+
+        if not self.bar.on:
+            return
+        now = time.monotonic()
+        finished = all(b.done >= b.total for b in bars)
+        if now - self.last < 0.2 and not finished:
+            return
+        self.last = now
+        parts = []
+        for b in bars:
+            filled = int(round(12 * max(0.0, min(1.0, b.fraction))))
+            eta = "" if b.eta is None or b.done >= b.total else f" ETA {int(b.eta) // 60}:{int(b.eta) % 60:02d}"
+            parts.append(f"{b.phase} [{'#' * filled}{'.' * (12 - filled)}] {int(b.done)}/{b.total}{eta}")
+        self.bar.stream.write("\r" + " | ".join(parts).ljust(100))
+        if finished:
+            self.bar.stream.write("\n")
+        self.bar.stream.flush()
+
+
+def _sweep(args) -> int:
+    from ._limits import check_steps
+    from .sweep import sweep
+
+    steps = args.steps
+    if steps:
+        check_steps(steps, "--steps")
+    elif args.compare:
+        steps = 1
+    if args.steps < 0:
+        check_steps(args.steps, "--steps")
+    shapes = None
+    if args.input_shape:
+        shapes = [tuple(x.shape) for x in _inputs_from_shapes(args.input_shape)]
+    try:
+        result = sweep([*args.targets, *args.models], args.policies, stages=args.stages, steps=steps,
+                       workers=args.workers, executor=args.executor, out=args.out, samples=args.samples,
+                       input_shapes=shapes, ray_address=args.ray_address, progress=_SweepBars())
+    except KeyboardInterrupt:
+        kept = f"the results finished so far are kept in {args.out}; run the same command again to go on" if args.out \
+            else "nothing was kept (give --out DIR to keep results as they finish)"
+        print(f"\ninterrupted: {kept}", file=sys.stderr)
+        return 130
+    text = result.format(args.format)
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
+    return 0
+
+
 def _samples(args) -> int:
     from . import samples
 
@@ -386,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     _quiet_imports()
     handler = {"analyze": _analyze, "compare": _compare, "attribute": _attribute, "report": _report, "repro": _repro,
                "render": _render, "explorer": _explorer, "demo": _demo,
-               "samples": _samples}[args.command]
+               "samples": _samples, "sweep": _sweep}[args.command]
     try:
         return handler(args)
     except InspectorError as exc:

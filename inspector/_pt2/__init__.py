@@ -56,7 +56,7 @@ from ._zip import (_CONSTANTS_CONFIG, _MODEL_JSON, _ROOT, _SAMPLE_INPUTS, _TINY_
                    _check_directory, _check_names, _check_nested_torch_save, _Checked, _check_sizes, _Member, _read,
                    _read_chunks)
 
-__all__ = ["load_pt2", "check_expression", "check_guard", "check_operator"]
+__all__ = ["load_pt2", "load_pt2_bytes", "check_expression", "check_guard", "check_operator"]
 
 
 # ----------------------------------------------------------------------------- public entry
@@ -106,6 +106,17 @@ def load_pt2(path: str | os.PathLike) -> torch.export.ExportedProgram:
     except _Refusal as exc:
         raise InspectorError(_message(shown, exc)) from None
     return program
+
+
+def load_pt2_bytes(data: bytes) -> torch.export.ExportedProgram:
+    """``load_pt2`` for an archive held in memory (a program sent to a worker process or a Ray task):
+    the same checks, on a private temporary file."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="fold-inspector-") as folder:
+        path = Path(folder) / "program.pt2"
+        path.write_bytes(data)
+        return load_pt2(path)
 
 
 # ----------------------------------------------------------------------------- tensor-only unpickling

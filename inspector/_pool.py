@@ -1,0 +1,342 @@
+"""Where a sweep's tasks run: a pool of spawned worker processes, a Ray cluster, or this process.
+
+Every executor takes the same tasks (a module-level function named by ``module:name`` and a
+picklable payload) and reports the same events, so the sweep's scheduler never asks which one
+it has:
+
+- ``("progress", key, phase, fraction)`` while a task advances (the local pool only);
+- ``("done", key, value)`` when it returned;
+- ``("error", key, message, details)`` when it raised (one line, as everywhere);
+- ``("died", key, message)`` when the process running it died (a signal, an out-of-memory kill,
+  ``os._exit``): only that task is lost; the pool starts a new worker for the others.
+
+``LocalPool`` gives every worker its own pipe, so when a worker dies the pool knows exactly which
+task it held. (``concurrent.futures.ProcessPoolExecutor`` cannot: one dead worker breaks every
+future of the pool.) Ctrl-C in the parent stops the workers and propagates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import multiprocessing
+import os
+import signal
+import time
+import traceback
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+from typing import Any, Callable, Iterator
+
+from .errors import InspectorError, quoted
+
+Event = tuple
+
+EXECUTORS = ("local", "ray")
+
+
+@dataclass(order=True)
+class _Job:
+    priority: int  # lower runs first
+    serial: int  # then in submission order
+    key: Any = field(compare=False)
+    function: str = field(compare=False)  # "module:name"
+    payload: Any = field(compare=False)
+
+
+def _resolve(function: str) -> Callable:
+    module, _, name = function.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def signal_text(exitcode: int | None) -> str:
+    """What a worker's exit code says, in words a user can act on."""
+    if exitcode is None:
+        return "it stopped answering"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        hint = {"SIGKILL": " (killed: often the kernel's out-of-memory killer)",
+                "SIGSEGV": " (a crash in native code)", "SIGBUS": " (a crash in native code)",
+                "SIGABRT": " (native code aborted)"}.get(name, "")
+        return f"it was killed by {name}{hint}"
+    return f"it exited with status {exitcode}"
+
+
+# ---------------------------------------------------------------- in a worker process
+
+
+def _worker_main(conn, threads: int) -> None:
+    """A worker's whole life: run tasks sent over ``conn`` until the parent closes it."""
+    import torch
+
+    from . import _quiet
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    # A script reads the parent's stdout (`sweep --format json | jq`): whatever native code or a
+    # model's forward prints in a worker goes to stderr instead.
+    with contextlib.suppress(OSError):
+        os.dup2(2, 1)
+    torch.set_num_threads(threads)
+    _quiet.install_warning_filters()
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return  # the parent has gone
+        if message is None:
+            return
+        key, function, payload = message
+
+        def report(phase: str, fraction: float, key=key) -> None:
+            conn.send(("progress", key, phase, fraction))
+
+        conn.send(run_one(key, function, payload, report))
+
+
+def run_one(key, function: str, payload, report) -> Event:
+    """Run one task here and turn what happens into an event (an exception is one line)."""
+    try:
+        return ("done", key, _resolve(function)(payload, report))
+    except InspectorError as exc:
+        return ("error", key, str(exc), exc.details)
+    except Exception as exc:  # noqa: BLE001 - reported in the parent, in one line
+        return ("error", key, f"{type(exc).__name__}: {exc}", traceback.format_exc())
+
+
+# ---------------------------------------------------------------- executors
+
+
+class InlinePool:
+    """Runs every task in this process, one after another (for rules that live in this process only)."""
+
+    name = "inline"
+
+    def __init__(self) -> None:
+        self._jobs: list[_Job] = []
+        self._serial = 0
+
+    def submit(self, key, function: str, payload, *, priority: int = 0) -> None:
+        import heapq
+
+        self._serial += 1
+        heapq.heappush(self._jobs, _Job(priority, self._serial, key, function, payload))
+
+    def events(self) -> Iterator[Event]:
+        import heapq
+
+        while self._jobs:
+            job = heapq.heappop(self._jobs)
+            progress: list[Event] = []
+            yield run_one(job.key, job.function, job.payload,
+                          lambda phase, fraction, key=job.key: progress.append(("progress", key, phase, fraction)))
+
+    def close(self) -> None:
+        self._jobs.clear()
+
+
+class LocalPool:
+    """``workers`` spawned processes, one task each at a time; a dead worker costs its task only."""
+
+    name = "local"
+
+    def __init__(self, workers: int, threads: int | None = None) -> None:
+        from ._parallel import available_workers
+
+        self.workers = workers
+        self.threads = threads or max(1, available_workers() // workers)
+        self._ctx = multiprocessing.get_context("spawn")
+        self._idle: list = []  # (process, conn) ready for a task
+        self._busy: dict = {}  # conn -> (process, job)
+        self._jobs: list[_Job] = []
+        self._serial = 0
+        self.started = 0  # workers started so far (replacements included)
+
+    def submit(self, key, function: str, payload, *, priority: int = 0) -> None:
+        import heapq
+
+        self._serial += 1
+        heapq.heappush(self._jobs, _Job(priority, self._serial, key, function, payload))
+
+    def _start(self) -> None:
+        from ._parallel import _main_not_imported
+
+        parent, child = self._ctx.Pipe(duplex=True)
+        process = self._ctx.Process(target=_worker_main, args=(child, self.threads), daemon=True,
+                                    name=f"fold-inspector-worker-{self.started}")
+        with _main_not_imported():
+            process.start()
+        child.close()
+        self.started += 1
+        self._idle.append((process, parent))
+
+    def _dispatch(self) -> None:
+        import heapq
+
+        while self._jobs and (self._idle or len(self._busy) < self.workers):
+            if not self._idle:
+                self._start()
+            process, conn = self._idle.pop()
+            job = heapq.heappop(self._jobs)
+            try:
+                conn.send((job.key, job.function, job.payload))
+            except (BrokenPipeError, OSError):  # it died while idle: put the job back, start another
+                heapq.heappush(self._jobs, job)
+                conn.close()
+                continue
+            self._busy[conn] = (process, job)
+
+    def events(self) -> Iterator[Event]:
+        """Events until every submitted task (and every task submitted meanwhile) has ended."""
+        while True:
+            self._dispatch()
+            if not self._busy:
+                return
+            sentinels = {process.sentinel: conn for conn, (process, _) in self._busy.items()}
+            ready = wait([*self._busy, *sentinels])
+            for item in ready:
+                conn = sentinels.get(item, item)
+                if conn not in self._busy:
+                    continue
+                process, job = self._busy[conn]
+                try:
+                    event = conn.recv() if conn in ready or conn.poll() else None
+                except (EOFError, OSError):
+                    event = None
+                if event is None:  # the process died holding this task
+                    del self._busy[conn]
+                    conn.close()
+                    process.join(5)
+                    yield ("died", job.key, signal_text(process.exitcode))
+                    continue
+                if event[0] != "progress":
+                    del self._busy[conn]
+                    self._idle.append((process, conn))
+                yield event
+
+    def close(self) -> None:
+        """Stop every worker now (tasks not finished are dropped)."""
+        self._jobs.clear()
+        workers = [*self._idle, *((p, c) for c, (p, _) in self._busy.items())]
+        self._idle, self._busy = [], {}
+        for process, conn in workers:
+            with contextlib.suppress(Exception):
+                conn.send(None)
+            with contextlib.suppress(Exception):
+                conn.close()
+        deadline = time.monotonic() + 2.0
+        for process, _ in workers:
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                process.terminate()
+                process.join(2)
+            if process.is_alive():
+                process.kill()
+                process.join(1)
+
+
+def _ray_entry(function: str, payload):
+    """A Ray task: the same function a local worker runs (Ray reports progress per task only)."""
+    from . import _quiet
+
+    _quiet.install_warning_filters()
+    return run_one(None, function, payload, lambda phase, fraction: None)
+
+
+class RayPool:
+    """The same tasks as Ray tasks, on the cluster at ``address`` or a local one started here."""
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, workers: int | None = None) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise InspectorError("the Ray executor needs Ray: pip install 'fold-inspector[ray]' "
+                                 "(ray==2.60.0), or use executor='local'") from None
+        self._ray = ray
+        self._owns = False
+        if not ray.is_initialized():
+            kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+                                      "configure_logging": False}
+            if address:
+                kwargs["address"] = address
+            elif workers:
+                kwargs["num_cpus"] = workers
+            try:
+                with _quiet_fd2():
+                    ray.init(**kwargs)
+            except Exception as exc:  # noqa: BLE001 - a cluster that cannot be reached is one line
+                where = f"the Ray cluster at {quoted(address)}" if address else "a local Ray cluster"
+                raise InspectorError(f"cannot start or reach {where}: {type(exc).__name__}: "
+                                     f"{str(exc).splitlines()[0] if str(exc) else ''}; check --ray-address, "
+                                     "or use --executor local") from None
+            self._owns = True
+        self._remote = ray.remote(max_retries=0, num_cpus=1)(_ray_entry)
+        self._pending: dict = {}  # object ref -> key
+        self._queued: list[_Job] = []
+        self._serial = 0
+
+    def submit(self, key, function: str, payload, *, priority: int = 0) -> None:
+        # Ray schedules what it is given; submission order is the order asked for.
+        self._serial += 1
+        self._pending[self._remote.remote(function, payload)] = key
+
+    def events(self) -> Iterator[Event]:
+        ray = self._ray
+        while self._pending:
+            ready, _ = ray.wait(list(self._pending), num_returns=1, timeout=0.5)
+            for ref in ready:
+                key = self._pending.pop(ref)
+                try:
+                    event = ray.get(ref)
+                except ray.exceptions.WorkerCrashedError:
+                    yield ("died", key, "its Ray worker died (a crash in native code, or killed: often for "
+                                        "memory)")
+                    continue
+                except ray.exceptions.RayError as exc:
+                    yield ("died", key, f"Ray could not run it: {type(exc).__name__}: "
+                                        f"{str(exc).splitlines()[0] if str(exc) else ''}")
+                    continue
+                yield (event[0], key, *event[2:])
+
+    def close(self) -> None:
+        ray = self._ray
+        for ref in list(self._pending):
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)
+        self._pending.clear()
+        if self._owns:
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+
+
+@contextlib.contextmanager
+def _quiet_fd2():
+    """Ray's start-up prints its banners on stderr; a script's stderr is the inspector's own."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def make_pool(executor: str, workers: int, ray_address: str | None = None):
+    """The executor asked for (``"local"`` or ``"ray"``)."""
+    if executor == "local":
+        return LocalPool(workers)
+    if executor == "ray":
+        return RayPool(ray_address, workers)
+    raise InspectorError(f"unknown executor {quoted(executor)}; choose one of: {', '.join(EXECUTORS)}")
+
+
+__all__ = ["EXECUTORS", "InlinePool", "LocalPool", "RayPool", "make_pool", "run_one", "signal_text"]
