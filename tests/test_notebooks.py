@@ -23,6 +23,9 @@ EXPECTED = {
                                         "1 passed"],
     "05_write_a_rule.ipynb": ["reason: rule:wide-scale | the rule 'no-wide-scale' keeps this site from the pass",
                               "no-scalar-fold skip rule-pass-skipped", "SQNR at step 5: upstream "],
+    "06_sweep_a_rule.ipynb": ["at tfa, state-aware decides like upstream on every site",
+                              "reasons: feeds-buffer-mutation", "#### Sites whose decision differs",
+                              "the same tables: True", "the command line's comment is the notebook's: True"],
 }
 
 
