@@ -52,7 +52,7 @@ def compare(
     one after another); a variant whose fold decisions equal another's is computed once.
     """
     check_steps(steps)
-    wanted = _variants(variants, markers)
+    wanted = variants_of(variants, markers)
     loaded = _load.load(target, example_inputs)
     calibrated = _flow.choose_calibration(loaded, calibration, steps)
     quant_text = _flow.describe_config(quantization_config)
@@ -77,7 +77,7 @@ def compare(
         _flow.check_recurrent(loaded)
         reference = _flow.float_reference(loaded, steps)
         RESULTS.put_reference(base, reference)
-    n_workers = _workers(workers)
+    n_workers = workers_of(workers)
     if any(get_policy(wanted[i].policy).is_users for i in to_run):
         n_workers = 1  # a user's rule lives in this process only: a worker would not know it
     if n_workers > 1 and len(to_run) > 1:
@@ -102,7 +102,7 @@ def compare(
                       run=Run(loaded, calibrated, quantization_config))
 
 
-def _variants(variants, markers) -> list[Variant]:
+def variants_of(variants, markers) -> list[Variant]:
     if isinstance(variants, (str, Variant)):  # one variant ("upstream", or "off,upstream" as in the CLI)
         variants = [v.strip() for v in variants.split(",") if v.strip()] if isinstance(variants, str) else [variants]
     try:
@@ -129,7 +129,7 @@ def _variants(variants, markers) -> list[Variant]:
     return out
 
 
-def _workers(workers: int | None) -> int:
+def workers_of(workers: int | None) -> int:
     if workers is None:
         return _parallel.available_workers()
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:

@@ -64,7 +64,7 @@ def program_bytes(program) -> bytes:
 
 
 @contextlib.contextmanager
-def _main_not_imported():
+def main_not_imported():
     """Spawned workers re-import the parent's ``__main__`` script unless told otherwise: a user's script
     without an ``if __name__ == "__main__":`` guard would run again in every worker. The workers
     need nothing from it (tasks hold inspector objects and tensors), so while they start, the main
@@ -127,7 +127,7 @@ def run_tasks(work: Callable, tasks: list[Task], workers: int, report: Callable[
 
     pumper = threading.Thread(target=pump, daemon=True, name="fold-inspector-progress")
     pumper.start()
-    with _main_not_imported():
+    with main_not_imported():
         threads = max(1, available_workers() // (workers + (local is not None)))
         executor = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init,
                                        initargs=(progress, threads))

@@ -17,11 +17,13 @@ future of the pool.) Ctrl-C in the parent stops the workers and propagates.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
 import multiprocessing
 import os
 import signal
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -88,12 +90,18 @@ def _worker_main(conn, threads: int) -> None:
             return  # the parent has gone
         if message is None:
             return
-        key, function, payload = message
+        key, function, payload, wanted_threads = message
+        if wanted_threads != threads:  # the pool was resized: share the cores anew (results do not depend on it)
+            threads = wanted_threads
+            torch.set_num_threads(threads)
 
         def report(phase: str, fraction: float, key=key) -> None:
             conn.send(("progress", key, phase, fraction))
 
-        conn.send(run_one(key, function, payload, report))
+        try:
+            conn.send(run_one(key, function, payload, report))
+        except (BrokenPipeError, EOFError, OSError):
+            return  # the parent stopped the sweep (Ctrl-C) while this task ran: nobody wants the answer
 
 
 def run_one(key, function: str, payload, report) -> Event:
@@ -142,17 +150,36 @@ class LocalPool:
 
     name = "local"
 
-    def __init__(self, workers: int, threads: int | None = None) -> None:
-        from ._parallel import available_workers
-
-        self.workers = workers
-        self.threads = threads or max(1, available_workers() // workers)
+    def __init__(self, workers: int) -> None:
         self._ctx = multiprocessing.get_context("spawn")
         self._idle: list = []  # (process, conn) ready for a task
         self._busy: dict = {}  # conn -> (process, job)
         self._jobs: list[_Job] = []
         self._serial = 0
         self.started = 0  # workers started so far (replacements included)
+        self.resize(workers)
+
+    def resize(self, workers: int) -> None:
+        """Run up to ``workers`` tasks at a time from now on (idle workers beyond that are stopped)."""
+        from ._parallel import available_workers
+
+        self.workers = workers
+        self.threads = max(1, available_workers() // workers)  # the cores are shared by the workers
+        while len(self._idle) + len(self._busy) > workers and self._idle:
+            _stop_worker(*self._idle.pop())
+
+    @property
+    def alive(self) -> int:
+        """Worker processes running now."""
+        return len(self._idle) + len(self._busy)
+
+    def release(self) -> None:
+        """After a sweep: drop what was not run, keep the idle workers warm for the next one."""
+        self._jobs.clear()
+        if self._busy:  # interrupted mid-task: those workers are still computing; stop them
+            for conn, (process, _) in list(self._busy.items()):
+                _stop_worker(process, conn)
+            self._busy.clear()
 
     def submit(self, key, function: str, payload, *, priority: int = 0) -> None:
         import heapq
@@ -161,13 +188,13 @@ class LocalPool:
         heapq.heappush(self._jobs, _Job(priority, self._serial, key, function, payload))
 
     def _start(self) -> None:
-        from ._parallel import _main_not_imported
+        from ._parallel import main_not_imported
 
         parent, child = self._ctx.Pipe(duplex=True)
         process = self._ctx.Process(target=_worker_main, args=(child, self.threads), daemon=True,
                                     name=f"fold-inspector-worker-{self.started}")
-        with _main_not_imported():
-            process.start()
+        with main_not_imported(), _sigint_ignored():
+            process.start()  # born ignoring Ctrl-C (Python keeps an inherited SIG_IGN): the parent handles it
         child.close()
         self.started += 1
         self._idle.append((process, parent))
@@ -181,7 +208,7 @@ class LocalPool:
             process, conn = self._idle.pop()
             job = heapq.heappop(self._jobs)
             try:
-                conn.send((job.key, job.function, job.payload))
+                conn.send((job.key, job.function, job.payload, self.threads))
             except (BrokenPipeError, OSError):  # it died while idle: put the job back, start another
                 heapq.heappush(self._jobs, job)
                 conn.close()
@@ -222,19 +249,128 @@ class LocalPool:
         workers = [*self._idle, *((p, c) for c, (p, _) in self._busy.items())]
         self._idle, self._busy = [], {}
         for process, conn in workers:
-            with contextlib.suppress(Exception):
-                conn.send(None)
-            with contextlib.suppress(Exception):
-                conn.close()
+            _stop_worker(process, conn, wait=False)
         deadline = time.monotonic() + 2.0
         for process, _ in workers:
             process.join(max(0.0, deadline - time.monotonic()))
-            if process.is_alive():
-                process.terminate()
-                process.join(2)
-            if process.is_alive():
-                process.kill()
-                process.join(1)
+            _stop_worker(process, None)
+
+
+def _stop_worker(process, conn, wait: bool = True) -> None:
+    """Ask a worker to stop (it finishes nothing more); terminate it if it does not."""
+    if conn is not None:
+        with contextlib.suppress(Exception):
+            conn.send(None)
+        with contextlib.suppress(Exception):
+            conn.close()
+    if not wait:
+        return
+    process.join(0.5)
+    if process.is_alive():
+        process.terminate()
+        process.join(2)
+    if process.is_alive():
+        process.kill()
+        process.join(1)
+
+
+# ---------------------------------------------------------------- the warm pool
+
+
+# Starting a worker costs seconds (torch, executorch and the quantizer import, and their first
+# calls warm up): one pool per process keeps its workers between sweeps, until they have been
+# idle for IDLE_SECONDS (FOLD_INSPECTOR_POOL_IDLE) or the process exits.
+IDLE_SECONDS = float(os.environ.get("FOLD_INSPECTOR_POOL_IDLE", "300"))
+_SHARED: "LocalPool | None" = None
+_SHARED_LOCK = threading.Lock()
+_IDLE_TIMER: "threading.Timer | None" = None
+
+
+@contextlib.contextmanager
+def warm_pool(workers: int):
+    """The process's warm ``LocalPool``, sized to ``workers``, for one sweep at a time (a second
+    sweep running meanwhile, say from a widget's background job, gets a pool of its own)."""
+    global _SHARED
+    if not _SHARED_LOCK.acquire(blocking=False):
+        pool = LocalPool(workers)
+        try:
+            yield pool
+        finally:
+            pool.close()
+        return
+    try:
+        _cancel_idle_timer()
+        if _SHARED is None:
+            _SHARED = LocalPool(workers)
+        else:
+            _SHARED.resize(workers)
+        try:
+            yield _SHARED
+        except BaseException:
+            _SHARED.close()  # interrupted or failed: start afresh next time
+            _SHARED = None
+            raise
+        _SHARED.release()
+        _start_idle_timer()
+    finally:
+        _SHARED_LOCK.release()
+
+
+def shutdown() -> None:
+    """Stop the warm pool's workers now (they start again when next needed)."""
+    global _SHARED
+    with _SHARED_LOCK:
+        _cancel_idle_timer()
+        if _SHARED is not None:
+            _SHARED.close()
+            _SHARED = None
+
+
+def warm_workers() -> int:
+    """How many warm worker processes this process keeps now."""
+    pool = _SHARED
+    return pool.alive if pool is not None else 0
+
+
+def _start_idle_timer() -> None:
+    global _IDLE_TIMER
+    _IDLE_TIMER = threading.Timer(IDLE_SECONDS, _stop_if_idle)
+    _IDLE_TIMER.daemon = True
+    _IDLE_TIMER.start()
+
+
+def _cancel_idle_timer() -> None:
+    global _IDLE_TIMER
+    if _IDLE_TIMER is not None:
+        _IDLE_TIMER.cancel()
+        _IDLE_TIMER = None
+
+
+def _stop_if_idle() -> None:
+    global _SHARED
+    if _SHARED_LOCK.acquire(blocking=False):  # busy: the sweep that holds it restarts the timer
+        try:
+            if _SHARED is not None:
+                _SHARED.close()
+                _SHARED = None
+        finally:
+            _SHARED_LOCK.release()
+
+
+atexit.register(shutdown)
+
+
+@contextlib.contextmanager
+def _sigint_ignored():
+    try:
+        saved = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread (a widget's background job): nothing to hand down
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, saved)
 
 
 def _ray_entry(function: str, payload):
@@ -330,13 +466,27 @@ def _quiet_fd2():
         os.close(saved)
 
 
-def make_pool(executor: str, workers: int, ray_address: str | None = None):
-    """The executor asked for (``"local"`` or ``"ray"``)."""
-    if executor == "local":
-        return LocalPool(workers)
-    if executor == "ray":
-        return RayPool(ray_address, workers)
-    raise InspectorError(f"unknown executor {quoted(executor)}; choose one of: {', '.join(EXECUTORS)}")
+@contextlib.contextmanager
+def pool_for(executor: str, workers: int, ray_address: str | None = None, *, inline: bool = False):
+    """The executor asked for (``"local"``: the warm pool; ``"ray"``), or this process (``inline``)."""
+    if inline:
+        pool = InlinePool()
+        try:
+            yield pool
+        finally:
+            pool.close()
+    elif executor == "local":
+        with warm_pool(workers) as pool:
+            yield pool
+    elif executor == "ray":
+        pool = RayPool(ray_address, workers)
+        try:
+            yield pool
+        finally:
+            pool.close()
+    else:
+        raise InspectorError(f"unknown executor {quoted(executor)}; choose one of: {', '.join(EXECUTORS)}")
 
 
-__all__ = ["EXECUTORS", "InlinePool", "LocalPool", "RayPool", "make_pool", "run_one", "signal_text"]
+__all__ = ["EXECUTORS", "InlinePool", "LocalPool", "RayPool", "pool_for", "run_one", "shutdown", "signal_text",
+           "warm_pool", "warm_workers"]

@@ -60,8 +60,8 @@ class Metrics:
     flushed_to_zero: float  # share of elements with f != 0 but q == 0
 
     def to_dict(self) -> dict:
-        d = {k: _json_float(v) if isinstance(v, float) else v for k, v in vars(self).items()}
-        d["sqnr_per_channel_db"] = [_json_float(v) for v in self.sqnr_per_channel_db]
+        d = {k: json_float(v) if isinstance(v, float) else v for k, v in vars(self).items()}
+        d["sqnr_per_channel_db"] = [json_float(v) for v in self.sqnr_per_channel_db]
         return d
 
 
@@ -196,7 +196,7 @@ def _rules_of(results) -> dict:
     return out
 
 
-def _json_float(v: float):
+def json_float(v: float):
     """JSON has no inf or NaN: they are written as the strings "inf", "-inf", "nan"."""
     if math.isnan(v):
         return "nan"

@@ -21,15 +21,28 @@ from ._variant_cache import RESULTS, base_key, can_predict, predicted_decisions
 from .errors import InspectorError, describe
 
 
+def rule_identity(name: str) -> str:
+    """A rule's identity in a few characters (a user's rule: by its source)."""
+    from ._hashing import digest
+
+    return digest(get_policy(name).identity)[:20]
+
+
 def ensure_rules(rules) -> None:
-    """Make the sweep's rules known here: a rule from a file is loaded from that file (its origin)."""
-    for name, origin in rules:
+    """Make the sweep's rules known here as the parent knows them: a rule from a file is (re)loaded
+    from that file when this process does not know it, or knows an older version of it."""
+    for name, origin, identity in rules:
         try:
-            get_policy(name)
+            if rule_identity(name) == identity:
+                continue
         except InspectorError:
-            if not origin:
-                raise
-            load_rule(origin)
+            pass
+        if not origin:
+            raise InspectorError(f"rule {name!r} is not known in this worker process; define it in a file and "
+                                 "name it path/to/rules.py:NAME")
+        load_rule(origin)
+        if rule_identity(name) != identity:
+            raise InspectorError(f"rule {name!r} in {origin} changed while the sweep ran; run it again")
 
 
 def row_of(label: str, stage: str, policy: str, analysis, seconds: float) -> dict:

@@ -136,6 +136,8 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--models", action="append", default=[], metavar="FILE.toml",
                    help="a TOML file listing models (repeatable); relative paths are relative to the file")
     w.add_argument("--samples", action="store_true", help="every built-in sample model")
+    w.add_argument("--exclude", action="append", default=[], metavar="NAME",
+                   help="leave this model out (a sample name or a model's label; repeatable)")
     w.add_argument("--input-shape", action="append", default=[], metavar="1,3,8,8",
                    help="shape of one example input for the TARGETs given here (repeat per input)")
     w.add_argument("--policies", default="upstream,state-aware", metavar="P,Q",
@@ -436,7 +438,7 @@ def _sweep(args) -> int:
         shapes = [tuple(x.shape) for x in _inputs_from_shapes(args.input_shape)]
     try:
         result = sweep([*args.targets, *args.models], args.policies, stages=args.stages, steps=steps,
-                       workers=args.workers, executor=args.executor, out=args.out, samples=args.samples,
+                       workers=args.workers, executor=args.executor, out=args.out, samples=args.samples, exclude=args.exclude,
                        input_shapes=shapes, ray_address=args.ray_address, progress=_SweepBars())
     except KeyboardInterrupt:
         kept = f"the results finished so far are kept in {args.out}; run the same command again to go on" if args.out \

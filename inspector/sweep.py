@@ -24,6 +24,7 @@ How it runs:
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import math
@@ -38,12 +39,15 @@ from . import _pool
 from ._hashing import digest
 from ._limits import check_steps
 from ._policies import check_policy, get_policy
-from ._results import Variant, _json_float
+from ._results import Variant, json_float
 from .errors import InspectorError, first_line, listing, quoted
 
 FORMATS = ("md", "html", "json", "csv")
 GITHUB_COMMENT_LIMIT = 65_536  # characters in one GitHub comment
 UNCHANGED_DB = 0.01  # an SQNR difference below this is "unchanged"
+# The quantized (TOSA INT) flow folds in the quantizer's transform-for-annotation, before calibration,
+# and finds nothing left to fold in lowering: its numbers follow the decisions at this stage only.
+NUMBERS_STAGE = "tfa"
 FORMAT_VERSION = 1  # of the files in out/
 
 Progress = Callable[["tuple[Bar, ...]"], None]
@@ -59,19 +63,20 @@ class ModelSpec:
     target: str  # what the loader takes: "sample:NAME", "/abs/model.pt2", "/abs/net.py:Net"
     label: str  # how tables show it (as written: relative paths stay relative)
     input_shapes: tuple[tuple[int, ...], ...] | None = None  # seeded random inputs of these shapes
-    steps: int | None = None  # this model's recurrent steps (None: the sweep's)
+    steps: int | None = None  # this model's steps when the sweep compares (None: the sweep's; 0: never)
 
     def content_key(self) -> str:
         """What the model's results depend on before it is even loaded: the target, the bytes of its
         file (a sample: its package's sources), the input shapes and the stack's versions. A second
         sweep finds its results in ``out/`` by this key without loading anything."""
-        import executorch
+        from importlib.metadata import version
+
         import torch
 
         import inspector
 
         return digest(FORMAT_VERSION, self.target, _content_of(self.target), self.input_shapes,
-                      torch.__version__, getattr(executorch, "__version__", ""), inspector.__version__)
+                      torch.__version__, version("executorch"), version("tosa-tools"), inspector.__version__)
 
     def to_dict(self) -> dict:
         return {"target": self.label, "input_shapes": [list(s) for s in self.input_shapes or ()] or None,
@@ -103,10 +108,11 @@ def _content_of(target: str) -> str:
 
 
 def models_from(models: Iterable[Any] = (), *, samples: bool = False,
-                input_shapes: Sequence[Sequence[int]] | None = None) -> list[ModelSpec]:
+                input_shapes: Sequence[Sequence[int]] | None = None, exclude: Iterable[str] = ()) -> list[ModelSpec]:
     """The models a sweep runs: ``sample:NAME``, ``path/to/file.py:Class``, ``model.pt2``, a TOML file
     listing models (``[[model]]`` tables), ``ModelSpec`` records; ``samples`` adds every built-in sample.
-    ``input_shapes`` applies to the targets given here (not to those in TOML files, which say their own)."""
+    ``input_shapes`` applies to the targets given here (not to those in TOML files, which say their own).
+    ``exclude`` drops models by label or sample name (``--samples --exclude generated_blocks``)."""
     from . import samples as sample_registry
 
     shapes = _shapes(input_shapes, "input shape") if input_shapes else None
@@ -127,6 +133,14 @@ def models_from(models: Iterable[Any] = (), *, samples: bool = False,
                                  "a .pt2 file or a .toml list (for a model object: torch.export.save it first)")
     if samples:
         out += [ModelSpec(f"sample:{name}", f"sample:{name}") for name in sample_registry.names()]
+    excluded = {e.removeprefix("sample:") for e in ([exclude] if isinstance(exclude, str) else exclude)}
+    if excluded:
+        known = {spec.label for spec in out} | {spec.target.removeprefix("sample:") for spec in out}
+        unknown = sorted(e for e in excluded if e not in known and f"sample:{e}" not in known)
+        if unknown:
+            raise InspectorError(f"cannot exclude {quoted(unknown[0])}: no model of the sweep is called that")
+        out = [spec for spec in out if spec.label.removeprefix("sample:") not in excluded
+               and spec.target.removeprefix("sample:") not in excluded]
     if not out:
         raise InspectorError("no models to sweep; give targets, a --models FILE.toml, or --samples")
     seen: dict[str, int] = {}
@@ -172,7 +186,7 @@ def read_models_toml(path: str | os.PathLike) -> list[ModelSpec]:
         elif "input_shapes" in table:
             shapes = _shapes(table["input_shapes"], f"{where}: input_shapes")
         steps = table.get("steps")
-        if steps is not None:
+        if steps is not None and steps != 0:  # 0: never compare this model (its decisions only)
             check_steps(steps, f"{where}: steps")
         name = table.get("name")
         if name is not None and not isinstance(name, str):
@@ -246,9 +260,11 @@ class Sweep:
 
     # ------------------------------------------------------------ derived tables
 
-    @property
+    @functools.cached_property
     def changed(self) -> list[dict]:
-        """Every site whose decision differs between the rules, per model and stage."""
+        """Every site whose decision differs between the rules, per model and stage. Only a change at
+        tfa carries SQNR figures: the quantized flow folds there, so a change at aten or edge alone
+        does not reach its numbers."""
         by_model: dict[tuple[str, str], dict[str, dict]] = {}
         for row in self.rows:
             if row.get("error") is None:
@@ -269,7 +285,7 @@ class Sweep:
                 entry = {"target": target, "stage": stage, "site": site, "decisions": decisions,
                          "reasons": {p: rows[p]["reasons"].get(site, []) for p in order},
                          "module": where.get("module", ""), "location": where.get("location", "")}
-                if sqnr.get(target):
+                if sqnr.get(target) and stage == NUMBERS_STAGE:
                     values = sqnr[target]
                     base = values.get(self.policies[0])
                     entry["sqnr_db_last"] = {p: values.get(p) for p in order}
@@ -298,8 +314,10 @@ class Sweep:
             line = (f"`{policy}` changes {len(mine)} site{'s' * (len(mine) != 1)} in {len(models)} of {k} "
                     f"model{'s' * (k != 1)} against `{base}`")
             if self.steps:
+                measured = sorted({c["target"] for c in mine if c["stage"] == NUMBERS_STAGE})
+                elsewhere = len(models) - len(measured)
                 better = worse = same = 0
-                for target in models:
+                for target in measured:
                     d = _delta(sqnr.get(target, {}).get(policy), sqnr.get(target, {}).get(base))
                     if d is None:
                         continue
@@ -309,8 +327,13 @@ class Sweep:
                         better += 1
                     else:
                         worse += 1
-                line += (f"; SQNR at step {self.steps}, in the models it changes: {better} better / {worse} worse / "
-                         f"{same} unchanged")
+                if measured:
+                    line += (f"; SQNR at step {self.steps}, in the models where it changes a {NUMBERS_STAGE} decision "
+                             f"(where the quantized flow folds): {better} better / {worse} worse / {same} unchanged")
+                if elsewhere:
+                    line += (f"; in {elsewhere} model{'s' * (elsewhere != 1)} it changes decisions at "
+                             f"{'/'.join(s for s in self.stages if s != NUMBERS_STAGE)} only, which the quantized "
+                             "flow does not fold at, so its numbers there equal the baseline's by construction")
             lines.append(line + ".")
         failed = [m for m in self.models if m.get("error")]
         if failed:
@@ -347,7 +370,8 @@ class Sweep:
                 records.append({"target": r["target"], "stage": r["stage"], "policy": r["policy"],
                                 "sites": r.get("sites"), "folded": len(r.get("folded", [])),
                                 "skipped": len(r.get("skipped", [])), "error": r.get("error"),
-                                "sqnr_db_last": v.get("sqnr_db_last"), "sqnr_db_worst": v.get("sqnr_db_worst")})
+                                "sqnr_db_last": _number(v.get("sqnr_db_last")),
+                                "sqnr_db_worst": _number(v.get("sqnr_db_worst"))})
             return pd.DataFrame.from_records(records, columns=["target", "stage", "policy", "sites", "folded",
                                                                "skipped", "error", "sqnr_db_last", "sqnr_db_worst"])
         if kind == "changed":
@@ -390,7 +414,7 @@ class Sweep:
         """A bar per changed site: the SQNR delta of each rule against the baseline (matplotlib)."""
         import matplotlib.pyplot as plt
 
-        changed = [c for c in self.changed if c.get("sqnr_delta_db")]
+        changed = [c for c in self.changed if c.get("sqnr_delta_db")]  # tfa changes: the ones with numbers
         fig, ax = plt.subplots(figsize=(8, max(2.0, 0.35 * len(changed) + 1)))
         if not changed:
             ax.text(0.5, 0.5, "no changed site with a comparison", ha="center", va="center")
@@ -430,6 +454,11 @@ def _delta(value, base):
     return value - base
 
 
+def _number(v) -> float:
+    """A table cell: a float, NaN where there is no number (pandas keeps the column numeric)."""
+    return float("nan") if v is None else float(v)
+
+
 def _finite(v) -> float:
     if v is None:
         return 0.0
@@ -439,7 +468,7 @@ def _finite(v) -> float:
 
 def _jsonable(data):
     if isinstance(data, float):
-        return _json_float(data)
+        return json_float(data)
     if isinstance(data, dict):
         return {k: _jsonable(v) for k, v in data.items()}
     if isinstance(data, (list, tuple)):
@@ -501,7 +530,8 @@ def _markdown(s: Sweep, limit: int) -> str:
     models = ["", "#### Models", "", "| model | " + " | ".join(f"folded `{p}`" for p in s.policies)
               + ("".join(f" | SQNR `{p}`" for p in s.policies) if s.steps else "") + " |",
               "|" + "---|" * (1 + len(s.policies) * (2 if s.steps else 1))]
-    rows = {(r["target"], r["policy"]): r for r in s.rows if r["stage"] == s.stages[-1]}
+    shown = NUMBERS_STAGE if NUMBERS_STAGE in s.stages else s.stages[-1]
+    rows = {(r["target"], r["policy"]): r for r in s.rows if r["stage"] == shown}
     sqnr = s._sqnr_by_policy()
     for m in s.models:
         if m.get("error"):
@@ -514,7 +544,8 @@ def _markdown(s: Sweep, limit: int) -> str:
         if s.steps:
             cells += [_db(sqnr.get(m["target"], {}).get(p)) for p in s.policies]
         models.append("| " + " | ".join(cells) + " |")
-    models.insert(3, f"Folded sites out of all sites at {s.stages[-1]}.")
+    models.insert(3, f"Folded sites out of all sites at {shown}" + (
+        "; SQNR (dB) at the last step on the TOSA INT reference, whose flow folds at tfa." if s.steps else "."))
     models.insert(4, "")
     failed_variants = [v for v in s.variants if v.get("error")]
     if failed_variants:
@@ -637,7 +668,9 @@ class _Store:
 
 
 def _rule_key(policy: str) -> str:
-    return digest(get_policy(policy).identity)[:20]
+    from ._sweep_work import rule_identity
+
+    return rule_identity(policy)
 
 
 def _variant_key(variant: Variant, steps: int) -> str:
@@ -658,6 +691,7 @@ def sweep(
     out: str | os.PathLike | None = None,
     *,
     samples: bool = False,
+    exclude: Iterable[str] = (),
     input_shapes: Sequence[Sequence[int]] | None = None,
     ray_address: str | None = None,
     progress: Progress | None = None,
@@ -666,45 +700,40 @@ def sweep(
     run each rule (or each of ``variants``) on the TOSA INT reference model for ``steps`` steps.
 
     ``models``: ``sample:NAME``, ``path/to/file.py:Class``, ``model.pt2``, a ``.toml`` list, or
-    ``ModelSpec``; ``samples=True`` adds every built-in sample. ``policies``: rule names,
+    ``ModelSpec``; ``samples=True`` adds every built-in sample; ``exclude`` drops models by name. ``policies``: rule names,
     ``path/to/rules.py:NAME`` or ``Policy`` objects; the first is the baseline. ``workers``: worker
     processes (default: the cores available). ``executor``: ``"local"`` or ``"ray"``
     (``ray_address``: a running cluster; default: a local one). ``out``: a folder where each result
     is written as it finishes and read back by the next sweep. ``progress(bars)`` receives one
     ``Bar`` per phase as the work advances.
     """
-    from ._compare import _variants, _workers
+    from ._compare import variants_of, workers_of
 
     t_start = time.perf_counter()
-    specs = models_from(models, samples=samples, input_shapes=input_shapes)
+    specs = models_from(models, samples=samples, input_shapes=input_shapes, exclude=exclude)
     rules = _rules(policies)
     stage_list = _stage_list(stages)
     if steps:
         check_steps(steps)
-    compare_variants = _variants(variants, None) if variants is not None else [Variant(p) for p in rules]
+    compare_variants = variants_of(variants, None) if variants is not None else [Variant(p) for p in rules]
     if not steps and variants is not None:
         raise InspectorError("variants are compared on the TOSA reference: give steps >= 1 (--steps N or --compare)")
-    n_workers = _workers(workers)
+    n_workers = workers_of(workers)
     if executor not in _pool.EXECUTORS:
         raise InspectorError(f"unknown executor {quoted(executor)}; choose one of: {', '.join(_pool.EXECUTORS)}")
     store = _Store(out)
     origins = _origins([*rules, *(v.policy for v in compare_variants)])
     notes = []
-    local_only = [name for name, origin in origins if get_policy(name).is_users and not origin]
+    local_only = [name for name, origin, _ in origins if get_policy(name).is_users and not origin]
     if local_only:
         notes.append(f"rule {listing(local_only)} lives in this process only (not in a file), so every task ran "
                      "here, one after another: save it in a file and name it path/to/rules.py:NAME to use workers")
     state = _State(specs, rules, stage_list, steps, compare_variants, store, progress)
-    pool = None
-    try:
-        for spec in specs:
-            state.plan(spec)
-        if state.pending_models:
-            pool = (_pool.InlinePool() if local_only else _pool.make_pool(executor, n_workers, ray_address))
+    for spec in specs:
+        state.plan(spec)
+    if state.pending_models:
+        with _pool.pool_for(executor, n_workers, ray_address, inline=bool(local_only)) as pool:
             state.run(pool, origins)
-    finally:
-        if pool is not None:
-            pool.close()
     notes += state.notes
     return Sweep(tuple(rules), tuple(stage_list), steps, tuple(state.model_rows()), tuple(state.rows_in_order()),
                  tuple(state.variants_in_order()), executor="inline" if local_only else executor,
@@ -741,8 +770,11 @@ def _stage_list(stages) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _origins(names) -> list[tuple[str, str]]:
-    return [(name, get_policy(name).origin) for name in dict.fromkeys(names)]
+def _origins(names) -> list[tuple[str, str, str]]:
+    """What a worker needs to know each rule as this process does: name, file (if any), identity."""
+    from ._sweep_work import rule_identity
+
+    return [(name, get_policy(name).origin, rule_identity(name)) for name in dict.fromkeys(names)]
 
 
 @dataclass
@@ -787,6 +819,9 @@ class _State:
     def _steps_of(self, spec: ModelSpec) -> int:
         return spec.steps if (spec.steps is not None and self.steps) else self.steps
 
+    def _variants_for(self, spec: ModelSpec) -> list:
+        return list(self.variants) if self._steps_of(spec) else []
+
     def plan(self, spec: ModelSpec) -> None:
         key = spec.content_key()
         self.keys[spec.label] = key
@@ -797,7 +832,7 @@ class _State:
             self.reused += 1
             return
         missing_rows = list(self._all_rows(spec))
-        missing_variants = list(self.variants) if self.steps else []
+        missing_variants = self._variants_for(spec)
         if record is not None:
             fingerprint = record["fingerprint"]
             found = []
@@ -816,7 +851,7 @@ class _State:
                 else:
                     still.append(v)
             missing_variants = still
-            self.reused += len(found) + len(self.variants if self.steps else []) - len(missing_variants)
+            self.reused += len(found) + len(self._variants_for(spec)) - len(missing_variants)
             self.models[spec.label] = {"target": spec.label, "error": None, "fingerprint": fingerprint,
                                        "timings": record.get("timings", {})}
             if not missing_rows and not missing_variants:
@@ -924,6 +959,8 @@ class _State:
         if kind == "done":
             for i, v in enumerate(members):
                 data = {**rest[0], "error": None, "shared_with": None if i == 0 else members[0].label}
+                if i:
+                    data["timings"] = {}  # it cost nothing: its numbers are the first member's
                 self._put_variant(spec, v, data, write=True)
             return
         if kind == "error":
@@ -966,7 +1003,7 @@ class _State:
     def variants_in_order(self) -> list[dict]:
         out = []
         for s in self.specs:
-            for v in (self.variants if self.steps else []):
+            for v in self._variants_for(s):
                 row = self.results.get((s.label, v.label))
                 if row is not None:
                     out.append(row)

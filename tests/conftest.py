@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import warnings
@@ -16,6 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 _TOOLS = {
     "requires_dot": (lambda: shutil.which("dot") is not None, "graphviz's dot: apt-get install -y graphviz"),
     "browser": (lambda: Path("/usr/bin/chromium").exists(), "Chromium: apt-get install -y chromium"),
+    "requires_ray": (lambda: importlib.util.find_spec("ray") is not None,
+                     "Ray: pip install 'fold-inspector[ray]' (make setup installs it)"),
 }
 
 

@@ -234,11 +234,11 @@ def test_api_bad_input_is_one_line_inspector_error(call, message):
 
 def test_compare_takes_one_policy_as_a_string():
     """``compare(m, "upstream")`` means one variant, not the letters of a word."""
-    from inspector._compare import _variants
+    from inspector._compare import variants_of
 
-    assert [v.policy for v in _variants("upstream", None)] == ["upstream"]
-    assert [v.policy for v in _variants("off,upstream", None)] == ["off", "upstream"]
-    assert [v.markers for v in _variants(("state-aware",), "site@x.py:1")] == [("site@x.py:1",)]
+    assert [v.policy for v in variants_of("upstream", None)] == ["upstream"]
+    assert [v.policy for v in variants_of("off,upstream", None)] == ["off", "upstream"]
+    assert [v.markers for v in variants_of(("state-aware",), "site@x.py:1")] == [("site@x.py:1",)]
 
 
 SESSION = {"version": 1, "target": "sample:conv_mul_scalar", "stage": "tfa", "policy": "upstream", "markers": [],

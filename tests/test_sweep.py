@@ -1,0 +1,442 @@
+"""``inspector.sweep``: many models x rules x stages, as users run it.
+
+The decisions are checked against ``analyze`` (itself checked against the installed pass), the
+numbers against ``compare`` in this process; the executors against each other (local with one and
+two workers, a real local Ray cluster); a sweep killed halfway and run again against an
+uninterrupted one; a worker killed by a signal against the rows it must not lose.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import inspector
+from inspector.errors import InspectorError
+from inspector.sweep import ModelSpec, Sweep, models_from, read_models_toml, sweep
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES = ("upstream", "state-aware", "state-aware-strict")
+SAMPLES = ("sample:stateful_conv_mul", "sample:functional_recurrent_conv_mul", "sample:conv_mul_chain")
+STEPS = 2
+
+MODEL_FILE = '''
+import torch
+from torch import nn
+
+
+class Scaled(nn.Module):
+    """conv(x) * per-channel scale: folds under every rule."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.register_buffer("scale", torch.tensor([0.5, 1.0, 2.0, 4.0]).reshape(1, 4, 1, 1))
+
+    def forward(self, x):
+        return self.conv(x) * self.scale
+
+
+class NoExport(nn.Module):
+    """Data-dependent control flow: torch.export refuses it."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x):
+        if x.sum() > 0:
+            return self.conv(x) * 2.0
+        return self.conv(x)
+'''
+
+
+def _comparable(data):
+    """A sweep's JSON without what depends on the clock or on how it ran."""
+    if isinstance(data, dict):
+        return {k: _comparable(v) for k, v in data.items() if k not in ("run", "timings", "seconds")}
+    if isinstance(data, list):
+        return [_comparable(v) for v in data]
+    return data
+
+
+def _cli(*args, cwd=None, **kwargs):
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    return subprocess.run([sys.executable, "-m", "inspector", *args], capture_output=True, text=True,
+                          cwd=cwd or ROOT, env=env, timeout=900, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("models")
+    (folder / "nets.py").write_text(MODEL_FILE)
+    (folder / "sub").mkdir()
+    (folder / "sub" / "models.toml").write_text(textwrap.dedent('''
+        [[model]]
+        target = "sample:stateful_conv_mul"
+
+        [[model]]
+        target = "../nets.py:Scaled"
+        input_shape = [1, 3, 8, 8]
+        name = "scaled"
+    '''))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The sweep every other one is checked against: two local workers, results written to out/."""
+    out = tmp_path_factory.mktemp("out")
+    bars = []
+    result = sweep(SAMPLES, RULES, stages=("tfa", "edge"), steps=STEPS, workers=2, out=out, progress=bars.append)
+    return result, out, bars
+
+
+# ---------------------------------------------------------------- models
+
+
+def test_toml_paths_are_relative_to_the_file(model_dir):
+    specs = read_models_toml(model_dir / "sub" / "models.toml")
+    assert [s.label for s in specs] == ["sample:stateful_conv_mul", "scaled"]
+    assert specs[1].target == f"{(model_dir / 'nets.py').resolve()}:Scaled"
+    assert specs[1].input_shapes == ((1, 3, 8, 8),)
+    # The same file from anywhere on disk: what it names does not depend on the working folder.
+    here = os.getcwd()
+    try:
+        os.chdir(model_dir.parent)
+        again = models_from([str(model_dir / "sub" / "models.toml")])
+    finally:
+        os.chdir(here)
+    assert [s.target for s in again] == [s.target for s in specs]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[[model]]\ntarget = 'sample:x'\ninput_shape = [1, 0]\n", "input_shape must be lists of positive integers"),
+    ("[[model]]\ntarget = 'sample:x'\nshape = [1]\n", "unknown key 'shape'"),
+    ("[[model]]\ntarget = 3\n", "target must be a string"),
+    ("[model\n", "is not valid TOML"),
+    ("title = 'no models'\n", "lists no models"),
+    ("[[model]]\ntarget = 'sample:x'\nsteps = -1\n", "steps"),
+    ("[[model]]\ntarget = 'net.onnx'\n", "cannot tell what 'net.onnx' is"),
+])
+def test_bad_toml_is_one_line(tmp_path, text, message):
+    path = tmp_path / "models.toml"
+    path.write_text(text)
+    with pytest.raises(InspectorError) as caught:
+        read_models_toml(path)
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_model_that_fails_is_one_row_and_the_sweep_goes_on(model_dir):
+    no_export = ModelSpec(f"{model_dir / 'nets.py'}:NoExport", "no-export", ((1, 3, 8, 8),))
+    result = sweep(["sample:no_such_sample", no_export, "sample:conv_mul_scalar"], ("upstream", "state-aware"),
+                   workers=2)
+    errors = {m["target"]: m["error"] for m in result.models}
+    assert "unknown sample 'no_such_sample'" in errors["sample:no_such_sample"]
+    assert "torch.export failed for NoExport" in errors["no-export"]
+    assert all("\n" not in e for e in errors.values() if e)
+    assert errors["sample:conv_mul_scalar"] is None
+    assert {(r["target"], r["policy"]) for r in result.rows} == {
+        ("sample:conv_mul_scalar", "upstream"), ("sample:conv_mul_scalar", "state-aware")}
+    assert "2 models could not be analysed" in " ".join(result.summary())
+
+
+# ---------------------------------------------------------------- what it finds
+
+
+def test_rows_are_what_analyze_decides(reference):
+    result, _, _ = reference
+    assert len(result.rows) == len(SAMPLES) * 2 * len(RULES)
+    for row in result.rows:
+        analysis = inspector.analyze(row["target"], stage=row["stage"], policy=row["policy"])
+        assert row["error"] is None
+        assert row["folded"] == [s.id for s in analysis.sites if s.folded]
+        assert row["skipped"] == [s.id for s in analysis.sites if not s.folded]
+        assert row["reasons"] == {s.id: list(s.reason_codes) for s in analysis.sites if not s.folded}
+
+
+def test_changed_sites_are_the_sites_the_rules_decide_differently(reference):
+    result, _, _ = reference
+    expected = set()
+    for target in SAMPLES:
+        for stage in ("tfa", "edge"):
+            decided = {p: {s.id: s.decision for s in inspector.analyze(target, stage=stage, policy=p).sites}
+                       for p in RULES}
+            for site in decided["upstream"]:
+                if len({decided[p][site] for p in RULES}) > 1:
+                    expected.add((target, stage, site, tuple(decided[p][site] for p in RULES)))
+    found = {(c["target"], c["stage"], c["site"], tuple(c["decisions"][p] for p in RULES)) for c in result.changed}
+    assert found == expected
+    assert found, "the stateful samples must give changed sites (state-aware-strict skips their state writes)"
+    # state-aware (PR #21234) sees no signature at tfa: at tfa only the strict rule changes anything.
+    assert all(c["decisions"]["state-aware"] == c["decisions"]["upstream"] for c in result.changed if c["stage"] == "tfa")
+
+
+@pytest.mark.requires_tosa
+def test_numbers_are_what_compare_measures(reference):
+    result, _, _ = reference
+    assert len(result.variants) == len(SAMPLES) * len(RULES)
+    for target in SAMPLES:
+        comparison = inspector.compare(target, RULES, steps=STEPS, workers=1)
+        for r in comparison.results:
+            row = next(v for v in result.variants if v["target"] == target and v["policy"] == r.variant.policy)
+            assert row["error"] is None
+            last = [m.sqnr_db for m in r.metrics if m.step == STEPS - 1]
+            assert row["sqnr_db_last"] == min(last)
+            assert row["sqnr_db_worst"] == min(m.sqnr_db for m in r.metrics)
+            assert row["max_abs_error"] == max(m.max_abs_error for m in r.metrics)
+    # Variants leading to the same fold decisions ran once (and say whose result they share).
+    shared = [v for v in result.variants if v["shared_with"]]
+    assert shared and all(v["sqnr_db_last"] == next(
+        w["sqnr_db_last"] for w in result.variants if w["target"] == v["target"] and w["variant"] == v["shared_with"])
+        for v in shared)
+
+
+def test_progress_has_a_bar_per_phase_that_ends_full(reference):
+    _, _, bars = reference
+    assert bars
+    last = {b.phase: b for b in bars[-1]}
+    assert set(last) == {"models analysed", "variants compared"}
+    assert all(b.done == b.total and b.fraction == 1.0 for b in last.values())
+    assert any(b.eta is not None for step in bars for b in step)
+
+
+def test_rules_users_write(tmp_path):
+    rules_file = ROOT / "sample_models" / "rules.py"
+    from_file = f"{rules_file}:skip_reaching_outputs"
+    result = sweep(["sample:conv_mul_scalar", "sample:conv_mul_chain"], ("upstream", from_file), workers=2)
+    assert result.executor == "local" and not result.notes  # a rule in a file runs in the workers
+    for row in result.rows:
+        analysis = inspector.analyze(row["target"], stage="tfa", policy=row["policy"])
+        assert row["folded"] == [s.id for s in analysis.sites if s.folded]
+    assert {c["target"] for c in result.changed} == {"sample:conv_mul_scalar", "sample:conv_mul_chain"}
+
+    @inspector.rule("test-sweep-never", help="skips every site")
+    def never(ctx):
+        return inspector.Skip("test-never", "never folds")
+
+    try:
+        here = sweep(["sample:conv_mul_scalar"], ("upstream", "test-sweep-never"), workers=2)
+    finally:
+        inspector.unregister_policy("test-sweep-never")
+    assert here.executor == "inline" and "lives in this process only" in here.notes[0]
+    assert [len(r["folded"]) for r in here.rows] == [1, 0]
+
+
+# ---------------------------------------------------------------- resumable, and the executors agree
+
+
+def test_a_second_run_reads_everything_back(reference):
+    result, out, _ = reference
+    again = sweep(SAMPLES, RULES, stages=("tfa", "edge"), steps=STEPS, workers=2, out=out)
+    assert again.reused == len(SAMPLES) * (2 * len(RULES) + len(RULES))
+    assert _comparable(again.to_dict()) == _comparable(result.to_dict())
+    assert again.seconds < 0.2 * result.seconds
+
+
+@pytest.mark.requires_tosa
+def test_one_worker_gives_the_same_table(reference):
+    result, _, _ = reference
+    one = sweep(SAMPLES, RULES, stages=("tfa", "edge"), steps=STEPS, workers=1)
+    assert _comparable(one.to_dict()) == _comparable(result.to_dict())
+
+
+@pytest.mark.requires_ray
+@pytest.mark.requires_tosa
+def test_ray_gives_the_same_table_bit_for_bit(reference):
+    result, _, _ = reference
+    on_ray = sweep(SAMPLES, RULES, stages=("tfa", "edge"), steps=STEPS, workers=2, executor="ray")
+    assert on_ray.executor == "ray"
+    assert _comparable(on_ray.to_dict()) == _comparable(result.to_dict())
+
+
+def _run_until(args, out: Path, pattern: str) -> subprocess.Popen:
+    """Start the CLI and return once a result file matching ``pattern`` exists in ``out``."""
+    process = subprocess.Popen([sys.executable, "-m", "inspector", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not list(out.glob(pattern)):
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.05)
+    return process
+
+
+@pytest.mark.requires_tosa
+def test_interrupted_then_killed_then_resumed_gives_the_uninterrupted_table(tmp_path):
+    models, rules = SAMPLES[:2], (RULES[0], RULES[2])
+    uninterrupted = sweep(models, rules, stages=("tfa",), steps=STEPS, workers=2)
+    out = tmp_path / "out"
+    args = ["sweep", *models, "--policies", ",".join(rules), "--stages", "tfa", "--steps", str(STEPS),
+            "--workers", "2", "--out", str(out), "--format", "json"]
+    # Ctrl-C (the terminal sends it to the whole process group): a clean stop, what is done kept.
+    process = _run_until(args, out, "rows/*/*.json")
+    os.killpg(process.pid, signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert f"interrupted: the results finished so far are kept in {out}" in stderr
+    assert "Traceback" not in stderr and stdout == ""
+    rows = list(out.glob("rows/*/*.json"))
+    assert rows and all(json.loads(p.read_text())["row"]["error"] is None for p in rows)
+    # Killed outright, the workers with it, while variants run.
+    process = _run_until(args, out, "variants/*/*.json")
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(30)
+    kept = list(out.glob("variants/*/*.json"))
+    assert kept and len(kept) < len(models) * len(rules)
+    assert not list(out.rglob("*.tmp")), "a result is written whole or not at all"
+    # Started again: it finishes what is missing, and the table is the uninterrupted sweep's.
+    resumed = _cli(*args)
+    assert resumed.returncode == 0, resumed.stderr
+    data = json.loads(resumed.stdout)
+    assert data["run"]["reused"] >= len(rows) + len(kept)
+    assert _comparable(data) == _comparable(json.loads(uninterrupted.to_json()))
+
+
+# ---------------------------------------------------------------- a worker that dies
+
+
+CRASHING = '''
+import multiprocessing
+import os
+import signal
+
+import torch
+from torch import nn
+
+
+class Crashes(nn.Module):
+    """Builds fine here; in a worker process it dies with {signal} (as a native crash would)."""
+
+    def __init__(self):
+        super().__init__()
+        if multiprocessing.parent_process() is not None:
+            os.kill(os.getpid(), signal.{signal})
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x):
+        return self.conv(x) * 0.5
+'''
+
+
+def test_a_dead_worker_loses_only_its_own_row(tmp_path):
+    targets = ["sample:conv_mul_scalar"]
+    for sig in ("SIGSEGV", "SIGKILL"):
+        (tmp_path / f"{sig}.py").write_text(CRASHING.replace("{signal}", sig))
+        targets.append(f"{tmp_path / sig}.py:Crashes")
+    result = sweep(targets, ("upstream", "state-aware"), workers=2, out=tmp_path / "out")
+    errors = {m["target"]: m["error"] for m in result.models}
+    assert errors["sample:conv_mul_scalar"] is None
+    for sig, crashing in zip(("SIGSEGV", "SIGKILL"), targets[1:]):
+        assert f"the worker analysing {crashing} died: it was killed by {sig}" in errors[crashing]
+    assert {r["target"] for r in result.rows} == {"sample:conv_mul_scalar"}
+    # A death is not a verdict on the model: the next run tries it again (and the others are read back).
+    again = sweep(targets, ("upstream", "state-aware"), workers=2, out=tmp_path / "out")
+    assert again.reused == 2
+    assert "died" in {m["target"]: m["error"] for m in again.models}[targets[1]]
+
+
+# ---------------------------------------------------------------- the CLI contract
+
+
+@pytest.mark.requires_tosa
+def test_cli_json_is_one_document_with_the_contract_keys(model_dir):
+    run = _cli("sweep", "--models", str(model_dir / "sub" / "models.toml"), "--policies", "upstream,state-aware-strict",
+               "--stages", "tfa", "--compare", "--workers", "2", "--format", "json")
+    assert run.returncode == 0, run.stderr
+    data = json.loads(run.stdout)  # exactly one document: nothing the backend printed got in
+    assert {"models", "rows", "changed", "variants"} <= set(data)
+    assert [m["target"] for m in data["models"]] == ["sample:stateful_conv_mul", "scaled"]
+    assert all({"target", "error"} <= set(m) for m in data["models"])
+    assert all({"target", "stage", "policy", "sites", "folded", "skipped", "error"} <= set(r) for r in data["rows"])
+    assert all({"target", "stage", "site", "decisions", "reasons"} <= set(c) for c in data["changed"])
+    assert all({"target", "stage", "variant", "sqnr_db_last", "sqnr_db_worst", "error"} <= set(v)
+               for v in data["variants"])
+    assert len(data["variants"]) == 2 * 2 and all(v["error"] is None for v in data["variants"])
+    scaled = next(r for r in data["rows"] if r["target"] == "scaled" and r["policy"] == "upstream")
+    assert scaled["sites"] == 1 and len(scaled["folded"]) == 1
+    assert [c["target"] for c in data["changed"]] == ["sample:stateful_conv_mul"]
+
+
+def test_the_same_model_twice_is_told_apart(model_dir):
+    specs = models_from(["sample:stateful_conv_mul", str(model_dir / "sub" / "models.toml")])
+    assert [s.label for s in specs] == ["sample:stateful_conv_mul", "sample:stateful_conv_mul#2", "scaled"]
+
+
+def test_cli_formats(tmp_path, capsys):
+    from inspector.cli import main
+
+    base = ["sweep", "sample:stateful_conv_mul", "sample:conv_mul_scalar", "--policies", "upstream,state-aware-strict",
+            "--workers", "1", "--out", str(tmp_path / "out")]
+    assert main([*base, "--format", "md"]) == 0
+    md = capsys.readouterr().out
+    assert "`state-aware-strict` changes 1 site in 1 of 2 models against `upstream`" in md
+    assert "| `sample:stateful_conv_mul` | tfa |" in md
+    assert main([*base, "--format", "html"]) == 0  # the same results, read back from out/
+    page = capsys.readouterr().out
+    assert page.startswith("<!DOCTYPE html>") and "feeds-buffer-mutation" in page
+    assert main([*base, "--format", "csv"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == "target,stage,policy,sites,folded,skipped,error,sqnr_db_last,sqnr_db_worst"
+    assert len(lines) == 1 + 2 * 2
+    for bad, message in [(["--policies", "nope"], "unknown policy 'nope'"), (["--stages", "tfa,late"], "'late'"),
+                         (["--steps", "-1"], "--steps"), (["--executor", "dask"], "invalid choice"),
+                         (["--models", str(tmp_path / "none.toml")], "no such file")]:
+        assert main(["sweep", "sample:conv_mul_scalar", *bad]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+# ---------------------------------------------------------------- what a stranger's names cannot do
+
+
+def _crafted() -> Sweep:
+    evil = "<img src=x onerror=alert(1)>|`"
+    row = {"target": evil, "stage": "tfa", "sites": 1, "error": None, "reasons": {},
+           "where": {evil: {"module": evil, "location": "", "mul": evil}}}
+    return Sweep(("upstream", "off"), ("tfa",), 1,
+                 models=({"target": evil, "error": None, "fingerprint": "f", "timings": {}},),
+                 rows=({**row, "policy": "upstream", "folded": [evil], "skipped": []},
+                       {**row, "policy": "off", "folded": [], "skipped": [evil], "reasons": {evil: ["policy-off"]}}),
+                 variants=({"target": evil, "stage": "tfa", "variant": "upstream", "policy": "upstream", "markers": [],
+                            "sqnr_db_last": 30.0, "sqnr_db_worst": 29.0, "error": None},
+                           {"target": evil, "stage": "tfa", "variant": "off", "policy": "off", "markers": [],
+                            "sqnr_db_last": 31.0, "sqnr_db_worst": 29.5, "error": evil}))
+
+
+def test_model_strings_are_escaped_in_html_and_markdown():
+    sweep_ = _crafted()
+    page = sweep_.to_html()
+    assert "<img" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+    md = sweep_.to_markdown()
+    table = [line for line in md.splitlines() if line.startswith("| ") and "img" in line]
+    assert table and all(line.count(" | ") == table[0].count(" | ") for line in table[:1])
+    # Outside code spans nothing is markup: every copy of the name sits in a ``...`` span, its pipe escaped.
+    assert md.count("<img") == md.count("`` <img src=x onerror=alert(1)>\\|` ``")
+
+
+def test_markdown_fits_one_github_comment():
+    base = _crafted()
+    rows = []
+    for i in range(400):
+        for p, folded in (("upstream", True), ("off", False)):
+            site = f"block{i}.conv@net.py:{i}"
+            rows.append({"target": f"net{i}", "stage": "tfa", "policy": p, "sites": 1, "error": None,
+                         "folded": [site] if folded else [], "skipped": [] if folded else [site],
+                         "reasons": {} if folded else {site: ["policy-off"]}, "where": {}})
+    big = Sweep(base.policies, base.stages, 0, models=tuple({"target": f"net{i}", "error": None} for i in range(400)),
+                rows=tuple(rows), variants=())
+    md = big.to_markdown(limit=8000)
+    assert len(md) <= 8000
+    assert "more changed site(s) left out to fit one GitHub comment" in md
+    assert "`off` changes 400 sites in 400 of 400 models" in md
