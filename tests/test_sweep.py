@@ -346,6 +346,36 @@ def test_a_dead_worker_loses_only_its_own_row(tmp_path):
     assert "died" in {m["target"]: m["error"] for m in again.models}[targets[1]]
 
 
+KILLS_IN_LOWERING = '''
+import inspect
+import os
+import signal
+
+from inspector import Skip
+
+
+def dies_in_the_quantized_flow(site):
+    """Skips every site; the process running a variant's quantized flow is killed (as an OOM kill would)."""
+    if any(frame.function == "run_variant" and frame.filename.endswith("_flow.py") for frame in inspect.stack()):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return Skip("never", "this rule never folds")
+'''
+
+
+@pytest.mark.requires_tosa
+def test_a_worker_killed_in_a_variant_loses_only_that_variant(tmp_path):
+    (tmp_path / "rules.py").write_text(KILLS_IN_LOWERING)
+    deadly = f"{tmp_path / 'rules.py'}:dies_in_the_quantized_flow"
+    result = sweep(["sample:conv_mul_scalar"], ("upstream", deadly), steps=1, workers=2)
+    assert [r["error"] for r in result.rows] == [None, None]  # deciding it is fine
+    by_rule = {v["policy"]: v for v in result.variants}
+    assert by_rule["upstream"]["error"] is None and by_rule["upstream"]["sqnr_db_last"] > 20
+    assert ("the worker running sample:conv_mul_scalar / dies_in_the_quantized_flow died: it was killed by SIGKILL"
+            in by_rule["dies_in_the_quantized_flow"]["error"])
+    # The pool replaced the dead worker: the next sweep runs.
+    assert sweep(["sample:conv_mul_scalar"], ("upstream",), steps=1, workers=2).variants[0]["error"] is None
+
+
 # ---------------------------------------------------------------- the CLI contract
 
 
@@ -423,6 +453,16 @@ def test_model_strings_are_escaped_in_html_and_markdown():
     assert table and all(line.count(" | ") == table[0].count(" | ") for line in table[:1])
     # Outside code spans nothing is markup: every copy of the name sits in a ``...`` span, its pipe escaped.
     assert md.count("<img") == md.count("`` <img src=x onerror=alert(1)>\\|` ``")
+
+
+def test_local_paths_are_redacted():
+    base = _crafted()
+    home = str(Path.home() / "private" / "net.py:Net")
+    models = ({"target": home, "error": f"importing {home} failed"},)
+    redacted = Sweep(base.policies, base.stages, 0, models=models, rows=(), variants=())
+    for text in (redacted.to_markdown(), redacted.to_html(), redacted.to_json(), redacted.to_csv()):
+        assert str(Path.home()) not in text
+    assert "~/private/net.py:Net" in redacted.to_markdown()
 
 
 def test_markdown_fits_one_github_comment():
