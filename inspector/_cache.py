@@ -39,10 +39,24 @@ def caches() -> list:
         return list(_ALL)
 
 
+# What holds results outside this process's caches, emptied with them: the warm worker
+# processes of ``_pool`` (their own caches die with them). Filled once, at import.
+_ALSO_CLEARED: list = []
+
+
+def also_clear(stop) -> None:
+    """Have ``clear_all`` call ``stop()`` too (for results kept outside this process)."""
+    if stop not in _ALSO_CLEARED:
+        _ALSO_CLEARED.append(stop)
+
+
 def clear_all() -> None:
-    """Empty every cache of the core (comparison results, loaded targets, stage graphs, ...)."""
+    """Empty every cache of the core (comparison results, loaded targets, stage graphs, ...), and stop
+    the warm worker processes, whose caches would otherwise answer the next sweep."""
     for cache in caches():
         cache.clear()
+    for stop in list(_ALSO_CLEARED):
+        stop()
 
 
 class _Locked:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any, Callable, Iterator
 
+from ._cache import also_clear
 from .errors import InspectorError, quoted
 
 Event = tuple
@@ -358,6 +359,7 @@ def _stop_if_idle() -> None:
 
 
 atexit.register(shutdown)
+also_clear(shutdown)  # inspector.clear_cache(): the workers' caches go with them
 
 
 @contextlib.contextmanager

@@ -154,11 +154,12 @@ def run_variant(payload: dict, report) -> dict:
                               model["source"], model["key"])
         _TARGETS.put(model["key"], target)
     hit = RESULTS.get(target, model["base_key"], variant, None)
+    cached = hit is not None  # this warm worker ran the same computation in an earlier sweep
     if hit is None:
         hit, decisions = _flow.run_variant(target, variant, model["calibration"], None, model["steps"],
                                            model["reference"], report)
         RESULTS.put(model["base_key"], variant, hit, decisions)
-    return summary_of(hit)
+    return {**summary_of(hit), "cached": cached, **({"timings": {}} if cached else {})}
 
 
 def summary_of(result) -> dict:

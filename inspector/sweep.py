@@ -735,6 +735,10 @@ def sweep(
         with _pool.pool_for(executor, n_workers, ray_address, inline=bool(local_only)) as pool:
             state.run(pool, origins)
     notes += state.notes
+    cached = sum(1 for v in state.results.values() if v.get("cached"))
+    if cached:
+        notes.append(f"{cached} variant{'s' * (cached != 1)} answered by warm worker processes from an earlier sweep "
+                     "of the same model (same numbers, no time spent); inspector.clear_cache() stops those workers")
     return Sweep(tuple(rules), tuple(stage_list), steps, tuple(state.model_rows()), tuple(state.rows_in_order()),
                  tuple(state.variants_in_order()), executor="inline" if local_only else executor,
                  seconds=time.perf_counter() - t_start, reused=state.reused,

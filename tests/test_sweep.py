@@ -64,7 +64,7 @@ class NoExport(nn.Module):
 def _comparable(data):
     """A sweep's JSON without what depends on the clock or on how it ran."""
     if isinstance(data, dict):
-        return {k: _comparable(v) for k, v in data.items() if k not in ("run", "timings", "seconds")}
+        return {k: _comparable(v) for k, v in data.items() if k not in ("run", "timings", "seconds", "cached")}
     if isinstance(data, list):
         return [_comparable(v) for v in data]
     return data
@@ -249,7 +249,14 @@ def test_a_second_run_reads_everything_back(reference):
 def test_one_worker_gives_the_same_table(reference):
     result, _, _ = reference
     one = sweep(SAMPLES, RULES, stages=("tfa", "edge"), steps=STEPS, workers=1)
+    # A warm worker answers what it computed in the reference sweep, and says so.
+    cached = sum(v["cached"] for v in one.variants)
+    assert any(f"{cached} variant" in n and "answered by warm worker processes" in n for n in one.notes) == bool(cached)
     assert _comparable(one.to_dict()) == _comparable(result.to_dict())
+    inspector.clear_cache()  # stops the warm workers: everything is computed again, by one worker
+    fresh = sweep(SAMPLES, RULES, stages=("tfa", "edge"), steps=STEPS, workers=1)
+    assert not any(v["cached"] for v in fresh.variants) and all(v["timings"] or v["shared_with"] for v in fresh.variants)
+    assert _comparable(fresh.to_dict()) == _comparable(result.to_dict())
 
 
 @pytest.mark.requires_ray
