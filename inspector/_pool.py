@@ -358,8 +358,6 @@ def _stop_if_idle() -> None:
             _SHARED_LOCK.release()
 
 
-atexit.register(shutdown)
-also_clear(shutdown)  # inspector.clear_cache(): the workers' caches go with them
 
 
 @contextlib.contextmanager
@@ -395,7 +393,6 @@ class RayPool:
             raise InspectorError("the Ray executor needs Ray: pip install 'fold-inspector[ray]' "
                                  "(ray==2.60.0), or use executor='local'") from None
         self._ray = ray
-        self._owns = False
         if not ray.is_initialized():
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
                                       "configure_logging": False}
@@ -411,7 +408,8 @@ class RayPool:
                 raise InspectorError(f"cannot start or reach {where}: {type(exc).__name__}: "
                                      f"{str(exc).splitlines()[0] if str(exc) else ''}; check --ray-address, "
                                      "or use --executor local") from None
-            self._owns = True
+            global _RAY_STARTED
+            _RAY_STARTED = True  # kept for the next sweep; stopped at exit or by inspector.clear_cache()
         self._remote = ray.remote(max_retries=0, num_cpus=1)(_ray_entry)
         self._pending: dict = {}  # object ref -> key
         self._queued: list[_Job] = []
@@ -446,9 +444,23 @@ class RayPool:
             with contextlib.suppress(Exception):
                 ray.cancel(ref, force=True)
         self._pending.clear()
-        if self._owns:
-            with contextlib.suppress(Exception):
-                ray.shutdown()
+
+
+_RAY_STARTED = False  # this process started the local Ray cluster it uses
+
+
+def shutdown_ray() -> None:
+    """Stop the local Ray cluster this process started (a cluster given by address is left alone)."""
+    global _RAY_STARTED
+    if not _RAY_STARTED:
+        return
+    _RAY_STARTED = False
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is not None:
+        with contextlib.suppress(Exception):
+            ray.shutdown()
 
 
 @contextlib.contextmanager
@@ -490,5 +502,10 @@ def pool_for(executor: str, workers: int, ray_address: str | None = None, *, inl
         raise InspectorError(f"unknown executor {quoted(executor)}; choose one of: {', '.join(EXECUTORS)}")
 
 
-__all__ = ["EXECUTORS", "InlinePool", "LocalPool", "RayPool", "pool_for", "run_one", "shutdown", "signal_text",
+atexit.register(shutdown)
+atexit.register(shutdown_ray)
+also_clear(shutdown)  # inspector.clear_cache(): the workers' caches go with them
+also_clear(shutdown_ray)
+
+__all__ = ["EXECUTORS", "InlinePool", "LocalPool", "RayPool", "pool_for", "run_one", "shutdown", "shutdown_ray", "signal_text",
            "warm_pool", "warm_workers"]
