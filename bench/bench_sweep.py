@@ -50,7 +50,7 @@ from bench_compare import plain_flow  # noqa: E402  (the plain flow, for the war
 from inspector import _executorch, _pool, _quiet, _tosa, samples  # noqa: E402
 from inspector._flow import choose_calibration  # noqa: E402
 from inspector._load import load  # noqa: E402
-from inspector.sweep import sweep  # noqa: E402
+from inspector import sweep  # noqa: E402
 
 SPEEDUP_TARGET = 1.7  # workers=2 against workers=1, on 2 cores
 RAY_OVERHEAD_TARGET = 0.15  # ray seconds / local seconds - 1
@@ -80,15 +80,11 @@ def timed(fn):
 
 
 def start_from_nothing() -> None:
-    """No cache of this process or of a worker can answer the next sweep: this process's caches
-    emptied, and the process's warm pool of workers (when the sweep keeps one between calls) stopped,
-    so the next sweep starts new worker processes, whose caches are empty (``clear_cache`` here does
-    not reach a worker's)."""
+    """No cache of this process or of a worker can answer the next sweep: ``clear_cache`` empties this
+    process's caches and stops the warm workers (and a local Ray cluster this process started), so the
+    next sweep starts new worker processes with empty caches."""
     inspector.clear_cache()
-    shutdown = getattr(_pool, "shutdown", None)
-    if shutdown is not None:
-        shutdown()
-    warm = getattr(_pool, "warm_workers", lambda: 0)()
+    warm = _pool.warm_workers()
     if warm:
         raise SystemExit(f"FAIL: {warm} warm worker process(es) still alive after stopping the pool")
 

@@ -16,6 +16,7 @@ from ._attribution import Attribution, NodeError, SiteError, VariantAttribution,
 from .analysis import WIDE_RANGE_RATIO, Analysis, ScaleSummary, Site
 from ._decide import analyze, analyze_graph
 from ._compare import compare
+from ._sweep import FORMATS as SWEEP_FORMATS, NUMBERS_STAGE, UNCHANGED_DB, ModelSpec, Sweep, SweepBar, models_from, read_models_toml, sweep
 from ._results import Comparison, Metrics, NotDelegated, QParams, SiteOutcome, Variant, VariantResult
 from ._cache import clear_all as clear_cache
 from .explorer import ExplorerFiles
@@ -37,6 +38,9 @@ __all__ = [
     # compare: the TOSA INT reference
     "compare", "Comparison", "Variant", "VariantResult", "Metrics", "QParams", "SiteOutcome", "NotDelegated",
     "DEFAULT_VARIANTS", "MAX_STEPS", "MAX_INPUT_ELEMENTS", "check_steps", "clear_cache",
+    # sweep: many models x rules x stages, one table
+    "sweep", "Sweep", "SweepBar", "ModelSpec", "models_from", "read_models_toml", "SWEEP_FORMATS", "NUMBERS_STAGE",
+    "UNCHANGED_DB",
     # attribution: where the error enters
     "attribute", "attribution", "Attribution", "VariantAttribution", "NodeError", "SiteError",
     # pictures, tables, reports

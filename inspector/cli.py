@@ -424,7 +424,7 @@ class _SweepBars:
 
 def _sweep(args) -> int:
     from ._limits import check_steps
-    from .sweep import sweep
+    from ._sweep import sweep
 
     steps = args.steps
     if steps:

@@ -22,7 +22,7 @@ import torch
 
 import inspector
 from inspector.errors import InspectorError
-from inspector.sweep import ModelSpec, Sweep, models_from, read_models_toml, sweep
+from inspector import ModelSpec, Sweep, models_from, read_models_toml, sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ("upstream", "state-aware", "state-aware-strict")

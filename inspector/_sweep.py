@@ -24,7 +24,6 @@ How it runs:
 
 from __future__ import annotations
 
-import functools
 import html
 import json
 import math
@@ -50,7 +49,7 @@ UNCHANGED_DB = 0.01  # an SQNR difference below this is "unchanged"
 NUMBERS_STAGE = "tfa"
 FORMAT_VERSION = 1  # of the files in out/
 
-Progress = Callable[["tuple[Bar, ...]"], None]
+Progress = Callable[["tuple[SweepBar, ...]"], None]
 
 
 # ---------------------------------------------------------------- models
@@ -228,7 +227,7 @@ def _shapes(shapes, what: str) -> tuple[tuple[int, ...], ...]:
 
 
 @dataclass(frozen=True)
-class Bar:
+class SweepBar:
     """One phase's progress (the CLI draws one bar per phase)."""
 
     phase: str  # "models analysed" or "variants compared"
@@ -257,14 +256,18 @@ class Sweep:
     reused: int = 0  # results read back from out/ instead of computed
     out: str | None = None  # the folder results were written to
     notes: tuple[str, ...] = ()  # what the user should know about how it ran
+    # Every site whose decision differs between the rules, per model and stage (derived from rows
+    # and variants when the record is made). Only a change at tfa carries SQNR figures: the quantized
+    # flow folds there, so a change at aten or edge alone does not reach its numbers.
+    changed: tuple[dict, ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.changed:
+            object.__setattr__(self, "changed", tuple(self._changed_sites()))
 
     # ------------------------------------------------------------ derived tables
 
-    @functools.cached_property
-    def changed(self) -> list[dict]:
-        """Every site whose decision differs between the rules, per model and stage. Only a change at
-        tfa carries SQNR figures: the quantized flow folds there, so a change at aten or edge alone
-        does not reach its numbers."""
+    def _changed_sites(self) -> list[dict]:
         by_model: dict[tuple[str, str], dict[str, dict]] = {}
         for row in self.rows:
             if row.get("error") is None:
@@ -348,7 +351,7 @@ class Sweep:
             "policies": list(self.policies), "stages": list(self.stages), "steps": self.steps,
             "models": [dict(m) for m in self.models],
             "rows": [{k: v for k, v in r.items() if k != "where"} for r in self.rows],
-            "changed": self.changed, "variants": [dict(v) for v in self.variants],
+            "changed": list(self.changed), "variants": [dict(v) for v in self.variants],
             "summary": self.summary(),
             "run": {"executor": self.executor, "seconds": round(self.seconds, 3), "reused": self.reused,
                     "notes": list(self.notes)},
@@ -705,7 +708,7 @@ def sweep(
     processes (default: the cores available). ``executor``: ``"local"`` or ``"ray"``
     (``ray_address``: a running cluster; default: a local one). ``out``: a folder where each result
     is written as it finishes and read back by the next sweep. ``progress(bars)`` receives one
-    ``Bar`` per phase as the work advances.
+    ``SweepBar`` per phase as the work advances.
     """
     from ._compare import variants_of, workers_of
 
@@ -789,13 +792,13 @@ class _Phase:
     running: dict = field(default_factory=dict)  # key -> fraction
     started: float | None = None
 
-    def bar(self) -> Bar:
+    def bar(self) -> SweepBar:
         done = self.done + sum(self.running.values())
         eta = None
         if self.started is not None and done > 0 and self.total:
             elapsed = time.perf_counter() - self.started
             eta = max(0.0, elapsed * (self.total - done) / done)
-        return Bar(self.name, done, self.total, eta)
+        return SweepBar(self.name, done, self.total, eta)
 
 
 class _State:
@@ -1014,4 +1017,4 @@ class _State:
         return out
 
 
-__all__ = ["sweep", "Sweep", "ModelSpec", "Bar", "models_from", "read_models_toml", "FORMATS"]
+__all__ = ["sweep", "Sweep", "ModelSpec", "SweepBar", "models_from", "read_models_toml", "FORMATS"]
