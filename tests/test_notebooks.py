@@ -25,6 +25,9 @@ EXPECTED = {
                               "no-scalar-fold skip rule-pass-skipped", "SQNR at step 5: upstream "],
     "06_sweep_a_rule.ipynb": ["at tfa, state-aware decides like upstream on every site",
                               "reasons: feeds-buffer-mutation", "#### Sites whose decision differs",
+                              "it changes decisions at edge only, which the quantized flow does not fold at",
+                              "upstream's variant, +0.00 dB by construction", "sqnr_db_last (float64): a number on the",
+                              "Folded sites out of all sites at tfa; SQNR (dB) at the last step",
                               "the same tables: True", "the command line's comment is the notebook's: True"],
 }
 
