@@ -40,7 +40,7 @@ EXECUTORS = ("local", "ray")
 
 @dataclass(order=True)
 class _Job:
-    priority: int  # lower runs first
+    priority: float  # lower runs first
     serial: int  # then in submission order
     key: Any = field(compare=False)
     function: str = field(compare=False)  # "module:name"
@@ -127,7 +127,7 @@ class InlinePool:
         self._jobs: list[_Job] = []
         self._serial = 0
 
-    def submit(self, key, function: str, payload, *, priority: int = 0) -> None:
+    def submit(self, key, function: str, payload, *, priority: float = 0) -> None:
         import heapq
 
         self._serial += 1
@@ -182,7 +182,7 @@ class LocalPool:
                 _stop_worker(process, conn)
             self._busy.clear()
 
-    def submit(self, key, function: str, payload, *, priority: int = 0) -> None:
+    def submit(self, key, function: str, payload, *, priority: float = 0) -> None:
         import heapq
 
         self._serial += 1
@@ -414,14 +414,29 @@ class RayPool:
         self._pending: dict = {}  # object ref -> key
         self._queued: list[_Job] = []
         self._serial = 0
+        # Ray runs what it is given in the order given, so tasks wait here, by priority, until a CPU of
+        # the cluster is free (the same order as the local pool's: big variants first).
+        try:
+            self._slots = max(1, int(ray.cluster_resources().get("CPU", workers or 1)))
+        except Exception:  # noqa: BLE001
+            self._slots = max(1, workers or 1)
 
-    def submit(self, key, function: str, payload, *, priority: int = 0) -> None:
-        # Ray schedules what it is given; submission order is the order asked for.
+    def submit(self, key, function: str, payload, *, priority: float = 0) -> None:
+        import heapq
+
         self._serial += 1
-        self._pending[self._remote.remote(function, payload)] = key
+        heapq.heappush(self._queued, _Job(priority, self._serial, key, function, payload))
+
+    def _fill(self) -> None:
+        import heapq
+
+        while self._queued and len(self._pending) < self._slots:
+            job = heapq.heappop(self._queued)
+            self._pending[self._remote.remote(job.function, job.payload)] = job.key
 
     def events(self) -> Iterator[Event]:
         ray = self._ray
+        self._fill()
         while self._pending:
             ready, _ = ray.wait(list(self._pending), num_returns=1, timeout=0.5)
             for ref in ready:
@@ -437,9 +452,11 @@ class RayPool:
                                         f"{str(exc).splitlines()[0] if str(exc) else ''}")
                     continue
                 yield (event[0], key, *event[2:])
+            self._fill()
 
     def close(self) -> None:
         ray = self._ray
+        self._queued.clear()
         for ref in list(self._pending):
             with contextlib.suppress(Exception):
                 ray.cancel(ref, force=True)

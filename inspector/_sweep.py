@@ -185,7 +185,10 @@ def read_models_toml(path: str | os.PathLike) -> list[ModelSpec]:
         elif "input_shapes" in table:
             shapes = _shapes(table["input_shapes"], f"{where}: input_shapes")
         steps = table.get("steps")
-        if steps is not None and steps != 0:  # 0: never compare this model (its decisions only)
+        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)):
+            raise InspectorError(f"{where}: steps must be a whole number (0: never compare this model), "
+                                 f"got {quoted(steps)}")
+        if steps:  # 0: never compare this model (its decisions only)
             check_steps(steps, f"{where}: steps")
         name = table.get("name")
         if name is not None and not isinstance(name, str):
@@ -316,12 +319,15 @@ class Sweep:
             models = sorted({c["target"] for c in mine})
             line = (f"`{policy}` changes {len(mine)} site{'s' * (len(mine) != 1)} in {len(models)} of {k} "
                     f"model{'s' * (k != 1)} against `{base}`")
-            if self.steps:
-                measured = sorted({c["target"] for c in mine if c["stage"] == NUMBERS_STAGE})
-                elsewhere = len(models) - len(measured)
+            if self.steps and NUMBERS_STAGE not in self.stages:
+                line += (f"; {NUMBERS_STAGE} was not decided in this sweep, so its changes cannot be tied to the "
+                         f"quantized numbers (the quantized flow folds at {NUMBERS_STAGE}: add it to the stages)")
+            elif self.steps:
+                compared = {t for t, values in sqnr.items() if policy in values and base in values}
+                measured = sorted({c["target"] for c in mine if c["stage"] == NUMBERS_STAGE} & compared)
                 better = worse = same = 0
                 for target in measured:
-                    d = _delta(sqnr.get(target, {}).get(policy), sqnr.get(target, {}).get(base))
+                    d = _delta(sqnr[target][policy], sqnr[target][base])
                     if d is None:
                         continue
                     if abs(d) < UNCHANGED_DB:
@@ -331,12 +337,15 @@ class Sweep:
                     else:
                         worse += 1
                 if measured:
-                    line += (f"; SQNR at step {self.steps}, in the models where it changes a {NUMBERS_STAGE} decision "
+                    line += (f"; SQNR at the last step, in the models where it changes a {NUMBERS_STAGE} decision "
                              f"(where the quantized flow folds): {better} better / {worse} worse / {same} unchanged")
+                at_tfa = {c["target"] for c in mine if c["stage"] == NUMBERS_STAGE}
+                elsewhere = sorted(t for t in models if t not in at_tfa and t in compared)
                 if elsewhere:
-                    line += (f"; in {elsewhere} model{'s' * (elsewhere != 1)} it changes decisions at "
-                             f"{'/'.join(s for s in self.stages if s != NUMBERS_STAGE)} only, which the quantized "
-                             "flow does not fold at, so its numbers there equal the baseline's by construction")
+                    where = sorted({c["stage"] for c in mine if c["target"] in elsewhere})
+                    line += (f"; in {len(elsewhere)} compared model{'s' * (len(elsewhere) != 1)} it changes decisions "
+                             f"at {'/'.join(where)} only, which the quantized flow does not fold at, so its numbers "
+                             "there equal the baseline's by construction")
             lines.append(line + ".")
         failed = [m for m in self.models if m.get("error")]
         if failed:
@@ -432,7 +441,7 @@ class Sweep:
         ax.axvline(0, color="black", linewidth=0.8)
         ax.set_yticks([i + height * (len(others) - 1) / 2 for i in range(len(changed))], labels, fontsize=7)
         ax.invert_yaxis()
-        ax.set_xlabel(f"SQNR at step {self.steps} minus {self.policies[0]}'s (dB)")
+        ax.set_xlabel(f"SQNR at the last step minus {self.policies[0]}'s (dB)")
         ax.legend(fontsize=8)
         fig.tight_layout()
         return fig
@@ -499,6 +508,11 @@ def _signed(v) -> str:
 # ---------------------------------------------------------------- Markdown and HTML
 
 
+def _steps_text(s: Sweep) -> str:
+    steps = sorted({v.get("steps", s.steps) for v in s.variants if v.get("steps")}) or [s.steps]
+    return f"{steps[0]} step(s)" if len(steps) == 1 else f"{steps[0]} to {steps[-1]} steps (per model)"
+
+
 def _md(text) -> str:
     from .report import md_code
 
@@ -507,7 +521,7 @@ def _md(text) -> str:
 
 def _markdown(s: Sweep, limit: int) -> str:
     head = [f"### Fold rules over {len(s.models)} models: " + " vs ".join(f"`{p}`" for p in s.policies),
-            "", f"Stages: {', '.join(s.stages)}" + (f"; TOSA INT reference, {s.steps} step(s)." if s.steps else "."),
+            "", f"Stages: {', '.join(s.stages)}" + (f"; TOSA INT reference, {_steps_text(s)}." if s.steps else "."),
             "", *[f"- {line}" for line in s.summary()], ""]
     changed = s.changed
     others = s.policies[1:]
@@ -885,7 +899,8 @@ class _State:
                        "compare": ({"steps": self._steps_of(spec),
                                     "variants": {v.label: (v.policy, list(v.markers)) for v in variants}}
                                    if variants else None)}
-            pool.submit(("model", spec.label), "inspector._sweep_work:prepare_model", payload, priority=1)
+            # Models first, in the order given (each is short), so that every variant is known early ...
+            pool.submit(("model", spec.label), "inspector._sweep_work:prepare_model", payload, priority=0)
         self._report()
         self.origins = origins
         specs = {s.label: s for s in self.pending_models}
@@ -955,7 +970,10 @@ class _State:
             first = members[0]
             self.waiting.setdefault(spec.label, []).append(members)
             pool.submit(("variant", spec.label, first.label), "inspector._sweep_work:run_variant",
-                        {"model": model, "variant": first, "rules": self.origins}, priority=0)
+                        {"model": model, "variant": first, "rules": self.origins},
+                        # ... then the variants, biggest program first: the last to finish are short ones,
+                        # so no worker idles at the end while another lowers a big model.
+                        priority=1 + 1 / (1 + prepared.get("nodes", 0)))
             self.compared.total -= len(members) - 1  # the others share its result
 
     def _variant_done(self, spec: ModelSpec, first_label: str, kind: str, rest) -> None:

@@ -132,7 +132,8 @@ def _for_variants(target, asked: dict, timings: dict) -> dict:
                              f"{describe(exc)}") from None
     return {"program": program, "name": target.name, "source": target.source, "inputs": target.inputs,
             "recurrent": dict(target.recurrent), "key": target.key, "calibration": calibrated, "steps": steps,
-            "reference": reference, "base_key": base, "decisions": decisions}
+            "reference": reference, "base_key": base, "decisions": decisions,
+            "nodes": len(target.exported.graph.nodes)}
 
 
 # A worker's last target: its variants reuse the loaded program and what was derived from it.

@@ -127,6 +127,8 @@ def test_toml_paths_are_relative_to_the_file(model_dir):
     ("[model\n", "is not valid TOML"),
     ("title = 'no models'\n", "lists no models"),
     ("[[model]]\ntarget = 'sample:x'\nsteps = -1\n", "steps"),
+    ("[[model]]\ntarget = 'sample:x'\nsteps = false\n", "steps must be a whole number"),
+    ("[[model]]\ntarget = 'sample:x'\nsteps = 0.0\n", "steps must be a whole number"),
     ("[[model]]\ntarget = 'net.onnx'\n", "cannot tell what 'net.onnx' is"),
 ])
 def test_bad_toml_is_one_line(tmp_path, text, message):
@@ -305,8 +307,17 @@ def test_interrupted_then_killed_then_resumed_gives_the_uninterrupted_table(tmp_
     # Started again: it finishes what is missing, and the table is the uninterrupted sweep's.
     resumed = _cli(*args)
     assert resumed.returncode == 0, resumed.stderr
-    data = json.loads(resumed.stdout)
+    data = json.loads(resumed.stdout)  # exactly one document on stdout: nothing the backend printed got in
     assert data["run"]["reused"] >= len(rows) + len(kept)
+    # The contract scripts rely on.
+    assert {"models", "rows", "changed", "variants"} <= set(data)
+    assert [m["target"] for m in data["models"]] == list(models) and all(m["error"] is None for m in data["models"])
+    assert all({"target", "stage", "policy", "sites", "folded", "skipped", "error"} <= set(r) for r in data["rows"])
+    assert all({"target", "stage", "site", "decisions", "reasons"} <= set(c) for c in data["changed"])
+    assert all({"target", "stage", "variant", "sqnr_db_last", "sqnr_db_worst", "error"} <= set(v)
+               for v in data["variants"])
+    assert len(data["variants"]) == len(models) * len(rules) and all(v["error"] is None for v in data["variants"])
+    assert [c["target"] for c in data["changed"]] == ["sample:stateful_conv_mul"]
     assert _comparable(data) == _comparable(json.loads(uninterrupted.to_json()))
 
 
@@ -386,28 +397,22 @@ def test_a_worker_killed_in_a_variant_loses_only_that_variant(tmp_path):
 # ---------------------------------------------------------------- the CLI contract
 
 
-@pytest.mark.requires_tosa
-def test_cli_json_is_one_document_with_the_contract_keys(model_dir):
-    run = _cli("sweep", "--models", str(model_dir / "sub" / "models.toml"), "--policies", "upstream,state-aware-strict",
-               "--stages", "tfa", "--compare", "--workers", "2", "--format", "json")
-    assert run.returncode == 0, run.stderr
-    data = json.loads(run.stdout)  # exactly one document: nothing the backend printed got in
-    assert {"models", "rows", "changed", "variants"} <= set(data)
-    assert [m["target"] for m in data["models"]] == ["sample:stateful_conv_mul", "scaled"]
-    assert all({"target", "error"} <= set(m) for m in data["models"])
-    assert all({"target", "stage", "policy", "sites", "folded", "skipped", "error"} <= set(r) for r in data["rows"])
-    assert all({"target", "stage", "site", "decisions", "reasons"} <= set(c) for c in data["changed"])
-    assert all({"target", "stage", "variant", "sqnr_db_last", "sqnr_db_worst", "error"} <= set(v)
-               for v in data["variants"])
-    assert len(data["variants"]) == 2 * 2 and all(v["error"] is None for v in data["variants"])
-    scaled = next(r for r in data["rows"] if r["target"] == "scaled" and r["policy"] == "upstream")
-    assert scaled["sites"] == 1 and len(scaled["folded"]) == 1
-    assert [c["target"] for c in data["changed"]] == ["sample:stateful_conv_mul"]
-
-
 def test_the_same_model_twice_is_told_apart(model_dir):
     specs = models_from(["sample:stateful_conv_mul", str(model_dir / "sub" / "models.toml")])
     assert [s.label for s in specs] == ["sample:stateful_conv_mul", "sample:stateful_conv_mul#2", "scaled"]
+
+
+def test_a_toml_list_from_anywhere_on_disk(model_dir, tmp_path):
+    here = os.getcwd()
+    try:
+        os.chdir(tmp_path)  # nowhere near the TOML file or the model file it names
+        result = sweep([str(model_dir / "sub" / "models.toml")], ("upstream", "state-aware-strict"), workers=2)
+    finally:
+        os.chdir(here)
+    assert [m["target"] for m in result.models] == ["sample:stateful_conv_mul", "scaled"]
+    scaled = next(r for r in result.rows if r["target"] == "scaled" and r["policy"] == "upstream")
+    assert scaled["sites"] == 1 and len(scaled["folded"]) == 1
+    assert [c["target"] for c in result.changed] == ["sample:stateful_conv_mul"]
 
 
 def test_cli_formats(tmp_path, capsys):
@@ -460,6 +465,41 @@ def test_model_strings_are_escaped_in_html_and_markdown():
     assert table and all(line.count(" | ") == table[0].count(" | ") for line in table[:1])
     # Outside code spans nothing is markup: every copy of the name sits in a ``...`` span, its pipe escaped.
     assert md.count("<img") == md.count("`` <img src=x onerror=alert(1)>\\|` ``")
+
+
+def _row(target, stage, policy, folded, site="conv@net.py:1"):
+    return {"target": target, "stage": stage, "policy": policy, "sites": 1, "error": None, "where": {},
+            "folded": [site] if folded else [], "skipped": [] if folded else [site],
+            "reasons": {} if folded else {site: ["feeds-buffer-mutation"]}}
+
+
+def _variant(target, policy, sqnr):
+    return {"target": target, "stage": "tfa", "variant": policy, "policy": policy, "markers": [], "steps": 3,
+            "sqnr_db_last": sqnr, "sqnr_db_worst": sqnr, "error": None}
+
+
+def test_the_summary_ties_numbers_to_tfa_decisions_only():
+    models = ({"target": "m", "error": None}, {"target": "n", "error": None}, {"target": "never", "error": None})
+    # Only edge decided: nothing ties the changes to the numbers, whatever they are.
+    edge_only = Sweep(("upstream", "rule"), ("edge",), 3, models=models[:1],
+                      rows=(_row("m", "edge", "upstream", True), _row("m", "edge", "rule", False)),
+                      variants=(_variant("m", "upstream", 38.7), _variant("m", "rule", 36.4)))
+    line = edge_only.summary()[0]
+    assert "tfa was not decided in this sweep" in line and "by construction" not in line
+    # m changes at tfa (worse), n at edge only (compared: equal by construction), "never" at edge, not compared.
+    rows = (_row("m", "tfa", "upstream", True), _row("m", "tfa", "rule", False),
+            _row("n", "tfa", "upstream", True), _row("n", "tfa", "rule", True),
+            _row("n", "edge", "upstream", True), _row("n", "edge", "rule", False),
+            _row("never", "tfa", "upstream", True), _row("never", "tfa", "rule", True),
+            _row("never", "edge", "upstream", True), _row("never", "edge", "rule", False))
+    both = Sweep(("upstream", "rule"), ("tfa", "edge"), 3, models=models, rows=rows,
+                 variants=(_variant("m", "upstream", 30.0), _variant("m", "rule", 20.0),
+                           _variant("n", "upstream", 25.0), _variant("n", "rule", 25.0)))
+    line = both.summary()[0]
+    assert line.startswith("`rule` changes 3 sites in 3 of 3 models against `upstream`")
+    assert "0 better / 1 worse / 0 unchanged" in line
+    assert "in 1 compared model it changes decisions at edge only" in line
+    assert [c.get("sqnr_delta_db") for c in both.changed] == [{"rule": -10.0}, None, None]
 
 
 def test_local_paths_are_redacted():
