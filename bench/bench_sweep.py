@@ -270,6 +270,26 @@ def main() -> None:
                  "yes" if overhead <= RAY_OVERHEAD_TARGET else "no"))
     rows.append(("Ray table == local table (bit for bit)", "equal" if equal_ray else "DIFFERENT", "equal",
                  "yes" if equal_ray else "no"))
+    # The same on a cluster that is already running (as a cluster a sweep outgrows one machine for is):
+    # its worker processes are new, so they import the stack as the local pool's do; only the cluster's
+    # own start (ray.init) is left out.
+    import ray
+
+    start_from_nothing()
+    t_init, _ = timed(lambda: ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                                       configure_logging=False))
+    try:
+        t_running, on_running = timed(lambda: sweep(targets, POLICIES, stages=("tfa",), steps=steps, workers=2,
+                                                    executor="ray"))
+    finally:
+        ray.shutdown()
+    check_ran("Ray, running cluster", on_running, problems)
+    running = t_running / t2 - 1
+    print(describe_run("ray, cluster running", t_running, on_running))
+    print(f"  starting the local cluster took {t_init:.1f} s; on a running cluster Ray's overhead is {running:+.1%} "
+          f"(target <= {RAY_OVERHEAD_TARGET:.0%}) {'OK' if running <= RAY_OVERHEAD_TARGET else 'OVER'}")
+    rows.append(("Ray overhead, cluster already running", f"{running:+.1%}", f"<= {RAY_OVERHEAD_TARGET:.0%}",
+                 "yes" if running <= RAY_OVERHEAD_TARGET else "no"))
 
     # ---------------------------------------------------------------- 3. over a finished out/
     print("3. into a new out/ folder (local, workers=2), then again with the same arguments:")

@@ -217,10 +217,13 @@ def test_progress_has_a_bar_per_phase_that_ends_full(reference):
 def test_rules_users_write(tmp_path):
     rules_file = ROOT / "sample_models" / "rules.py"
     from_file = f"{rules_file}:skip_reaching_outputs"
-    result = sweep(["sample:conv_mul_scalar", "sample:conv_mul_chain"], ("upstream", from_file), workers=2)
+    try:
+        result = sweep(["sample:conv_mul_scalar", "sample:conv_mul_chain"], ("upstream", from_file), workers=2)
+        rows = [(r, inspector.analyze(r["target"], stage="tfa", policy=r["policy"])) for r in result.rows]
+    finally:
+        inspector.unregister_policy("skip_reaching_outputs")  # a rule loaded here stays for other tests otherwise
     assert result.executor == "local" and not result.notes  # a rule in a file runs in the workers
-    for row in result.rows:
-        analysis = inspector.analyze(row["target"], stage="tfa", policy=row["policy"])
+    for row, analysis in rows:
         assert row["folded"] == [s.id for s in analysis.sites if s.folded]
     assert {c["target"] for c in result.changed} == {"sample:conv_mul_scalar", "sample:conv_mul_chain"}
 
@@ -384,7 +387,10 @@ def dies_in_the_quantized_flow(site):
 def test_a_worker_killed_in_a_variant_loses_only_that_variant(tmp_path):
     (tmp_path / "rules.py").write_text(KILLS_IN_LOWERING)
     deadly = f"{tmp_path / 'rules.py'}:dies_in_the_quantized_flow"
-    result = sweep(["sample:conv_mul_scalar"], ("upstream", deadly), steps=1, workers=2)
+    try:
+        result = sweep(["sample:conv_mul_scalar"], ("upstream", deadly), steps=1, workers=2)
+    finally:
+        inspector.unregister_policy("dies_in_the_quantized_flow")
     assert [r["error"] for r in result.rows] == [None, None]  # deciding it is fine
     by_rule = {v["policy"]: v for v in result.variants}
     assert by_rule["upstream"]["error"] is None and by_rule["upstream"]["sqnr_db_last"] > 20
