@@ -275,8 +275,11 @@ def test_ray_gives_the_same_table_bit_for_bit(reference):
 
 def _run_until(args, out: Path, pattern: str) -> subprocess.Popen:
     """Start the CLI and return once a result file matching ``pattern`` exists in ``out``."""
+    # As from a terminal: Ctrl-C reaches it even when this test runs under a parent that ignores SIGINT
+    # (Python keeps an inherited SIG_IGN, so the sweep would never see the signal).
     process = subprocess.Popen([sys.executable, "-m", "inspector", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+                               stderr=subprocess.PIPE, text=True, start_new_session=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not list(out.glob(pattern)):
         assert process.poll() is None, process.communicate()
