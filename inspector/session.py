@@ -11,6 +11,7 @@ a bad one is reported in one line that names the field.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -253,13 +254,18 @@ class _Checker:
     def results(self, value: Any) -> Comparison:
         if not isinstance(value, dict):
             raise self.fail("results", "a saved comparison (an object)", value)
+        steps = value.get("steps")
+        if isinstance(steps, int) and not isinstance(steps, bool) and not 1 <= steps <= MAX_STEPS:
+            # before reading the rest: a variant without metrics makes the reader walk every step
+            raise self.fail("results.steps", f"an integer from 1 to {MAX_STEPS}", steps)
         try:
             comparison = Comparison.from_dict(value)
         except InspectorError as exc:
             raise InspectorError(f"{self.source}: field 'results': {exc}") from None
-        if not 1 <= comparison.steps <= MAX_STEPS:
-            raise self.fail("results.steps", f"an integer from 1 to {MAX_STEPS}", comparison.steps)
+        except OverflowError:  # an integer too big for a float field (JSON integers have no bound)
+            raise InspectorError(f"{self.source}: field 'results' holds a number too large for a float") from None
         for r in comparison.results:
+            self.finite(r)
             if not self.is_rule(r.variant.policy):
                 raise self.fail("results.variants.policy", "one of " + ", ".join(POLICIES) + " or a rule file",
                                 r.variant.policy)
@@ -268,3 +274,11 @@ class _Checker:
                 raise InspectorError(f"{self.source}: field 'results': variant {self.show(r.variant.label)} has "
                                      f"metrics for step {max(steps)} of a {comparison.steps}-step run")
         return comparison
+
+    def finite(self, r) -> None:
+        """The numbers a saved session writes as plain JSON numbers must be finite, or it could not be saved again."""
+        scales = [q.scale for s in r.sites for q in (s.conv_output, s.mul_output) if q is not None]
+        for field, values in (("results.variants.sites.scale", scales), ("results.variants.timings", r.timings.values())):
+            bad = next((v for v in values if not math.isfinite(v)), None)
+            if bad is not None:
+                raise self.fail(field, "finite numbers", bad)
