@@ -27,12 +27,37 @@ def _quiet_imports() -> None:
     warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 
+_MAX_USAGE_ERROR = 300  # argparse quotes the user's text whole: a 5,000-digit --steps stays one readable line
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one ``error:`` line (exit 2) like every other error."""
+    """argparse, but a usage error is one short ``error:`` line (exit 2) like every other error."""
 
     def error(self, message: str):  # noqa: D102 - argparse's hook
         hint = f" (see: {self.prog} --help)"
-        self.exit(2, f"error: {' '.join(message.split())}{hint}\n")
+        message = " ".join(message.split())
+        if len(message) > _MAX_USAGE_ERROR:
+            message = message[: _MAX_USAGE_ERROR - 1] + "…"
+        self.exit(2, f"error: {message}{hint}\n")
+
+    def _get_values(self, action, arg_strings):  # noqa: D102 - argparse's hook
+        # Python 3.11's argparse drops the "--" of "--steps=--" and hands the option an empty
+        # list instead of a value; the commands would then fail on a list where a number belongs.
+        if action.option_strings and action.nargs is None and arg_strings == ["--"]:
+            self.error(f"argument {'/'.join(action.option_strings)}: expected one argument")
+        return super()._get_values(action, arg_strings)
+
+
+def _workers(text: str) -> int:
+    """--workers, checked while parsing: compare would check it only after loading the model
+    and running the float reference."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {_short(text)}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"workers must be a positive integer, got {value:,}")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -74,7 +99,7 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"comma-separated policies to compare (default: {','.join(DEFAULT_VARIANTS)})")
     c.add_argument("--steps", type=int, default=1, help=f"recurrent steps to run, 1 to {MAX_STEPS} (default: 1)")
     c.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    c.add_argument("--workers", type=int, default=None, metavar="N",
+    c.add_argument("--workers", type=_workers, default=None, metavar="N",
                    help="processes running variants side by side (default: the cores available; 1: one after another)")
 
     t = model_command("attribute", "where the quantization error enters: per-node error of each variant and step",
@@ -153,7 +178,7 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--format", choices=("md", "html", "json", "csv"), default="md", help="what stdout gets (default: md)")
     w.add_argument("--executor", choices=("local", "ray"), default="local",
                    help="local: worker processes on this machine; ray: Ray tasks (pip install 'fold-inspector[ray]')")
-    w.add_argument("--workers", type=int, default=None, metavar="N",
+    w.add_argument("--workers", type=_workers, default=None, metavar="N",
                    help="worker processes (default: the cores available)")
     w.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="a running Ray cluster (default: start a local one)")
