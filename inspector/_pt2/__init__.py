@@ -228,28 +228,54 @@ def _check_loaded(program: torch.export.ExportedProgram) -> None:
     example inputs (their dict keys reach the generated guard code) and every name in the graphs."""
     inputs = program.example_inputs
     if inputs is not None:
-        stack = [(inputs, 0)]
-        while stack:
-            value, depth = stack.pop()
-            if depth > 32:
-                raise _Refusal("example inputs nest deeper than 32 levels", _SAMPLE_INPUTS)
-            if isinstance(value, torch.Tensor):
-                if type(value) is not torch.Tensor and not isinstance(value, torch.nn.Parameter):
-                    raise _Refusal(f"example input of type {type(value).__name__} is not a plain tensor", _SAMPLE_INPUTS)
-            elif isinstance(value, (tuple, list)):
-                stack.extend((v, depth + 1) for v in value)
-            elif isinstance(value, dict):
-                for k, v in value.items():
-                    if not _key_ok(k):
-                        raise _Refusal(f"example input key {_q(k)} is not a plain name (it reaches generated guard code)", _SAMPLE_INPUTS)
-                    stack.append((v, depth + 1))
-            elif value is None or isinstance(value, (bool, int, float)):
-                pass
-            elif isinstance(value, str):
-                if not _SAFE_TEXT_RE.fullmatch(value):
-                    raise _Refusal(f"example input string {_q(value)} holds quotes or control characters", _SAMPLE_INPUTS)
-            else:
-                raise _Refusal(f"example input of type {type(value).__name__} is not a tensor, number or container", _SAMPLE_INPUTS)
+        _check_example_values(inputs)
+        _check_example_form(program, inputs)
+    _check_graph_names(program)
+
+
+def _check_example_form(program: torch.export.ExportedProgram, inputs) -> None:
+    """(args tuple, kwargs dict) shaped like the program's inputs: what torch's own
+    ``example_inputs`` setter demands and its deserializer does not check (the inspector
+    calls the program with them)."""
+    if not (isinstance(inputs, tuple) and len(inputs) == 2 and isinstance(inputs[0], tuple)
+            and isinstance(inputs[1], dict)):
+        raise _Refusal("example inputs are not an (args tuple, kwargs dict) pair", _SAMPLE_INPUTS)
+    from torch.export._unlift import _check_inputs_match
+
+    try:
+        _check_inputs_match(inputs[0], inputs[1], program.call_spec.in_spec)
+    except Exception:  # noqa: BLE001 - any mismatch torch finds, in whatever form
+        raise _Refusal("example inputs do not have the structure of the program's inputs", _SAMPLE_INPUTS) from None
+
+
+def _check_example_values(inputs) -> None:
+    """Plain tensors, numbers and strings in plain containers, nested at most 32 deep, dict keys plain names."""
+    stack = [(inputs, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > 32:
+            raise _Refusal("example inputs nest deeper than 32 levels", _SAMPLE_INPUTS)
+        if isinstance(value, torch.Tensor):
+            if type(value) is not torch.Tensor and not isinstance(value, torch.nn.Parameter):
+                raise _Refusal(f"example input of type {type(value).__name__} is not a plain tensor", _SAMPLE_INPUTS)
+        elif isinstance(value, (tuple, list)):
+            stack.extend((v, depth + 1) for v in value)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                if not _key_ok(k):
+                    raise _Refusal(f"example input key {_q(k)} is not a plain name (it reaches generated guard code)", _SAMPLE_INPUTS)
+                stack.append((v, depth + 1))
+        elif value is None or isinstance(value, (bool, int, float)):
+            pass
+        elif isinstance(value, str):
+            if not _SAFE_TEXT_RE.fullmatch(value):
+                raise _Refusal(f"example input string {_q(value)} holds quotes or control characters", _SAMPLE_INPUTS)
+        else:
+            raise _Refusal(f"example input of type {type(value).__name__} is not a tensor, number or container", _SAMPLE_INPUTS)
+
+
+def _check_graph_names(program: torch.export.ExportedProgram) -> None:
+    """Every node, input, attribute and state name torch rebuilt is one that generated code may hold."""
     for module in program.graph_module.modules():
         if not isinstance(module, torch.fx.GraphModule):
             continue
