@@ -201,6 +201,9 @@ def _check_tree_node(node: Any, rel: str) -> None:
 # ----------------------------------------------------------------------------- the schema walk
 
 
+_MAX_INT64 = 2**63 - 1
+
+
 def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
@@ -253,6 +256,8 @@ class _Walker:
             ints = [*sizes, *strides, offset]
             if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in ints) or len(sizes) != len(strides):
                 self.refuse(f"{_q(fqn)} has sizes, strides or offset that are not plain non-negative integers")
+            if max(ints) > _MAX_INT64:  # torch holds them in int64; a 4,300-digit one would not even print
+                self.refuse(f"{_q(fqn)} has a size, stride or offset over 2**63 - 1")
             element = dtype.itemsize
             numel = math.prod(sizes)
             extent = 0 if numel == 0 else (offset + sum((n - 1) * s for n, s in zip(sizes, strides)) + 1) * element
