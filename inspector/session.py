@@ -23,6 +23,7 @@ from ._stages import STAGES
 from ._results import Comparison
 from .errors import InspectorError
 from ._policies import DEFAULT_VARIANTS, POLICIES
+from ._quantization import QUANTIZATIONS
 
 SESSION_VERSION = 1
 GRAPH_VIEWS = ("before", "after", "side by side")
@@ -41,6 +42,7 @@ class Session:
     markers: tuple[str, ...] = ()  # site ids or node names marked carried state
     selected: str | None = None  # the selected site id
     variants: tuple[str, ...] = DEFAULT_VARIANTS  # rules to run on the reference (names or rule files)
+    quantizations: tuple[str, ...] = ("a8w8",)  # the quantizations each variant runs under (inspector.QUANTIZATIONS)
     steps: int = 1  # recurrent steps of a reference run
     graph_view: str = "side by side"  # before | after | side by side
     graph_scope: str = "focus"  # focus | whole
@@ -67,6 +69,7 @@ class Session:
             "markers": list(self.markers),
             "selected": self.selected,
             "variants": list(self.variants),
+            "quantizations": list(self.quantizations),
             "steps": self.steps,
             "graph_view": self.graph_view,
             "graph_scope": self.graph_scope,
@@ -84,7 +87,7 @@ class Session:
         if data["version"] != SESSION_VERSION:
             raise InspectorError(f"{source} is not a fold-inspector session of version {SESSION_VERSION} "
                                  f"(version {check.show(data['version'])})")
-        known = {"version", "target", "stage", "policy", "markers", "selected", "variants", "steps",
+        known = {"version", "target", "stage", "policy", "markers", "selected", "variants", "quantizations", "steps",
                  "graph_view", "graph_scope", "results", "results_for"}
         unknown = sorted(str(k) for k in data if k not in known)
         if unknown:
@@ -101,6 +104,8 @@ class Session:
             markers=check.texts(data, "markers", default=()),
             selected=check.text(data, "selected", optional=True, default=None),
             variants=check.rules(data, "variants", default=cls.variants),
+            quantizations=check.texts(data, "quantizations", default=cls.quantizations, choices=tuple(QUANTIZATIONS),
+                                      nonempty=True, kind="quantization names"),
             steps=check.steps(data, "steps", default=1),
             graph_view=check.choice(data, "graph_view", GRAPH_VIEWS, default=cls.graph_view),
             graph_scope=check.choice(data, "graph_scope", GRAPH_SCOPES, default=cls.graph_scope),
@@ -225,11 +230,11 @@ class _Checker:
         return tuple(value)
 
     def texts(self, data: dict, field: str, *, default: tuple, choices: tuple[str, ...] | None = None,
-              nonempty: bool = False) -> tuple[str, ...]:
+              nonempty: bool = False, kind: str = "policy names") -> tuple[str, ...]:
         if field not in data:
             return tuple(default)
         value = data[field]
-        what = "a list of " + ("policy names" if choices else "strings")
+        what = "a list of " + (kind if choices else "strings")
         if not isinstance(value, list) or len(value) > 10_000:
             raise self.fail(field, what, value)
         for item in value:
