@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 # file's module fixtures (a JupyterLab server, a shared analysis) are built once.
 TEST_WORKERS ?= auto
 
-.PHONY: setup setup-browser demo lab test bench pictures screenshot clean
+.PHONY: setup setup-browser demo lab test bench fuzz pictures screenshot clean
 
 # The venv is rebuilt only when pyproject.toml changes. Every dependency is an
 # exact pin (torch==2.13.0), so pip takes the CPU wheel and never an unpinned torch.
@@ -58,6 +58,12 @@ bench: setup
 		$(VENV_PYTHON) "$$script"; \
 	done; \
 	[ "$$found" -eq 1 ] || echo "no bench/bench_*.py scripts found"
+
+# A fuzzing campaign of the readers of untrusted input (.pt2 archives, sessions, CLI numbers) with
+# a random seed, until Ctrl-C: FUZZ_SECONDS=N bounds it, FUZZ_SEED=N replays one, FUZZ_KINDS=pt2,cli
+# picks readers. Failing inputs are saved in tests/fuzz_corpus/, which tests/test_fuzz.py replays.
+fuzz: $(STAMP)
+	$(VENV_PYTHON) scripts/fuzz.py
 
 # The README's pictures, drawn by the real tool (numbers measured on this machine).
 pictures: setup
