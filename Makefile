@@ -16,7 +16,8 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 PYTEST_ARGS ?=
 # The suite runs on every core (pytest-xdist), one test file per worker at a time so a
-# file's module fixtures (a JupyterLab server, a shared analysis) are built once.
+# file's module fixtures (a JupyterLab server, a shared analysis) are built once; each
+# notebook is a group of its own (tests/conftest.py), so the notebooks spread over the cores.
 TEST_WORKERS ?= auto
 
 .PHONY: setup setup-browser demo lab test bench fuzz pictures screenshot clean
@@ -47,7 +48,7 @@ lab: setup
 	$(VENV)/bin/jupyter lab $(ALLOW_ROOT) notebooks/01_quickstart.ipynb
 
 test: setup-browser
-	$(VENV_PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(VENV_PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 bench: setup
 	@set -e; found=0; \

@@ -26,6 +26,19 @@ def pytest_configure(config):
     warnings.filterwarnings("ignore", category=FutureWarning)
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under ``--dist loadgroup`` (make test) each test file is one group, so a worker runs it whole and
+    builds its module fixtures (a JupyterLab server, a shared analysis) once; each notebook is a group
+    of its own, so the notebooks, the suite's longest tests, spread over the workers."""
+    for item in items:
+        if item.get_closest_marker("xdist_group"):
+            continue
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        group = f"notebook {params['path'].name}" if item.path.name == "test_notebooks.py" and "path" in params \
+            else item.path.name
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 def pytest_runtest_setup(item):
     for marker, (available, install) in _TOOLS.items():
         if item.get_closest_marker(marker) and not available():
