@@ -9,13 +9,16 @@ from ._limits import MAX_INPUT_ELEMENTS, MAX_STEPS, check_steps
 from ._policies import (DEFAULT_VARIANTS, POLICIES, POLICY_HELP, Policy, Rule, RuleContext, Skip, StateGuard, get_policy,
                         load_rule, rule)
 from ._policies import register as register_policy, unregister as unregister_policy
-from ._present import (SiteRow, analysis_html, analysis_text, attribution_html, attribution_text, comparison_html,
-                       comparison_text, site_rows, stale_html)
+from ._present import (SiteRow, analysis_html, analysis_text, attribution_html, attribution_text, bits_html, bits_text,
+                       comparison_html, comparison_text, site_rows, stale_html)
 from ._stages import STAGE_HELP, STAGES
 from ._attribution import Attribution, NodeError, SiteError, VariantAttribution, attribute, attribution
 from .analysis import WIDE_RANGE_RATIO, Analysis, ScaleSummary, Site
 from ._decide import analyze, analyze_graph
 from ._compare import compare
+from ._bits import Bits, BitsChange, bits
+from ._quantization import (QUANTIZATION_HELP, QUANTIZATIONS, Quantization, get_quantization, register_quantization,
+                            unregister_quantization)
 from ._sweep import FORMATS as SWEEP_FORMATS, NUMBERS_STAGE, UNCHANGED_DB, ModelSpec, Sweep, SweepBar, models_from, read_models_toml, sweep
 from ._results import Comparison, Metrics, NotDelegated, QParams, SiteOutcome, Variant, VariantResult
 from ._cache import clear_all as clear_cache
@@ -38,6 +41,9 @@ __all__ = [
     # compare: the TOSA INT reference
     "compare", "Comparison", "Variant", "VariantResult", "Metrics", "QParams", "SiteOutcome", "NotDelegated",
     "DEFAULT_VARIANTS", "MAX_STEPS", "MAX_INPUT_ELEMENTS", "check_steps", "clear_cache",
+    # quantizations a variant runs under, and per-node overrides
+    "Quantization", "QUANTIZATIONS", "QUANTIZATION_HELP", "get_quantization", "register_quantization",
+    "unregister_quantization", "bits", "Bits", "BitsChange",
     # sweep: many models x rules x stages, one table
     "sweep", "Sweep", "SweepBar", "ModelSpec", "models_from", "read_models_toml", "SWEEP_FORMATS", "NUMBERS_STAGE",
     "UNCHANGED_DB",
@@ -45,7 +51,7 @@ __all__ = [
     "attribute", "attribution", "Attribution", "VariantAttribution", "NodeError", "SiteError",
     # pictures, tables, reports
     "render", "render_pair", "Verdicts", "svg", "STYLES", "LEGEND", "site_kind", "SiteRow", "site_rows", "analysis_text",
-    "analysis_html", "comparison_text", "comparison_html", "attribution_text", "attribution_html", "stale_html", "report_html", "figure_img",
+    "analysis_html", "comparison_text", "comparison_html", "bits_text", "bits_html", "attribution_text", "attribution_html", "stale_html", "report_html", "figure_img",
     # triage; whole graphs in Model Explorer
     "reproducer", "Reproducer", "explorer", "ExplorerFiles",
     # sessions and samples

@@ -20,7 +20,7 @@ mul's output: it stands for the mul node (role ``folded-conv``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import torch
@@ -36,7 +36,6 @@ from .errors import InspectorError, describe
 # Nodes whose SQNR drops by more than this many dB below their inputs' are where error enters.
 ENTRY_THRESHOLD_DB = 1.0
 ENTRY_POINTS = 5  # how many to report per variant
-_SKIP_OPS = ("getitem", "_guards_fn", "_assert", "sym_size", "alias")
 
 
 @dataclass(frozen=True)
@@ -219,40 +218,47 @@ def errors_by_node(graph, variant: VariantAttribution, sites, *, after: bool,
 
 
 def attribution(target: Any, variants=("off", "upstream"), *, steps: int = 1, progress=None,
-                **compare_kw) -> Attribution:
+                isolate: bool = False, **compare_kw) -> Attribution:
     """From a model: runs ``compare(target, variants, steps=steps, ...)``, then ``attribute`` on it (one call).
 
-    ``attribute`` starts from a comparison you already have instead.
+    ``attribute`` starts from a comparison you already have instead. ``isolate=True`` runs both in
+    worker processes (see ``compare``).
     """
     def part(start: float, width: float):
         return None if progress is None else (lambda phase, f: progress(phase, start + width * f))
 
-    comparison = compare(target, variants, steps=steps, progress=part(0.0, 0.6), **compare_kw)
-    return attribute(comparison, progress=part(0.6, 0.4))
+    comparison = compare(target, variants, steps=steps, progress=part(0.0, 0.6), isolate=isolate, **compare_kw)
+    return attribute(comparison, progress=part(0.6, 0.4), isolate=isolate)
 
 
-def attribute(comparison, progress: Callable[[str, float], None] | None = None) -> Attribution:
+def attribute(comparison, progress: Callable[[str, float], None] | None = None, *,
+              isolate: bool = False) -> Attribution:
     """From a comparison you already have: per-node error of each of its variants at every step.
 
     Each variant is quantized again as it was compared; the TOSA reference does not run again (see the
     module docstring). ``attribution`` starts from a model instead: it runs ``compare`` first.
+    ``isolate=True`` does it in a worker process: a crash there is one line, this process lives on.
     """
+    if isolate:
+        return _attribute_in_worker(comparison, progress)
     run = getattr(comparison, "run", None)
     if run is None:
         raise InspectorError("this comparison was read from a file: run inspector.compare again to look inside it")
-    target, calibrated, config = run.target, run.calibration, run.config
+    target, calibrated = run.target, run.calibration
     program = target.exported
-    ids, meta = _node_ids(program)
+    ids, meta = _graph.aligned_ids(program)
     sites = _site_nodes(target)
     variants, site_errors = [], []
-    for i, result in enumerate(comparison.results):
+    for i, (result, plan) in enumerate(zip(comparison.results, run.plans)):
         variant = result.variant
+        if result.error is not None:
+            continue  # no numbers to look inside
         if progress is not None:
             progress(f"{variant.label}: quantize", i / len(comparison.results))
         log = FoldLog()
         with _quiet.captured_fds(), swapped_fold_pass(policy_pass_class(variant.policy, variant.markers, log)):
             try:
-                float_gm, quant_gm = quantize(target, variant, calibrated, config, keep_float=True)
+                float_gm, quant_gm = quantize(target, variant, calibrated, plan, keep_float=True)
             except InspectorError:
                 raise
             except Exception as exc:  # noqa: BLE001
@@ -289,37 +295,6 @@ def _entry_points(records: list[NodeError]) -> tuple[NodeError, ...]:
 def _ancestor(node: Node) -> str | None:
     """The node's first ancestor in the exported program, by name (None without a ``from_node`` chain)."""
     return _graph.source_name(node) if node.meta.get("from_node") else None
-
-
-def _node_ids(program) -> tuple[dict[str, str], dict[str, tuple[str, str, int]]]:
-    """Aligned ids of the exported program's nodes: ``<module or root>:<op>`` (``#k`` when repeated),
-    and (module, op, order) per node name."""
-    from torch.export.graph_signature import InputKind
-
-    kinds = {s.arg.name: s.kind for s in program.graph_signature.input_specs if getattr(s.arg, "name", None)}
-    buffers = {s.arg.name: s.target for s in program.graph_signature.input_specs if s.kind == InputKind.BUFFER}
-    base: dict[str, str] = {}
-    meta: dict[str, tuple[str, str, int]] = {}
-    for order, n in enumerate(program.graph.nodes):
-        if n.op == "placeholder":
-            if kinds.get(n.name) == InputKind.USER_INPUT:
-                module, op = "", "input"
-            elif n.name in buffers:
-                module, op = "", "state"
-            else:
-                continue  # weights and constants are not values the model computes
-            text = f"{op}:{buffers.get(n.name, n.name)}"
-        elif n.op == "call_function":
-            module = _graph.module_path(n)
-            op = _graph.op_name(n).removeprefix("aten.").split(".")[0] or getattr(n.target, "__name__", "op")
-            if op in _SKIP_OPS:
-                continue
-            text = f"{module or 'root'}:{op}"
-        else:
-            continue
-        base[n.name] = text
-        meta[n.name] = (module, op, order)
-    return dict(zip(base, _graph.unique_ids(base.values()))), meta
 
 
 @dataclass(frozen=True)
@@ -523,3 +498,43 @@ def _site_errors(records, sites, folded, label: str, steps: int) -> list[SiteErr
 
 
 __all__ = ["Attribution", "NodeError", "OutputAgreement", "SiteError", "VariantAttribution", "attribute"]
+
+
+def _attribute_in_worker(comparison, progress) -> Attribution:
+    """``attribute`` in a worker of the warm pool, from the comparison's program archive."""
+    from . import _parallel, _pool
+    from ._compare import died_message
+
+    run = getattr(comparison, "run", None)
+    if run is None:
+        raise InspectorError("this comparison was read from a file: run inspector.compare again to look inside it")
+    target = run.target
+    model = {"program": _parallel.program_bytes(target.exported), "name": target.name, "source": target.source,
+             "inputs": target.inputs, "recurrent": dict(target.recurrent), "key": target.key}
+    payload = {"model": model, "comparison": replace(comparison, run=None), "calibration": run.calibration,
+               "plans": run.plans}
+    with _pool.warm_pool(1) as pool:
+        pool.submit(("attribution", 0), "inspector._attribution:attribute_task", payload)
+        for event in pool.events():
+            kind = event[0]
+            if kind == "progress":
+                if progress is not None:
+                    progress(event[2], event[3])
+            elif kind == "done":
+                return event[2]
+            elif kind == "error":
+                raise InspectorError(event[2], details=event[3])
+            else:
+                labels = ", ".join(r.variant.label for r in comparison.results)
+                raise InspectorError(died_message(f"the attribution of {labels}", event[2]))
+    raise InspectorError("the attribution's worker gave no answer")  # not reached: the pool reports every task
+
+
+def attribute_task(payload: dict, report) -> Attribution:
+    """The pool task of ``attribute``: the comparison rebuilt around the worker's copy of the target."""
+    from ._compare import worker_target
+    from ._results import Run
+
+    target = worker_target(payload["model"])
+    comparison = replace(payload["comparison"], run=Run(target, payload["calibration"], payload["plans"]))
+    return attribute(comparison, report)

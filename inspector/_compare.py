@@ -1,28 +1,30 @@
 """``compare``: quantize each fold variant, run it on the TOSA INT reference model, measure against float.
 
 This module orchestrates the call: it reads the variants asked for, loads the target, picks
-the calibration, answers what it can from the cache (``_variant_cache``), computes the float
-reference once, and runs the rest (``_flow.run_variant``) one after another or side by side:
-variants known to lead to the same fold decisions are grouped and run once, one group in this
-process and the others in worker processes (``_parallel``; ``_work_in_worker`` is what a worker
-runs). The records it returns are ``_results``'.
+the calibration, resolves each variant's quantization plan (``_quantization``), answers what it
+can from the cache (``_variant_cache``), computes the float reference once, and runs the rest
+(``_flow.run_variant``) one after another or side by side: variants known to lead to the same
+fold decisions are grouped and run once, one group in this process (unless ``isolate``) and the
+others on the process's warm worker pool (``_pool``; ``variant_task`` is what a worker runs,
+``run_in_worker`` its body, shared with the sweep). The records it returns are ``_results``'.
 """
 
 from __future__ import annotations
 
-import io
 from dataclasses import replace
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from . import _flow, _load, _parallel
+from . import _flow, _load, _parallel, _pool
 from ._cache import BoundedCache
-from ._limits import check_steps
-from ._policies import DEFAULT_VARIANTS, Policy, check_policy, get_policy, marker_tuple, register
+from ._limits import check_memory, check_steps
+from ._policies import (DEFAULT_VARIANTS, Policy, check_policy, ensure_rules, get_policy, marker_tuple, register,
+                        rule_origins)
+from ._quantization import DEFAULT, Plan, Quantization, get_quantization, quantization_of, resolve_overrides
 from ._results import Comparison, Run, Variant, VariantResult
 from ._variant_cache import RESULTS, answered, base_key, can_predict, predicted_decisions
-from .errors import InspectorError, quoted
+from .errors import InspectorError, describe, quoted
 
 Progress = Callable[[str, float], None]
 
@@ -35,39 +37,58 @@ def compare(
     markers: Iterable[str] | None = None,
     steps: int = 1,
     calibration: Sequence[Sequence[torch.Tensor]] | None = None,
+    quantization: Any = None,
     quantization_config: Any = None,
     progress: Progress | None = None,
     workers: int | None = None,
+    isolate: bool = False,
 ) -> Comparison:
     """Quantize, lower and run each variant on the TOSA INT reference model; compare with float.
 
-    ``variants`` are policies (``"upstream"``), ``Variant`` records, or ``(policy, markers)``
-    pairs; ``markers`` applies to the variants given as plain policies. ``steps > 1``
-    runs recurrent models step after step: mutable buffers start from the model's
-    initial state; functional state is fed back per the model's ``RECURRENT``
-    declaration (output index -> input index). ``calibration`` is a list of input
-    tuples (default: the example inputs plus seeded perturbed copies).
-    ``progress(phase, fraction)`` is called as the work advances (phase: "variant: phase").
-    ``workers`` processes run variants side by side (default: the cores available; 1 runs them
-    one after another); a variant whose fold decisions equal another's is computed once.
+    ``variants`` are policies (``"upstream"``), ``"policy@quantization"`` (``"upstream@a16w8"``),
+    ``Variant`` records (with per-node ``overrides``), or ``(policy, markers)`` pairs; ``markers``
+    applies to the variants given as plain policies. ``quantization`` is what variants that name
+    none run under: a name (``inspector.QUANTIZATIONS``; default ``a8w8``), or a
+    ``QuantizationConfig`` (``quantization_config`` is the same argument under its old name).
+    ``steps > 1`` runs recurrent models step after step: mutable buffers start from the model's
+    initial state; functional state is fed back per the model's ``RECURRENT`` declaration
+    (output index -> input index). ``calibration`` is a list of input tuples (default: the
+    example inputs plus seeded perturbed copies). ``progress(phase, fraction)`` is called as the
+    work advances (phase: "variant: phase"). ``workers`` processes run variants side by side
+    (default: the cores available; 1 runs them one after another); a variant whose fold
+    decisions equal another's is computed once.
+
+    A variant that cannot run (a quantization its TOSA specification cannot lower, an override
+    that names nothing) has an ``error`` and no numbers; the other variants' results stand. When
+    every variant fails, the first one's error is raised.
     """
     check_steps(steps)
+    if quantization is not None and quantization_config is not None:
+        raise InspectorError("give quantization= or quantization_config=, not both (they are the same argument)")
+    default = quantization_of(quantization if quantization is not None else quantization_config)
     wanted = variants_of(variants, markers)
     loaded = _load.load(target, example_inputs)
     calibrated = _flow.choose_calibration(loaded, calibration, steps)
-    quant_text = _flow.describe_config(quantization_config)
-    base = base_key(loaded, calibrated, quant_text, steps)
-
-    reference = RESULTS.reference(base)
+    base = base_key(loaded, calibrated, steps)
+    plans: list[Plan | None] = []
     results: list[VariantResult | None] = [None] * len(wanted)
+    for i, variant in enumerate(wanted):
+        try:
+            plans.append(plan_of(loaded, variant, default))
+        except InspectorError as exc:
+            plans.append(None)
+            results[i] = failed(variant, default, exc)
 
     def report(i: int, phase: str, fraction: float) -> None:
         if progress is not None:
             progress(f"{wanted[i].label}: {phase}", (i + fraction) / len(wanted))
 
+    reference = RESULTS.reference(base)
     to_run = []
     for i, variant in enumerate(wanted):
-        hit = RESULTS.get(loaded, base, variant, quantization_config)
+        if plans[i] is None:
+            continue
+        hit = RESULTS.get(loaded, base, variant, plans[i])
         if hit is not None:
             results[i] = hit
             report(i, "cached", 1.0)
@@ -78,28 +99,74 @@ def compare(
         reference = _flow.float_reference(loaded, steps)
         RESULTS.put_reference(base, reference)
     n_workers = workers_of(workers)
-    if any(get_policy(wanted[i].policy).is_users for i in to_run):
-        n_workers = 1  # a user's rule lives in this process only: a worker would not know it
-    if n_workers > 1 and len(to_run) > 1:
-        _run_parallel(loaded, wanted, to_run, results, base, calibrated, quantization_config, steps,
-                      reference, n_workers, progress)
+    if any(get_policy(wanted[i].policy).is_users and not get_policy(wanted[i].policy).origin for i in to_run):
+        n_workers, isolate = 1, False  # a rule defined in this session only: a worker would not know it
+    if to_run:
+        check_memory(loaded, steps, len(to_run), n_workers, isolate)
+    if isolate or (n_workers > 1 and len(to_run) > 1):
+        _run_parallel(loaded, wanted, plans, to_run, results, base, calibrated, steps, reference, n_workers, progress,
+                      isolate)
     else:
         for i in to_run:
             variant = wanted[i]
-            hit = RESULTS.get(loaded, base, variant, quantization_config)  # an earlier one may decide the same
+            hit = RESULTS.get(loaded, base, variant, plans[i])  # an earlier one may decide the same
             if hit is not None:
                 results[i] = hit
                 report(i, "cached", 1.0)
                 continue
-            result, decisions = _flow.run_variant(loaded, variant, calibrated, quantization_config, steps, reference,
-                                                  lambda phase, fraction, i=i: report(i, phase, fraction))
-            RESULTS.put(base, variant, result, decisions)
+            try:
+                result, decisions = _flow.run_variant(loaded, variant, calibrated, plans[i], steps, reference,
+                                                      lambda phase, fraction, i=i: report(i, phase, fraction))
+            except InspectorError as exc:
+                results[i] = failed(variant, plans[i].quantization, exc, plans[i].spec)
+                continue
+            RESULTS.put(base, variant, plans[i], result, decisions)
             results[i] = result
+    if all(r.error is not None for r in results):
+        first = results[0]
+        raise InspectorError(first.error, details=first.log)
     if progress is not None:
         progress("done", 1.0)
-    return Comparison(loaded.name, steps, calibrated.text, quant_text, tuple(results),
+    return Comparison(loaded.name, steps, calibrated.text, default.text, tuple(results),
                       reference=tuple(tuple(step) for step in reference),
-                      run=Run(loaded, calibrated, quantization_config))
+                      run=Run(loaded, calibrated, tuple(plans)), notes=decision_notes(loaded, wanted, results))
+
+
+def plan_of(target: _load.Target, variant: Variant, default: Quantization) -> Plan:
+    """How ``variant`` quantizes ``target``: its quantization (or the comparison's), and the nodes
+    of the exported program its overrides reach (one line if one names nothing)."""
+    quantization = get_quantization(variant.quantization) if variant.quantization is not None else default
+    nodes = resolve_overrides(target, variant.overrides, variant.label)
+    return Plan.of(quantization, nodes)
+
+
+def failed(variant: Variant, quantization: Quantization, exc: InspectorError, spec: str | None = None) -> VariantResult:
+    """The record of a variant that could not run: its one-line error, no numbers."""
+    return VariantResult(variant, {"tfa": 0, "lowering": 0}, (), (), (), {}, quantization=quantization.name,
+                         spec=spec or quantization.spec, error=str(exc), log=getattr(exc, "details", "") or "")
+
+
+def decision_notes(target: _load.Target, wanted: list[Variant], results: list[VariantResult]) -> tuple[str, ...]:
+    """Where a variant's quantization changed a fold decision: a site it folds or not against the
+    same rule and markers under plain a8w8 (the decision ``analyze`` shows at tfa)."""
+    notes = []
+    for variant, result in zip(wanted, results):
+        if result.error is not None or (result.quantization == DEFAULT and not variant.overrides):
+            continue
+        if get_policy(variant.policy).pass_class is not None:
+            continue  # a rule's own pass class: the installed pass's prediction does not apply
+        try:
+            expected = set(predicted_decisions(target, Variant(variant.policy, variant.markers))[0][1])
+        except InspectorError:
+            return tuple(notes)
+        for s in result.sites:
+            folds = s.folded_at == "tfa"
+            if folds != (s.site_id in expected):
+                now = "folds" if folds else "does not fold"
+                was = "folds" if s.site_id in expected else "does not"
+                notes.append(f"{variant.label}: site {s.site_id} {now} (under a8w8 without overrides it {was}): "
+                             "the quantization changed what transform-for-annotation lets the pass fold")
+    return tuple(notes)
 
 
 def variants_of(variants, markers) -> list[Variant]:
@@ -117,16 +184,28 @@ def variants_of(variants, markers) -> list[Variant]:
         elif isinstance(v, Variant):
             variant = v
         elif isinstance(v, str):
-            variant = Variant(v, default_markers)
+            policy, quantization = split_variant(v)
+            variant = Variant(policy, default_markers, quantization)
         elif isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], str):
             variant = Variant(v[0], marker_tuple(v[1]))
         else:
             raise InspectorError(f"cannot read variant {quoted(v)}; give a policy name, a Variant, or (policy, markers)")
         name = check_policy(variant.policy)  # "rules.py:NAME" imports the file and becomes NAME
+        if variant.quantization is not None:
+            get_quantization(variant.quantization)  # an unknown name fails here, before anything runs
         out.append(variant if name == variant.policy else replace(variant, policy=name))
     if not out:
         raise InspectorError("no variants to compare; give at least one policy")
     return out
+
+
+def split_variant(text: str) -> tuple[str, str | None]:
+    """``"upstream@a16w8"`` -> ``("upstream", "a16w8")``; ``"upstream"`` -> ``("upstream", None)``.
+    Only the last ``@`` counts, and only when what follows it is a name (not part of a path)."""
+    policy, at, quantization = text.rpartition("@")
+    if not at or not policy or "/" in quantization or ":" in quantization:
+        return text, None
+    return policy.strip(), quantization.strip()
 
 
 def workers_of(workers: int | None) -> int:
@@ -147,18 +226,19 @@ def _fold_count(decisions) -> int:
     return sum(len(ids) for _, ids in decisions)
 
 
-def _run_parallel(target, wanted, to_run, results, base, calibrated, config, steps, reference, n_workers,
-                  progress) -> None:
-    """Run the variants in ``to_run`` side by side: one in this process (warm: nothing to import), the
-    others in worker processes. Variants known to lead to the same fold decisions run once."""
+def _run_parallel(target, wanted, plans, to_run, results, base, calibrated, steps, reference, n_workers,
+                  progress, isolate: bool) -> None:
+    """Run the variants in ``to_run`` on the process's warm worker pool (``_pool``), one in this process
+    meanwhile unless ``isolate`` (then every native part runs in a worker, and a crash there costs
+    that variant only). Variants known to lead to the same fold decisions run once."""
     groups: dict[Any, list[int]] = {}
-    predictable = can_predict(target, config)  # cheap only once the tfa graph exists
     for i in to_run:
-        key = predicted_decisions(target, wanted[i]) if predictable else ("variant", wanted[i])
+        predictable = can_predict(target, plans[i])  # cheap only once the tfa graph exists
+        key = (plans[i].identity, predicted_decisions(target, wanted[i])) if predictable else ("variant", i)
         groups.setdefault(key, []).append(i)
     # This process takes the variant that folds least (the most ops to lower: likely the longest),
     # a rule that never folds when one is asked for; the workers take the rest, in order.
-    local_key = min(groups, key=lambda key: (_fold_count(key) if predictable else
+    local_key = min(groups, key=lambda key: (_fold_count(key[1]) if key[0] != "variant" else
                                              (0 if not get_policy(wanted[groups[key][0]].policy).folds else 1)))
     groups = {local_key: groups[local_key], **{k: v for k, v in groups.items() if k != local_key}}
     firsts = [members[0] for members in groups.values()]
@@ -172,53 +252,128 @@ def _run_parallel(target, wanted, to_run, results, base, calibrated, config, ste
             progress(f"{wanted[i].label}: {phase}", (done + sum(fractions.values())) / len(wanted))
 
     def run_here(n: int):
-        return _flow.run_variant(target, wanted[firsts[n]], calibrated, config, steps, reference,
-                                 lambda phase, fraction: report(n, phase, fraction))
-
-    program = None
-    if len(firsts) > 1:  # only workers need the archive
+        i = firsts[n]
         try:
-            program = _parallel.program_bytes(target.exported)
-        except Exception:  # noqa: BLE001 - a program torch cannot save: run here, one after another
-            program = None
+            return _flow.run_variant(target, wanted[i], calibrated, plans[i], steps, reference,
+                                     lambda phase, fraction: report(n, phase, fraction))
+        except InspectorError as exc:
+            return failed(wanted[i], plans[i].quantization, exc, plans[i].spec), None
+
+    try:
+        program = _parallel.program_bytes(target.exported)
+    except Exception as exc:  # noqa: BLE001 - a program torch cannot save cannot travel to a worker
+        if isolate:
+            raise InspectorError(f"torch.export.save cannot write {target.name}'s program, so it cannot run in a "
+                                 f"worker process: {describe(exc)}; run it with isolate=False") from None
+        program = None
+    outcomes: list[Any] = [None] * len(firsts)
     if program is None:
         outcomes = [run_here(n) for n in range(len(firsts))]
     else:
-        tasks = [_parallel.Task(n, program, target.name, target.source, target.inputs, target.recurrent,
-                                target.key, wanted[i], calibrated, config, steps, reference, base)
-                 for n, i in enumerate(firsts) if n > 0]
-        here, rest = _parallel.run_tasks(_work_in_worker, tasks, min(n_workers - 1, len(tasks)), report,
-                                         local=lambda: run_here(0))
-        outcomes = [here, *rest]
-    for members, (result, decisions) in zip(groups.values(), outcomes):
+        model = {"program": program, "name": target.name, "source": target.source, "inputs": target.inputs,
+                 "recurrent": dict(target.recurrent), "key": target.key, "calibration": calibrated, "steps": steps,
+                 "reference": reference, "base_key": base}
+        rules = rule_origins(wanted[i].policy for i in firsts)
+        local = None if isolate else 0
+        remote = [n for n in range(len(firsts)) if n != local]
+        pool_size = max(1, min(n_workers - (local is not None), len(remote)))
+        with _pool.warm_pool(pool_size) as pool:
+            for n in remote:
+                pool.submit(("variant", n), "inspector._compare:variant_task",
+                            {"model": model, "variant": wanted[firsts[n]], "plan": plans[firsts[n]], "rules": rules},
+                            priority=n)
+            pool.start_pending()  # the workers compute while this process runs its own share
+            if local is not None:
+                outcomes[local] = _sharing_cores(lambda: run_here(local), pool_size + 1)
+            for event in pool.events():
+                kind, (_, n) = event[0], event[1]
+                if kind == "progress":
+                    report(n, event[2], event[3])
+                elif kind == "done":
+                    outcomes[n] = event[2]
+                elif kind == "error":  # the variant's own one line; a crash of ours is named after it too
+                    label = wanted[firsts[n]].label
+                    message = event[2] if label in event[2] else f"variant {label}: {event[2]}"
+                    outcomes[n] = ("error", message, event[3])
+                else:  # died: that variant alone is lost
+                    outcomes[n] = ("error", died_message(f"variant {wanted[firsts[n]].label}", event[2]), "")
+    for members, outcome in zip(groups.values(), outcomes):
+        first = members[0]
+        if outcome[0] == "error":  # the worker's one line (InspectorError does not travel)
+            _, message, details = outcome
+            error = failed(wanted[first], plans[first].quantization, InspectorError(message, details=details),
+                           plans[first].spec)
+            for i in members:
+                results[i] = replace(error, variant=wanted[i])
+            continue
+        result, decisions = outcome
+        if result.error is not None:
+            for i in members:
+                results[i] = replace(result, variant=wanted[i])
+            continue
         # decisions is None when a worker answered from its own cache: only the variant is a key then
-        RESULTS.put(base, wanted[members[0]], result, decisions)
-        results[members[0]] = result
+        RESULTS.put(base, wanted[first], plans[first], result, decisions)
+        results[first] = result
         for i in members[1:]:
             if decisions is not None:
-                RESULTS.put(base, wanted[i], result, decisions)
+                RESULTS.put(base, wanted[i], plans[i], result, decisions)
             results[i] = answered(result, wanted[i])
+
+
+def died_message(what: str, how: str) -> str:
+    """One line for work (a variant, an attribution) whose worker process died: which, how, what to try."""
+    hint = ("it ran out of memory or was killed: try fewer steps, a smaller input or workers=1"
+            if "SIGKILL" in how else
+            "native code crashed on this model: run this variant alone to check, and report it with "
+            "python -m inspector report if it crashes again")
+    return f"{what}: the worker process running it died ({how}); the other results are kept; {hint}"
+
+
+def _sharing_cores(fn, sharers: int):
+    """``fn()`` with this process's torch threads set to its share of the cores (results do not depend on it)."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(max(1, _parallel.available_workers() // sharers))
+    try:
+        return fn()
+    finally:
+        torch.set_num_threads(saved)
 
 
 # In a worker process: the target it rebuilt (its tasks share it and its memo).
 _WORKER_TARGETS = BoundedCache(1, "worker target")
 
 
-def _work_in_worker(task: _parallel.Task, report):
-    """One variant in a worker process (see ``_parallel``), run exactly as in this process."""
-    target = _WORKER_TARGETS.get(task.key)
+def worker_target(model: dict) -> _load.Target:
+    """The target a worker rebuilds from the parent's archive (through the safe loader), kept for its
+    next tasks on the same model."""
+    target = _WORKER_TARGETS.get(model["key"])
     if target is None:
-        # The archive was written by the parent a moment ago from a program it already loaded.
-        program = torch.export.load(io.BytesIO(task.program))
-        target = _load.Target(task.name, program, task.inputs, None, dict(task.recurrent), task.source, task.key)
-        _WORKER_TARGETS.put(task.key, target)
-    # A variant that leads to the same fold decisions as one this worker ran is the same computation
-    # (the first run captured the tfa graph that tells).
-    hit = RESULTS.get(target, task.base_key, task.variant, task.config)
+        from . import _pt2
+
+        program = _pt2.load_pt2_bytes(model["program"])
+        target = _load.Target(model["name"], program, model["inputs"], None, dict(model["recurrent"]),
+                              model["source"], model["key"])
+        _WORKER_TARGETS.put(model["key"], target)
+    return target
+
+
+def run_in_worker(model: dict, variant: Variant, plan: Plan, report) -> tuple[VariantResult, tuple | None, bool]:
+    """One variant in a worker process, exactly as in this one: ``(result, decisions, cached)``. A variant
+    that leads to the same fold decisions as one this worker ran is the same computation (the first
+    run captured the tfa graph that tells); its decisions are then None (not this run's to describe)."""
+    target = worker_target(model)
+    hit = RESULTS.get(target, model["base_key"], variant, plan)
     if hit is not None:
         report("cached", 1.0)
-        return "ok", hit, None
-    result, decisions = _flow.run_variant(target, task.variant, task.calibration, task.config, task.steps,
-                                          task.reference, report)
-    RESULTS.put(task.base_key, task.variant, result, decisions)
-    return "ok", result, decisions
+        return hit, None, True
+    result, decisions = _flow.run_variant(target, variant, model["calibration"], plan, model["steps"],
+                                          model["reference"], report)
+    RESULTS.put(model["base_key"], variant, plan, result, decisions)
+    return result, decisions, False
+
+
+def variant_task(payload: dict, report):
+    """The pool task of one of compare's variants (see ``_pool``)."""
+    ensure_rules(payload["rules"])  # a rule from a file is loaded here as the parent knows it
+    result, decisions, _ = run_in_worker(payload["model"], payload["variant"], payload["plan"], report)
+    return result, decisions

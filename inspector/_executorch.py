@@ -25,6 +25,8 @@ _INSTALL = f"pip install executorch=={SUPPORTED} (see pyproject.toml)"
 _FOLD_MODULE = "executorch.backends.arm._passes.fold_scalar_mul_into_conv_pass"
 _PASS_MANAGER = "executorch.backends.arm._passes.arm_pass_manager"
 FOLD_PASS = "FoldScalarMulIntoConvPass"
+_ARM_QUANTIZER = "executorch.backends.arm.quantizer.arm_quantizer"
+_ARM_QUANTIZER_UTILS = "executorch.backends.arm.quantizer.arm_quantizer_utils"
 
 # (module, name, attributes of that name) for everything read below. A policy overrides the
 # pass's private _match_mul_after_conv (to hide guarded muls) and _fold_scale_into_conv (to
@@ -38,6 +40,9 @@ REQUIRED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("executorch.backends.arm.tosa.compile_spec", "TosaCompileSpec", ()),
     ("executorch.backends.arm.quantizer", "TOSAQuantizer", ("set_global", "transform_for_annotation")),
     ("executorch.backends.arm.quantizer", "get_symmetric_quantization_config", ()),
+    (_ARM_QUANTIZER, "get_symmetric_a16w8_quantization_config", ()),
+    (_ARM_QUANTIZER, "get_symmetric_a8w4_quantization_config", ()),
+    (_ARM_QUANTIZER_UTILS, "NodeFinder", ("find_nodes",)),
     ("executorch.exir", "to_edge", ()),
     ("torch.fx._lazy_graph_module", "_LazyGraphModule", ("from_graphmodule",)),
 )
@@ -230,6 +235,16 @@ def tosa_compile_spec(spec: str = "TOSA-1.0+INT"):
 def symmetric_quantization_config(per_channel: bool = True):
     """The Arm backend's symmetric int8 quantization config."""
     return _get("executorch.backends.arm.quantizer", "get_symmetric_quantization_config")(is_per_channel=per_channel)
+
+
+def arm_quantization_config(factory: str, **kwargs):
+    """A config from one of the Arm quantizer's factories (``get_symmetric_a16w8_quantization_config``, ...)."""
+    return _get(_ARM_QUANTIZER, factory)(**kwargs)
+
+
+def node_finder_class() -> type:
+    """The Arm quantizer's ``NodeFinder`` base: its per-node configuration (``set_node_finder``) takes one."""
+    return _get(_ARM_QUANTIZER_UTILS, "NodeFinder")
 
 
 def tosa_int_quantizer(spec: str = "TOSA-1.0+INT", config=None):

@@ -1,8 +1,10 @@
 """The quantized flow one variant goes through, and what is measured on it.
 
-On a private copy of the target: ``TOSAQuantizer`` (symmetric int8, per-channel weights by
-default) -> calibrate -> convert (``quantize``) -> re-export -> lower for TOSA-1.0+INT -> the
-bit-accurate TOSA reference model (``run_variant``), under the variant's fold policy
+On a private copy of the target: ``TOSAQuantizer`` under the variant's quantization plan
+(``_quantization.Plan``: a8w8 by default, per-node overrides) -> calibrate -> convert
+(``quantize``) -> re-export -> lower for the plan's TOSA specification (TOSA-1.0+INT, or
++int16 for 16-bit activations) -> the bit-accurate TOSA reference model (``run_variant``),
+under the variant's fold policy
 (``_fold_swap``, installed by the caller of ``quantize`` and by ``run_variant``). Also here:
 
 - the calibration rule (``choose_calibration``): which batches the observers see, and for how
@@ -21,7 +23,6 @@ from __future__ import annotations
 
 import copy
 import math
-import re
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -33,6 +34,7 @@ from . import _executorch, _graph, _load, _quiet, _stages, _tosa
 from ._copies import private_copy
 from ._fold_swap import swapped_fold_pass
 from ._policies import FoldLog, policy_pass_class
+from ._quantization import Plan
 from ._results import Metrics, NotDelegated, QParams, SiteOutcome, Variant, VariantResult
 from .errors import InspectorError, UnknownMarker, crash_behind, describe
 
@@ -125,13 +127,6 @@ def _check_finite(batch, what: str) -> None:
             raise InspectorError(f"{what}: input {i} contains NaN or Inf; give finite inputs")
 
 
-def describe_config(config) -> str:
-    """The quantization config in words (the default's name, or its repr without addresses)."""
-    if config is None:
-        return "symmetric int8, per-channel weights (get_symmetric_quantization_config())"
-    return re.sub(r" at 0x[0-9a-f]+", "", repr(config))
-
-
 # ---------------------------------------------------------------- steps and state
 
 
@@ -197,9 +192,10 @@ def reset_state(module: torch.nn.Module, initial: dict[str, torch.Tensor]) -> No
 # ---------------------------------------------------------------- quantize
 
 
-def quantize(target: _load.Target, variant: Variant, calibrated: Calibration, config, *,
+def quantize(target: _load.Target, variant: Variant, calibrated: Calibration, plan: Plan, *,
              keep_float: bool = False, mark=None):
-    """Prepare, calibrate and convert a private copy of the target (inside the caller's fold swap).
+    """Prepare, calibrate and convert a private copy of the target under ``plan`` (inside the
+    caller's fold swap).
 
     Returns ``(prepared, converted)``: with ``keep_float`` a copy of the calibrated prepared
     model (float, observers passing values through), else None; and the converted pt2e model
@@ -207,15 +203,16 @@ def quantize(target: _load.Target, variant: Variant, calibrated: Calibration, co
     """
     mark = mark or (lambda phase, index: None)
     with _quiet.quiet_loggers(*_executorch.ARM_PASS_LOGGERS):
-        return _quantize(target, variant, calibrated, config, keep_float, mark)
+        return _quantize(target, variant, calibrated, plan, keep_float, mark)
 
 
-def _quantize(target, variant, calibrated, config, keep_float, mark):
-    quantizer = _executorch.tosa_int_quantizer(config=config)
+def _quantize(target, variant, calibrated, plan: Plan, keep_float, mark):
+    quantizer = _phase("quantizer", variant, plan.quantizer)
     # The target's own export (a private copy): the program the user gave, exported once.
-    exported = copy.deepcopy(target.exported)
+    module = copy.deepcopy(target.exported).module(check_guards=False)
+    plan.tag(module)  # the nodes an override keeps out of the variant's quantization
     mark("export", 0)
-    prepared = _phase("prepare", variant, lambda: _tosa.prepare_pt2e(exported.module(check_guards=False), quantizer))
+    prepared = _phase("prepare", variant, lambda: _tosa.prepare_pt2e(module, quantizer))
     mark("prepare", 1)
     _phase("calibrate", variant, lambda: _calibrate(prepared, calibrated, target))
     mark("calibrate", 2)
@@ -258,7 +255,7 @@ def _calibrate(prepared, calibration: Calibration, target: _load.Target) -> None
 # ---------------------------------------------------------------- one variant
 
 
-def run_variant(target: _load.Target, variant: Variant, calibrated: Calibration, config, steps: int, reference,
+def run_variant(target: _load.Target, variant: Variant, calibrated: Calibration, plan: Plan, steps: int, reference,
                 report) -> tuple[VariantResult, tuple]:
     """The whole flow for one variant, measured against ``reference`` (the float outputs per step).
 
@@ -277,7 +274,7 @@ def run_variant(target: _load.Target, variant: Variant, calibrated: Calibration,
         report(phase, (index + 1) / len(PHASES))
 
     # The run captures the tfa graph for later predictions (the default quantizer's graph only).
-    log.snapshots = config is None and ("stage", "tfa") not in target.memo
+    log.snapshots = plan.plain and ("stage", "tfa") not in target.memo
     initial = target.initial_buffers()
     # Everything the stack prints on the way (the reference model's C++ warnings on fd 1
     # among it) goes into the variant's log, shown under --debug, never into stdout.
@@ -285,14 +282,14 @@ def run_variant(target: _load.Target, variant: Variant, calibrated: Calibration,
     with _quiet.captured_fds() as captured:
         try:
             with swapped_fold_pass(policy_pass_class(variant.policy, variant.markers, log)):
-                _, converted = quantize(target, variant, calibrated, config, mark=mark)
+                _, converted = quantize(target, variant, calibrated, plan, mark=mark)
                 qparams = _site_qparams(converted, log)
                 mark("convert", 3)
                 reexported = _phase("re-export", variant,
                                     lambda: torch.export.export(converted, copy.deepcopy(target.inputs)))
                 mark("re-export", 4)
                 with _tosa.partition_rejections() as rejected:
-                    lowered = _phase("lower", variant, lambda: _tosa.lower(reexported))
+                    lowered = _phase("lower", variant, lambda: _tosa.lower(reexported, plan.spec))
                 mark("lower", 5)
             program = lowered.exported_program()
             module = program.module()
@@ -318,13 +315,14 @@ def run_variant(target: _load.Target, variant: Variant, calibrated: Calibration,
     )
     folds, sites = _site_outcomes(log, qparams)
     mark("metrics", 7)
-    if log.snapshots and config is None:
+    if log.snapshots:
         graph = _stages.tfa_graph_of(log)
         if graph is not None:
             target.memo.put(("stage", "tfa"), _stages.StageGraph("tfa", graph, None))
     decisions = tuple((stage, tuple(sorted(s.site_id for s in sites if s.folded_at == stage)))
                       for stage in ("tfa", "lowering"))
     result = VariantResult(variant, folds, sites, measured, _not_delegated(program, rejected), timings,
+                           quantization=plan.quantization.name, spec=plan.spec,
                            outputs=tuple(tuple(step) for step in quantized), log=captured.text)
     return result, decisions
 

@@ -515,3 +515,38 @@ def reaches_output(graph: torch.fx.Graph) -> set[Node]:
             reach.add(n)
     reach.discard(out)
     return reach
+
+
+# Ops that compute no value of the model's own (attribution's aligned ids leave them out).
+ALIGNED_SKIP_OPS = ("getitem", "_guards_fn", "_assert", "sym_size", "alias")
+
+
+def aligned_ids(program) -> tuple[dict[str, str], dict[str, tuple[str, str, int]]]:
+    """Aligned ids of the exported program's nodes: ``<module or root>:<op>`` (``#k`` when repeated),
+    and (module, op, order) per node name."""
+    from torch.export.graph_signature import InputKind
+
+    kinds = {s.arg.name: s.kind for s in program.graph_signature.input_specs if getattr(s.arg, "name", None)}
+    buffers = {s.arg.name: s.target for s in program.graph_signature.input_specs if s.kind == InputKind.BUFFER}
+    base: dict[str, str] = {}
+    meta: dict[str, tuple[str, str, int]] = {}
+    for order, n in enumerate(program.graph.nodes):
+        if n.op == "placeholder":
+            if kinds.get(n.name) == InputKind.USER_INPUT:
+                module, op = "", "input"
+            elif n.name in buffers:
+                module, op = "", "state"
+            else:
+                continue  # weights and constants are not values the model computes
+            text = f"{op}:{buffers.get(n.name, n.name)}"
+        elif n.op == "call_function":
+            module = module_path(n)
+            op = op_name(n).removeprefix("aten.").split(".")[0] or getattr(n.target, "__name__", "op")
+            if op in ALIGNED_SKIP_OPS:
+                continue
+            text = f"{module or 'root'}:{op}"
+        else:
+            continue
+        base[n.name] = text
+        meta[n.name] = (module, op, order)
+    return dict(zip(base, unique_ids(base.values()))), meta

@@ -15,15 +15,15 @@ def plot_comparison(comparison, kind: str = "drift", output: int = 0):
     fig = Figure(figsize=(7, 3.5), layout="constrained")
     ax = fig.add_subplot()
     if kind == "drift":
-        for r in comparison.results:
+        for r in comparison.measured:
             values = [_finite(v) for v in r.drift(output)]
             ax.plot(range(1, len(values) + 1), values, marker="o", markersize=3, label=r.variant.label)
         ax.set_xlabel("step")
         ax.set_ylabel(f"SQNR of output {output} (dB)")
         ax.set_title(f"{comparison.target}: drift over {comparison.steps} step(s)")
     else:
-        width = 0.8 / max(1, len(comparison.results))
-        for i, r in enumerate(comparison.results):
+        width = 0.8 / max(1, len(comparison.measured))
+        for i, r in enumerate(comparison.measured):
             m = r.at_step(comparison.steps - 1, output)
             xs = [c + i * width for c in range(len(m.sqnr_per_channel_db))]
             ax.bar(xs, [_finite(v) for v in m.sqnr_per_channel_db], width=width, label=r.variant.label)
@@ -76,4 +76,23 @@ def plot_attribution(attribution, kind: str = "graph", node: str | None = None):
         ax.set_title(f"{attribution.target}: {node} over {attribution.steps} step(s)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
+    return fig
+
+
+def plot_bits(bits):
+    """dB each change recovers over the baseline (horizontal bars, the best at the top)."""
+    from matplotlib.figure import Figure
+
+    measured = [c for c in bits.changes if c.recovered_db is not None]
+    fig = Figure(figsize=(7, max(2.0, 0.4 * len(measured) + 1.2)), layout="constrained")
+    ax = fig.add_subplot()
+    labels = [f"{c.change}: {c.node}" if c.node else c.change for c in measured]
+    values = [_finite(c.recovered_db) for c in measured]
+    ax.barh(range(len(values)), values, color=["tab:green" if v >= 0 else "tab:red" for v in values])
+    ax.set_yticks(range(len(values)), labels, fontsize="small")
+    ax.invert_yaxis()
+    ax.axvline(0, color="black", linewidth=0.8)
+    ax.set_xlabel(f"dB recovered over {bits.baseline} ({bits.baseline_sqnr_db:.1f} dB), worst output, last step")
+    ax.set_title(f"{bits.target}: is it the fold or the bits? ({bits.steps} step(s))")
+    ax.grid(alpha=0.3, axis="x")
     return fig

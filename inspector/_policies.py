@@ -512,3 +512,35 @@ def folded_site_ids(stage_graph, policy: "str | Policy", markers: tuple[str, ...
     if unknown:
         raise unknown_marker(unknown[0], stage_graph.stage, _graph.site_ids(_graph.candidates(gm.graph)))
     return tuple(run_pass(gm, program, policy, markers, stage_graph.stage).folded_ids)
+
+
+# ---------------------------------------------------------------- rules in worker processes
+
+
+def rule_identity(name: str) -> str:
+    """A rule's identity in a few characters (a user's rule: by its source)."""
+    from ._hashing import digest
+
+    return digest(get_policy(name).identity)[:20]
+
+
+def ensure_rules(rules) -> None:
+    """Make a parent's rules (``rule_origins``) known in this worker as the parent knows them: a rule from a file is (re)loaded
+    from that file when this process does not know it, or knows an older version of it."""
+    for name, origin, identity in rules:
+        try:
+            if rule_identity(name) == identity:
+                continue
+        except InspectorError:
+            pass
+        if not origin:
+            raise InspectorError(f"rule {name!r} is not known in this worker process; define it in a file and "
+                                 "name it path/to/rules.py:NAME")
+        load_rule(origin)
+        if rule_identity(name) != identity:
+            raise InspectorError(f"rule {name!r} in {origin} changed while the sweep ran; run it again")
+
+
+def rule_origins(names) -> list[tuple[str, str, str]]:
+    """What a worker needs to know each rule as this process does: name, file (if any), identity."""
+    return [(name, get_policy(name).origin, rule_identity(name)) for name in dict.fromkeys(names)]

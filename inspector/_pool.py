@@ -84,6 +84,7 @@ def _worker_main(conn, threads: int) -> None:
         os.dup2(2, 1)
     torch.set_num_threads(threads)
     _quiet.install_warning_filters()
+    _limit_memory(os.environ.get(MEMORY_LIMIT_ENV))
     while True:
         try:
             message = conn.recv()
@@ -103,6 +104,22 @@ def _worker_main(conn, threads: int) -> None:
             conn.send(run_one(key, function, payload, report))
         except (BrokenPipeError, EOFError, OSError):
             return  # the parent stopped the sweep (Ctrl-C) while this task ran: nobody wants the answer
+
+
+# A worker's address space may be capped (bytes beyond what it holds once torch is imported): a run that
+# needs more fails in that worker, as an out-of-memory would, and never takes the machine.
+MEMORY_LIMIT_ENV = "FOLD_INSPECTOR_WORKER_MEMORY"
+
+
+def _limit_memory(extra: str | None) -> None:
+    if not extra:
+        return
+    import resource
+
+    with open("/proc/self/statm") as f:
+        size = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    limit = size + int(extra)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
 def run_one(key, function: str, payload, report) -> Event:
@@ -199,6 +216,11 @@ class LocalPool:
         child.close()
         self.started += 1
         self._idle.append((process, parent))
+
+    def start_pending(self) -> None:
+        """Send the submitted tasks to workers now (``events`` does it too), so they compute while the
+        caller does its own share."""
+        self._dispatch()
 
     def _dispatch(self) -> None:
         import heapq

@@ -151,13 +151,16 @@ def comparison_rows(comparison) -> list[dict[str, str]]:
     """One dict of display strings per (variant, output) at the last step."""
     rows = []
     last = comparison.steps - 1
-    for r in comparison.results:
+    # The quantization column shows once variants differ in it (else the heading says it).
+    mixed = len({(r.quantization, r.variant.overrides) for r in comparison.results}) > 1
+    for r in comparison.measured:
         outputs = sorted({m.output for m in r.metrics})
         for o in outputs:
             m = r.at_step(last, o)
             first = r.at_step(0, o)
             rows.append({
                 "variant": r.variant.label + (" (cached)" if r.cached else ""),
+                **({"quantization": r.quantization + (" + overrides" if r.variant.overrides else "")} if mixed else {}),
                 "folds tfa/lower": f"{r.folds['tfa']}/{r.folds['lowering']}",
                 "output": str(o),
                 "SQNR dB": f"{m.sqnr_db:.2f}",
@@ -175,13 +178,16 @@ def comparison_text(comparison) -> str:
             f"{' (metrics at the last step)' if comparison.steps > 1 else ''}")
     rows = comparison_rows(comparison)
     if not rows:
-        return head
+        return "\n".join([head, *(f"{r.variant.label}: not run: {r.error}" for r in comparison.errors)])
     cols = list(rows[0])
     widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in cols}
     lines = [head, "  ".join(c.ljust(widths[c]) for c in cols).rstrip(),
              "  ".join("-" * widths[c] for c in cols)]
     lines += ["  ".join(r[c].ljust(widths[c]) for c in cols).rstrip() for r in rows]
+    lines += [f"{r.variant.label}: not run: {r.error}" for r in comparison.errors]
+    lines += [f"note: {n}" for n in comparison.notes]
     lines.append(f"calibration: {comparison.calibration}")
+    lines.append(f"quantization: {comparison.quantization}")
     return "\n".join(lines)
 
 
@@ -189,13 +195,44 @@ def comparison_html(comparison) -> str:
     rows = comparison_rows(comparison)
     head = (f"<b>{_esc(comparison.target)}</b>: TOSA INT reference vs float, {comparison.steps} step(s)"
             f"<br><small>calibration: {_esc(comparison.calibration)}; quantization: {_esc(comparison.quantization)}</small>")
+    tail = "".join(f"<div class='fi-error'>{_esc(r.variant.label)}: not run: {_esc(r.error)}</div>"
+                   for r in comparison.errors)
+    tail += "".join(f"<div class='fi-note'>note: {_esc(n)}</div>" for n in comparison.notes)
     if not rows:
-        return f"<div class='fi-comparison'>{head}</div>"
+        return f"<div class='fi-comparison'>{head}{tail}</div>"
     cols = list(rows[0])
     body = "".join("<tr>" + "".join(f"<td>{_esc(r[c])}</td>" for c in cols) + "</tr>" for r in rows)
     header = "".join(f"<th>{_esc(c)}</th>" for c in cols)
     return (f"<div class='fi-comparison'>{_STYLE}{head}<table class='fi-table'><thead><tr>{header}</tr></thead>"
-            f"<tbody>{body}</tbody></table></div>")
+            f"<tbody>{body}</tbody></table>{tail}</div>")
+
+
+# ---------------------------------------------------------------- is it the fold or the bits?
+
+
+def bits_text(bits) -> str:
+    rows = bits.rows()
+    lines = [bits.answer()]
+    if rows:
+        cols = list(rows[0])
+        widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in cols}
+        lines += ["  ".join(c.ljust(widths[c]) for c in cols).rstrip(), "  ".join("-" * widths[c] for c in cols)]
+        lines += ["  ".join(r[c].ljust(widths[c]) for c in cols).rstrip() for r in rows]
+    lines += [f"note: {n}" for n in bits.notes]
+    return "\n".join(lines)
+
+
+def bits_html(bits) -> str:
+    rows = bits.rows()
+    head = f"<b>{_esc(bits.answer())}</b>"
+    notes = "".join(f"<div class='fi-note'>note: {_esc(n)}</div>" for n in bits.notes)
+    if not rows:
+        return f"<div class='fi-bits'>{head}{notes}</div>"
+    cols = list(rows[0])
+    body = "".join("<tr>" + "".join(f"<td>{_esc(r[c])}</td>" for c in cols) + "</tr>" for r in rows)
+    header = "".join(f"<th>{_esc(c)}</th>" for c in cols)
+    return (f"<div class='fi-bits'>{_STYLE}{head}<table class='fi-table'><thead><tr>{header}</tr></thead>"
+            f"<tbody>{body}</tbody></table>{notes}</div>")
 
 
 # ---------------------------------------------------------------- attribution

@@ -18,14 +18,38 @@ from .errors import InspectorError, listing, quoted
 
 @dataclass(frozen=True)
 class Variant:
-    """One configuration to quantize and run: a fold policy plus carried-state markers."""
+    """One configuration to quantize and run: a fold rule, carried-state markers, a quantization
+    and per-node overrides.
+
+    ``quantization`` names one (``inspector.QUANTIZATIONS``: a8w8, a8w8-per-tensor, a16w8, a8w4, or
+    one registered with ``register_quantization``); None runs the comparison's own (a8w8 unless
+    ``compare(quantization=...)`` says otherwise). ``overrides`` maps a node name, module path or
+    site id to ``"float"`` (left unquantized: it runs outside the delegate) or a quantization name.
+    """
 
     policy: str  # a registered rule's name (inspector.POLICIES): off, upstream, state-aware, ...
     markers: tuple[str, ...] = ()  # site ids or node names marked carried_quant_state
+    quantization: str | None = None  # a quantization's name; None: the comparison's
+    overrides: tuple[tuple[str, str], ...] = ()  # sorted (key, "float" or quantization name)
+
+    def __post_init__(self) -> None:
+        if self.overrides:  # a dict or pairs, in one sorted, checked form (the label and keys use it)
+            from ._quantization import override_pairs
+
+            object.__setattr__(self, "overrides", override_pairs(self.overrides))
 
     @property
     def label(self) -> str:
-        return self.policy + (f"+marked({','.join(self.markers)})" if self.markers else "")
+        label = self.policy + (f"+marked({','.join(self.markers)})" if self.markers else "")
+        if self.quantization is not None:
+            label += f"@{self.quantization}"
+        if self.overrides:
+            label += "+keep(" + ",".join(f"{k}={v}" for k, v in self.overrides) + ")"
+        return label
+
+    def to_dict(self) -> dict:
+        return {"policy": self.policy, "markers": list(self.markers), "quantization": self.quantization,
+                "overrides": dict(self.overrides), "label": self.label}
 
 
 @dataclass(frozen=True)
@@ -85,6 +109,9 @@ class VariantResult:
     not_delegated: tuple[NotDelegated, ...]  # nodes outside the delegate
     timings: dict  # seconds per phase of the flow (export, prepare, ..., reference)
     cached: bool = False  # answered from the cache
+    quantization: str = "a8w8"  # the quantization it ran under (the variant's, or the comparison's)
+    spec: str = "TOSA-1.0+INT"  # the TOSA specification it was lowered for
+    error: str | None = None  # why this variant has no numbers (the others' results stand)
     outputs: tuple = field(default=(), repr=False, compare=False)  # quantized outputs per step (flat tuples)
     log: str = field(default="", repr=False, compare=False)  # what the stack printed during the run (--debug)
 
@@ -95,9 +122,16 @@ class VariantResult:
         """``metric`` of ``output`` per step (the drift curve)."""
         return [getattr(m, metric) for m in self.metrics if m.output == output]
 
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
     def to_dict(self) -> dict:
         return {
-            "variant": {"policy": self.variant.policy, "markers": list(self.variant.markers), "label": self.variant.label},
+            "variant": self.variant.to_dict(),
+            "quantization": self.quantization,
+            "tosa_spec": self.spec,
+            "error": self.error,
             "folds": dict(self.folds),
             "sites": [
                 {"id": s.site_id, "folded_at": s.folded_at,
@@ -124,6 +158,17 @@ class Comparison:
     reference: tuple = field(default=(), repr=False, compare=False)  # float outputs per step (flat tuples)
     # What produced it, kept to look inside later (attribution); absent in a comparison read from JSON.
     run: "Run | None" = field(default=None, repr=False, compare=False)
+    notes: tuple[str, ...] = ()  # what the reader must know: a fold decision a quantization changed
+
+    @property
+    def errors(self) -> tuple[VariantResult, ...]:
+        """The variants that have no numbers, each with its one-line error."""
+        return tuple(r for r in self.results if r.error is not None)
+
+    @property
+    def measured(self) -> tuple[VariantResult, ...]:
+        """The variants that ran (the ones with numbers)."""
+        return tuple(r for r in self.results if r.error is None)
 
     def result(self, policy_or_label: str) -> VariantResult:
         for r in self.results:
@@ -147,6 +192,7 @@ class Comparison:
             "quantization": self.quantization,
             "variants": [r.to_dict() for r in self.results],
             "rules": _rules_of(self.results),
+            "notes": list(self.notes),
         }
 
     def _repr_mimebundle_(self, include=None, exclude=None):
@@ -162,12 +208,13 @@ class Comparison:
         """Rebuild a comparison from ``to_dict()`` (raw output tensors are not kept in JSON)."""
         try:
             result = cls(_str(data["target"]), _int(data["steps"]), _str(data["calibration"]),
-                         _str(data["quantization"]), tuple(_variant_result_from_dict(v) for v in data["variants"]))
+                         _str(data["quantization"]), tuple(_variant_result_from_dict(v) for v in data["variants"]),
+                         notes=tuple(_str(n) for n in data.get("notes", ())))
         except KeyError as exc:
             raise InspectorError(f"not a saved comparison: missing field {exc}") from None
         except (TypeError, ValueError, AttributeError) as exc:
             raise InspectorError(f"not a saved comparison: {type(exc).__name__}: {exc}") from None
-        for r in result.results:  # every (step, output) the tables and plots read must be there
+        for r in result.measured:  # every (step, output) the tables and plots read must be there
             have = {(m.step, m.output) for m in r.metrics}
             outputs = sorted({o for _, o in have})
             missing = next(((s, o) for s in range(result.steps) for o in outputs if (s, o) not in have), None)
@@ -228,8 +275,13 @@ def _str(v, optional: bool = False) -> str | None:
 def _variant_result_from_dict(d: dict) -> VariantResult:
     qp = lambda q: QParams(_float(q["scale"]), _int(q["zero_point"])) if q is not None else None  # noqa: E731
     folds = {k: _int(d["folds"][k]) for k in ("tfa", "lowering")}
+    v = d["variant"]
+    overrides = v.get("overrides") or {}
+    if not isinstance(overrides, dict):
+        raise TypeError(f"expected overrides as an object, got {type(overrides).__name__}")
     return VariantResult(
-        variant=Variant(_str(d["variant"]["policy"]), tuple(_str(m) for m in d["variant"]["markers"])),
+        variant=Variant(_str(v["policy"]), tuple(_str(m) for m in v["markers"]), _str(v.get("quantization"), True),
+                        tuple(sorted((_str(k), _str(x)) for k, x in overrides.items()))),
         folds=folds,
         sites=tuple(SiteOutcome(_str(s["id"]), _str(s["folded_at"], True), qp(s["conv_output"]), qp(s["mul_output"]))
                     for s in d["sites"]),
@@ -243,13 +295,16 @@ def _variant_result_from_dict(d: dict) -> VariantResult:
                             for n in d["not_delegated"]),
         timings={_str(k): _float(v) for k, v in dict(d["timings"]).items()},
         cached=bool(d.get("cached", False)),
+        quantization=_str(d.get("quantization", "a8w8")),
+        spec=_str(d.get("tosa_spec", "TOSA-1.0+INT")),
+        error=_str(d.get("error"), True),
     )
 
 
 @dataclass(frozen=True)
 class Run:
-    """What a comparison was computed from: the model, its calibration and quantization config."""
+    """What a comparison was computed from: the model, its calibration and each variant's quantization."""
 
     target: Any  # the _load.Target compared
     calibration: Any  # its _flow.Calibration
-    config: Any  # the quantization config (None: the default)
+    plans: tuple = ()  # per result, the _quantization.Plan it ran under

@@ -38,6 +38,7 @@ from . import _pool
 from ._hashing import digest
 from ._limits import check_steps
 from ._policies import check_policy, get_policy
+from ._quantization import get_quantization
 from ._results import Variant, json_float
 from .errors import InspectorError, first_line, listing, quoted
 
@@ -685,13 +686,17 @@ class _Store:
 
 
 def _rule_key(policy: str) -> str:
-    from ._sweep_work import rule_identity
+    from ._policies import rule_identity
 
     return rule_identity(policy)
 
 
 def _variant_key(variant: Variant, steps: int) -> str:
-    return digest(get_policy(variant.policy).identity, variant.markers, steps, "default quantization")[:24]
+    quantization = variant.quantization or "a8w8"
+    if quantization == "a8w8" and not variant.overrides:  # the key files written before quantizations had
+        return digest(get_policy(variant.policy).identity, variant.markers, steps, "default quantization")[:24]
+    identity = get_quantization(quantization).identity
+    return digest(get_policy(variant.policy).identity, variant.markers, steps, identity, variant.overrides)[:24]
 
 
 # ---------------------------------------------------------------- the sweep
@@ -793,9 +798,9 @@ def _stage_list(stages) -> list[str]:
 
 def _origins(names) -> list[tuple[str, str, str]]:
     """What a worker needs to know each rule as this process does: name, file (if any), identity."""
-    from ._sweep_work import rule_identity
+    from ._policies import rule_origins
 
-    return [(name, get_policy(name).origin, rule_identity(name)) for name in dict.fromkeys(names)]
+    return rule_origins(names)
 
 
 @dataclass
@@ -897,7 +902,8 @@ class _State:
                                 "input_shapes": [list(s) for s in spec.input_shapes] if spec.input_shapes else None},
                        "rules": origins, "need": rows,
                        "compare": ({"steps": self._steps_of(spec),
-                                    "variants": {v.label: (v.policy, list(v.markers)) for v in variants}}
+                                    "variants": {v.label: (v.policy, list(v.markers), v.quantization,
+                                                           [list(p) for p in v.overrides]) for v in variants}}
                                    if variants else None)}
             # Models first, in the order given (each is short), so that every variant is known early ...
             pool.submit(("model", spec.label), "inspector._sweep_work:prepare_model", payload, priority=0)
@@ -998,7 +1004,8 @@ class _State:
 
     def _put_variant(self, spec: ModelSpec, v: Variant, data: dict, write: bool) -> None:
         row = {"target": spec.label, "stage": "tfa", "variant": v.label, "policy": v.policy,
-               "markers": list(v.markers), "steps": self._steps_of(spec), "sqnr_db_last": None,
+               "markers": list(v.markers), "quantization": v.quantization or "a8w8",
+               "overrides": dict(v.overrides), "steps": self._steps_of(spec), "sqnr_db_last": None,
                "sqnr_db_worst": None, **data}
         self.results[(spec.label, v.label)] = row
         fingerprint = self.models.get(spec.label, {}).get("fingerprint")

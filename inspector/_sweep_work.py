@@ -13,36 +13,13 @@ from __future__ import annotations
 import time
 
 from . import _flow, _load, _parallel, _stages
-from ._cache import BoundedCache
 from ._decide import decider_of
-from ._policies import check_policy, get_policy, load_rule
+from ._policies import check_policy, ensure_rules, get_policy
 from ._results import Variant
-from ._variant_cache import RESULTS, base_key, can_predict, predicted_decisions
+from ._compare import plan_of
+from ._quantization import quantization_of
+from ._variant_cache import base_key, can_predict, predicted_decisions
 from .errors import InspectorError, describe
-
-
-def rule_identity(name: str) -> str:
-    """A rule's identity in a few characters (a user's rule: by its source)."""
-    from ._hashing import digest
-
-    return digest(get_policy(name).identity)[:20]
-
-
-def ensure_rules(rules) -> None:
-    """Make the sweep's rules known here as the parent knows them: a rule from a file is (re)loaded
-    from that file when this process does not know it, or knows an older version of it."""
-    for name, origin, identity in rules:
-        try:
-            if rule_identity(name) == identity:
-                continue
-        except InspectorError:
-            pass
-        if not origin:
-            raise InspectorError(f"rule {name!r} is not known in this worker process; define it in a file and "
-                                 "name it path/to/rules.py:NAME")
-        load_rule(origin)
-        if rule_identity(name) != identity:
-            raise InspectorError(f"rule {name!r} in {origin} changed while the sweep ran; run it again")
 
 
 def row_of(label: str, stage: str, policy: str, analysis, seconds: float) -> dict:
@@ -110,7 +87,7 @@ def _for_variants(target, asked: dict, timings: dict) -> dict:
     _flow.check_recurrent(target)
     calibrated = _flow.choose_calibration(target, None, steps)
     reference = _flow.float_reference(target, steps)
-    base = base_key(target, calibrated, _flow.describe_config(None), steps)
+    base = base_key(target, calibrated, steps)
     timings["float reference"] = time.perf_counter() - t0
     # The fold decisions each variant leads to, from the real pass on the tfa graph the quantizer
     # sees (a rule with its own pass class may fold otherwise: it is its own group).
@@ -118,10 +95,11 @@ def _for_variants(target, asked: dict, timings: dict) -> dict:
     decisions = {}
     try:
         _stages.stage_graph_of(target, "tfa")
-        if can_predict(target, None):
-            for label, (policy, markers) in asked["variants"].items():
-                if get_policy(policy).pass_class is None:
-                    decisions[label] = predicted_decisions(target, Variant(policy, tuple(markers)))
+        for label, (policy, markers, quantization, overrides) in asked["variants"].items():
+            plan = plan_of(target, Variant(policy, tuple(markers), quantization, tuple(map(tuple, overrides))),
+                           quantization_of(None))
+            if can_predict(target, plan) and get_policy(policy).pass_class is None:
+                decisions[label] = predicted_decisions(target, Variant(policy, tuple(markers)))
     except InspectorError:
         decisions = {}  # no prediction: every variant runs
     timings["predict"] = time.perf_counter() - t1
@@ -136,31 +114,17 @@ def _for_variants(target, asked: dict, timings: dict) -> dict:
             "nodes": len(target.exported.graph.nodes)}
 
 
-# A worker's last target: its variants reuse the loaded program and what was derived from it.
-_TARGETS = BoundedCache(1, "sweep worker target")
-
-
 def run_variant(payload: dict, report) -> dict:
-    """One variant of one model on the TOSA INT reference model, from the prepared program."""
+    """One variant of one model on the TOSA INT reference model, from the prepared program (the same
+    worker entry as compare's: ``_compare.run_in_worker``)."""
+    from ._compare import run_in_worker, worker_target
+
     ensure_rules(payload["rules"])
-    model = payload["model"]
     variant = payload["variant"]
     check_policy(variant.policy)
-    target = _TARGETS.get(model["key"])
-    if target is None:
-        from . import _pt2
-
-        program = _pt2.load_pt2_bytes(model["program"])
-        target = _load.Target(model["name"], program, model["inputs"], None, dict(model["recurrent"]),
-                              model["source"], model["key"])
-        _TARGETS.put(model["key"], target)
-    hit = RESULTS.get(target, model["base_key"], variant, None)
-    cached = hit is not None  # this warm worker ran the same computation in an earlier sweep
-    if hit is None:
-        hit, decisions = _flow.run_variant(target, variant, model["calibration"], None, model["steps"],
-                                           model["reference"], report)
-        RESULTS.put(model["base_key"], variant, hit, decisions)
-    return {**summary_of(hit), "cached": cached, **({"timings": {}} if cached else {})}
+    plan = plan_of(worker_target(payload["model"]), variant, quantization_of(None))
+    result, _, cached = run_in_worker(payload["model"], variant, plan, report)
+    return {**summary_of(result), "cached": cached, **({"timings": {}} if cached else {})}
 
 
 def summary_of(result) -> dict:
@@ -185,4 +149,5 @@ def summary_of(result) -> dict:
         "last_step": last, "outputs": per_output, "folds": data["folds"],
         "folded": sorted(s.site_id for s in result.sites if s.folded_at),
         "not_delegated": len(result.not_delegated), "timings": data["timings"],
+        "quantization": result.quantization, "tosa_spec": result.spec,
     }

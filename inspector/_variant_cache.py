@@ -4,21 +4,24 @@ One ``VariantCache`` (``RESULTS``) is read and written by every caller: ``compar
 process and each worker process (its own copy). Its keys are built here only:
 
 - the *base key*: everything but the variant (the target's fingerprint, its inputs, the
-  calibration batches and how they run, the quantization config in words, the steps);
-- a variant's result under ``(base key, "variant", rule identity, markers)`` (a user's rule is
-  identified by its source), and under ``(base key, "decisions", fold decisions)``: the
+  calibration batches and how they run, the steps);
+- a variant's result under ``(base key, "variant", rule identity, markers, plan identity)`` (a
+  user's rule is identified by its source; the plan is the quantization and the nodes its
+  overrides reach), and under ``(base key, "decisions", plan identity, fold decisions)``: the
   decisions the run really made, so that another variant leading to the same decisions (a
   marker toggle that changes none) is answered without running; not for a rule's own pass
   class, which may fold differently from the installed pass;
 - the float reference under ``("reference", base key)``.
 
 Decisions are predicted with the real pass on the tfa graph that a first run on the model
-captured from its own quantization pipeline; on a model nothing has run on yet, or with a
-custom quantization config (which can change which nodes the quantizer lets fold), only the
-variant itself is a key. Storage is a ``_cache.BoundedCache``: the least recently used go first.
+captured from its own quantization pipeline (the default a8w8 quantizer, no overrides); on a
+model nothing has run on yet, or under another quantization (which can change which nodes the
+quantizer lets fold: a node kept in float is never folded), only the variant itself is a key. Storage is a ``_cache.BoundedCache``: the least recently used go first.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from . import _load, _stages
 from ._cache import BoundedCache
@@ -32,10 +35,10 @@ def model_fingerprint(target: _load.Target) -> str:
     return target.key
 
 
-def base_key(target: _load.Target, calibrated, quant_text: str, steps: int) -> tuple:
+def base_key(target: _load.Target, calibrated, steps: int) -> tuple:
     """Everything a comparison's results depend on but the variant (``calibrated``: a ``_flow.Calibration``)."""
     return (model_fingerprint(target), _digest(target.inputs), _digest(list(calibrated.batches)),
-            calibrated.sequence_steps, calibrated.reset, quant_text, steps)
+            calibrated.sequence_steps, calibrated.reset, steps)
 
 
 def predicted_decisions(target: _load.Target, variant: Variant) -> tuple:
@@ -51,15 +54,15 @@ def predicted_decisions(target: _load.Target, variant: Variant) -> tuple:
     return target.memo.get_or_compute(("decisions", get_policy(variant.policy).identity, variant.markers), decide)
 
 
-def can_predict(target: _load.Target, config) -> bool:
-    """Fold decisions can be predicted cheaply: the default quantizer, and its tfa graph captured."""
-    return config is None and ("stage", "tfa") in target.memo
+def can_predict(target: _load.Target, plan) -> bool:
+    """Fold decisions can be predicted cheaply: the default quantizer without overrides (``plan``:
+    a ``_quantization.Plan``), and its tfa graph captured."""
+    return plan.plain and ("stage", "tfa") in target.memo
 
 
 def answered(result: VariantResult, variant: Variant) -> VariantResult:
     """``result`` as the answer for ``variant`` from the cache: its label, no time spent."""
-    return VariantResult(variant, result.folds, result.sites, result.metrics, result.not_delegated,
-                         {k: 0.0 for k in result.timings}, cached=True, outputs=result.outputs, log=result.log)
+    return replace(result, variant=variant, timings={k: 0.0 for k in result.timings}, cached=True)
 
 
 class VariantCache:
@@ -69,8 +72,8 @@ class VariantCache:
         self._entries = BoundedCache(maxsize, "comparison results")
 
     @staticmethod
-    def _variant_key(base: tuple, variant: Variant) -> tuple:
-        return base + ("variant", get_policy(variant.policy).identity, variant.markers)
+    def _variant_key(base: tuple, variant: Variant, plan) -> tuple:
+        return base + ("variant", get_policy(variant.policy).identity, variant.markers, plan.identity)
 
     @staticmethod
     def _shares_decisions(variant: Variant) -> bool:
@@ -79,27 +82,27 @@ class VariantCache:
         return get_policy(variant.policy).pass_class is None
 
     @staticmethod
-    def _decisions_key(base: tuple, decisions: tuple) -> tuple:
-        return base + ("decisions", decisions)
+    def _decisions_key(base: tuple, plan, decisions: tuple) -> tuple:
+        return base + ("decisions", plan.identity, decisions)
 
     @staticmethod
     def _reference_key(base: tuple) -> tuple:
         return ("reference",) + base
 
-    def get(self, target: _load.Target, base: tuple, variant: Variant, config) -> VariantResult | None:
-        """A result computed before for this variant, or for another one with the same fold decisions,
-        relabelled as ``variant``'s (``cached``, no time spent); None if there is none."""
-        hit = self._entries.get(self._variant_key(base, variant))
-        if hit is None and can_predict(target, config) and self._shares_decisions(variant):
-            hit = self._entries.get(self._decisions_key(base, predicted_decisions(target, variant)))
+    def get(self, target: _load.Target, base: tuple, variant: Variant, plan) -> VariantResult | None:
+        """A result computed before for this variant under ``plan``, or for another one with the same
+        fold decisions, relabelled as ``variant``'s (``cached``, no time spent); None if there is none."""
+        hit = self._entries.get(self._variant_key(base, variant, plan))
+        if hit is None and can_predict(target, plan) and self._shares_decisions(variant):
+            hit = self._entries.get(self._decisions_key(base, plan, predicted_decisions(target, variant)))
         return answered(hit, variant) if hit is not None else None
 
-    def put(self, base: tuple, variant: Variant, result: VariantResult, decisions: tuple | None = None) -> None:
-        """Keep ``result`` for ``variant``, and for the fold ``decisions`` it really led to when known
-        (None: answered from a worker's cache, whose run is not this one's to describe)."""
-        self._entries.put(self._variant_key(base, variant), result)
+    def put(self, base: tuple, variant: Variant, plan, result: VariantResult, decisions: tuple | None = None) -> None:
+        """Keep ``result`` for ``variant`` under ``plan``, and for the fold ``decisions`` it really led
+        to when known (None: answered from a worker's cache, whose run is not this one's to describe)."""
+        self._entries.put(self._variant_key(base, variant, plan), result)
         if decisions is not None and self._shares_decisions(variant):
-            self._entries.put(self._decisions_key(base, decisions), result)
+            self._entries.put(self._decisions_key(base, plan, decisions), result)
 
     def reference(self, base: tuple):
         """The float reference computed before for ``base``, or None."""

@@ -12,8 +12,9 @@ import logging
 import os
 import sys
 import warnings
+from dataclasses import replace
 
-from .errors import InspectorError, describe
+from .errors import InspectorError, describe, quoted
 
 DESCRIPTION = "Inspect ExecuTorch's Arm FoldScalarMulIntoConvPass: which conv->mul sites fold, and why not."
 
@@ -95,8 +96,10 @@ def _parser() -> argparse.ArgumentParser:
     c = model_command("compare", "quantize each variant, run the TOSA INT reference model, compare with float",
                       stage_and_policy=False,
                       mark_help="mark a site id or node name as carried state in every variant (repeatable)")
-    c.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), metavar="P,P,...",
-                   help=f"comma-separated policies to compare (default: {','.join(DEFAULT_VARIANTS)})")
+    c.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), metavar="P[@Q],...",
+                   help=f"comma-separated policies to compare, each optionally @QUANTIZATION "
+                        f"(upstream@a16w8) (default: {','.join(DEFAULT_VARIANTS)})")
+    quantization_arguments(c)
     c.add_argument("--steps", type=int, default=1, help=f"recurrent steps to run, 1 to {MAX_STEPS} (default: 1)")
     c.add_argument("--json", action="store_true", help="print JSON instead of a table")
     c.add_argument("--workers", type=_workers, default=None, metavar="N",
@@ -105,8 +108,9 @@ def _parser() -> argparse.ArgumentParser:
     t = model_command("attribute", "where the quantization error enters: per-node error of each variant and step",
                       stage_and_policy=False,
                       mark_help="mark a site id or node name as carried state in every variant (repeatable)")
-    t.add_argument("--variants", default="off,upstream", metavar="P,P,...",
-                   help="comma-separated policies to compare (default: off,upstream)")
+    t.add_argument("--variants", default="off,upstream", metavar="P[@Q],...",
+                   help="comma-separated policies to compare, each optionally @QUANTIZATION (default: off,upstream)")
+    quantization_arguments(t)
     t.add_argument("--steps", type=int, default=1, help=f"recurrent steps to run, 1 to {MAX_STEPS} (default: 1)")
     t.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
@@ -173,6 +177,9 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--steps", type=int, default=0,
                    help=f"also run each rule on the TOSA INT reference for N steps, 1 to {MAX_STEPS} (default: 0, none)")
     w.add_argument("--compare", action="store_true", help="run each rule on the TOSA INT reference (1 step unless --steps)")
+    w.add_argument("--variants", default=None, metavar="P[@Q],...",
+                   help="compare these variants instead of the rules (upstream@a8w8,upstream@a16w8; needs --steps or "
+                        "--compare)")
     w.add_argument("--out", default=None, metavar="DIR",
                    help="write every result here as it finishes; the same sweep run again reads them back")
     w.add_argument("--format", choices=("md", "html", "json", "csv"), default="md", help="what stdout gets (default: md)")
@@ -260,8 +267,9 @@ def _compare(args) -> int:
     from ._limits import check_steps
 
     check_steps(args.steps, "--steps")
-    result = compare(args.target, args.variants, example_inputs=_inputs_from_shapes(args.input_shape),
-                     markers=args.mark, steps=args.steps, progress=_ProgressBar(), workers=args.workers)
+    result = compare(args.target, _variants_arg(args), example_inputs=_inputs_from_shapes(args.input_shape),
+                     markers=args.mark, steps=args.steps, progress=_ProgressBar(), workers=args.workers,
+                     quantization=args.quantization)
     if args.debug:
         for r in result.results:
             if r.log.strip():
@@ -271,7 +279,36 @@ def _compare(args) -> int:
         _print_json(result.to_dict())
     else:
         print(comparison_text(result))
-    return 0
+    for r in result.errors:  # the others' numbers are printed; this one is named, and the exit says so
+        print(f"error: {r.error}", file=sys.stderr)
+    return 1 if result.errors else 0
+
+
+def quantization_arguments(cmd) -> None:
+    """``--quantization NAME`` (every variant that names none) and ``--keep KEY=VALUE`` overrides."""
+    from ._quantization import QUANTIZATION_HELP
+
+    cmd.add_argument("--quantization", default=None, metavar="NAME",
+                     help="quantization of the variants that name none: "
+                          + "; ".join(f"{k}: {v}" for k, v in QUANTIZATION_HELP.items()) + " (default: a8w8)")
+    cmd.add_argument("--keep", action="append", default=[], metavar="KEY=float|NAME",
+                     help="in every variant, keep a node name, module path or site id in float (KEY=float) or at "
+                          "another quantization (KEY=a16w8) (repeatable)")
+
+
+def _variants_arg(args):
+    """The --variants text, with every --keep override applied to each variant."""
+    if not args.keep:
+        return args.variants
+    from ._compare import variants_of
+
+    overrides = {}
+    for item in args.keep:
+        key, eq, value = item.rpartition("=")
+        if not eq or not key:
+            raise InspectorError(f"--keep {quoted(item)}: give KEY=float or KEY=QUANTIZATION, e.g. --keep conv=float")
+        overrides[key] = value
+    return [replace(v, overrides=tuple(overrides.items())) for v in variants_of(args.variants, args.mark)]
 
 
 def _attribute(args) -> int:
@@ -280,8 +317,9 @@ def _attribute(args) -> int:
     from ._attribution import attribution
 
     check_steps(args.steps, "--steps")
-    result = attribution(args.target, args.variants, steps=args.steps, markers=args.mark,
-                         example_inputs=_inputs_from_shapes(args.input_shape), progress=_ProgressBar())
+    result = attribution(args.target, _variants_arg(args), steps=args.steps, markers=args.mark,
+                         example_inputs=_inputs_from_shapes(args.input_shape), progress=_ProgressBar(),
+                         quantization=args.quantization)
     if args.json:
         _print_json(result.to_dict())
     else:
@@ -463,6 +501,7 @@ def _sweep(args) -> int:
         shapes = [tuple(x.shape) for x in _inputs_from_shapes(args.input_shape)]
     try:
         result = sweep([*args.targets, *args.models], args.policies, stages=args.stages, steps=steps,
+                       variants=args.variants,
                        workers=args.workers, executor=args.executor, out=args.out, samples=args.samples, exclude=args.exclude,
                        input_shapes=shapes, ray_address=args.ray_address, progress=_SweepBars())
     except KeyboardInterrupt:

@@ -135,7 +135,8 @@ def reproduce_command(analysis, comparison=None, fmt: str = "md") -> str:
     for m in analysis.marker_ids:
         parts += ["--mark", m]
     if comparison is not None:
-        parts += ["--variants", ",".join(r.variant.policy for r in comparison.results), "--steps", str(comparison.steps)]
+        parts += ["--variants", ",".join(r.variant.policy + (f"@{r.variant.quantization}" if r.variant.quantization else "")
+                                         for r in comparison.results), "--steps", str(comparison.steps)]
     parts += ["--format", fmt]
     return " ".join(shlex.quote(p) for p in parts)
 

@@ -1,4 +1,5 @@
-"""The TOSA INT reference panel: variants and steps, the run button and its progress, the results."""
+"""The TOSA INT reference panel: variants, quantizations and steps, the run buttons and their
+progress, the results, and "is it the fold or the bits?"."""
 
 from __future__ import annotations
 
@@ -18,12 +19,19 @@ NOT_RUN = "<i>no reference run yet</i>"
 class ReferencePanel:
     """Owns the variant picker, the steps input, the run button, its progress and the results."""
 
-    exposed = ("variant_picker", "steps_input", "run_button", "progress", "progress_label", "results", "plots")
+    exposed = ("variant_picker", "quantization_picker", "steps_input", "run_button", "bits_button", "progress",
+               "progress_label", "results", "plots", "bits_results")
 
-    def __init__(self, variants: tuple[str, ...], *, on_run: Callable) -> None:
+    def __init__(self, variants: tuple[str, ...], *, on_run: Callable, on_bits: Callable,
+                 quantizations: tuple[str, ...] = ("a8w8",)) -> None:
         self.variant_picker = W.SelectMultiple(options=list(inspector.POLICIES), value=tuple(variants),
                                                description="variants", rows=4,
                                                tooltip=rules_tooltip()).add_class("fi-variants")
+        self.quantization_picker = W.SelectMultiple(
+            options=list(inspector.QUANTIZATIONS), value=tuple(q for q in quantizations if q in inspector.QUANTIZATIONS),
+            description="quantization", rows=4,
+            tooltip="\n".join(f"{q.name}: {q.help}" for q in inspector.QUANTIZATIONS.values()),
+        ).add_class("fi-quantizations")
         self.steps_input = W.BoundedIntText(value=1, min=1, max=inspector.MAX_STEPS, description="steps",
                                             layout=W.Layout(width="160px")).add_class("fi-steps")
         self.run_button = W.Button(description="Run TOSA INT reference", icon="play", button_style="primary",
@@ -31,22 +39,47 @@ class ReferencePanel:
         self.progress = W.FloatProgress(value=0.0, min=0.0, max=1.0,
                                         layout=W.Layout(width="300px")).add_class("fi-progress")
         self.progress_label = W.Label("").add_class("fi-progress-label")
+        self.bits_button = W.Button(description="Is it the fold or the bits?", icon="balance-scale",
+                                    tooltip="from the policy picked above at the first quantization picked: the "
+                                            "fold off, 16-bit activations, each site and entry point kept in float",
+                                    layout=W.Layout(width="220px")).add_class("fi-bits-run")
         self.results = W.HTML(NOT_RUN).add_class("fi-results")
         self.plots = W.HTML().add_class("fi-plots")
+        self.bits_results = W.HTML().add_class("fi-bits")
         self.job_view = JobView(self.run_button, self.progress, self.progress_label)
+        self.bits_view = JobView(self.bits_button, self.progress, self.progress_label)
         self.run_button.on_click(on_run)
+        self.bits_button.on_click(on_bits)
         self.view = W.VBox([
             W.HTML("<b>TOSA INT reference</b>"),
-            W.HBox([self.variant_picker, W.VBox([self.steps_input, self.run_button])]),
+            W.HBox([self.variant_picker, self.quantization_picker,
+                    W.VBox([self.steps_input, self.run_button, self.bits_button])]),
             W.HBox([self.progress, self.progress_label]),
-            self.results, self.plots,
+            self.results, self.plots, self.bits_results,
         ]).add_class("fi-reference")
 
+    @property
+    def quantizations(self) -> tuple[str, ...]:
+        return tuple(self.quantization_picker.value)
+
     def variants(self) -> list[str]:
+        """The picked rules at each picked quantization: ``upstream`` when only the default a8w8 is
+        picked (the labels of every earlier run), ``upstream@a16w8`` otherwise."""
         chosen = list(self.variant_picker.value)
         if not chosen:
             raise InspectorError("pick at least one variant to run")
-        return chosen
+        quantizations = self.quantizations
+        if not quantizations:
+            raise InspectorError("pick at least one quantization to run")
+        if quantizations == ("a8w8",):
+            return chosen
+        return [f"{v}@{q}" for q in quantizations for v in chosen]
+
+    def render_bits(self, bits) -> None:
+        if bits is None:
+            self.bits_results.value = ""
+            return
+        self.bits_results.value = inspector.figure_img(bits.plot()) + inspector.bits_html(bits)
 
     @property
     def steps(self) -> int:
@@ -68,3 +101,7 @@ class ReferencePanel:
             self.variant_picker.options = list(inspector.POLICIES)
             self.variant_picker.value = tuple(v for v in chosen if v in inspector.POLICIES)
         self.variant_picker.tooltip = rules_tooltip()
+        if tuple(self.quantization_picker.options) != tuple(inspector.QUANTIZATIONS):
+            chosen = self.quantizations
+            self.quantization_picker.options = list(inspector.QUANTIZATIONS)
+            self.quantization_picker.value = tuple(q for q in chosen if q in inspector.QUANTIZATIONS)

@@ -77,14 +77,20 @@ class FoldInspector(W.VBox):
     ``ExportedProgram``, a ``.pt2`` path, ``"file.py:Class"``), or an existing
     ``inspector.Analysis`` (its stage, policy and markers are used). Display it as a cell's value.
     The methods mirror the controls, for scripts and tests; the panels' controls are attributes
-    of the app too (``steps_input``, ``model_picker``, ``run_button``, ...).
+    of the app too (``steps_input``, ``model_picker``, ``run_button``, ...). ``isolate`` (default on)
+    runs the native work of reference, attribution and bits runs in worker processes.
     """
 
     def __init__(self, target: Any, example_inputs: Any = None, *, stage: str = "tfa", policy: Any = "upstream",
                  markers: Iterable[str] = (), variants: Iterable[Any] = inspector.DEFAULT_VARIANTS, steps: int | None = None,
-                 graph_view: str = "side by side", focus_selected: bool = True, rules: Iterable[Any] = ()) -> None:
+                 graph_view: str = "side by side", focus_selected: bool = True, rules: Iterable[Any] = (),
+                 isolate: bool = True) -> None:
         super().__init__()
         self.add_class("fi-app")
+        # The reference, attribution and bits runs do their native work (quantizer, lowering, the TOSA
+        # reference model) in worker processes: a crash or an out-of-memory kill there is one line here,
+        # and the kernel with everything in it lives on.
+        self.isolate = bool(isolate)
         _check_choice("stage", stage, inspector.STAGES)
         for extra in ([rules] if isinstance(rules, (str, inspector.Policy)) else list(rules)):
             _rule_name(extra)  # registered: the pickers offer it (a rule file is imported: code you run)
@@ -98,6 +104,7 @@ class FoldInspector(W.VBox):
         self._screen = threading.RLock()  # held by every change to what the screen shows
         self._job = BackgroundJob(self._screen, self._show_error)
         self.comparison: Comparison | None = None  # the last reference results
+        self.bits = None  # the last "is it the fold or the bits?" (inspector.Bits)
         self._comparison_for: tuple | None = None  # (stage, policy, markers) the results were computed for
         self.attribution = None  # the last attribution (inspector.Attribution)
         self._attribution_for: tuple | None = None
@@ -127,7 +134,8 @@ class FoldInspector(W.VBox):
         self._sites = SiteTable(on_select=lambda site_id: safely(lambda: self.select_site(site_id)),
                                 on_marker=self._on_marker)
         self._graphs = GraphPanel(graph_view, focus_selected, on_change=lambda _: safely(self._render_graph))
-        self._reference = ReferencePanel(variants, on_run=lambda _: safely(self.run_reference))
+        self._reference = ReferencePanel(variants, on_run=lambda _: safely(self.run_reference),
+                                         on_bits=lambda _: safely(self.run_bits))
         self._attribution = AttributionPanel(on_run=lambda _: safely(self.run_attribution),
                                              on_variant=lambda _: safely(self._render_attribution),
                                              on_node=lambda _: safely(self._render_curve))
@@ -202,7 +210,8 @@ class FoldInspector(W.VBox):
     def run_reference(self, wait: bool = False) -> None:
         """Start a reference run in the background (a second call while running does nothing)."""
         def compute(analysis, variants, steps, config, progress):
-            return analysis.compare(variants, markers=config[2], steps=steps, progress=progress)
+            return analysis.compare(variants, markers=config[2], steps=steps, progress=progress,
+                                    isolate=self.isolate)
 
         def show(comparison, config):
             self.comparison, self._comparison_for = comparison, config
@@ -215,8 +224,9 @@ class FoldInspector(W.VBox):
         """Find where the error enters, for the picked variants and steps, in the background."""
         def compute(analysis, variants, steps, config, progress):
             comparison = analysis.compare(variants, markers=config[2], steps=steps,
-                                          progress=lambda p, f: progress(p, 0.6 * f))
-            return comparison, inspector.attribute(comparison, progress=lambda p, f: progress(p, 0.6 + 0.4 * f))
+                                          progress=lambda p, f: progress(p, 0.6 * f), isolate=self.isolate)
+            return comparison, inspector.attribute(comparison, progress=lambda p, f: progress(p, 0.6 + 0.4 * f),
+                                                   isolate=self.isolate)
 
         def show(result, config):
             comparison, attribution = result
@@ -228,6 +238,20 @@ class FoldInspector(W.VBox):
             self._render_attribution()
 
         self._start(self._attribution.job_view, "attribution", compute, show, "a run is already going", wait)
+
+    def run_bits(self, wait: bool = False) -> None:
+        """Is it the fold or the bits? From the policy picked above at the first quantization picked:
+        what the fold off, 16-bit activations and each node kept in float recover, in the background."""
+        def compute(analysis, variants, steps, config, progress):
+            quantization = (self._reference.quantizations or ("a8w8",))[0]
+            return inspector.bits(analysis.target, steps, rule=analysis.policy, quantization=quantization,
+                                  markers=config[2], progress=progress, isolate=self.isolate)
+
+        def show(bits, config):
+            self.bits = bits
+            self._reference.render_bits(bits)
+
+        self._start(self._reference.bits_view, "bits", compute, show, "a run is already going", wait)
 
     def _start(self, view: JobView, name: str, compute: Callable, show: Callable, busy: str, wait: bool) -> None:
         """Run ``compute`` on what the screen shows now, in the background; ``show`` its result when done."""
@@ -264,6 +288,7 @@ class FoldInspector(W.VBox):
             target=self._target_ref, stage=self.analysis.stage, policy=_rule_ref(self.analysis.policy),
             markers=tuple(self.analysis.markers), selected=self.selected,
             variants=tuple(_rule_ref(v) for v in self.variant_picker.value) or ("upstream",),
+            quantizations=self._reference.quantizations or ("a8w8",),
             steps=self._reference.steps,
             graph_view=self.graph_which.value, graph_scope=self.graph_scope.value,
             results=self.comparison, results_for=self._comparison_for if self.comparison is not None else None,
@@ -295,6 +320,7 @@ class FoldInspector(W.VBox):
         app = cls(target, example_inputs, stage=session.stage, policy=session.policy, markers=session.markers,
                   variants=session.variants, steps=session.steps, graph_view=session.graph_view,
                   focus_selected=session.graph_scope == "focus")
+        app.quantization_picker.value = session.quantizations
         app._apply_session(session)
         app._session.say(f"restored {Path(path).name}")
         return app
@@ -325,6 +351,7 @@ class FoldInspector(W.VBox):
         self._header.set_stage_quietly(session.stage)
         self._header.set_policy_quietly(analysis.policy)
         self.variant_picker.value = tuple(_rule_name(v) for v in session.variants)
+        self.quantization_picker.value = session.quantizations
         self.steps_input.value = session.steps
         self.graph_which.value = session.graph_view
         self.graph_scope.value = session.graph_scope

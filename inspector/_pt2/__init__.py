@@ -78,8 +78,11 @@ def load_pt2(path: str | os.PathLike) -> torch.export.ExportedProgram:
         checked = _check_archive(path)
     except _Refusal as exc:
         raise InspectorError(_message(shown, exc)) from None
-    except (RecursionError, MemoryError):
-        raise InspectorError(f"refusing to load {shown}: the archive is nested too deeply or too big to check") from None
+    except RecursionError:
+        raise InspectorError(f"refusing to load {shown}: the archive is nested too deeply to check") from None
+    except MemoryError:  # the archive, or this process's memory limit: say which could not be told apart
+        raise InspectorError(f"refusing to load {shown}: out of memory while checking it (the archive is too big "
+                             "for the memory this process may use)") from None
     except Exception as exc:  # noqa: BLE001 - a shape the checks did not foresee; torch never saw it
         raise InspectorError(f"refusing to load {shown}: the archive is malformed ({type(exc).__name__})") from None
     try:

@@ -1,0 +1,141 @@
+"""A native crash or an out-of-memory costs one line, not the kernel.
+
+With ``isolate=True`` (the widget's default) every variant's quantizer, lowering and TOSA reference
+run in a worker process of the warm pool. These tests kill those workers mid-run (SIGKILL, SIGSEGV
+sent with ``os.kill``), starve one of memory (``resource.setrlimit`` in the worker), and check the
+one line naming the variant and the signal, the results kept, and a following run that succeeds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+import inspector
+from inspector import _limits, _pool
+
+pytestmark = [pytest.mark.requires_tosa, pytest.mark.crash]
+
+TARGET = "sample:stateful_conv_mul"
+
+
+@pytest.fixture(autouse=True)
+def fresh_pool():
+    inspector.clear_cache()  # no warm worker and no cached result from another test
+    yield
+    inspector.clear_cache()
+
+
+def _kill_when_busy(label: str, sig: int, killed: list, results=None):
+    """A progress callback that sends ``sig`` to the worker running ``label``, once it has started."""
+    def progress(phase: str, fraction: float) -> None:
+        if killed or not phase.startswith(f"{label}: ") or phase.endswith(": cached"):
+            return
+        pool = _pool._SHARED
+        for process, job in list(pool._busy.values()) if pool is not None else ():
+            if job.payload.get("variant") is not None and job.payload["variant"].label == label:
+                os.kill(process.pid, sig)
+                killed.append(process.pid)
+    return progress
+
+
+@pytest.mark.parametrize("sig, words", [(signal.SIGKILL, "killed by SIGKILL"), (signal.SIGSEGV, "killed by SIGSEGV")])
+def test_a_worker_killed_mid_run_costs_its_variant_only(sig, words):
+    killed: list = []
+    comparison = inspector.compare(TARGET, ("off", "upstream"), steps=2, workers=2, isolate=True,
+                                   progress=_kill_when_busy("upstream", sig, killed))
+    assert killed, "the test never saw the worker running upstream"
+    off, upstream = comparison.results
+    assert off.error is None and off.metrics  # the other variant's numbers are kept
+    assert upstream.error.startswith("variant upstream: the worker process running it died (it was killed by ")
+    assert words in upstream.error and "\n" not in upstream.error
+    assert ("out of memory" in upstream.error) == (sig == signal.SIGKILL)
+    assert f"upstream: not run: variant upstream" in comparison._repr_mimebundle_()["text/plain"]
+    again = inspector.compare(TARGET, ("off", "upstream"), steps=2, workers=2, isolate=True)
+    assert [r.error for r in again.results] == [None, None]
+    assert again.results[0].cached  # kept from the first run
+    assert _pool.warm_workers() >= 1  # the pool replaced the dead worker
+
+
+def test_one_worker_is_still_isolation(monkeypatch):
+    """workers=1 (the fallback for a one-core machine) runs in a worker too, never in this process."""
+    here = []
+    real = inspector._flow.run_variant
+    monkeypatch.setattr(inspector._flow, "run_variant", lambda *a, **k: here.append(1) or real(*a, **k))
+    comparison = inspector.compare(TARGET, ("off", "upstream"), steps=2, workers=1, isolate=True)
+    assert [r.error for r in comparison.results] == [None, None] and not here
+    assert _pool.warm_workers() == 1
+    plain = inspector.compare(TARGET, ("off", "upstream"), steps=2, workers=1)  # cached: the same numbers
+    assert [r.metrics for r in plain.results] == [r.metrics for r in comparison.results]
+
+
+def test_a_worker_out_of_memory_is_one_line_and_the_next_run_succeeds(monkeypatch):
+    # The worker may grow by 64 MiB past its import footprint: the Arm backend's import and the lowering need more.
+    monkeypatch.setenv(_pool.MEMORY_LIMIT_ENV, str(64 * 2 ** 20))
+    comparison = inspector.compare(TARGET, ("off", "upstream"), steps=2, workers=2)  # off here, upstream in a worker
+    off, upstream = comparison.results
+    assert off.error is None
+    assert upstream.error is not None and "\n" not in upstream.error and "variant upstream" in upstream.error
+    assert any(w in upstream.error.lower() for w in ("memory", "sigkill", "sigabrt", "sigsegv", "alloc")), upstream.error
+    monkeypatch.delenv(_pool.MEMORY_LIMIT_ENV)
+    inspector.clear_cache()  # the next workers start without the limit
+    again = inspector.compare(TARGET, ("off", "upstream"), steps=2, workers=2)
+    assert [r.error for r in again.results] == [None, None]
+
+
+def test_attribution_in_a_worker_equals_attribution_here_and_survives_a_kill():
+    comparison = inspector.compare(TARGET, ("off", "upstream"), steps=2, workers=1)
+    isolated = inspector.attribute(comparison, isolate=True)
+    assert isolated.to_dict() == inspector.attribute(comparison).to_dict()
+
+    def kill(phase, fraction):
+        pool = _pool._SHARED
+        for process, _ in list(pool._busy.values()) if pool is not None else ():
+            os.kill(process.pid, signal.SIGKILL)
+
+    with pytest.raises(inspector.InspectorError, match=r"^the attribution of off, upstream: the worker process "
+                                                       r"running it died \(it was killed by SIGKILL"):
+        inspector.attribute(comparison, isolate=True, progress=kill)
+    assert inspector.attribute(comparison, isolate=True).to_dict() == isolated.to_dict()
+
+
+def test_a_run_that_would_not_fit_is_refused_before_anything_starts(monkeypatch):
+    monkeypatch.setattr(_limits, "available_memory", lambda: 100 * 2 ** 20)
+    with pytest.raises(inspector.InspectorError, match=r"^this comparison needs about \d+\.\d GiB \(2 variant\(s\), "
+                                                       r"5 step\(s\), 2 side by side\) but the machine has 0\.1 GiB "
+                                                       r"available; try workers=1"):
+        inspector.compare(TARGET, ("off", "upstream"), steps=5, workers=2, isolate=True)
+    assert _pool.warm_workers() == 0  # refused before any worker started
+    estimate = _limits.memory_estimate(inspector._load.load(TARGET), 5, 2, 2, isolated=True)
+    assert estimate >= 2 * _limits.WORKER_BYTES  # two workers' footprint at least
+
+
+def test_a_worker_killed_in_the_widgets_reference_run_leaves_a_usable_widget():
+    from widgets import FoldInspector
+
+    app = FoldInspector(TARGET, stage="tfa", policy="upstream", variants=("off", "upstream"), steps=2)
+    assert app.isolate
+    app.run_reference()
+    deadline = time.monotonic() + 300
+    killed = None
+    while killed is None and time.monotonic() < deadline and app.running:
+        pool = _pool._SHARED
+        busy = [(p, j) for p, j in (list(pool._busy.values()) if pool is not None else ())
+                if j.payload["variant"].label == "upstream"]
+        if busy:
+            killed = busy[0][0].pid
+            os.kill(killed, signal.SIGKILL)
+        time.sleep(0.05)
+    app.wait()
+    assert killed is not None, "the test never saw the worker running upstream"
+    errors = [r for r in app.comparison.results if r.error]
+    assert [r.variant.label for r in errors] == ["upstream"]
+    assert "upstream: not run: variant upstream: the worker process running it died" in app.results.value
+    assert app.comparison.result("off").metrics
+    app.run_reference(wait=True)  # the widget works on: the next run succeeds
+    assert [r.error for r in app.comparison.results] == [None, None]
+    assert threading.active_count() < 50
