@@ -30,13 +30,23 @@ def fresh_pool():
     inspector.clear_cache()
 
 
+def _busy() -> list:
+    """(process, job) of the warm pool's busy workers, read from another thread than the pool's."""
+    pool = _pool._SHARED
+    for _ in range(100):
+        try:
+            return list(pool._busy.values()) if pool is not None else []
+        except RuntimeError:  # changed size while being read: read again
+            continue
+    return []
+
+
 def _kill_when_busy(label: str, sig: int, killed: list, results=None):
     """A progress callback that sends ``sig`` to the worker running ``label``, once it has started."""
     def progress(phase: str, fraction: float) -> None:
         if killed or not phase.startswith(f"{label}: ") or phase.endswith(": cached"):
             return
-        pool = _pool._SHARED
-        for process, job in list(pool._busy.values()) if pool is not None else ():
+        for process, job in _busy():
             if job.payload.get("variant") is not None and job.payload["variant"].label == label:
                 os.kill(process.pid, sig)
                 killed.append(process.pid)
@@ -54,7 +64,7 @@ def test_a_worker_killed_mid_run_costs_its_variant_only(sig, words):
     assert upstream.error.startswith("variant upstream: the worker process running it died (it was killed by ")
     assert words in upstream.error and "\n" not in upstream.error
     assert ("out of memory" in upstream.error) == (sig == signal.SIGKILL)
-    assert f"upstream: not run: variant upstream" in comparison._repr_mimebundle_()["text/plain"]
+    assert "upstream: not run: variant upstream" in comparison._repr_mimebundle_()["text/plain"]
     again = inspector.compare(TARGET, ("off", "upstream"), steps=2, workers=2, isolate=True)
     assert [r.error for r in again.results] == [None, None]
     assert again.results[0].cached  # kept from the first run
@@ -92,14 +102,24 @@ def test_attribution_in_a_worker_equals_attribution_here_and_survives_a_kill():
     isolated = inspector.attribute(comparison, isolate=True)
     assert isolated.to_dict() == inspector.attribute(comparison).to_dict()
 
-    def kill(phase, fraction):
-        pool = _pool._SHARED
-        for process, _ in list(pool._busy.values()) if pool is not None else ():
-            os.kill(process.pid, signal.SIGKILL)
+    killed: list = []
 
+    def kill_when_dispatched() -> None:  # at once: the worker has the whole attribution still to do
+        deadline = time.monotonic() + 120
+        while not killed and time.monotonic() < deadline:
+            for process, job in _busy():
+                if job.key == ("attribution", 0):
+                    os.kill(process.pid, signal.SIGKILL)
+                    killed.append(process.pid)
+            time.sleep(0.01)
+
+    killer = threading.Thread(target=kill_when_dispatched)
+    killer.start()
     with pytest.raises(inspector.InspectorError, match=r"^the attribution of off, upstream: the worker process "
                                                        r"running it died \(it was killed by SIGKILL"):
-        inspector.attribute(comparison, isolate=True, progress=kill)
+        inspector.attribute(comparison, isolate=True)
+    killer.join()
+    assert killed
     assert inspector.attribute(comparison, isolate=True).to_dict() == isolated.to_dict()
 
 
@@ -123,9 +143,7 @@ def test_a_worker_killed_in_the_widgets_reference_run_leaves_a_usable_widget():
     deadline = time.monotonic() + 300
     killed = None
     while killed is None and time.monotonic() < deadline and app.running:
-        pool = _pool._SHARED
-        busy = [(p, j) for p, j in (list(pool._busy.values()) if pool is not None else ())
-                if j.payload["variant"].label == "upstream"]
+        busy = [(p, j) for p, j in _busy() if j.payload["variant"].label == "upstream"]
         if busy:
             killed = busy[0][0].pid
             os.kill(killed, signal.SIGKILL)
