@@ -173,66 +173,58 @@ def comparison_rows(comparison) -> list[dict[str, str]]:
     return rows
 
 
+def text_table(rows: list[dict[str, str]]) -> list[str]:
+    """Rows of display strings as aligned text lines: the header, a rule, one line per row."""
+    if not rows:
+        return []
+    cols = list(rows[0])
+    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in cols}
+    return (["  ".join(c.ljust(widths[c]) for c in cols).rstrip(), "  ".join("-" * widths[c] for c in cols)]
+            + ["  ".join(r[c].ljust(widths[c]) for c in cols).rstrip() for r in rows])
+
+
+def html_table(kind: str, head: str, rows: list[dict[str, str]], tail: str = "") -> str:
+    """``head`` (HTML), the rows as an escaped table, then ``tail`` (HTML), in a div of class ``kind``."""
+    if not rows:
+        return f"<div class='{kind}'>{head}{tail}</div>"
+    cols = list(rows[0])
+    body = "".join("<tr>" + "".join(f"<td>{_esc(r[c])}</td>" for c in cols) + "</tr>" for r in rows)
+    header = "".join(f"<th>{_esc(c)}</th>" for c in cols)
+    return (f"<div class='{kind}'>{_STYLE}{head}<table class='fi-table'><thead><tr>{header}</tr></thead>"
+            f"<tbody>{body}</tbody></table>{tail}</div>")
+
+
 def comparison_text(comparison) -> str:
     head = (f"{comparison.target}: TOSA INT reference vs float, {comparison.steps} step(s)"
             f"{' (metrics at the last step)' if comparison.steps > 1 else ''}")
     rows = comparison_rows(comparison)
+    errors = [f"{r.variant.label}: not run: {r.error}" for r in comparison.errors]
     if not rows:
-        return "\n".join([head, *(f"{r.variant.label}: not run: {r.error}" for r in comparison.errors)])
-    cols = list(rows[0])
-    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in cols}
-    lines = [head, "  ".join(c.ljust(widths[c]) for c in cols).rstrip(),
-             "  ".join("-" * widths[c] for c in cols)]
-    lines += ["  ".join(r[c].ljust(widths[c]) for c in cols).rstrip() for r in rows]
-    lines += [f"{r.variant.label}: not run: {r.error}" for r in comparison.errors]
-    lines += [f"note: {n}" for n in comparison.notes]
-    lines.append(f"calibration: {comparison.calibration}")
-    lines.append(f"quantization: {comparison.quantization}")
+        return "\n".join([head, *errors])
+    lines = [head, *text_table(rows), *errors, *(f"note: {n}" for n in comparison.notes),
+             f"calibration: {comparison.calibration}", f"quantization: {comparison.quantization}"]
     return "\n".join(lines)
 
 
 def comparison_html(comparison) -> str:
-    rows = comparison_rows(comparison)
     head = (f"<b>{_esc(comparison.target)}</b>: TOSA INT reference vs float, {comparison.steps} step(s)"
             f"<br><small>calibration: {_esc(comparison.calibration)}; quantization: {_esc(comparison.quantization)}</small>")
     tail = "".join(f"<div class='fi-error'>{_esc(r.variant.label)}: not run: {_esc(r.error)}</div>"
                    for r in comparison.errors)
     tail += "".join(f"<div class='fi-note'>note: {_esc(n)}</div>" for n in comparison.notes)
-    if not rows:
-        return f"<div class='fi-comparison'>{head}{tail}</div>"
-    cols = list(rows[0])
-    body = "".join("<tr>" + "".join(f"<td>{_esc(r[c])}</td>" for c in cols) + "</tr>" for r in rows)
-    header = "".join(f"<th>{_esc(c)}</th>" for c in cols)
-    return (f"<div class='fi-comparison'>{_STYLE}{head}<table class='fi-table'><thead><tr>{header}</tr></thead>"
-            f"<tbody>{body}</tbody></table>{tail}</div>")
+    return html_table("fi-comparison", head, comparison_rows(comparison), tail)
 
 
 # ---------------------------------------------------------------- is it the fold or the bits?
 
 
 def bits_text(bits) -> str:
-    rows = bits.rows()
-    lines = [bits.answer()]
-    if rows:
-        cols = list(rows[0])
-        widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in cols}
-        lines += ["  ".join(c.ljust(widths[c]) for c in cols).rstrip(), "  ".join("-" * widths[c] for c in cols)]
-        lines += ["  ".join(r[c].ljust(widths[c]) for c in cols).rstrip() for r in rows]
-    lines += [f"note: {n}" for n in bits.notes]
-    return "\n".join(lines)
+    return "\n".join([bits.answer(), *text_table(bits.rows()), *(f"note: {n}" for n in bits.notes)])
 
 
 def bits_html(bits) -> str:
-    rows = bits.rows()
-    head = f"<b>{_esc(bits.answer())}</b>"
     notes = "".join(f"<div class='fi-note'>note: {_esc(n)}</div>" for n in bits.notes)
-    if not rows:
-        return f"<div class='fi-bits'>{head}{notes}</div>"
-    cols = list(rows[0])
-    body = "".join("<tr>" + "".join(f"<td>{_esc(r[c])}</td>" for c in cols) + "</tr>" for r in rows)
-    header = "".join(f"<th>{_esc(c)}</th>" for c in cols)
-    return (f"<div class='fi-bits'>{_STYLE}{head}<table class='fi-table'><thead><tr>{header}</tr></thead>"
-            f"<tbody>{body}</tbody></table>{notes}</div>")
+    return html_table("fi-bits", f"<b>{_esc(bits.answer())}</b>", bits.rows(), notes)
 
 
 # ---------------------------------------------------------------- attribution
