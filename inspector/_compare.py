@@ -103,7 +103,7 @@ def compare(
         n_workers, isolate = 1, False  # a rule defined in this session only: a worker would not know it
     if to_run:
         check_memory(loaded, steps, len(to_run), n_workers, isolate)
-    if isolate or (n_workers > 1 and len(to_run) > 1):
+    if to_run and (isolate or (n_workers > 1 and len(to_run) > 1)):
         _run_parallel(loaded, wanted, plans, to_run, results, base, calibrated, steps, reference, n_workers, progress,
                       isolate)
     else:

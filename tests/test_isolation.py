@@ -81,6 +81,8 @@ def test_one_worker_is_still_isolation(monkeypatch):
     assert _pool.warm_workers() == 1
     plain = inspector.compare(TARGET, ("off", "upstream"), steps=2, workers=1)  # cached: the same numbers
     assert [r.metrics for r in plain.results] == [r.metrics for r in comparison.results]
+    cached = inspector.compare(TARGET, ("off", "upstream"), steps=2, workers=1, isolate=True)  # nothing to run
+    assert all(r.cached and r.error is None for r in cached.results)
 
 
 def test_a_worker_out_of_memory_is_one_line_and_the_next_run_succeeds(monkeypatch):

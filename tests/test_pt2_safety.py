@@ -626,8 +626,10 @@ def test_deflate_bomb_door(tmp_path, base_pt2, bomb_pt2):
     archive = Path(shutil.copy(bomb_pt2, tmp_path / "bomb.pt2"))
     assert archive.stat().st_size < 2 * MiB
     r = _run(_BOMB_CHILD, str(ROOT), str(base_pt2), str(archive), cwd=tmp_path)
-    # positive control: torch's loader grew the process by at least the inflated size
-    assert r["theirs"] == "loaded" and r["theirs_growth"] > 0.9 * BOMB_BYTES, r
+    # positive control: torch's loader grew the process by the inflated size (at least half of it is
+    # still resident when the peak is read: a busy machine's reclaimer takes back cold pages first,
+    # 0.83x was measured under the whole suite; ours grows by nothing)
+    assert r["theirs"] == "loaded" and r["theirs_growth"] > 0.5 * BOMB_BYTES, r
     assert r["ours"].startswith("refusing to load bomb.pt2: member 'models/model.json': uncompressed size"), r
     assert r["ours_seconds"] < 0.5 and r["ours_growth"] < 16 * MiB, r
 
