@@ -18,6 +18,7 @@ from typing import Any, Callable
 from ._attribution import attribute
 from ._compare import compare, variants_of
 from ._decide import analyze
+from ._quantization import resolve_overrides
 from ._results import Comparison, Variant, VariantResult, json_float
 from .errors import InspectorError, quoted
 
@@ -142,7 +143,8 @@ def bits(
     ]
     planned += [("keep in float", "site", s.id, Variant(rule, baseline.markers, quantization, {s.id: "float"}))
                 for s in sites[:max_sites]]
-    site_muls = {m for s in sites for m in (s.mul,)}
+    # entry points are the exported program's names; a site's mul is named at tfa: compare them there
+    site_muls = {name for name, _ in resolve_overrides(loaded, tuple((s.id, "float") for s in sites), baseline.label)}
     planned += [("keep in float", "entry point", name, Variant(rule, baseline.markers, quantization, {name: "float"}))
                 for name in entries if name not in site_muls]
     comparison = compare(loaded, [baseline, *(v for *_, v in planned)], steps=steps, progress=part(0.3, 0.7),

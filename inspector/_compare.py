@@ -56,7 +56,10 @@ def compare(
     example inputs plus seeded perturbed copies). ``progress(phase, fraction)`` is called as the
     work advances (phase: "variant: phase"). ``workers`` processes run variants side by side
     (default: the cores available; 1 runs them one after another); a variant whose fold
-    decisions equal another's is computed once.
+    decisions equal another's is computed once. ``isolate=True`` runs every variant's native work
+    (quantizer, lowering, the TOSA reference model) in worker processes, one worker included: a
+    segfault or an out-of-memory kill there costs that variant (one line in its ``error``), never
+    this process. Before anything starts, a run that would not fit the memory available is refused.
 
     A variant that cannot run (a quantization its TOSA specification cannot lower, an override
     that names nothing) has an ``error`` and no numbers; the other variants' results stand. When
@@ -291,22 +294,17 @@ def _run_parallel(target, wanted, plans, to_run, results, base, calibrated, step
                     report(n, event[2], event[3])
                 elif kind == "done":
                     outcomes[n] = event[2]
-                elif kind == "error":  # the variant's own one line; a crash of ours is named after it too
-                    label = wanted[firsts[n]].label
-                    message = event[2] if label in event[2] else f"variant {label}: {event[2]}"
-                    outcomes[n] = ("error", message, event[3])
-                else:  # died: that variant alone is lost
-                    outcomes[n] = ("error", died_message(f"variant {wanted[firsts[n]].label}", event[2]), "")
-    for members, outcome in zip(groups.values(), outcomes):
+                else:  # the worker's one line (an InspectorError does not travel), or its death
+                    i = firsts[n]
+                    label = wanted[i].label
+                    if kind == "error":  # a crash of ours is named after the variant too
+                        error = InspectorError(event[2] if label in event[2] else f"variant {label}: {event[2]}",
+                                               details=event[3])
+                    else:  # died: that variant alone is lost
+                        error = InspectorError(died_message(f"variant {label}", event[2]))
+                    outcomes[n] = (failed(wanted[i], plans[i].quantization, error, plans[i].spec), None)
+    for members, (result, decisions) in zip(groups.values(), outcomes):
         first = members[0]
-        if outcome[0] == "error":  # the worker's one line (InspectorError does not travel)
-            _, message, details = outcome
-            error = failed(wanted[first], plans[first].quantization, InspectorError(message, details=details),
-                           plans[first].spec)
-            for i in members:
-                results[i] = replace(error, variant=wanted[i])
-            continue
-        result, decisions = outcome
         if result.error is not None:
             for i in members:
                 results[i] = replace(result, variant=wanted[i])
