@@ -902,8 +902,7 @@ class _State:
                                 "input_shapes": [list(s) for s in spec.input_shapes] if spec.input_shapes else None},
                        "rules": origins, "need": rows,
                        "compare": ({"steps": self._steps_of(spec),
-                                    "variants": {v.label: (v.policy, list(v.markers), v.quantization,
-                                                           [list(p) for p in v.overrides]) for v in variants}}
+                                    "variants": {v.label: v for v in variants}}
                                    if variants else None)}
             # Models first, in the order given (each is short), so that every variant is known early ...
             pool.submit(("model", spec.label), "inspector._sweep_work:prepare_model", payload, priority=0)

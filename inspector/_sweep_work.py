@@ -15,8 +15,7 @@ import time
 from . import _flow, _load, _parallel, _stages
 from ._decide import decider_of
 from ._policies import check_policy, ensure_rules, get_policy
-from ._results import Variant
-from ._compare import plan_of
+from ._compare import plan_of, run_in_worker, worker_target
 from ._quantization import quantization_of
 from ._variant_cache import base_key, can_predict, predicted_decisions
 from .errors import InspectorError, describe
@@ -95,11 +94,10 @@ def _for_variants(target, asked: dict, timings: dict) -> dict:
     decisions = {}
     try:
         _stages.stage_graph_of(target, "tfa")
-        for label, (policy, markers, quantization, overrides) in asked["variants"].items():
-            plan = plan_of(target, Variant(policy, tuple(markers), quantization, tuple(map(tuple, overrides))),
-                           quantization_of(None))
-            if can_predict(target, plan) and get_policy(policy).pass_class is None:
-                decisions[label] = predicted_decisions(target, Variant(policy, tuple(markers)))
+        for label, variant in asked["variants"].items():
+            if (can_predict(target, plan_of(target, variant, quantization_of(None)))
+                    and get_policy(variant.policy).pass_class is None):
+                decisions[label] = predicted_decisions(target, variant)
     except InspectorError:
         decisions = {}  # no prediction: every variant runs
     timings["predict"] = time.perf_counter() - t1
@@ -117,8 +115,6 @@ def _for_variants(target, asked: dict, timings: dict) -> dict:
 def run_variant(payload: dict, report) -> dict:
     """One variant of one model on the TOSA INT reference model, from the prepared program (the same
     worker entry as compare's: ``_compare.run_in_worker``)."""
-    from ._compare import run_in_worker, worker_target
-
     ensure_rules(payload["rules"])
     variant = payload["variant"]
     check_policy(variant.policy)
