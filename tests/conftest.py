@@ -24,19 +24,95 @@ _TOOLS = {
 
 def pytest_configure(config):
     warnings.filterwarnings("ignore", category=FutureWarning)
+    if config.getoption("dist", "no") == "loadgroup":
+        # The groups are handed out in the order of the collection (sorted longest first, below), not by
+        # their number of tests (xdist's default), which would leave the longest, the one-test notebooks, last.
+        config.option.loadscopereorder = False
+
+
+# Long tests that share no module fixture with the rest of their file: each is a group of its own, so
+# it runs beside its file instead of after it on the same worker. Seconds: the last CI run (2 cores).
+OWN_GROUP = {
+    "test_sweep.py::test_interrupted_then_killed_then_resumed_gives_the_uninterrupted_table": 130,
+    "test_sweep.py::test_a_worker_killed_in_a_variant_loses_only_that_variant": 30,
+    "test_quantization.py::test_every_stateful_sample_under_every_quantization": 169,
+    "test_long_session.py::test_a_long_session_stays_small_and_gives_the_same_answers": 120,
+    "test_triage.py::test_every_sample_site_reproduces_its_decision_without_the_inspector": 146,
+    "test_triage.py::test_done_when_repro_of_the_multiple_users_sample": 54,
+    "test_triage.py::test_models_the_samples_do_not_have": 39,
+    "test_browser.py::test_where_the_error_enters_panel": 79,  # starts a JupyterLab server of its own
+    "test_browser.py::test_voila_opens_the_same_ui": 50,
+    "test_cli.py::test_compare_json_is_exactly_one_document_and_debug_shows_the_backend_output": 54,
+    "test_house.py::test_no_module_keeps_a_cache_of_its_own": 43,
+    "test_compare.py::test_workers_give_bit_identical_results_and_name_each_variant": 38,
+}
+# The other long tests (the same run), only for the order: the longest groups start first.
+SECONDS = {
+    **OWN_GROUP,
+    "test_sweep.py::test_ray_gives_the_same_table_bit_for_bit": 188,
+    "test_sweep.py::test_rows_are_what_analyze_decides": 60,  # with the module's reference sweep
+    "test_sweep.py::test_one_worker_gives_the_same_table": 55,
+    "test_sweep.py::test_numbers_are_what_compare_measures": 40,
+    "test_quantization.py::test_the_widget_picks_quantizations_answers_fold_or_bits_and_keeps_them_in_sessions": 33,
+    "test_notebooks.py::test_notebook_runs[01_quickstart.ipynb]": 30,
+    "test_notebooks.py::test_notebook_runs[02_quantization_drift.ipynb]": 152,
+    "test_notebooks.py::test_notebook_runs[03_teaching_the_fold.ipynb]": 51,
+    "test_notebooks.py::test_notebook_runs[04_triage_an_issue_report.ipynb]": 64,
+    "test_notebooks.py::test_notebook_runs[05_write_a_rule.ipynb]": 82,
+    "test_notebooks.py::test_notebook_runs[06_sweep_a_rule.ipynb]": 133,
+    "test_browser.py::test_quickstart_marker_toggle_and_reference_run": 68,
+    "test_browser.py::test_hostile_module_name_is_shown_as_text": 30,
+    "test_regions.py::test_toggles_on_regions_equal_the_whole_graph_run[generated_blocks-edge]": 40,
+    "test_rules.py::test_compare_runs_a_guard_file_and_a_pass_class_file": 35,
+    "test_fuzz.py::test_archives": 34,
+}
+OTHER_SECONDS = 1.0  # a test not named above
+
+
+def _name(nodeid: str) -> str:
+    """``tests/test_x.py::test_y[p]@group`` -> ``test_x.py::test_y[p]``."""
+    name = nodeid.rsplit("/", 1)[-1]
+    return name[:name.rindex("@")] if name.rfind("@") > name.rfind("]") else name
+
+
+def group_of(nodeid: str) -> str:
+    """The xdist group of a test: its file; a notebook, or a test of ``OWN_GROUP``, on its own."""
+    name = _name(nodeid)
+    file, _, test = name.partition("::")
+    if file == "test_notebooks.py" and test.startswith("test_notebook_runs["):
+        return "notebook " + test.removeprefix("test_notebook_runs[").removesuffix("]")
+    return name.split("[")[0] if name.split("[")[0] in OWN_GROUP else file
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of xdist's: pytest -p no:xdist still runs
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` (make test) with the groups of ``group_of``. xdist 3.8 reads a test's group
+    from a suffix it writes into the test's id, which pytest 9.2 no longer lets it change
+    (pytest-dev/pytest-xdist#1386): every test would be a group of its own, each module fixture (the
+    sweep every sweep test compares with, a JupyterLab server) built on both workers."""
+    if config.getoption("dist", "no") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return FileGroups(config, log)
 
 
 def pytest_collection_modifyitems(config, items):
     """Under ``--dist loadgroup`` (make test) each test file is one group, so a worker runs it whole and
-    builds its module fixtures (a JupyterLab server, a shared analysis) once; each notebook is a group
-    of its own, so the notebooks, the suite's longest tests, spread over the workers."""
+    builds its module fixtures (a JupyterLab server, a shared analysis) once; each notebook, and each
+    test of ``OWN_GROUP``, is a group of its own, so the suite's longest tests spread over the workers.
+    The groups are handed out longest first (``SECONDS``): the short ones fill the gaps at the end."""
+    if not getattr(config.option, "loadgroup", False):  # set in the workers of xdist's loadgroup
+        return
+    groups: dict[str, list] = {}
     for item in items:
-        if item.get_closest_marker("xdist_group"):
-            continue
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        group = f"notebook {params['path'].name}" if item.path.name == "test_notebooks.py" and "path" in params \
-            else item.path.name
-        item.add_marker(pytest.mark.xdist_group(group))
+        groups.setdefault(group_of(item.nodeid), []).append(item)
+    weight = {g: sum(SECONDS.get(_name(i.nodeid), OTHER_SECONDS) for i in members) for g, members in groups.items()}
+    items[:] = [i for g in sorted(groups, key=lambda g: -weight[g]) for i in groups[g]]
 
 
 def pytest_runtest_setup(item):

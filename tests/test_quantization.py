@@ -59,7 +59,6 @@ def test_variant_labels_json_and_parsing():
 
 
 @pytest.mark.requires_tosa
-@pytest.mark.xdist_group("test_quantization.py: every sample")  # the longest: beside the file's other tests
 def test_every_stateful_sample_under_every_quantization(stateful):
     """Finite numbers, attribution's simulation within one quantization step of the TOSA reference (8 at a16w8), the
     same fold decisions under every quantization, and where 16-bit activations beat 8-bit (measured)."""
