@@ -203,7 +203,7 @@ def _from_module(model: nn.Module, example_inputs: Any, name: str) -> Target:
     try:
         # torch prints the whole graph before some export errors; the one-line error says enough
         with _quiet.captured_python(), _quiet.quiet_loggers(*_quiet.EXPORT_LOGGERS, level=logging.CRITICAL):
-            exported = torch.export.export(private_copy(private), copy.deepcopy(inputs))
+            exported = torch.export.export(_sharing_parameters(private), copy.deepcopy(inputs))
     except Exception as exc:  # noqa: BLE001 - export errors are the user's model/input mismatch
         raise InspectorError(
             f"torch.export failed for {name} with inputs {describe_inputs(inputs)}: "
@@ -211,6 +211,19 @@ def _from_module(model: nn.Module, example_inputs: Any, name: str) -> Target:
         ) from None
     recurrent = dict(getattr(model, "RECURRENT", {}) or {})
     return Target(name, exported, inputs, private, recurrent)
+
+
+def _sharing_parameters(module: nn.Module) -> nn.Module:
+    """A copy of ``module`` to export that shares its parameters (buffers and everything else copied).
+
+    Export traces on fake tensors and never writes into a parameter, but a ``forward`` may set
+    Python attributes while it is traced: the copy keeps the pristine eager module as it was. The
+    parameters are the weights (140 MB in nfnet_l0, about a second to copy), and nothing writes
+    into the exported program's without copying it first (``_stages``, ``_flow``), so the export
+    and the eager copy hold the same ones.
+    """
+    shared = {id(p): p for p in module.parameters()}
+    return copy.deepcopy(module, shared)
 
 
 def _from_program(program, example_inputs: Any, name: str) -> Target:

@@ -103,11 +103,13 @@ def stage_graph_of(target, stage: str) -> StageGraph:
 def build(exported: torch.export.ExportedProgram, stage: str) -> StageGraph:
     """The stage graph for ``exported`` (which is itself left untouched)."""
     check_stage(stage)
+    # aten and edge: a copy sharing the weights, which neither to_edge nor the pass writes into (the
+    # pass adds new constants; see copy_pair); a deep copy was a second copy of every weight.
     if stage == "aten":
-        program = _executorch.lazy_program(copy.deepcopy(exported))
+        program = _executorch.lazy_program(copy_pair((exported.graph_module, exported))[1])
         return StageGraph(stage, program.graph_module, program)
     if stage == "edge":
-        program = _executorch.lazy_program(_executorch.to_edge(copy.deepcopy(exported)))
+        program = _executorch.lazy_program(_executorch.to_edge(copy_pair((exported.graph_module, exported))[1]))
         return StageGraph(stage, program.graph_module, program)
     return StageGraph(stage, *_capture_tfa_graph(exported))
 
