@@ -28,8 +28,9 @@ def _feed(h, value) -> None:
             h.update(repr(t).encode())  # rare layouts: the printed values (a miss at worst, never a wrong hit)
         elif t.numel():
             # reshape(-1) first: a 0-dim tensor (BatchNorm's num_batches_tracked) cannot be viewed as bytes
+            # the array itself, not .tobytes(): a copy of every weight (0.25 s of nfnet_l0's 140 MB)
             flat = t.cpu().contiguous().reshape(-1)
-            h.update(flat.view(torch.uint8).numpy().tobytes())
+            h.update(flat.view(torch.uint8).numpy())
     elif isinstance(value, (list, tuple)):
         h.update(f"L{len(value)}".encode())
         for v in value:
