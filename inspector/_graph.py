@@ -265,6 +265,7 @@ class StateReach:
     next_hop: dict[str, dict[Node, Node]] = field(default_factory=dict)
     # boundary node -> human description ("buffer 'state'", "marker on mul_1")
     boundary: dict[Node, str] = field(default_factory=dict)
+    terminal: set[Node] = field(default_factory=set)  # the writes into state: a path ends there
 
     def reaches(self, kind: str, node: Node) -> bool:
         return node in self.next_hop.get(kind, {})
@@ -403,6 +404,7 @@ def state_reach(
     markers: bool = True,
     also_marked: Iterable[Node] = (),
     top_level_markers: bool = False,
+    memo: "ReachMemo | None" = None,
 ) -> StateReach:
     """Which nodes feed carried state: signature mutations, optional in-place writes, markers.
 
@@ -411,33 +413,96 @@ def state_reach(
     placeholder counts as a boundary too (visible where no signature exists).
     ``also_marked``: nodes read as marked besides those whose meta says so (markers applied
     without writing them into a shared graph). ``top_level_markers``: a marker counts only in the
-    top-level ``meta["carried_quant_state"]`` (not in ``meta["custom"]``).
+    top-level ``meta["carried_quant_state"]`` (not in ``meta["custom"]``). ``memo``: what this
+    reads of ``graph`` that no marker changes, kept by the owner of a graph that is never
+    modified (a decider's pristine stage graph); the answer is the same.
     """
+    if memo is not None and (memo.graph is not graph or memo.signature is not signature):
+        memo = None
+    reach = memo.boundaries(in_place_writes) if memo is not None else boundary_reach(graph, signature,
+                                                                                    in_place_writes=in_place_writes)
+    if not markers:
+        return reach
+    also_marked = set(also_marked)
+    if memo is not None:
+        seeds = sorted(also_marked.union(memo.meta_marked(top_level_markers)), key=memo.order.__getitem__)
+    else:
+        seeds = [n for n in graph.nodes if n in also_marked or marked(n, top_level_markers)]
+    return with_markers(reach, seeds)
+
+
+def boundary_reach(graph: torch.fx.Graph, signature: Any = None, *, in_place_writes: bool = False) -> StateReach:
+    """``state_reach`` without markers: the paths to the state the graph writes (one backward sweep)."""
     reach = StateReach({BUFFER: {}, INPUT: {}, MARKER: {}})
     nodes = list(graph.nodes)
-    terminal: set[Node] = set()
     for w in state_writes(graph, signature):
         if w.via == "in-place" and not in_place_writes:
             continue
         reach.boundary.setdefault(w.node, w.description)
-        terminal.add(w.node)
+        reach.terminal.add(w.node)
         for src in w.sources:
             reach.next_hop[w.kind].setdefault(src, w.node)
-    if markers:
-        also_marked = set(also_marked)
-        for n in nodes:
-            if n in also_marked or marked(n, top_level_markers):
-                reach.next_hop[MARKER][n] = n
-                reach.boundary[n] = f"marker on {n.name}"
+    terminal, kinds = reach.terminal, (reach.next_hop[BUFFER], reach.next_hop[INPUT])
     # One backward sweep: users come after their producers in an FX graph.
     for n in reversed(nodes):
         for user in n.users:
             if user in terminal:
                 continue
-            for hops in reach.next_hop.values():
+            for hops in kinds:
                 if user in hops and n not in hops:
                     hops[n] = user
     return reach
+
+
+def with_markers(reach: StateReach, seeds: Iterable[Node]) -> StateReach:
+    """``reach`` (no markers) with the marker boundaries ``seeds`` (in graph order) added: a new
+    ``StateReach`` sharing the other kinds' tables. Only the markers' ancestors are visited: a node
+    reaches a marker when one of its users does (a write into state ends a path), and its next hop
+    is the first such user, as a sweep of the whole graph finds it."""
+    seeds = list(seeds)
+    terminal = reach.terminal
+    hops: dict[Node, Node] = {n: n for n in seeds}
+    reached = set(seeds)
+    stack = [n for n in seeds if n not in terminal]
+    while stack:
+        for p in stack.pop().all_input_nodes:
+            if p not in reached:
+                reached.add(p)
+                if p not in terminal:
+                    stack.append(p)
+    for n in reached:
+        if n not in hops:
+            hops[n] = next(u for u in n.users if u not in terminal and u in reached)
+    next_hop = {k: h for k, h in reach.next_hop.items() if k != MARKER}
+    next_hop[MARKER] = hops
+    boundary = dict(reach.boundary)
+    for n in seeds:
+        boundary[n] = f"marker on {n.name}"
+    return StateReach(next_hop, boundary, terminal)
+
+
+class ReachMemo:
+    """What ``state_reach`` reads of a graph that is never modified, computed once: the reach of the
+    state it writes (per ``in_place_writes``) and the nodes whose meta carries a marker (per
+    ``top_level_markers``). Its owner keeps it with the graph (a decider with its stage graph);
+    the tables handed out are shared, never to be changed."""
+
+    def __init__(self, graph: torch.fx.Graph, signature: Any = None, order: dict | None = None) -> None:
+        self.graph, self.signature = graph, signature
+        self.order = order if order is not None else {n: i for i, n in enumerate(graph.nodes)}
+        self._boundaries: dict[bool, StateReach] = {}
+        self._marked: dict[bool, tuple[Node, ...]] = {}
+
+    def boundaries(self, in_place_writes: bool) -> StateReach:
+        if in_place_writes not in self._boundaries:
+            self._boundaries[in_place_writes] = boundary_reach(self.graph, self.signature,
+                                                               in_place_writes=in_place_writes)
+        return self._boundaries[in_place_writes]
+
+    def meta_marked(self, top_level_markers: bool) -> tuple[Node, ...]:
+        if top_level_markers not in self._marked:
+            self._marked[top_level_markers] = tuple(n for n in self.graph.nodes if marked(n, top_level_markers))
+        return self._marked[top_level_markers]
 
 
 # ---------------------------------------------------------------- outputs, recurrence, ids

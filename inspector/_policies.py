@@ -31,10 +31,11 @@ class StateGuard:
     in_place_writes: bool = False  # also count in-place writes into a buffer or input (copy_ at tfa)
     top_level_markers: bool = False  # a marker counts only in the top-level meta key (as PR #21234 reads it)
 
-    def reach(self, graph, signature, also_marked: Iterable[Node] = ()) -> _graph.StateReach:
-        """Which nodes of ``graph`` reach which state boundary, as this guard reads them."""
+    def reach(self, graph, signature, also_marked: Iterable[Node] = (), memo=None) -> _graph.StateReach:
+        """Which nodes of ``graph`` reach which state boundary, as this guard reads them (``memo``: the
+        ``_graph.ReachMemo`` of a graph that is never modified)."""
         return _graph.state_reach(graph, signature, in_place_writes=self.in_place_writes, also_marked=also_marked,
-                                  top_level_markers=self.top_level_markers)
+                                  top_level_markers=self.top_level_markers, memo=memo)
 
 
 @dataclass(frozen=True)
@@ -121,11 +122,11 @@ class Policy:
             source = f"<no source: id {id(code)}>"
         return (self.name, self.origin, hashlib.sha256(source.encode()).hexdigest()[:16])
 
-    def reach(self, graph, signature, also_marked: Iterable[Node] = ()) -> _graph.StateReach:
+    def reach(self, graph, signature, also_marked: Iterable[Node] = (), memo=None) -> _graph.StateReach:
         """What this rule's guard reads on ``graph`` (nothing for a rule without a guard)."""
         if not self.guarded:
             return _graph.StateReach({})
-        return self.guard.reach(graph, signature, also_marked)
+        return self.guard.reach(graph, signature, also_marked, memo=memo)
 
     def to_dict(self) -> dict:
         return {"name": self.name, "help": self.help, "source": self.source, "folds": self.folds,
