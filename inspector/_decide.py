@@ -16,7 +16,9 @@ answers with a frozen ``Analysis``:
   make again. A region that cannot stand alone, or a crash on it, runs the whole graph instead.
 
 Either way one function, ``_build_sites``, turns (sites, explanations, what the pass did) into
-``Site`` records. The whole after-graph of a region-decided analysis is built only when asked
+``Site`` records; from a ``base``, only the records of the sites decided again or whose path to
+state or markers changed are built, the others are the base's own (the guard's reach is read from
+what no marker changes, kept in a ``_graph.ReachMemo``, and the markers' ancestors). The whole after-graph of a region-decided analysis is built only when asked
 for, and its decisions are then checked against the regions' (a disagreement is an internal
 error, never a silent answer).
 """
@@ -51,29 +53,53 @@ _WHOLE_RUN_NODES = 200
 class Guard:
     """What the state guard saw in one analysis: the base from which the next toggle re-decides."""
 
-    hops: dict  # boundary kind -> {node name: next node name on its path to that boundary}
+    reach: _graph.StateReach  # what the rule's guard read on the pristine graph (never changed)
+    state: _graph.StateReach  # which nodes reach any state boundary, in-place writes included (never changed)
     hidden: frozenset[str]  # every mul the guard (and a user's guard) hid from the pass, by name
 
     @classmethod
-    def of(cls, muls: Iterable[Node], reach: _graph.StateReach, skips: dict = {}) -> "Guard":  # noqa: B006
-        hops = {k: {n.name: m.name for n, m in h.items()} for k, h in reach.next_hop.items()}
-        return cls(hops, frozenset(n.name for n in muls if reach.kinds(n)) | frozenset(skips))
+    def of(cls, muls: frozenset, reach: _graph.StateReach, state: _graph.StateReach,
+           skips: dict = {}) -> "Guard":  # noqa: B006
+        hidden = {n.name for hops in reach.next_hop.values() for n in hops if n in muls}
+        return cls(reach, state, frozenset(hidden) | frozenset(skips))
 
-    def moved(self, other: "Guard", names_last_first: list[str]) -> set[str]:
-        """The nodes whose path to a state boundary differs between the two guards (one backward sweep:
-        a path differs where its next hop does, or where the rest of it does)."""
-        out: set[str] = set()
-        for kind in (_graph.MARKER, _graph.BUFFER, _graph.INPUT):
-            a, b = self.hops.get(kind, {}), other.hops.get(kind, {})
-            if a == b:
-                continue
-            changed: set[str] = set()
-            for name in names_last_first:
-                x, y = a.get(name), b.get(name)
-                if x != y or (y is not None and y != name and y in changed):
-                    changed.add(name)
-            out |= changed
-        return out
+
+def moved(a: _graph.StateReach, b: _graph.StateReach, order: dict) -> set[Node]:
+    """The nodes whose path to a state boundary differs between ``a`` and ``b`` (``order``: node ->
+    position in the graph). One backward sweep over the nodes either reaches: a path differs where
+    its next hop does, or where the rest of it does."""
+    out: set[Node] = set()
+    for kind in (_graph.MARKER, _graph.BUFFER, _graph.INPUT):
+        x, y = a.next_hop.get(kind, {}), b.next_hop.get(kind, {})
+        if x is y or x == y:
+            continue
+        changed: set[Node] = set()
+        for n in sorted(x.keys() | y.keys(), key=order.__getitem__, reverse=True):
+            p, q = x.get(n), y.get(n)
+            if p is not q or (q is not None and q is not n and q in changed):
+                changed.add(n)
+        out |= changed
+    return out
+
+
+def _ending_at(toggled: Iterable[Node], reaches: Iterable[_graph.StateReach]) -> set[Node]:
+    """The toggled markers' nodes and every node whose path to a boundary, of any kind, runs
+    through one of them (walked upstream). A toggled marker may move no path and still change
+    what a path ends at: a marker on a write into state names that boundary, and one on a node
+    its meta marks already moves nothing."""
+    tables = [hops for r in reaches for hops in r.next_hop.values()]
+    out: set[Node] = set()
+    for node in toggled:
+        for hops in tables:
+            seen, stack = {node}, [node]
+            while stack:
+                m = stack.pop()
+                for p in m.all_input_nodes:
+                    if p not in seen and hops.get(p) is m:
+                        seen.add(p)
+                        stack.append(p)
+            out |= seen
+    return out
 
 
 @dataclass(frozen=True)
@@ -107,7 +133,9 @@ class Decider:
         self.stage_graph = stage_graph  # the pristine stage graph (never run the pass on it)
         self._lock = threading.Lock()
         self._layout: _region.Layout | None = None
+        self._memo: _graph.ReachMemo | None = None
         self._statics: tuple[_Static, ...] | None = None
+        self._ids: dict[str, str] | None = None
         self._recurrent: dict | None = None
         # (rule, marked node names) -> (graph module, program) after the pass ran on the whole graph.
         self._afters = BoundedCache(2, f"after-graphs ({stage_graph.stage})")
@@ -138,6 +166,15 @@ class Decider:
         program = self.stage_graph.program
         return program.graph_signature if program is not None else None
 
+    @property
+    def memo(self) -> _graph.ReachMemo:
+        """What the state reach reads of the pristine graph whatever the markers (built on first use)."""
+        lay = self.layout
+        with self._lock:
+            if self._memo is None:
+                self._memo = _graph.ReachMemo(self.stage_graph.graph_module.graph, self._signature(), lay.order)
+            return self._memo
+
     def _statics_of(self, lay: _region.Layout) -> tuple[_Static, ...]:
         if self._statics is None:
             program = self.stage_graph.program
@@ -164,19 +201,21 @@ class Decider:
         markers = marker_tuple(markers)
         with _no_gc_pauses():
             t0 = time.perf_counter()
-            lay = self.layout
+            lay, memo = self.layout, self.memo
             graph, signature = self.stage_graph.graph_module.graph, self._signature()
-            found, unknown = resolve_markers(graph, markers, lay.cands, lay.ids)
+            found, unknown = resolve_markers(graph, markers, lay.cands, lay.ids, by_name=lay.by_name)
             if unknown:
                 raise unknown_marker(unknown[0], self.stage, lay.ids)
             marked = tuple(dict.fromkeys(found.values()))
             marked_names = tuple(n.name for n in marked)
-            reach = rule.reach(graph, signature, also_marked=marked)
-            all_reach = _every_boundary(rule, reach, graph, signature, marked)
+            reach = rule.reach(graph, signature, also_marked=marked, memo=memo)
+            all_reach = _every_boundary(rule, reach, graph, signature, marked, memo)
             skips = rule_skips(rule, graph, self.stage_graph.program, self.stage, lay.cands, lay.ids, all_reach,
                                marked)
-            guard = Guard.of(lay.muls, reach, skips)
-            redo = self._changed_sites(rule, base, guard, lay)
+            guard = Guard.of(lay.mul_set, reach, all_reach, skips)
+            toggled = [] if base is None or base.decider is not self else \
+                [lay.by_name[name] for name in set(base.marked).symmetric_difference(marked_names)]
+            redo = self._changed_sites(rule, base, guard, lay, toggled)
             outcome, t1 = None, time.perf_counter()
             if redo is not None:
                 outcome = self._on_region(rule, reach, skips, guard, lay, redo, marked_names)
@@ -184,29 +223,43 @@ class Decider:
                 base = None
                 outcome = self._on_whole_graph(rule, reach, skips, guard, lay, marked_names)
             t2 = time.perf_counter()
+            rebuild = None
+            if base is not None:  # the other sites keep their records unless their path to state moved
+                rebuild = set(outcome.explained) | self._state_moved(base, guard, toggled, lay)
             sites = _build_sites(self._statics_of(lay), lay, rule, outcome, all_reach, self._recurrent_reach(),
-                                 set(marked), base.sites if base is not None else None, self.stage_graph.program)
+                                 set(marked), base.sites if base is not None else None, self.stage_graph.program,
+                                 rebuild)
             timings = {"explain": t1 - t0, "fold": t2 - t1, "sites": time.perf_counter() - t2}
         return Analysis(self.target, self, rule, markers, tuple(sites), marked_names, guard,
                         from_regions=redo is not None and base is not None, timings=timings)
 
-    def _changed_sites(self, rule: Policy, base, guard: Guard, lay) -> list[int] | None:
-        """The sites to decide again from ``base`` (None: decide every site on the whole graph)."""
+    def _changed_sites(self, rule: Policy, base, guard: Guard, lay, toggled: list[Node]) -> list[int] | None:
+        """The sites to decide again from ``base`` (None: decide every site on the whole graph);
+        ``toggled``: the nodes marked in one of the two answers only."""
         if base is None or base.decider is not self or base.rule != rule or not rule.folds or rule.is_users:
             return None  # a user's guard or pass may read anything: it is asked about every site again
-        moved = base.guard.moved(guard, lay.last_first)  # a site whose guard path moved has new reasons
-        changed = {lay.cluster_of[i] for i, c in enumerate(lay.cands) if c.mul.name in moved}
+        paths = moved(base.guard.reach, guard.reach, lay.order)  # a site whose guard path moved has new reasons
+        paths |= _ending_at(toggled, (base.guard.reach, guard.reach))
+        changed = {lay.cluster_of[lay.site_of[n]] for n in paths if n in lay.site_of}
         names = _region.cluster_names(lay, changed)
         if len(names) > _WHOLE_RUN_NODES and len(names) > len(lay.order) // 3:
             return None  # a big part of a big graph changed: the whole run is as cheap
-        return [i for i, k in enumerate(lay.cluster_of) if k in changed]
+        return sorted(i for k in changed for i in lay.members[k])
+
+    def _state_moved(self, base, guard: Guard, toggled: list[Node], lay) -> set[int]:
+        """The sites whose state path, or whose markers, differ from ``base``'s: their risks and
+        paths are read again."""
+        nodes = moved(base.guard.state, guard.state, lay.order) | _ending_at(toggled, (base.guard.state, guard.state))
+        return {lay.site_of[n] for n in nodes if n in lay.site_of}
 
     def _explain(self, rule: Policy, reach, skips, lay, indices: list[int]) -> dict[int, list]:
         ctx = Context(self.stage, rule, self.stage_graph.program, reach, set(), lay.order, skips)
         return dict(zip(indices, explain(ctx, [lay.cands[i] for i in indices])))
 
     def _site_ids(self, lay) -> dict[str, str]:
-        return {c.mul.name: i for c, i in zip(lay.cands, lay.ids)}
+        if self._ids is None:
+            self._ids = {c.mul.name: i for c, i in zip(lay.cands, lay.ids)}
+        return self._ids
 
     def _on_whole_graph(self, rule: Policy, reach, skips, guard: Guard, lay, marked_names) -> _Outcome:
         """Explain every site and run the installed pass on a private copy of the whole graph."""
@@ -267,25 +320,31 @@ class Decider:
 
     def picture(self, analysis, which: str, *, errors=None, step: int | None = None, focus: str | None = None,
                 hops: int = 2, hide: Iterable[str] = ("constants",)):
-        """(graph, ``Verdicts``) to draw ``which`` graph of ``analysis``: a focused after-picture
-        from the region around the site when that region holds everything the picture walks
-        through, else from the whole graph. The renderer is never told which."""
+        """(graph, ``Verdicts``) to draw ``which`` graph of ``analysis``: a focused picture from the
+        region around the site (the pass run on it for the after side, the pristine graph's part for
+        the before side) when that region holds everything the picture walks through, else from the
+        whole graph. The renderer is never told which."""
         from ._render import WHICH, Border, Verdicts, focus_walk
 
         if which not in WHICH:
             raise InspectorError(f"unknown graph {quoted(which)}; choose one of: {', '.join(WHICH)}")
         caption = tuple(analysis.caption(which))
         marked = frozenset(analysis.marked)
-        if which == "after" and focus is not None and errors is None and not self.has_after(analysis) \
+        region = None
+        # A focused picture comes from the part of the graph it shows, also when the whole after-graph
+        # is at hand: drawing reads every node of the graph it is given.
+        if which == "after" and focus is not None and errors is None \
                 and not analysis.rule.is_users:  # a user's pass or guard is not known to be local
             region = self.focus_region(analysis, focus, hops)
-            if region is not None:
-                border = Border(region.outside_users, self.layout.held)
-                signature = region.program.graph_signature if region.program is not None else None
-                verdicts = Verdicts(analysis.sites, True, signature, caption, marked=marked, border=border)
-                walk = focus_walk(region.graph_module, verdicts, focus, hops=hops, hide=hide)
-                if all(_holds(region, step_) for step_ in walk):
-                    return region.graph_module, verdicts
+        elif which == "before" and focus is not None and errors is None:
+            region = self.pristine_region(focus, hops)
+        if region is not None:
+            border = Border(region.outside_users, self.layout.held)
+            signature = region.program.graph_signature if region.program is not None else None
+            verdicts = Verdicts(analysis.sites, which == "after", signature, caption, marked=marked, border=border)
+            walk = focus_walk(region.graph_module, verdicts, focus, hops=hops, hide=hide)
+            if all(_holds(region, step_) for step_ in walk):
+                return region.graph_module, verdicts
         if which == "after":
             gm, program = self.after(analysis)
         else:  # the pristine stage graph; the markers the pass saw are named in the verdicts
@@ -332,6 +391,27 @@ class Decider:
         return region
 
 
+    def pristine_region(self, site_id: str, hops: int):
+        """The part of the pristine stage graph a focused picture of ``site_id`` shows, copied out as
+        it is (None: draw from the whole graph). Whatever the rule and markers: kept by site and hops."""
+        from ._render import HUB_DEGREE
+
+        key = ("before", site_id, hops)
+        if key in self._regions:
+            return self._regions.get(key)
+        region = None
+        lay = self.layout
+        i = next((k for k, sid in enumerate(lay.ids) if sid == site_id), None)
+        if i is not None and isinstance(hops, int) and not isinstance(hops, bool) and hops >= 0:
+            c = lay.cands[i]
+            try:
+                region = _region.pristine(self.stage_graph, lay, _region.around(lay, (c.mul, c.conv), hops, HUB_DEGREE))
+            except _region.RegionUnavailable:
+                region = None
+        self._regions.put(key, region)
+        return region
+
+
 def _holds(region, step) -> bool:
     """A region draws a focused picture's node as the whole graph would: the node does not stand
     for the outside, and unless all its neighbours are in the region, the walk stops at it and it
@@ -355,12 +435,15 @@ def decider_of(target, stage: str) -> Decider:
 
 
 def _build_sites(statics, lay, rule: Policy, outcome: _Outcome, all_reach, recurrent: dict, marked: set,
-                 base_sites, program) -> list:
+                 base_sites, program, rebuild: set[int] | None = None) -> list:
     """The ``Site`` records of one decide: the sites in ``outcome.explained`` as the pass just
-    decided them, every other one as in ``base_sites``; state, markers and risks for all."""
-    weight_users: dict[str, list[int]] = {}
-    sites = []
-    for i, (c, st) in enumerate(zip(lay.cands, statics)):
+    decided them, every other one as in ``base_sites``; state, markers and risks for all.
+    ``rebuild``: the sites to build (the others are ``base_sites``' records, which nothing they
+    are made of changed); None: every site."""
+    indices = range(len(lay.cands)) if rebuild is None else sorted(rebuild)
+    sites: list = [None] * len(lay.cands) if rebuild is None else list(base_sites)
+    for i in indices:
+        c, st = lay.cands[i], statics[i]
         kind, path, boundary = _state_of(all_reach, c.mul)
         is_marked = c.mul in marked or _graph.marked(c.mul)
         if i in outcome.explained and rule.pass_class is not None:
@@ -389,10 +472,8 @@ def _build_sites(statics, lay, rule: Policy, outcome: _Outcome, all_reach, recur
             marked=is_marked, chained_after=st.chained_after, state_path=tuple(n.name for n in path),
             state_boundary=boundary, folded_weight=fw, folded_bias=fb, mismatch=mismatch,
         )
-        if site.folded and fw is not None:
-            weight_users.setdefault(fw, []).append(i)
-        sites.append(site)
-    return _flag_reused_weights(sites, weight_users, program)
+        sites[i] = site
+    return _flag_reused_weights(sites, indices, lay, program)
 
 
 def _pass_rule_reasons(rule: Policy, decision: str, reasons: list) -> list:
@@ -418,12 +499,13 @@ def _conv_reads(gm) -> dict[str, tuple[str | None, str | None]]:
             for n in gm.graph.nodes if _graph.is_conv(n)}
 
 
-def _every_boundary(rule: Policy, guard: _graph.StateReach, graph, signature, also_marked=()) -> _graph.StateReach:
+def _every_boundary(rule: Policy, guard: _graph.StateReach, graph, signature, also_marked=(),
+                    memo=None) -> _graph.StateReach:
     """Which nodes reach any state boundary, in-place writes included: for risks and for drawing the
     path to state, whatever the rule (a guard that reads in-place writes has read exactly this)."""
     if rule.guarded and rule.guard.in_place_writes:
         return guard
-    return _graph.state_reach(graph, signature, in_place_writes=True, also_marked=also_marked)
+    return _graph.state_reach(graph, signature, in_place_writes=True, also_marked=also_marked, memo=memo)
 
 
 def _state_of(reach, node) -> tuple[str | None, list, str]:
@@ -482,24 +564,32 @@ def _risks(c, scale, decision: str, kind, boundary: str, recurrent: dict, marked
     return risks
 
 
-def _flag_reused_weights(sites: list, weight_users: dict[str, list[int]], program) -> list:
-    """Flag folds whose convs read one scaled weight after the pass (names a shared weight twice).
+def _flag_reused_weights(sites: list, built: Iterable[int], lay, program) -> list:
+    """Flag folds whose convs read one scaled weight after the pass (names a shared weight twice),
+    among the sites ``built`` now (the others carry their flag already).
 
     With an exported program the installed pass names the scaled weight after the
     original one and returns an existing placeholder of that name, so two folds of
     one shared weight both read the first scale (chained muls on one conv are fine:
-    they are one conv).
+    they are one conv). Convs sharing a weight are one cluster: only the clusters of the
+    sites built now are looked at.
     """
     if program is None:
         return sites
+    built = set(built)
+    weight_users: dict[str, list[int]] = {}
+    for i in sorted({j for i in built for j in lay.members[lay.cluster_of[i]]}):
+        if sites[i].folded and sites[i].folded_weight is not None:
+            weight_users.setdefault(sites[i].folded_weight, []).append(i)
     for weight, idxs in weight_users.items():
         convs = {sites[i].conv for i in idxs}
         if len(convs) < 2:
             continue
         names = ", ".join(sites[i].mul for i in idxs)
         for i in idxs:
-            risk = Risk.of(RiskCode.FOLDED_WEIGHT_REUSED, f"{names} all fold into {weight}, scaled once")
-            sites[i] = replace(sites[i], risks=sites[i].risks + (risk,))
+            if i in built:
+                risk = Risk.of(RiskCode.FOLDED_WEIGHT_REUSED, f"{names} all fold into {weight}, scaled once")
+                sites[i] = replace(sites[i], risks=sites[i].risks + (risk,))
     return sites
 
 

@@ -38,10 +38,12 @@ class FoldLog:
             self.runs.append(run)
 
 
-def resolve_markers(graph, markers: Iterable[str], cands=None, ids=None) -> tuple[dict[str, Node], list[str]]:
+def resolve_markers(graph, markers: Iterable[str], cands=None, ids=None,
+                    by_name: dict[str, Node] | None = None) -> tuple[dict[str, Node], list[str]]:
     """Map each marker (site id or node name) to a node of ``graph``; also return the unknown ones.
 
-    ``cands`` and ``ids`` are the graph's candidates and site ids when the caller has them already.
+    ``cands``, ``ids`` and ``by_name`` (node name -> node) are the graph's candidates, site ids and
+    nodes when the caller has them already.
     """
     markers = list(markers)
     if not markers:
@@ -51,7 +53,8 @@ def resolve_markers(graph, markers: Iterable[str], cands=None, ids=None) -> tupl
     if ids is None:
         ids = _graph.site_ids(cands)
     by_id = dict(zip(ids, (c.mul for c in cands)))
-    by_name = {n.name: n for n in graph.nodes}
+    if by_name is None:
+        by_name = {n.name: n for n in graph.nodes}
     found, unknown = {}, []
     for m in markers:
         node = by_id.get(m) or by_name.get(m)

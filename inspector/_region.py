@@ -55,6 +55,10 @@ class Layout:
     muls: list[Node]  # every mul node (the guard may hide any of them)
     held: dict[str, str]  # node name -> "buffer" | "input": nodes holding carried state (whole graph)
     input_specs: dict[str, Any]  # placeholder name -> its InputSpec (exported programs)
+    site_of: dict[Node, int]  # a site's mul -> its candidate index
+    members: list[list[int]]  # cluster index -> its candidate indices, in order
+    cluster_at: dict[Node, int]  # a site's conv or mul -> its cluster index
+    mul_set: frozenset[Node]  # ``muls`` as a set
 
 
 def build_layout(stage_graph) -> Layout:
@@ -86,11 +90,19 @@ def _build_layout(graph: fx.Graph, program) -> Layout:
     specs = {s.arg.name: s for s in signature.input_specs if getattr(s.arg, "name", None)} if signature else {}
     held = {n.name: role for n, role in _graph.written_state(graph, signature).items()}
     nodes = list(graph.nodes)
+    muls = [n for n in nodes if _graph.is_mul(n)]
+    indices: list[list[int]] = [[] for _ in roots]
+    cluster_at: dict[Node, int] = {}
+    for i, c in enumerate(cands):
+        indices[cluster_of[i]].append(i)
+        cluster_at.setdefault(c.mul, cluster_of[i])
+        cluster_at.setdefault(c.conv, cluster_of[i])
     return Layout(
         cands=cands, ids=_graph.site_ids(cands), cluster_of=cluster_of, clusters=[frozenset(m) for m in members],
         order={n: i for i, n in enumerate(nodes)}, by_name={n.name: n for n in nodes},
-        last_first=[n.name for n in reversed(nodes)], muls=[n for n in nodes if _graph.is_mul(n)], held=held,
-        input_specs=specs,
+        last_first=[n.name for n in reversed(nodes)], muls=muls, held=held, input_specs=specs,
+        site_of={c.mul: i for i, c in enumerate(cands)}, members=indices, cluster_at=cluster_at,
+        mul_set=frozenset(muls),
     )
 
 
@@ -171,7 +183,7 @@ def around(lay: Layout, seeds: Iterable[Node], hops: int, hub_degree: int) -> se
                     nxt.append(m)
         frontier = nxt
     names = {n.name for n in seen}
-    touched = {lay.cluster_of[i] for i, c in enumerate(lay.cands) if c.mul.name in names or c.conv.name in names}
+    touched = {lay.cluster_at[n] for n in seen if n in lay.cluster_at}
     return names | cluster_names(lay, touched)
 
 
@@ -203,6 +215,21 @@ def run(stage_graph, lay: Layout, names: set[str], policy, hidden: frozenset[str
     created = after - before  # the scaled weights and biases: their only user is their conv
     return Region(gm, built.program, tuple(fold.folded), frozenset((built.complete & after) | created), built.names,
                   frozenset(before) - built.names, built.outside_users, built.own_outputs)
+
+
+def pristine(stage_graph, lay: Layout, names: set[str]) -> Region:
+    """The region ``names`` of ``stage_graph`` as it is, the pass not run, ready to draw (see
+    ``for_drawing``): what a focused picture of the graph before the pass is drawn from. Raises
+    ``RegionUnavailable`` when the region cannot be built as a program of its own."""
+    try:
+        built = _build(stage_graph, lay, names)
+    except RegionUnavailable:
+        raise
+    except Exception as exc:  # noqa: BLE001 - this region cannot be copied out on its own
+        raise RegionUnavailable(f"the region cannot stand alone: {exc}") from None
+    inside = frozenset(n.name for n in built.graph_module.graph.nodes)
+    return for_drawing(Region(built.graph_module, built.program, (), built.complete, built.names,
+                              inside - built.names, built.outside_users, built.own_outputs))
 
 
 @dataclass
