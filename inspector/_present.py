@@ -77,14 +77,16 @@ class SiteRow:
                 f"{_esc(self.conv)} &rarr; {_esc(self.mul)}</small>{where}</span>")
 
 
-def site_rows(analysis, comparison=None) -> list[SiteRow]:
-    """One ``SiteRow`` per site of ``analysis``; with ``comparison``, where each site folded."""
-    where = comparison.folded_where() if comparison is not None else {}
+def site_rows(analysis, comparison=None, *, sites=None, where: dict | None = None) -> list[SiteRow]:
+    """One ``SiteRow`` per site of ``analysis`` (or per site of ``sites``, some of them); with
+    ``comparison``, where each site folded (``where``: its ``folded_where()``, when the caller has it)."""
+    if where is None:
+        where = comparison.folded_where() if comparison is not None else {}
     return [
         SiteRow(site=s.id, decision=s.decision, kind=site_kind(s), marked=s.marked, mismatch=s.mismatch,
                 conv=s.conv, conv_op=s.conv_op, mul=s.mul, scale=s.scale.short(), reasons=s.reasons,
                 risks=s.risks, folded_where=where.get(s.id, ""))
-        for s in analysis.sites
+        for s in (analysis.sites if sites is None else sites)
     ]
 
 

@@ -484,15 +484,16 @@ def _classify(graph, verdicts: Verdicts) -> _Facts:
     facts = _Facts(list(graph.nodes), verdicts.after, errors=dict(verdicts.errors), trace=verdicts.trace,
                    marked=frozenset(verdicts.marked))
     by_name = {n.name: n for n in facts.nodes}
-    for s in verdicts.sites:
+    for s in verdicts.sites:  # membership first: a part of a big graph holds few of the sites
         if s.mul in by_name and not (facts.after and s.folded):
             facts.site_of_mul[s.mul] = s
         if s.conv in by_name:
             facts.sites_of_conv.setdefault(s.conv, []).append(s)
-        if facts.after and s.folded:
-            facts.keep.update(n for n in (s.folded_weight, s.folded_bias) if n)
+        if facts.after and (s.folded_weight in by_name or s.folded_bias in by_name) and s.folded:
+            facts.keep.update(n for n in (s.folded_weight, s.folded_bias) if n)  # only this graph's are read
     for s in verdicts.sites:  # the state paths to highlight; thick wins over light
-        if len(s.state_path) < 2:
+        # An edge is drawn where its head is in this graph (the tail may be the site's conv, after).
+        if len(s.state_path) < 2 or not any(name in by_name for name in s.state_path[1:]):
             continue
         if not s.folded and STATE_REASONS & set(s.reason_codes):
             kind = "state-path"

@@ -175,6 +175,13 @@ class Analysis:
 
     def summary(self) -> str:
         """One line: "3 sites, 1 folded, 2 skipped (conv-has-other-users: 2)"."""
+        text = self.__dict__.get("_summary")
+        if text is None:  # asked for by every caption and the widget's header: made once per answer
+            text = self._summarize()
+            object.__setattr__(self, "_summary", text)
+        return text
+
+    def _summarize(self) -> str:
         by_reason: dict[str, int] = {}
         for s in self.skipped:
             code = s.reasons[0].code if s.reasons else "?"

@@ -25,18 +25,29 @@ class SiteTable:
         self._row_ids: list[str] | None = None  # the sites the rows were built for (None: not yet)
         self._rows: dict[str, W.HBox] = {}
         self._classes: dict[str, set[str]] = {}  # the CSS classes each row has now
+        self._shown: dict[str, tuple] = {}  # site id -> (site, marked, selected) its row shows now
+        self._where: tuple = (None, {})  # (comparison, its folded_where()) the rows show
 
     def render(self, analysis: inspector.Analysis, comparison, selected: str | None) -> None:
         ids = [s.id for s in analysis.sites]
         if ids != self._row_ids:
             self._rows = {sid: self._make_row(sid) for sid in ids}
             self._classes = {sid: {"fi-site-row"} for sid in ids}
+            self._shown = {}
             self._row_ids = ids
             empty = [W.HTML("<i>no conv-&gt;mul sites in this model</i>")] if not ids else []
             self.sites_box.children = [W.HTML(HEADER), *self._rows.values(), *empty]
+        if self._where[0] is not comparison:  # other results: every row says where its site folded
+            self._where = (comparison, comparison.folded_where() if comparison is not None else {})
+            self._shown = {}
+        # Only the rows whose site record, marker or selection changed are written again (a toggle
+        # changes a few of them; the records of the others are the same objects).
         marked = set(analysis.marker_ids)
-        for r in inspector.site_rows(analysis, comparison):
-            self._update_row(r, r.site in marked, r.site == selected)
+        shown = {s.id: (s, s.id in marked, s.id == selected) for s in analysis.sites}
+        changed = [s for s in analysis.sites if self._shown.get(s.id) != shown[s.id]]
+        for r in inspector.site_rows(analysis, comparison, sites=changed, where=self._where[1]):
+            self._update_row(r, shown[r.site][1], shown[r.site][2])
+            self._shown[r.site] = shown[r.site]
 
     def _make_row(self, site_id: str) -> W.HBox:
         select = W.Button(description=site_id, tooltip=f"select {site_id}: focus the graphs on it",
@@ -44,8 +55,12 @@ class SiteTable:
         select.on_click(lambda _: self._on_select(site_id))
         info = W.HTML(layout=W.Layout(width="100%"))
         marker = W.Checkbox(description="marked", indent=False, layout=W.Layout(width="120px")).add_class("fi-marker")
-        marker.observe(lambda change: self._on_marker(site_id, change), names="value")
+        marker.observe(lambda change: self._marker_changed(site_id, change), names="value")
         return W.HBox([select, info, marker], layout=W.Layout(border_bottom="1px solid #ddd")).add_class("fi-site-row")
+
+    def _marker_changed(self, site_id: str, change: dict) -> None:
+        self._shown.pop(site_id, None)  # the box now shows what the user clicked: the next render writes the row
+        self._on_marker(site_id, change)
 
     def _update_row(self, r: inspector.SiteRow, marked: bool, selected: bool) -> None:
         row = self._rows[r.site]
