@@ -1,0 +1,211 @@
+"""The first edge analysis of a real network against the plain flow it is built on.
+
+``inspector.analyze(model, stage="edge")`` of timm's nfnet_l0 and efficientnet_b0 (random
+weights, 64x64 input) against ``torch.export.export`` + ``executorch.exir.to_edge`` of the same
+model: the target of the speed issue is at most 1.10x. Every figure is one call in a fresh
+process that has never seen the model (new model object, new seeded weights), after that process
+warmed its own path on a small unrelated model (the first ``to_edge`` of a process loads
+executorch's operator YAML; the inspector's first call also imports the Arm backend). The two
+sides alternate (plain first in even repeats, the inspector first in odd ones), and each repeat's
+ratio is taken between the two runs next to each other, so a busy machine slows both. Prints each
+model's median ratio next to the target, the spread, and where each side spends its time (the
+inspector's steps are timed by wrapping its functions in the child process). On a shared 2-core
+machine the whole calls swing by 20-50 % between runs; the inspector's own work (everything but its
+export and to_edge, which are the plain flow's) is printed apart, as a share of the plain flow.
+
+timm and torchvision are not dependencies of the project: they are installed without their
+dependencies into ``.venv/bench-extras`` on first use (``BENCH_EXTRAS=<folder>`` names another
+folder that holds them). torchvision's wheel is a CUDA build whose C ops do not load with the CPU
+torch; its fake-op registrations are stubbed before import, which is all the model definitions
+need. ``BENCH_REPEATS`` (default 3) sets the repeats, ``BENCH_MODELS`` (comma-separated) the models.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import types
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EXTRAS = Path(os.environ.get("BENCH_EXTRAS") or ROOT / ".venv" / "bench-extras")
+PINS = ("timm==1.0.29", "torchvision==0.28.0")
+MODELS = tuple(os.environ.get("BENCH_MODELS", "nfnet_l0,efficientnet_b0").split(","))
+REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
+TARGET_RATIO = 1.10
+SIDES = ("plain", "inspector")
+
+
+def ensure_extras() -> None:
+    """timm and torchvision in ``EXTRAS`` (pip --target, no dependencies), installed if missing."""
+    if (EXTRAS / "timm").is_dir() and (EXTRAS / "torchvision").is_dir():
+        return
+    print(f"installing {' '.join(PINS)} into {EXTRAS} (no dependencies)", flush=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(EXTRAS), *PINS],
+                   check=True)
+
+
+# ---------------------------------------------------------------- one measurement (child process)
+
+
+def _import_timm():
+    sys.path.insert(0, str(EXTRAS))
+    # torchvision's C ops are a CUDA build: skip the fake-op registrations that need them
+    sys.modules["torchvision._meta_registrations"] = types.ModuleType("torchvision._meta_registrations")
+    import timm
+
+    return timm
+
+
+def _small():
+    import torch
+
+    class Small(torch.nn.Module):  # the warm-up: unrelated to the measured models
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3)
+            self.bn = torch.nn.BatchNorm2d(4)
+
+        def forward(self, x):
+            return torch.relu(self.bn(self.conv(x))) * 0.5
+
+    return Small().eval(), (torch.rand(1, 3, 16, 16),)
+
+
+class _Clock:
+    """Seconds spent in wrapped functions, by label (a nested call counts in its own label only)."""
+
+    def __init__(self):
+        self.spent: dict[str, float] = {}
+        self._depth = 0
+
+    def wrap(self, owner, name: str, label: str) -> None:
+        inner = getattr(owner, name, None)
+        if inner is None:  # a step this version of the inspector does not have
+            return
+        clock = self
+
+        def timed(*args, **kwargs):
+            if clock._depth:
+                return inner(*args, **kwargs)
+            clock._depth += 1
+            t0 = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                clock._depth -= 1
+                clock.spent[label] = clock.spent.get(label, 0.0) + time.perf_counter() - t0
+
+        setattr(owner, name, timed)
+
+
+def child(side: str, name: str, seed: int) -> dict:
+    """One first call of ``side`` on a new ``name`` in this (fresh) process, after a warm-up."""
+    import gc
+
+    warnings.filterwarnings("ignore")
+    import torch
+
+    timm = _import_timm()
+    sys.path.insert(0, str(ROOT))
+    clock = _Clock()
+    if side == "plain":
+        from executorch.exir import to_edge
+
+        def run(model, inputs):
+            t0 = time.perf_counter()
+            exported = torch.export.export(model, inputs)
+            t1 = time.perf_counter()
+            to_edge(exported).exported_program()
+            clock.spent.update({"export": t1 - t0, "to_edge": time.perf_counter() - t1})
+    else:
+        import inspector
+        from inspector import _decide, _executorch, _load, _stages
+
+        def run(model, inputs):
+            inspector.analyze(model, inputs, stage="edge")
+
+    t0 = time.perf_counter()
+    run(*_small())
+    warm = time.perf_counter() - t0
+    if side == "inspector":  # wrapped after the warm-up: only the measured call is counted
+        clock.wrap(_load, "private_copy", "copy of the model")
+        clock.wrap(_load, "_sharing_parameters", "copy to export")
+        clock.wrap(torch.export, "export", "export")
+        clock.wrap(_load, "program_fingerprint", "fingerprint")
+        clock.wrap(_stages, "copy_pair", "graph copies")
+        clock.wrap(_stages.copy, "deepcopy", "program deep copy")
+        clock.wrap(_executorch, "to_edge", "to_edge")
+        clock.wrap(_decide.Decider, "decide", "decide")
+    torch.manual_seed(seed)
+    model = timm.create_model(name, pretrained=False).eval()
+    inputs = (torch.rand(1, 3, 64, 64),)
+    params = sum(p.numel() for p in model.parameters())
+    gc.collect()
+    t0 = time.perf_counter()
+    run(model, inputs)
+    total = time.perf_counter() - t0
+    steps = dict(clock.spent)
+    steps["other"] = total - sum(steps.values())
+    return {"side": side, "model": name, "total": total, "warm_up": warm, "steps": steps, "params": params}
+
+
+def measure(side: str, name: str, seed: int) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--child", side, name, str(seed)], capture_output=True,
+                         text=True, cwd=ROOT)
+    if out.returncode != 0:
+        raise SystemExit(f"{side} on {name} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------- the report
+
+
+def _spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} (min {min(values):.2f}, max {max(values):.2f})"
+
+
+def main() -> None:
+    ensure_extras()
+    print(f"cores available: {len(os.sched_getaffinity(0))}; {REPEATS} repeats, each side in a fresh warmed "
+          f"process, alternating; target <= {TARGET_RATIO:.2f}x the plain export + to_edge")
+    for name in MODELS:
+        runs: dict[str, list[dict]] = {side: [] for side in SIDES}
+        ratios = []
+        for r in range(REPEATS):
+            order = SIDES if r % 2 == 0 else SIDES[::-1]
+            got = {side: measure(side, name, seed=1000 + r) for side in order}
+            for side in SIDES:
+                runs[side].append(got[side])
+            ratios.append(got["inspector"]["total"] / got["plain"]["total"])
+        plain = [x["total"] for x in runs["plain"]]
+        insp = [x["total"] for x in runs["inspector"]]
+        ratio = statistics.median(ratios)
+        verdict = "within target" if ratio <= TARGET_RATIO else "OVER target"
+        print(f"{name} ({runs['plain'][0]['params'] / 1e6:.1f}M parameters, 64x64): "
+              f"analyze(stage='edge') / plain = {ratio:.2f}x (target <= {TARGET_RATIO:.2f}x, {verdict}); "
+              f"per repeat {', '.join(f'{x:.2f}' for x in ratios)}")
+        print(f"  plain {_spread(plain)} s, inspector {_spread(insp)} s, extra {_spread([i - p for i, p in zip(insp, plain)])} s")
+        # The inspector's own work (everything but export and to_edge, which both sides run alike)
+        # does not swing with the machine's load the way the two whole calls do.
+        own = [x["total"] - x["steps"].get("export", 0.0) - x["steps"].get("to_edge", 0.0) for x in runs["inspector"]]
+        print(f"  the inspector's own work (outside export and to_edge): {_spread(own)} s, "
+              f"{statistics.median(own) / statistics.median(plain) * 100:.1f}% of the plain flow's median "
+              f"(1 + own / plain = {1 + statistics.median(own) / statistics.median(plain):.2f}x)")
+        for side in SIDES:
+            labels = list(dict.fromkeys(k for x in runs[side] for k in x["steps"]))
+            parts = ", ".join(f"{k} {statistics.median(x['steps'].get(k, 0.0) for x in runs[side]):.2f}"
+                              for k in labels)
+            print(f"  {side:<9} medians (s): {parts}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "--child":
+        print(json.dumps(child(sys.argv[2], sys.argv[3], int(sys.argv[4]))))
+    else:
+        main()
