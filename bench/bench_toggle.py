@@ -27,7 +27,7 @@ from sample_models.generated import tfa_blocks  # noqa: E402
 from widgets import FoldInspector  # noqa: E402
 
 TARGET_1K_MS = 100
-TARGET_10K_MS = 500
+TARGET_10K_MS = 100
 
 
 def toggle_ms(app: FoldInspector, site: str, repeats: int) -> tuple[float, dict]:
