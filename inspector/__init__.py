@@ -22,6 +22,7 @@ from ._quantization import (QUANTIZATION_HELP, QUANTIZATIONS, Quantization, get_
 from ._sweep import FORMATS as SWEEP_FORMATS, NUMBERS_STAGE, UNCHANGED_DB, ModelSpec, Sweep, SweepBar, models_from, read_models_toml, sweep
 from ._results import Comparison, Metrics, NotDelegated, QParams, SiteOutcome, Variant, VariantResult
 from ._cache import clear_all as clear_cache
+from ._pool import start_server as start_workers
 from .explorer import ExplorerFiles
 from .errors import ExplanationMismatchWarning, FoldPassCrash, InspectorError, quoted
 from .reasons import Reason, ReasonCode, Risk, RiskCode
@@ -40,7 +41,7 @@ __all__ = [
     "unregister_policy",
     # compare: the TOSA INT reference
     "compare", "Comparison", "Variant", "VariantResult", "Metrics", "QParams", "SiteOutcome", "NotDelegated",
-    "DEFAULT_VARIANTS", "MAX_STEPS", "MAX_INPUT_ELEMENTS", "check_steps", "clear_cache",
+    "DEFAULT_VARIANTS", "MAX_STEPS", "MAX_INPUT_ELEMENTS", "check_steps", "clear_cache", "start_workers",
     # quantizations a variant runs under, and per-node overrides
     "Quantization", "QUANTIZATIONS", "QUANTIZATION_HELP", "get_quantization", "register_quantization",
     "unregister_quantization", "bits", "Bits", "BitsChange",

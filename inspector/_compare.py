@@ -4,21 +4,23 @@ This module orchestrates the call: it reads the variants asked for, loads the ta
 the calibration, resolves each variant's quantization plan (``_quantization``), answers what it
 can from the cache (``_variant_cache``), computes the float reference once, and runs the rest
 (``_flow.run_variant``) one after another or side by side: variants known to lead to the same
-fold decisions are grouped and run once, one group in this process (unless ``isolate``) and the
-others on the process's warm worker pool (``_pool``; ``variant_task`` is what a worker runs,
-``run_in_worker`` its body, shared with the sweep). The records it returns are ``_results``'.
+fold decisions are grouped and run once, on the process's warm worker pool (``_pool``;
+``variant_task`` is what a worker runs, ``run_in_worker`` its body, shared with the sweep). The
+pool's fork server is started as the call begins, so its warm-up overlaps this process's own
+export and float reference. The records it returns are ``_results``'.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from . import _flow, _load, _parallel, _pool
+from . import _flow, _load, _parallel, _pool, _stages
 from ._cache import BoundedCache
-from ._limits import check_memory, check_steps
+from ._limits import available_memory, check_memory, check_steps, memory_estimate
 from ._policies import (DEFAULT_VARIANTS, Policy, check_policy, ensure_rules, get_policy, marker_tuple, register,
                         rule_origins)
 from ._quantization import DEFAULT, Plan, Quantization, get_quantization, quantization_of, resolve_overrides
@@ -54,8 +56,10 @@ def compare(
     initial state; functional state is fed back per the model's ``RECURRENT`` declaration
     (output index -> input index). ``calibration`` is a list of input tuples (default: the
     example inputs plus seeded perturbed copies). ``progress(phase, fraction)`` is called as the
-    work advances (phase: "variant: phase"). ``workers`` processes run variants side by side
-    (default: the cores available; 1 runs them one after another); a variant whose fold
+    work advances (phase: "variant: phase"). ``workers`` is how many cores the variants share
+    (default: the cores available; 1 runs them one after another in this process); with more,
+    they run side by side in warm worker processes, up to twice as many at once as cores (so
+    that the cores stay busy to the end when one variant takes longer). A variant whose fold
     decisions equal another's is computed once. ``isolate=True`` runs every variant's native work
     (quantizer, lowering, the TOSA reference model) in worker processes, one worker included: a
     segfault or an out-of-memory kill there costs that variant (one line in its ``error``), never
@@ -70,6 +74,9 @@ def compare(
         raise InspectorError("give quantization= or quantization_config=, not both (they are the same argument)")
     default = quantization_of(quantization if quantization is not None else quantization_config)
     wanted = variants_of(variants, markers)
+    n_workers = workers_of(workers)
+    if isolate or (n_workers > 1 and len(wanted) > 1):
+        _pool.start_server()  # warms up in its own process while this one loads and exports
     loaded = _load.load(target, example_inputs)
     calibrated = _flow.choose_calibration(loaded, calibration, steps)
     base = base_key(loaded, calibrated, steps)
@@ -101,14 +108,14 @@ def compare(
         _flow.check_recurrent(loaded)
         reference = _flow.float_reference(loaded, steps)
         RESULTS.put_reference(base, reference)
-    n_workers = workers_of(workers)
     if any(get_policy(wanted[i].policy).is_users and not get_policy(wanted[i].policy).origin for i in to_run):
         n_workers, isolate = 1, False  # a rule defined in this session only: a worker would not know it
+    at_once = side_by_side(loaded, steps, len(to_run), n_workers)
     if to_run:
-        check_memory(loaded, steps, len(to_run), n_workers, isolate)
-    if to_run and (isolate or (n_workers > 1 and len(to_run) > 1)):
-        _run_parallel(loaded, wanted, plans, to_run, results, base, calibrated, steps, reference, n_workers, progress,
-                      isolate)
+        check_memory(loaded, steps, len(to_run), at_once, isolate or at_once > 1)
+    if to_run and (isolate or at_once > 1):
+        _run_parallel(loaded, wanted, plans, to_run, results, base, calibrated, steps, reference, n_workers, at_once,
+                      progress, isolate)
     else:
         for i in to_run:
             variant = wanted[i]
@@ -211,6 +218,23 @@ def split_variant(text: str) -> tuple[str, str | None]:
     return policy.strip(), quantization.strip()
 
 
+def side_by_side(target: _load.Target, steps: int, variants: int, workers: int) -> int:
+    """How many variants run at once on ``workers`` cores: one when there is one core, else every
+    variant up to twice the cores. The variants of one comparison differ in size (a variant that
+    folds nothing has the most ops to lower), so with exactly as many processes as cores the core
+    that drew the big one finishes last while the other waits; with more processes than cores
+    the cores are shared until the end (each process runs one thread: nothing is oversubscribed
+    within a process). Fewer, when the machine's memory would not hold that many."""
+    if workers == 1 or variants <= 1:
+        return 1
+    at_once = min(variants, 2 * workers)
+    available = available_memory()
+    while at_once > workers and available is not None and \
+            memory_estimate(target, steps, variants, at_once, True) > available:
+        at_once -= 1
+    return at_once
+
+
 def workers_of(workers: int | None) -> int:
     if workers is None:
         return _parallel.available_workers()
@@ -229,21 +253,28 @@ def _fold_count(decisions) -> int:
     return sum(len(ids) for _, ids in decisions)
 
 
-def _run_parallel(target, wanted, plans, to_run, results, base, calibrated, steps, reference, n_workers,
+def _run_parallel(target, wanted, plans, to_run, results, base, calibrated, steps, reference, n_workers, at_once,
                   progress, isolate: bool) -> None:
-    """Run the variants in ``to_run`` on the process's warm worker pool (``_pool``), one in this process
-    meanwhile unless ``isolate`` (then every native part runs in a worker, and a crash there costs
-    that variant only). Variants known to lead to the same fold decisions run once."""
+    """Run the variants in ``to_run`` on the process's warm worker pool (``_pool``), ``at_once`` at a
+    time sharing ``n_workers`` cores; this process only hands them out and gathers the results (a
+    worker forked from the warm server starts at once, and a crash there costs that variant only).
+    Variants known to lead to the same fold decisions run once; with ``isolate`` off, a comparison
+    left with one computation runs it here."""
+    if sum(plans[i].plain for i in to_run) > 1 and ("stage", "tfa") not in target.memo:
+        # Two runs of the same computation on two workers would cost twice: the tfa graph (a fraction
+        # of one variant, while the fork server warms up) tells which variants fold alike.
+        with contextlib.suppress(InspectorError):
+            _stages.stage_graph_of(target, "tfa")
     groups: dict[Any, list[int]] = {}
     for i in to_run:
         predictable = can_predict(target, plans[i])  # cheap only once the tfa graph exists
         key = (plans[i].identity, predicted_decisions(target, wanted[i])) if predictable else ("variant", i)
         groups.setdefault(key, []).append(i)
-    # This process takes the variant that folds least (the most ops to lower: likely the longest),
-    # a rule that never folds when one is asked for; the workers take the rest, in order.
-    local_key = min(groups, key=lambda key: (_fold_count(key[1]) if key[0] != "variant" else
-                                             (0 if not get_policy(wanted[groups[key][0]].policy).folds else 1)))
-    groups = {local_key: groups[local_key], **{k: v for k, v in groups.items() if k != local_key}}
+    # The variant that folds least first (the most ops to lower: likely the longest), a rule that never
+    # folds when one is asked for, then the rest in order.
+    groups = dict(sorted(groups.items(), key=lambda item: (
+        _fold_count(item[0][1]) if item[0][0] != "variant" else
+        (0 if not get_policy(wanted[item[1][0]].policy).folds else 1))))
     firsts = [members[0] for members in groups.values()]
     fractions = {i: 0.0 for i in firsts}
 
@@ -270,24 +301,18 @@ def _run_parallel(target, wanted, plans, to_run, results, base, calibrated, step
                                  f"worker process: {describe(exc)}; run it with isolate=False") from None
         program = None
     outcomes: list[Any] = [None] * len(firsts)
-    if program is None:
+    if program is None or (len(firsts) == 1 and not isolate):
         outcomes = [run_here(n) for n in range(len(firsts))]
     else:
         model = {"program": program, "name": target.name, "source": target.source, "inputs": target.inputs,
                  "recurrent": dict(target.recurrent), "key": target.key, "calibration": calibrated, "steps": steps,
                  "reference": reference, "base_key": base}
         rules = rule_origins(wanted[i].policy for i in firsts)
-        local = None if isolate else 0
-        remote = [n for n in range(len(firsts)) if n != local]
-        pool_size = max(1, min(n_workers - (local is not None), len(remote)))
-        with _pool.warm_pool(pool_size) as pool:
-            for n in remote:
+        with _pool.warm_pool(max(1, min(at_once, len(firsts))), n_workers) as pool:
+            for n in range(len(firsts)):
                 pool.submit(("variant", n), "inspector._compare:variant_task",
                             {"model": model, "variant": wanted[firsts[n]], "plan": plans[firsts[n]], "rules": rules},
                             priority=n)
-            pool.start_pending()  # the workers compute while this process runs its own share
-            if local is not None:
-                outcomes[local] = _sharing_cores(lambda: run_here(local), pool_size + 1)
             for event in pool.events():
                 kind, (_, n) = event[0], event[1]
                 if kind == "progress":
@@ -321,20 +346,10 @@ def _run_parallel(target, wanted, plans, to_run, results, base, calibrated, step
 def died_message(what: str, how: str) -> str:
     """One line for work (a variant, an attribution) whose worker process died: which, how, what to try."""
     hint = ("it ran out of memory or was killed: try fewer steps, a smaller input or workers=1"
-            if "SIGKILL" in how else
+            if "SIGKILL" in how or "out of memory" in how else
             "native code crashed on this model: run this variant alone to check, and report it with "
             "python -m inspector report if it crashes again")
     return f"{what}: the worker process running it died ({how}); the other results are kept; {hint}"
-
-
-def _sharing_cores(fn, sharers: int):
-    """``fn()`` with this process's torch threads set to its share of the cores (results do not depend on it)."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(max(1, _parallel.available_workers() // sharers))
-    try:
-        return fn()
-    finally:
-        torch.set_num_threads(saved)
 
 
 # In a worker process: the target it rebuilt (its tasks share it and its memo).

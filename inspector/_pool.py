@@ -13,6 +13,13 @@ it has:
 ``LocalPool`` gives every worker its own pipe, so when a worker dies the pool knows exactly which
 task it held. (``concurrent.futures.ProcessPoolExecutor`` cannot: one dead worker breaks every
 future of the pool.) Ctrl-C in the parent stops the workers and propagates.
+
+Workers are forked from a fork server (``multiprocessing``'s ``forkserver``) that has imported
+torch, executorch and the quantizer and run one tiny model through the whole flow
+(``_worker_boot``): a worker costs a fork, not the 4 s of imports and 7 s of first calls a spawned
+process pays. ``start_server()`` starts that server in the background (the first comparison or
+widget does), so its warm-up overlaps the parent's own export and capture. On a platform without
+``forkserver`` workers are spawned.
 """
 
 from __future__ import annotations
@@ -20,12 +27,18 @@ from __future__ import annotations
 import atexit
 import contextlib
 import importlib
+import io
 import multiprocessing
+import multiprocessing.context
+import multiprocessing.popen_forkserver as popen_forkserver
 import os
+import pickle
 import signal
+import sys
 import threading
 import time
 import traceback
+import weakref
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any, Callable, Iterator
@@ -52,10 +65,15 @@ def _resolve(function: str) -> Callable:
     return getattr(importlib.import_module(module), name)
 
 
+OUT_OF_MEMORY = 86  # a worker's exit status when a task or its answer did not fit its memory
+
+
 def signal_text(exitcode: int | None) -> str:
     """What a worker's exit code says, in words a user can act on."""
     if exitcode is None:
         return "it stopped answering"
+    if exitcode == OUT_OF_MEMORY:
+        return "it ran out of memory taking the task in or sending its answer"
     if exitcode < 0:
         try:
             name = signal.Signals(-exitcode).name
@@ -71,8 +89,10 @@ def signal_text(exitcode: int | None) -> str:
 # ---------------------------------------------------------------- in a worker process
 
 
-def _worker_main(conn, threads: int) -> None:
-    """A worker's whole life: run tasks sent over ``conn`` until the parent closes it."""
+def _worker_main(conn, threads: int, setup: dict) -> None:
+    """A worker's whole life: run tasks sent over ``conn`` until the parent closes it. ``setup`` is
+    the parent's environment, working folder, import path and memory cap at the worker's start (a
+    worker forked from the fork server would otherwise see the server's, from when it started)."""
     import torch
 
     from . import _quiet
@@ -82,14 +102,21 @@ def _worker_main(conn, threads: int) -> None:
     # model's forward prints in a worker goes to stderr instead.
     with contextlib.suppress(OSError):
         os.dup2(2, 1)
+    os.environ.clear()
+    os.environ.update(setup["environ"])
+    with contextlib.suppress(OSError):
+        os.chdir(setup["cwd"])
+    sys.path[:] = setup["path"]
     torch.set_num_threads(threads)
     _quiet.install_warning_filters()
-    _limit_memory(os.environ.get(MEMORY_LIMIT_ENV))
+    _limit_memory(setup["memory"])
     while True:
         try:
-            message = conn.recv()
+            message = _recv(conn)
         except (EOFError, OSError):
             return  # the parent has gone
+        except MemoryError:
+            os._exit(OUT_OF_MEMORY)  # the task alone does not fit: the parent reports it
         if message is None:
             return
         key, function, payload, wanted_threads = message
@@ -98,12 +125,25 @@ def _worker_main(conn, threads: int) -> None:
             torch.set_num_threads(threads)
 
         def report(phase: str, fraction: float, key=key) -> None:
-            conn.send(("progress", key, phase, fraction))
+            _send(conn, ("progress", key, phase, fraction))
 
         try:
-            conn.send(run_one(key, function, payload, report))
+            _send(conn, run_one(key, function, payload, report))
         except (BrokenPipeError, EOFError, OSError):
             return  # the parent stopped the sweep (Ctrl-C) while this task ran: nobody wants the answer
+        except MemoryError:
+            os._exit(OUT_OF_MEMORY)  # its answer does not fit
+
+
+def _send(conn, obj) -> None:
+    """Messages are plain pickles: tensors travel by value. (``Connection.send`` pickles with torch's
+    sharing reductions, which hand each tensor over as a file descriptor served by a thread the
+    sender starts: a worker whose memory is capped could not start it, and hung.)"""
+    conn.send_bytes(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _recv(conn):
+    return pickle.loads(conn.recv_bytes())
 
 
 # A worker's address space may be capped (bytes beyond what it holds once torch is imported): a run that
@@ -168,21 +208,24 @@ class LocalPool:
 
     name = "local"
 
-    def __init__(self, workers: int) -> None:
-        self._ctx = multiprocessing.get_context("spawn")
+    def __init__(self, workers: int, cores: int | None = None) -> None:
+        self._ctx = _context()
         self._idle: list = []  # (process, conn) ready for a task
         self._busy: dict = {}  # conn -> (process, job)
         self._jobs: list[_Job] = []
+        self._ended: list[Event] = []  # tasks that ended before a worker took them in
         self._serial = 0
         self.started = 0  # workers started so far (replacements included)
-        self.resize(workers)
+        self.resize(workers, cores)
+        _POOLS.add(self)
 
-    def resize(self, workers: int) -> None:
-        """Run up to ``workers`` tasks at a time from now on (idle workers beyond that are stopped)."""
+    def resize(self, workers: int, cores: int | None = None) -> None:
+        """Run up to ``workers`` tasks at a time from now on, sharing ``cores`` (default: the cores
+        available); idle workers beyond that are stopped."""
         from ._parallel import available_workers
 
         self.workers = workers
-        self.threads = max(1, available_workers() // workers)  # the cores are shared by the workers
+        self.threads = max(1, (cores or available_workers()) // workers)  # the cores are shared by the workers
         while len(self._idle) + len(self._busy) > workers and self._idle:
             _stop_worker(*self._idle.pop())
 
@@ -209,10 +252,16 @@ class LocalPool:
         from ._parallel import main_not_imported
 
         parent, child = self._ctx.Pipe(duplex=True)
-        process = self._ctx.Process(target=_worker_main, args=(child, self.threads), daemon=True,
+        setup = {"environ": dict(os.environ), "cwd": os.getcwd(), "path": list(sys.path),
+                 "memory": os.environ.get(MEMORY_LIMIT_ENV)}
+        process = self._ctx.Process(target=_worker_main, args=(child, self.threads, setup), daemon=True,
                                     name=f"fold-inspector-worker-{self.started}")
-        with main_not_imported(), _sigint_ignored():
-            process.start()  # born ignoring Ctrl-C (Python keeps an inherited SIG_IGN): the parent handles it
+        if self._ctx.get_start_method() == "forkserver":
+            start_server()
+            process.start()  # forked from the warm server: it ignores Ctrl-C, and never re-imports __main__
+        else:
+            with main_not_imported(), _sigint_ignored():
+                process.start()  # born ignoring Ctrl-C (Python keeps an inherited SIG_IGN): the parent handles it
         child.close()
         self.started += 1
         self._idle.append((process, parent))
@@ -226,15 +275,20 @@ class LocalPool:
         import heapq
 
         while self._jobs and (self._idle or len(self._busy) < self.workers):
-            if not self._idle:
+            fresh = not self._idle
+            if fresh:
                 self._start()
             process, conn = self._idle.pop()
             job = heapq.heappop(self._jobs)
             try:
-                conn.send((job.key, job.function, job.payload, self.threads))
-            except (BrokenPipeError, OSError):  # it died while idle: put the job back, start another
-                heapq.heappush(self._jobs, job)
+                _send(conn, (job.key, job.function, job.payload, self.threads))
+            except (BrokenPipeError, OSError):
                 conn.close()
+                if fresh:  # a new worker died taking this task in (out of memory reading it): the task's end
+                    process.join(5)
+                    self._ended.append(("died", job.key, signal_text(process.exitcode)))
+                else:  # it died while idle: put the job back, start another
+                    heapq.heappush(self._jobs, job)
                 continue
             self._busy[conn] = (process, job)
 
@@ -242,7 +296,11 @@ class LocalPool:
         """Events until every submitted task (and every task submitted meanwhile) has ended."""
         while True:
             self._dispatch()
+            while self._ended:
+                yield self._ended.pop(0)
             if not self._busy:
+                if self._jobs:
+                    continue
                 return
             sentinels = {process.sentinel: conn for conn, (process, _) in self._busy.items()}
             ready = wait([*self._busy, *sentinels])
@@ -252,7 +310,7 @@ class LocalPool:
                     continue
                 process, job = self._busy[conn]
                 try:
-                    event = conn.recv() if conn in ready or conn.poll() else None
+                    event = _recv(conn) if conn in ready or conn.poll() else None
                 except (EOFError, OSError):
                     event = None
                 if event is None:  # the process died holding this task
@@ -283,7 +341,7 @@ def _stop_worker(process, conn, wait: bool = True) -> None:
     """Ask a worker to stop (it finishes nothing more); terminate it if it does not."""
     if conn is not None:
         with contextlib.suppress(Exception):
-            conn.send(None)
+            _send(conn, None)
         with contextlib.suppress(Exception):
             conn.close()
     if not wait:
@@ -295,6 +353,106 @@ def _stop_worker(process, conn, wait: bool = True) -> None:
     if process.is_alive():
         process.kill()
         process.join(1)
+
+
+# ---------------------------------------------------------------- the fork server
+
+
+BOOT_MODULE = "inspector._worker_boot"
+_SERVER_LOCK = threading.Lock()
+_POOLS: "weakref.WeakSet[LocalPool]" = weakref.WeakSet()  # every local pool, to know when no worker is left
+
+
+def _context():
+    """Where workers come from: forked from the warm fork server, or spawned where there is none."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    return _WarmContext()
+
+
+def start_server() -> None:
+    """Start the fork server the workers come from, if it is not running (``inspector.start_workers``).
+
+    Returns at once: the server imports and warms up in its own process (about 10 s of one core), and
+    the first worker waits for it. A comparison asked for on workers, and a widget as it opens, call
+    it; a script that will compare later may call it first thing. It stops with the workers after
+    IDLE_SECONDS idle, and at exit."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    with _SERVER_LOCK:
+        # The server loads our boot module. It must not import the parent's __main__ (a script without a
+        # __name__ guard would run there): that is multiprocessing's default preload, dropped here.
+        preload = [m for m in server._preload_modules if m != "__main__"]
+        if BOOT_MODULE not in preload:
+            server.set_forkserver_preload([*preload, BOOT_MODULE])
+        server.ensure_running()
+
+
+def stop_server() -> None:
+    """Stop the fork server (it holds a warm copy of torch and executorch; it starts again when needed).
+    Only once no worker of it is left: it waits for them."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return
+    from multiprocessing import forkserver
+
+    with _SERVER_LOCK:
+        if any(pool.alive for pool in list(_POOLS)):
+            return  # a pool of its own (a second sweep meanwhile) still has workers: stop it next time
+        with contextlib.suppress(Exception):
+            forkserver._forkserver._stop()
+
+
+def server_pid() -> int | None:
+    """The fork server's process id while it runs (for tests and memory accounting)."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return None
+    from multiprocessing import forkserver
+
+    return forkserver._forkserver._forkserver_pid
+
+
+class _WarmPopen(popen_forkserver.Popen):
+    """The forkserver's start, without telling the child to import the parent's ``__main__`` (a
+    user's script with no ``if __name__ == "__main__":`` guard would run again there; the workers
+    need nothing from it). The body is multiprocessing's own (3.11) with that one change: nothing
+    process-wide is swapped, so a start from a background thread is safe."""
+
+    def _launch(self, process_obj):
+        from multiprocessing import forkserver, spawn, util
+        from multiprocessing.context import reduction, set_spawning_popen
+
+        prep_data = {k: v for k, v in spawn.get_preparation_data(process_obj._name).items()
+                     if k not in ("init_main_from_path", "init_main_from_name")}
+        buf = io.BytesIO()
+        set_spawning_popen(self)
+        try:
+            reduction.dump(prep_data, buf)
+            reduction.dump(process_obj, buf)
+        finally:
+            set_spawning_popen(None)
+        self.sentinel, w = forkserver.connect_to_new_process(self._fds)
+        _parent_w = os.dup(w)
+        self.finalizer = util.Finalize(self, util.close_fds, (_parent_w, self.sentinel))
+        with open(w, "wb", closefd=True) as f:
+            f.write(buf.getbuffer())
+        self.pid = forkserver.read_signed(self.sentinel)
+
+
+class _WarmProcess(multiprocessing.context.ForkServerProcess):
+    """A forkserver process that starts through ``_WarmPopen``."""
+
+    @staticmethod
+    def _Popen(process_obj):
+        return _WarmPopen(process_obj)
+
+
+class _WarmContext(multiprocessing.context.ForkServerContext):
+    """The forkserver context, whose processes start through ``_WarmPopen``."""
+
+    Process = _WarmProcess
 
 
 # ---------------------------------------------------------------- the warm pool
@@ -310,12 +468,13 @@ _IDLE_TIMER: "threading.Timer | None" = None
 
 
 @contextlib.contextmanager
-def warm_pool(workers: int):
-    """The process's warm ``LocalPool``, sized to ``workers``, for one sweep at a time (a second
-    sweep running meanwhile, say from a widget's background job, gets a pool of its own)."""
+def warm_pool(workers: int, cores: int | None = None):
+    """The process's warm ``LocalPool``, running up to ``workers`` tasks at a time on ``cores``
+    (default: the cores available), for one sweep at a time (a second sweep running meanwhile, say
+    from a widget's background job, gets a pool of its own)."""
     global _SHARED
     if not _SHARED_LOCK.acquire(blocking=False):
-        pool = LocalPool(workers)
+        pool = LocalPool(workers, cores)
         try:
             yield pool
         finally:
@@ -324,9 +483,9 @@ def warm_pool(workers: int):
     try:
         _cancel_idle_timer()
         if _SHARED is None:
-            _SHARED = LocalPool(workers)
+            _SHARED = LocalPool(workers, cores)
         else:
-            _SHARED.resize(workers)
+            _SHARED.resize(workers, cores)
         try:
             yield _SHARED
         except BaseException:
@@ -340,7 +499,7 @@ def warm_pool(workers: int):
 
 
 def shutdown() -> None:
-    """Stop the warm pool's workers now (they start again when next needed)."""
+    """Stop the warm pool's workers now (they start again when next needed); the fork server stays."""
     global _SHARED
     with _SHARED_LOCK:
         _cancel_idle_timer()
@@ -370,12 +529,14 @@ def _cancel_idle_timer() -> None:
 
 
 def _stop_if_idle() -> None:
+    """After IDLE_SECONDS with nothing to run: the workers and the fork server go (their memory with them)."""
     global _SHARED
     if _SHARED_LOCK.acquire(blocking=False):  # busy: the sweep that holds it restarts the timer
         try:
             if _SHARED is not None:
                 _SHARED.close()
                 _SHARED = None
+            stop_server()
         finally:
             _SHARED_LOCK.release()
 
@@ -546,5 +707,5 @@ atexit.register(shutdown_ray)
 also_clear(shutdown)  # inspector.clear_cache(): the workers' caches go with them
 also_clear(shutdown_ray)
 
-__all__ = ["EXECUTORS", "InlinePool", "LocalPool", "RayPool", "pool_for", "run_one", "shutdown", "shutdown_ray", "signal_text",
-           "warm_pool", "warm_workers"]
+__all__ = ["EXECUTORS", "InlinePool", "LocalPool", "RayPool", "pool_for", "run_one", "server_pid", "shutdown",
+           "shutdown_ray", "signal_text", "start_server", "stop_server", "warm_pool", "warm_workers"]

@@ -333,6 +333,24 @@ def _children(pid: int) -> list[int]:
     return kids
 
 
+def _workers_of(pid: int) -> list[int]:
+    """The worker processes under ``pid``: forked by its fork server (children of a child running
+    multiprocessing's forkserver), or spawned (children running spawn_main); the fork server too."""
+    found = []
+    for kid in _children(pid):
+        try:
+            cmdline = open(f"/proc/{kid}/cmdline").read()
+        except OSError:
+            continue
+        if "forkserver" in cmdline:
+            grandchildren = _children(kid)
+            if grandchildren:
+                found += [kid, *grandchildren]
+        elif "spawn_main" in cmdline:
+            found.append(kid)
+    return found
+
+
 def test_ctrl_c_stops_the_workers(tmp_path):
     cli = subprocess.Popen([sys.executable, "-m", "inspector", "compare", "sample:stateful_wide_scale", "--steps", "40",
                             "--variants", "off,upstream,state-aware", "--workers", "2"], cwd=ROOT,
@@ -343,7 +361,7 @@ def test_ctrl_c_stops_the_workers(tmp_path):
     try:
         workers = []
         for _ in range(600):  # until a worker process exists and has had time to start working
-            workers = [k for k in _children(cli.pid) if "spawn_main" in open(f"/proc/{k}/cmdline").read()]
+            workers = _workers_of(cli.pid)
             if workers:
                 break
             time.sleep(0.1)

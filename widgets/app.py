@@ -91,6 +91,8 @@ class FoldInspector(W.VBox):
         # reference model) in worker processes: a crash or an out-of-memory kill there is one line here,
         # and the kernel with everything in it lives on.
         self.isolate = bool(isolate)
+        if self.isolate:
+            inspector.start_workers()  # the workers' fork server warms up while the user looks at the graph
         _check_choice("stage", stage, inspector.STAGES)
         for extra in ([rules] if isinstance(rules, (str, inspector.Policy)) else list(rules)):
             _rule_name(extra)  # registered: the pickers offer it (a rule file is imported: code you run)
