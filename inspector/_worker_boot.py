@@ -17,6 +17,7 @@ The server's stdout is the parent's; the reference model's C++ warnings are capt
 
 from __future__ import annotations
 
+import gc
 import signal
 
 # Ctrl-C at a terminal reaches the whole process group: the server is the parent's to stop.
@@ -67,6 +68,11 @@ def _warm_up() -> None:
     others = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
     if others:
         raise RuntimeError(f"threads left running: {', '.join(others)}")
+    # What the server holds now (the stack's modules, about a million objects) is never garbage: the
+    # workers' collector skips it, instead of walking it at every full collection and writing into each
+    # object's header, which copies every page a fork shares (Python's advice for processes that fork).
+    gc.collect()
+    gc.freeze()
 
 
 try:
