@@ -38,7 +38,6 @@ import sys
 import threading
 import time
 import traceback
-import weakref
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any, Callable, Iterator
@@ -217,7 +216,6 @@ class LocalPool:
         self._serial = 0
         self.started = 0  # workers started so far (replacements included)
         self.resize(workers, cores)
-        _POOLS.add(self)
 
     def resize(self, workers: int, cores: int | None = None) -> None:
         """Run up to ``workers`` tasks at a time from now on, sharing ``cores`` (default: the cores
@@ -360,7 +358,7 @@ def _stop_worker(process, conn, wait: bool = True) -> None:
 
 BOOT_MODULE = "inspector._worker_boot"
 _SERVER_LOCK = threading.Lock()
-_POOLS: "weakref.WeakSet[LocalPool]" = weakref.WeakSet()  # every local pool, to know when no worker is left
+_OTHER_POOLS = 0  # pools of their own open now (a second sweep meanwhile): their workers need the server
 
 
 def _context():
@@ -399,8 +397,8 @@ def stop_server() -> None:
     from multiprocessing import forkserver
 
     with _SERVER_LOCK:
-        if any(pool.alive for pool in list(_POOLS)):
-            return  # a pool of its own (a second sweep meanwhile) still has workers: stop it next time
+        if _OTHER_POOLS or (_SHARED is not None and _SHARED.alive):
+            return  # workers are left (a second sweep's meanwhile): stop it next time
         with contextlib.suppress(Exception):
             forkserver._forkserver._stop()
 
@@ -472,13 +470,17 @@ def warm_pool(workers: int, cores: int | None = None):
     """The process's warm ``LocalPool``, running up to ``workers`` tasks at a time on ``cores``
     (default: the cores available), for one sweep at a time (a second sweep running meanwhile, say
     from a widget's background job, gets a pool of its own)."""
-    global _SHARED
+    global _SHARED, _OTHER_POOLS
     if not _SHARED_LOCK.acquire(blocking=False):
         pool = LocalPool(workers, cores)
+        with _SERVER_LOCK:
+            _OTHER_POOLS += 1
         try:
             yield pool
         finally:
             pool.close()
+            with _SERVER_LOCK:
+                _OTHER_POOLS -= 1
         return
     try:
         _cancel_idle_timer()

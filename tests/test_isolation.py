@@ -177,3 +177,19 @@ def test_the_fork_server_warms_up_and_keeps_no_thread():
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "None ['MainThread']"
+
+
+def test_idle_workers_and_their_fork_server_stop(monkeypatch):
+    """The warm pool and the fork server it comes from hold a copy of the stack each: after the idle
+    timeout both are gone, and the next comparison starts them again with the same numbers."""
+    monkeypatch.setattr(_pool, "IDLE_SECONDS", 1.0)
+    first = inspector.compare(TARGET, ("off", "upstream"), steps=2, workers=2)
+    assert _pool.server_pid() is not None
+    for _ in range(100):
+        if _pool.warm_workers() == 0 and _pool.server_pid() is None:
+            break
+        time.sleep(0.1)
+    assert _pool.warm_workers() == 0 and _pool.server_pid() is None
+    inspector.clear_cache()
+    again = inspector.compare(TARGET, ("off", "upstream"), steps=2, workers=2)
+    assert [r.metrics for r in again.results] == [r.metrics for r in first.results]
