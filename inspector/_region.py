@@ -187,6 +187,16 @@ def around(lay: Layout, seeds: Iterable[Node], hops: int, hub_degree: int) -> se
     return names | cluster_names(lay, touched)
 
 
+def _standing_alone(stage_graph, lay: Layout, names: set[str]):
+    """``_build``, any failure to copy the region out on its own a ``RegionUnavailable``."""
+    try:
+        return _build(stage_graph, lay, names)
+    except RegionUnavailable:
+        raise
+    except Exception as exc:  # noqa: BLE001 - this region cannot be copied out on its own
+        raise RegionUnavailable(f"the region cannot stand alone: {exc}") from None
+
+
 def run(stage_graph, lay: Layout, names: set[str], policy, hidden: frozenset[str], marked: Iterable[str] = (),
         site_ids: dict[str, str] | None = None) -> Region:
     """Run ``policy``'s installed pass on the region ``names`` of ``stage_graph`` (never modified).
@@ -197,12 +207,7 @@ def run(stage_graph, lay: Layout, names: set[str], policy, hidden: frozenset[str
     the pass propagates (the caller re-runs the whole graph, which reports it as the user sees it).
     ``lay`` is ``stage_graph``'s layout; ``site_ids``: mul name -> site id of the whole graph.
     """
-    try:
-        built = _build(stage_graph, lay, names)
-    except RegionUnavailable:
-        raise
-    except Exception as exc:  # noqa: BLE001 - this region cannot be copied out on its own
-        raise RegionUnavailable(f"the region cannot stand alone: {exc}") from None
+    built = _standing_alone(stage_graph, lay, names)
     gm = built.graph_module
     by_name = {n.name: n for n in gm.graph.nodes}
     for name in marked:
@@ -221,12 +226,7 @@ def pristine(stage_graph, lay: Layout, names: set[str]) -> Region:
     """The region ``names`` of ``stage_graph`` as it is, the pass not run, ready to draw (see
     ``for_drawing``): what a focused picture of the graph before the pass is drawn from. Raises
     ``RegionUnavailable`` when the region cannot be built as a program of its own."""
-    try:
-        built = _build(stage_graph, lay, names)
-    except RegionUnavailable:
-        raise
-    except Exception as exc:  # noqa: BLE001 - this region cannot be copied out on its own
-        raise RegionUnavailable(f"the region cannot stand alone: {exc}") from None
+    built = _standing_alone(stage_graph, lay, names)
     inside = frozenset(n.name for n in built.graph_module.graph.nodes)
     return for_drawing(Region(built.graph_module, built.program, (), built.complete, built.names,
                               inside - built.names, built.outside_users, built.own_outputs))
