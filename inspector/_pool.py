@@ -264,11 +264,6 @@ class LocalPool:
         self.started += 1
         self._idle.append((process, parent))
 
-    def start_pending(self) -> None:
-        """Send the submitted tasks to workers now (``events`` does it too), so they compute while the
-        caller does its own share."""
-        self._dispatch()
-
     def _dispatch(self) -> None:
         import heapq
 
@@ -357,13 +352,14 @@ def _stop_worker(process, conn, wait: bool = True) -> None:
 
 
 BOOT_MODULE = "inspector._worker_boot"
+_FORKSERVER = "forkserver" in multiprocessing.get_all_start_methods()  # else workers are spawned
 _SERVER_LOCK = threading.Lock()
 _OTHER_POOLS = 0  # pools of their own open now (a second sweep meanwhile): their workers need the server
 
 
 def _context():
     """Where workers come from: forked from the warm fork server, or spawned where there is none."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
+    if not _FORKSERVER:
         return multiprocessing.get_context("spawn")
     return _WarmContext()
 
@@ -375,7 +371,7 @@ def start_server() -> None:
     the first worker waits for it. A comparison asked for on workers, and a widget as it opens, call
     it; a script that will compare later may call it first thing. It stops with the workers after
     IDLE_SECONDS idle, and at exit."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
+    if not _FORKSERVER:
         return
     from multiprocessing import forkserver
 
@@ -392,7 +388,7 @@ def start_server() -> None:
 def stop_server() -> None:
     """Stop the fork server (it holds a warm copy of torch and executorch; it starts again when needed).
     Only once no worker of it is left: it waits for them."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
+    if not _FORKSERVER:
         return
     from multiprocessing import forkserver
 
@@ -405,7 +401,7 @@ def stop_server() -> None:
 
 def server_pid() -> int | None:
     """The fork server's process id while it runs (for tests and memory accounting)."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
+    if not _FORKSERVER:
         return None
     from multiprocessing import forkserver
 
