@@ -12,15 +12,16 @@ inspector makes to observe must not stop them. Such a tensor is copied as a deta
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Iterable
 
 import torch
 
 
-def private_copy(obj: Any) -> Any:
+def private_copy(obj: Any, shared: Iterable[torch.Tensor] = ()) -> Any:
     """A deep copy of ``obj`` (a GraphModule, or anything holding modules) that also copies the
-    non-leaf tensors a module holds, which ``copy.deepcopy`` refuses."""
-    memo: dict[int, Any] = {}
+    non-leaf tensors a module holds, which ``copy.deepcopy`` refuses; the ``shared`` tensors are
+    not copied (the copy holds the same ones)."""
+    memo: dict[int, Any] = {id(t): t for t in shared}
     modules = obj.modules() if isinstance(obj, torch.nn.Module) else ()
     for module in modules:
         values = [*module._parameters.values(), *module._buffers.values(), *vars(module).values()]

@@ -222,8 +222,7 @@ def _sharing_parameters(module: nn.Module) -> nn.Module:
     into the exported program's without copying it first (``_stages``, ``_flow``), so the export
     and the eager copy hold the same ones.
     """
-    shared = {id(p): p for p in module.parameters()}
-    return copy.deepcopy(module, shared)
+    return private_copy(module, shared=module.parameters())
 
 
 def _from_program(program, example_inputs: Any, name: str) -> Target:
