@@ -65,7 +65,10 @@ def test_every_stateful_sample_under_every_quantization(stateful):
     measured = {}
     for name in stateful:
         variants = [f"{p}@{q}" for q in QUANTIZATIONS for p in ("off", "upstream")]
-        comparison = inspector.compare(f"sample:{name}", variants, steps=STEPS)
+        # workers=1: this test is about the quantizations, not the side-by-side path (test_compare.py checks that
+        # workers give bit-identical results); under xdist the other core is the other xdist worker's, so workers
+        # here would only add a fork server's warm-up and the pickling to and from them.
+        comparison = inspector.compare(f"sample:{name}", variants, steps=STEPS, workers=1)
         assert not comparison.errors, [r.error for r in comparison.errors]
         attribution = inspector.attribute(comparison)
         for result, va in zip(comparison.results, attribution.variants):
