@@ -308,11 +308,15 @@ def _run_parallel(target, wanted, plans, to_run, results, base, calibrated, step
                  "recurrent": dict(target.recurrent), "key": target.key, "calibration": calibrated, "steps": steps,
                  "reference": reference, "base_key": base}
         rules = rule_origins(wanted[i].policy for i in firsts)
-        with _pool.warm_pool(max(1, min(at_once, len(firsts))), n_workers) as pool:
+        running = max(1, min(at_once, len(firsts)))
+        with _pool.warm_pool(running, n_workers) as pool:
             for n in range(len(firsts)):
+                # More at once than cores: the first ones (likely the longest) keep a core each, the rest
+                # share the last core (and take the others' when they end). Every core stays busy to the
+                # end, and the longest variant is not slowed down by the short ones.
                 pool.submit(("variant", n), "inspector._compare:variant_task",
                             {"model": model, "variant": wanted[firsts[n]], "plan": plans[firsts[n]], "rules": rules},
-                            priority=n)
+                            priority=n, background=running > n_workers and n >= n_workers - 1)
             for event in pool.events():
                 kind, (_, n) = event[0], event[1]
                 if kind == "progress":

@@ -57,6 +57,13 @@ class _Job:
     key: Any = field(compare=False)
     function: str = field(compare=False)  # "module:name"
     payload: Any = field(compare=False)
+    background: bool = field(default=False, compare=False)  # gives way on a shared core (see BACKGROUND_NICE)
+
+
+# A background task's worker runs this much nicer than the others for the task's duration: when a pool runs
+# more tasks than there are cores, the urgent one (the longest, run first) keeps a core of its own while the
+# others share what is left, instead of everyone getting the same share until the end.
+BACKGROUND_NICE = 10
 
 
 def _resolve(function: str) -> Callable:
@@ -109,6 +116,7 @@ def _worker_main(conn, threads: int, setup: dict) -> None:
     torch.set_num_threads(threads)
     _quiet.install_warning_filters()
     _limit_memory(setup["memory"])
+    nice = os.getpriority(os.PRIO_PROCESS, 0)
     while True:
         try:
             message = _recv(conn)
@@ -118,7 +126,7 @@ def _worker_main(conn, threads: int, setup: dict) -> None:
             os._exit(OUT_OF_MEMORY)  # the task alone does not fit: the parent reports it
         if message is None:
             return
-        key, function, payload, wanted_threads = message
+        key, function, payload, wanted_threads, background = message
         if wanted_threads != threads:  # the pool was resized: share the cores anew (results do not depend on it)
             threads = wanted_threads
             torch.set_num_threads(threads)
@@ -126,12 +134,32 @@ def _worker_main(conn, threads: int, setup: dict) -> None:
         def report(phase: str, fraction: float, key=key) -> None:
             _send(conn, ("progress", key, phase, fraction))
 
+        if background:
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, 0, nice + BACKGROUND_NICE)
         try:
-            _send(conn, run_one(key, function, payload, report))
+            event = run_one(key, function, payload, report)
+            # back to its niceness before answering (only a privileged process may lower it: one that cannot
+            # retires after this answer, and the pool forks a fresh one for the next task)
+            restored = not background or _renice(nice)
+            if not restored:
+                _send(conn, ("retiring", key))
+            _send(conn, event)
         except (BrokenPipeError, EOFError, OSError):
             return  # the parent stopped the sweep (Ctrl-C) while this task ran: nobody wants the answer
         except MemoryError:
             os._exit(OUT_OF_MEMORY)  # its answer does not fit
+        if not restored:
+            return
+
+
+def _renice(nice: int) -> bool:
+    """Back to ``nice`` after a background task; False when this process may not (not privileged)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+    except OSError:
+        pass
+    return os.getpriority(os.PRIO_PROCESS, 0) == nice
 
 
 def _send(conn, obj) -> None:
@@ -183,7 +211,7 @@ class InlinePool:
         self._jobs: list[_Job] = []
         self._serial = 0
 
-    def submit(self, key, function: str, payload, *, priority: float = 0) -> None:
+    def submit(self, key, function: str, payload, *, priority: float = 0, background: bool = False) -> None:
         import heapq
 
         self._serial += 1
@@ -213,6 +241,7 @@ class LocalPool:
         self._busy: dict = {}  # conn -> (process, job)
         self._jobs: list[_Job] = []
         self._ended: list[Event] = []  # tasks that ended before a worker took them in
+        self._retiring: set = set()  # connections of workers that exit after their answer
         self._serial = 0
         self.started = 0  # workers started so far (replacements included)
         self.resize(workers, cores)
@@ -240,11 +269,12 @@ class LocalPool:
                 _stop_worker(process, conn)
             self._busy.clear()
 
-    def submit(self, key, function: str, payload, *, priority: float = 0) -> None:
+    def submit(self, key, function: str, payload, *, priority: float = 0, background: bool = False) -> None:
+        """Queue a task (lower ``priority`` first); a ``background`` one runs nicer while it shares the cores."""
         import heapq
 
         self._serial += 1
-        heapq.heappush(self._jobs, _Job(priority, self._serial, key, function, payload))
+        heapq.heappush(self._jobs, _Job(priority, self._serial, key, function, payload, background))
 
     def _start(self) -> None:
         from ._parallel import main_not_imported
@@ -274,7 +304,7 @@ class LocalPool:
             process, conn = self._idle.pop()
             job = heapq.heappop(self._jobs)
             try:
-                _send(conn, (job.key, job.function, job.payload, self.threads))
+                _send(conn, (job.key, job.function, job.payload, self.threads, job.background))
             except (BrokenPipeError, OSError):
                 conn.close()
                 if fresh:  # a new worker died taking this task in (out of memory reading it): the task's end
@@ -312,9 +342,16 @@ class LocalPool:
                     process.join(5)
                     yield ("died", job.key, signal_text(process.exitcode))
                     continue
+                if event[0] == "retiring":  # its answer follows; then it exits (see _worker_main)
+                    self._retiring.add(conn)
+                    continue
                 if event[0] != "progress":
                     del self._busy[conn]
-                    self._idle.append((process, conn))
+                    if conn in self._retiring:
+                        self._retiring.discard(conn)
+                        _stop_worker(process, conn)
+                    else:
+                        self._idle.append((process, conn))
                 yield event
 
     def close(self) -> None:
@@ -602,7 +639,7 @@ class RayPool:
         except Exception:  # noqa: BLE001
             self._slots = max(1, workers or 1)
 
-    def submit(self, key, function: str, payload, *, priority: float = 0) -> None:
+    def submit(self, key, function: str, payload, *, priority: float = 0, background: bool = False) -> None:
         import heapq
 
         self._serial += 1
