@@ -9,6 +9,15 @@ call), the second call gives the same model new example inputs (so a new calibra
 the first call's results can be reused; the workers are warm). Both processes compute the same
 numbers (checked: bit-identical outputs). Targets from the speed issue: >= 1.5x on the first call,
 >= 1.8x on the second. No thresholds are asserted here; the figures are printed.
+
+Next to them, the ceiling: what this machine's cores give this very work when nothing is shared
+and nothing coordinates. Two warm processes run one variant of the same model at the same moment
+(each on its own new inputs, as in the second call), against one of them alone; ``2 x alone /
+together`` is the most any schedule of two processes can gain here. On a VM whose two vCPUs share a
+physical core's resources, it is below 2x and varies with the hour. And the tool's best case: two
+variants of equal size (the same variant twice, which compare does not merge: a quantization other
+than the default is never predicted alike), workers=2 against one of them with workers=1, in one
+warm process: nothing to balance, the coordination included.
 """
 
 from __future__ import annotations
@@ -51,6 +60,98 @@ print(json.dumps({{"times": times, "digest": digest.hexdigest(),
 """
 
 
+CEILING = r"""
+import logging, sys, time, warnings
+sys.path.insert(0, {root!r})
+warnings.filterwarnings("ignore")
+logging.getLogger("torchao").setLevel(logging.ERROR)
+import torch
+import inspector
+from sample_models.big import ConvStack
+
+if sys.argv[2] == "shared":
+    torch.set_num_threads(1)  # as in a pool worker (alone it keeps torch's default, as workers=1 does)
+model = ConvStack(convs=16, channels=16, size=28, seed=7)
+inspector.compare(model, ("upstream",), workers=1)  # warm: imports and first calls paid
+print("ready", flush=True)
+sys.stdin.readline()
+inputs = (torch.randn(1, 16, 28, 28, generator=torch.Generator().manual_seed(int(sys.argv[1]))),)
+t0 = time.perf_counter()
+inspector.compare(model, ("upstream",), example_inputs=inputs, workers=1)
+print(time.perf_counter() - t0, flush=True)
+"""
+
+
+BEST = r"""
+import json, logging, sys, time, warnings
+sys.path.insert(0, {root!r})
+warnings.filterwarnings("ignore")
+logging.getLogger("torchao").setLevel(logging.ERROR)
+import torch
+import inspector
+from sample_models.big import ConvStack
+
+model = ConvStack(convs=16, channels=16, size=28, seed=7)
+one = "upstream@a8w8-per-tensor"
+
+
+def inputs(seed):
+    return (torch.randn(1, 16, 28, 28, generator=torch.Generator().manual_seed(seed)),)
+
+
+inspector.compare(model, (one,), workers=1)  # warm: imports and first calls paid, here and in the workers
+inspector.compare(model, (one, one), example_inputs=inputs(1), workers=2)
+t0 = time.perf_counter()
+inspector.compare(model, (one,), example_inputs=inputs(2), workers=1)
+alone = time.perf_counter() - t0
+t0 = time.perf_counter()
+result = inspector.compare(model, (one, one), example_inputs=inputs(3), workers=2)
+pair = time.perf_counter() - t0
+assert not any(r.cached for r in result.results)
+print(json.dumps({{"alone": alone, "pair": pair}}))
+"""
+
+
+def best_case() -> dict:
+    out = subprocess.run([sys.executable, "-c", BEST.format(root=str(ROOT))], capture_output=True, text=True,
+                         cwd=ROOT, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    if out.returncode != 0:
+        raise SystemExit(f"the best-case run failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def at_once(count: int) -> list[float]:
+    """Seconds of one variant's computation in each of ``count`` warm processes started together."""
+    code = CEILING.format(root=str(ROOT))
+    mode = "shared" if count > 1 else "alone"
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(20 + i), mode], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
+                              env={**os.environ, "PYTHONWARNINGS": "ignore"}) for i in range(count)]
+
+    def line_of(p, parse):  # the stack may print to stdout too: the first line that parses
+        for line in p.stdout:
+            try:
+                return parse(line.strip())
+            except ValueError:
+                continue
+        raise SystemExit(f"a ceiling process ended early (exit status {p.wait()})")
+
+    def ready(text: str) -> bool:
+        if text != "ready":
+            raise ValueError(text)
+        return True
+
+    for p in procs:
+        line_of(p, ready)
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    times = [line_of(p, float) for p in procs]
+    for p in procs:
+        p.wait()
+    return times
+
+
 def run(workers: int) -> dict:
     code = CHILD.format(root=str(ROOT), variants=VARIANTS)
     out = subprocess.run([sys.executable, "-c", code, str(workers)], capture_output=True, text=True, cwd=ROOT,
@@ -74,6 +175,14 @@ def main() -> None:
               f"(target >= {target}x) {'OK' if ratio >= target else 'UNDER'}")
     print(f"  bit-identical outputs across the two: {same}; SQNR: "
           + ", ".join(f"{label} {db:.2f} dB" for label, db in two["sqnr"]))
+    alone = at_once(1)[0]
+    together = at_once(2)
+    ceiling = 2 * alone / max(together)
+    print(f"ceiling: one variant alone {alone:.1f} s, two at once {together[0]:.1f} s and {together[1]:.1f} s: "
+          f"two cores give this work {ceiling:.2f}x here (no schedule of two processes gains more)")
+    best = best_case()
+    print(f"best case: two equal variants, workers=2 {best['pair']:.1f} s against one with workers=1 "
+          f"{best['alone']:.1f} s: {2 * best['alone'] / best['pair']:.2f}x (nothing to balance)")
 
 
 if __name__ == "__main__":
