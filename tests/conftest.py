@@ -31,40 +31,55 @@ def pytest_configure(config):
 
 
 # Long tests that share no module fixture with the rest of their file: each is a group of its own, so
-# it runs beside its file instead of after it on the same worker. Seconds: the last CI run (2 cores).
+# it runs beside its file instead of after it on the same worker. Seconds: the last CI run (2 cores;
+# setup and call), the quantization matrix measured alone since it compares on one worker.
 OWN_GROUP = {
-    "test_sweep.py::test_interrupted_then_killed_then_resumed_gives_the_uninterrupted_table": 130,
+    "test_sweep.py::test_interrupted_then_killed_then_resumed_gives_the_uninterrupted_table": 104,
     "test_sweep.py::test_a_worker_killed_in_a_variant_loses_only_that_variant": 30,
-    "test_quantization.py::test_every_stateful_sample_under_every_quantization": 169,
-    "test_long_session.py::test_a_long_session_stays_small_and_gives_the_same_answers": 120,
-    "test_triage.py::test_every_sample_site_reproduces_its_decision_without_the_inspector": 146,
-    "test_triage.py::test_done_when_repro_of_the_multiple_users_sample": 54,
-    "test_triage.py::test_models_the_samples_do_not_have": 39,
-    "test_browser.py::test_where_the_error_enters_panel": 79,  # starts a JupyterLab server of its own
-    "test_browser.py::test_voila_opens_the_same_ui": 50,
-    "test_cli.py::test_compare_json_is_exactly_one_document_and_debug_shows_the_backend_output": 54,
-    "test_house.py::test_no_module_keeps_a_cache_of_its_own": 43,
-    "test_compare.py::test_workers_give_bit_identical_results_and_name_each_variant": 38,
+    "test_quantization.py::test_every_stateful_sample_under_every_quantization": 340,
+    "test_long_session.py::test_a_long_session_stays_small_and_gives_the_same_answers": 187,
+    "test_triage.py::test_done_when_repro_of_the_multiple_users_sample": 38,
+    "test_triage.py::test_models_the_samples_do_not_have": 54,
+    "test_browser.py::test_where_the_error_enters_panel": 81,  # starts a JupyterLab server of its own
+    "test_browser.py::test_voila_opens_the_same_ui": 38,
+    "test_cli.py::test_compare_json_is_exactly_one_document_and_debug_shows_the_backend_output": 34,
+    "test_house.py::test_no_module_keeps_a_cache_of_its_own": 45,
+    "test_compare.py::test_workers_give_bit_identical_results_and_name_each_variant": 34,
 }
+# Files and tests that build the same expensive things in the session fixture ``stage_analyses``: every
+# sample at every stage (about 90 s of CPU, 51 s of it the 200-site generated_blocks). A worker process
+# builds each analysis once; spread over both workers they were built twice. One group, one worker.
+SHARED_GROUPS = {
+    "stage analyses": ("test_samples.py", "test_regions.py", "test_rules.py", "test_state_aware_pr.py",
+                       "test_triage.py::test_every_sample_site_reproduces_its_decision_without_the_inspector"),
+}
+_SHARED_OF = {member: group for group, members in SHARED_GROUPS.items() for member in members}
 # The other long tests (the same run), only for the order: the longest groups start first.
 SECONDS = {
     **OWN_GROUP,
-    "test_sweep.py::test_ray_gives_the_same_table_bit_for_bit": 188,
+    # in "stage analyses": measured there (-n 2, the analyses built by the group's first tests); CI had 176 and 99
+    "test_triage.py::test_every_sample_site_reproduces_its_decision_without_the_inspector": 111,
+    "test_sweep.py::test_ray_gives_the_same_table_bit_for_bit": 64,
     "test_sweep.py::test_rows_are_what_analyze_decides": 60,  # with the module's reference sweep
     "test_sweep.py::test_one_worker_gives_the_same_table": 55,
     "test_sweep.py::test_numbers_are_what_compare_measures": 40,
     "test_quantization.py::test_the_widget_picks_quantizations_answers_fold_or_bits_and_keeps_them_in_sessions": 33,
     "test_notebooks.py::test_notebook_runs[01_quickstart.ipynb]": 30,
-    "test_notebooks.py::test_notebook_runs[02_quantization_drift.ipynb]": 152,
-    "test_notebooks.py::test_notebook_runs[03_teaching_the_fold.ipynb]": 51,
-    "test_notebooks.py::test_notebook_runs[04_triage_an_issue_report.ipynb]": 64,
-    "test_notebooks.py::test_notebook_runs[05_write_a_rule.ipynb]": 82,
-    "test_notebooks.py::test_notebook_runs[06_sweep_a_rule.ipynb]": 133,
-    "test_browser.py::test_quickstart_marker_toggle_and_reference_run": 68,
-    "test_browser.py::test_hostile_module_name_is_shown_as_text": 30,
-    "test_regions.py::test_toggles_on_regions_equal_the_whole_graph_run[generated_blocks-edge]": 40,
+    "test_notebooks.py::test_notebook_runs[02_quantization_drift.ipynb]": 206,
+    "test_notebooks.py::test_notebook_runs[03_teaching_the_fold.ipynb]": 77,
+    "test_notebooks.py::test_notebook_runs[04_triage_an_issue_report.ipynb]": 62,
+    "test_notebooks.py::test_notebook_runs[05_write_a_rule.ipynb]": 106,
+    "test_notebooks.py::test_notebook_runs[06_sweep_a_rule.ipynb]": 154,
+    "test_browser.py::test_quickstart_marker_toggle_and_reference_run": 61,
+    "test_browser.py::test_hostile_module_name_is_shown_as_text": 35,
+    "test_regions.py::test_toggles_on_regions_equal_the_whole_graph_run[generated_blocks-edge]": 17,
+    "test_samples.py::test_decisions_and_reasons_match_expectations[generated_blocks-edge]": 39,  # builds it
     "test_rules.py::test_compare_runs_a_guard_file_and_a_pass_class_file": 35,
-    "test_fuzz.py::test_archives": 34,
+    "test_pt2_safety.py::test_every_sample_round_trips[generated_blocks]": 56,
+    "test_compare.py::test_a_script_without_a_main_guard_runs_once": 46,
+    "test_compare.py::test_ctrl_c_stops_the_workers": 40,
+    "test_real_networks.py::test_compare_off_and_upstream_gives_finite_numbers[convnext_block]": 36,
+    "test_fuzz.py::test_archives": 35,
 }
 OTHER_SECONDS = 1.0  # a test not named above
 
@@ -76,12 +91,16 @@ def _name(nodeid: str) -> str:
 
 
 def group_of(nodeid: str) -> str:
-    """The xdist group of a test: its file; a notebook, or a test of ``OWN_GROUP``, on its own."""
+    """The xdist group of a test: its file; a notebook, or a test of ``OWN_GROUP``, on its own; the files
+    and tests of a ``SHARED_GROUPS`` entry together."""
     name = _name(nodeid)
     file, _, test = name.partition("::")
     if file == "test_notebooks.py" and test.startswith("test_notebook_runs["):
         return "notebook " + test.removeprefix("test_notebook_runs[").removesuffix("]")
-    return name.split("[")[0] if name.split("[")[0] in OWN_GROUP else file
+    base = name.split("[")[0]
+    if base in OWN_GROUP:
+        return base
+    return _SHARED_OF.get(base) or _SHARED_OF.get(file) or file
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of xdist's: pytest -p no:xdist still runs
@@ -104,8 +123,8 @@ def pytest_xdist_make_scheduler(config, log):
 def pytest_collection_modifyitems(config, items):
     """Under ``--dist loadgroup`` (make test) each test file is one group, so a worker runs it whole and
     builds its module fixtures (a JupyterLab server, a shared analysis) once; each notebook, and each
-    test of ``OWN_GROUP``, is a group of its own, so the suite's longest tests spread over the workers.
-    The groups are handed out longest first (``SECONDS``): the short ones fill the gaps at the end."""
+    test of ``OWN_GROUP``, is a group of its own, so the suite's longest tests spread over the workers;
+    the files of a ``SHARED_GROUPS`` entry share one worker's session fixtures. The groups are handed out longest first (``SECONDS``): the short ones fill the gaps at the end."""
     if not getattr(config.option, "loadgroup", False):  # set in the workers of xdist's loadgroup
         return
     groups: dict[str, list] = {}
