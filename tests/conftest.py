@@ -32,11 +32,10 @@ def pytest_configure(config):
 
 # Long tests that share no module fixture with the rest of their file: each is a group of its own, so
 # it runs beside its file instead of after it on the same worker. Seconds: the last CI run (2 cores;
-# setup and call), the quantization matrix measured alone since it compares on one worker.
+# setup and call).
 OWN_GROUP = {
     "test_sweep.py::test_interrupted_then_killed_then_resumed_gives_the_uninterrupted_table": 104,
     "test_sweep.py::test_a_worker_killed_in_a_variant_loses_only_that_variant": 30,
-    "test_quantization.py::test_every_stateful_sample_under_every_quantization": 340,
     "test_long_session.py::test_a_long_session_stays_small_and_gives_the_same_answers": 187,
     "test_triage.py::test_done_when_repro_of_the_multiple_users_sample": 38,
     "test_triage.py::test_models_the_samples_do_not_have": 54,
@@ -63,6 +62,9 @@ SECONDS = {
     "test_sweep.py::test_rows_are_what_analyze_decides": 60,  # with the module's reference sweep
     "test_sweep.py::test_one_worker_gives_the_same_table": 55,
     "test_sweep.py::test_numbers_are_what_compare_measures": 40,
+    # in its file's group: the bits and override tests after it get its stateful_wide_scale and stateful_conv_mul
+    # variants (steps 3) from compare's cache instead of computing them again; measured alone, on one worker
+    "test_quantization.py::test_every_stateful_sample_under_every_quantization": 340,
     "test_quantization.py::test_the_widget_picks_quantizations_answers_fold_or_bits_and_keeps_them_in_sessions": 33,
     "test_notebooks.py::test_notebook_runs[01_quickstart.ipynb]": 30,
     "test_notebooks.py::test_notebook_runs[02_quantization_drift.ipynb]": 206,
