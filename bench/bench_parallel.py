@@ -17,7 +17,8 @@ together`` is the most any schedule of two processes can gain here. On a VM whos
 physical core's resources, it is below 2x and varies with the hour. And the tool's best case: two
 variants of equal size (the same variant twice, which compare does not merge: a quantization other
 than the default is never predicted alike), workers=2 against one of them with workers=1, in one
-warm process: nothing to balance, the coordination included.
+warm process: nothing to balance, the coordination included. And per call, the bound the longest
+variant sets: no schedule ends before it (each variant's own seconds with workers=1, sum / longest).
 """
 
 from __future__ import annotations
