@@ -135,8 +135,7 @@ def _worker_main(conn, threads: int, setup: dict) -> None:
             _send(conn, ("progress", key, phase, fraction))
 
         if background:
-            with contextlib.suppress(OSError):
-                os.setpriority(os.PRIO_PROCESS, 0, nice + BACKGROUND_NICE)
+            _renice(nice + BACKGROUND_NICE)
         try:
             event = run_one(key, function, payload, report)
             # back to its niceness before answering (only a privileged process may lower it: one that cannot
@@ -154,7 +153,8 @@ def _worker_main(conn, threads: int, setup: dict) -> None:
 
 
 def _renice(nice: int) -> bool:
-    """Back to ``nice`` after a background task; False when this process may not (not privileged)."""
+    """This process at niceness ``nice`` (for a background task, and back after it); False when it may
+    not be (lowering it takes privilege)."""
     try:
         os.setpriority(os.PRIO_PROCESS, 0, nice)
     except OSError:
