@@ -115,12 +115,19 @@ print(json.dumps({{"alone": alone, "pair": pair}}))
 """
 
 
-def best_case() -> dict:
-    out = subprocess.run([sys.executable, "-c", BEST.format(root=str(ROOT))], capture_output=True, text=True,
-                         cwd=ROOT, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+ENV = {**os.environ, "PYTHONWARNINGS": "ignore"}
+
+
+def child(code: str, what: str, *args: str) -> dict:
+    """Run ``code`` in a fresh Python process; the JSON document its last line prints."""
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT, env=ENV)
     if out.returncode != 0:
-        raise SystemExit(f"the best-case run failed:\n{out.stderr[-3000:]}")
+        raise SystemExit(f"the {what} run failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def best_case() -> dict:
+    return child(BEST.format(root=str(ROOT)), "best-case")
 
 
 def at_once(count: int) -> list[float]:
@@ -128,8 +135,8 @@ def at_once(count: int) -> list[float]:
     code = CEILING.format(root=str(ROOT))
     mode = "shared" if count > 1 else "alone"
     procs = [subprocess.Popen([sys.executable, "-c", code, str(20 + i), mode], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
-                              env={**os.environ, "PYTHONWARNINGS": "ignore"}) for i in range(count)]
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT, env=ENV)
+             for i in range(count)]
 
     def line_of(p, parse):  # the stack may print to stdout too: the first line that parses
         for line in p.stdout:
@@ -156,12 +163,7 @@ def at_once(count: int) -> list[float]:
 
 
 def run(workers: int) -> dict:
-    code = CHILD.format(root=str(ROOT), variants=VARIANTS)
-    out = subprocess.run([sys.executable, "-c", code, str(workers)], capture_output=True, text=True, cwd=ROOT,
-                         env={**os.environ, "PYTHONWARNINGS": "ignore"})
-    if out.returncode != 0:
-        raise SystemExit(f"the workers={workers} run failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return child(CHILD.format(root=str(ROOT), variants=VARIANTS), f"workers={workers}", str(workers))
 
 
 def main() -> None:
