@@ -17,8 +17,10 @@ together`` is the most any schedule of two processes can gain here. On a VM whos
 physical core's resources, it is below 2x and varies with the hour. And the tool's best case: two
 variants of equal size (the same variant twice, which compare does not merge: a quantization other
 than the default is never predicted alike), workers=2 against one of them with workers=1, in one
-warm process: nothing to balance, the coordination included. And per call, the bound the longest
-variant sets: no schedule ends before it (each variant's own seconds with workers=1, sum / longest).
+warm process: nothing to balance, the coordination included. And per call, two bounds: the longest
+variant (no schedule ends before it; each variant's own seconds with workers=1, sum / longest), and the
+CPU work of every process of the call (the fork server's imports and warm-up included) spread over the
+cores, measured from ``/proc`` for the process and every process under it.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ SECOND_TARGET = 1.8
 VARIANTS = ("off", "upstream", "upstream@a8w8-per-tensor")
 
 CHILD = r"""
-import hashlib, json, logging, sys, time, warnings
+import hashlib, json, logging, os, sys, time, warnings
 sys.path.insert(0, {root!r})
 warnings.filterwarnings("ignore")
 logging.getLogger("torchao").setLevel(logging.ERROR)
@@ -43,22 +45,48 @@ import torch
 import inspector
 from sample_models.big import ConvStack
 
+
+def tree_cpu():  # CPU seconds of this process and every process under it (the fork server, its workers),
+    # each with its ended children's (/proc's cutime and cstime, once reaped)
+    tick = os.sysconf("SC_CLK_TCK")
+    seconds, todo = {{}}, [os.getpid()]
+    parents = {{}}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{{entry}}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parents.setdefault(int(fields[1]), []).append(int(entry))
+            seconds[int(entry)] = sum(int(x) for x in fields[11:15]) / tick
+    total = 0.0
+    while todo:
+        pid = todo.pop()
+        total += seconds.get(pid, 0.0)
+        todo.extend(parents.get(pid, ()))
+    return total
+
+
 workers = int(sys.argv[1])
 model = ConvStack(convs=16, channels=16, size=28, seed=7)
 digest = hashlib.sha256()
 times = []
+cpu = []  # per call: the CPU seconds of every process that worked on it
 variants = []  # per call: each variant's own seconds (its phases), as the process that ran it timed them
 for call, inputs in enumerate((model.example_inputs(), (torch.randn(1, 16, 28, 28, generator=torch.Generator().manual_seed(11)),))):
+    c0 = tree_cpu()
     t0 = time.perf_counter()
     result = inspector.compare(model, {variants!r}, example_inputs=inputs, workers=workers)
     times.append(time.perf_counter() - t0)
+    cpu.append(tree_cpu() - c0)
     variants.append({{r.variant.label: sum(r.timings.values()) for r in result.results}})
     assert all(r.error is None and not r.cached for r in result.results), [(r.variant.label, r.error, r.cached) for r in result.results]
     for r in result.results:
         for step in r.outputs:
             for t in step:
                 digest.update(t.contiguous().numpy().tobytes())
-print(json.dumps({{"times": times, "variants": variants, "digest": digest.hexdigest(),
+print(json.dumps({{"times": times, "cpu": cpu, "variants": variants, "digest": digest.hexdigest(),
                   "sqnr": [[r.variant.label, r.at_step(0).sqnr_db] for r in result.results]}}))
 """
 
@@ -186,6 +214,15 @@ def main() -> None:
         longest = max(own, key=own.get)
         print(f"  {what}: each variant's own seconds (workers=1) {', '.join(f'{k} {v:.1f}' for k, v in own.items())}; "
               f"the longest ({longest}) bounds side by side at {sum(own.values()) / own[longest]:.2f}x")
+    # Nor before its processes' CPU work is done on the cores there are: workers=2 does more work than workers=1
+    # (the fork server imports the stack and warms it up, each worker pays its own first calls on this model, and
+    # the model and results travel); (all of its CPU seconds) / cores bounds it from below too.
+    cores = len(os.sched_getaffinity(0))
+    for call, what in ((0, "first call"), (1, "second call")):
+        a, b = one["cpu"][call], two["cpu"][call]
+        print(f"  {what}: CPU seconds of every process, workers=1 {a:.1f}, workers=2 {b:.1f} ({b - a:+.1f}); "
+              f"on {cores} cores workers=2 cannot end before {b / cores:.1f} s: at most "
+              f"{one['times'][call] / (b / cores):.2f}x")
     print(f"  bit-identical outputs across the two: {same}; SQNR: "
           + ", ".join(f"{label} {db:.2f} dB" for label, db in two["sqnr"]))
     alone = at_once(1)[0]
