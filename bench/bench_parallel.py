@@ -206,19 +206,18 @@ def main() -> None:
         ratio = a / b
         print(f"compare, 3 variants, {what:46} workers=1 {a:6.1f} s, workers=2 {b:6.1f} s: {ratio:.2f}x "
               f"(target >= {target}x) {'OK' if ratio >= target else 'UNDER'}")
-    # No schedule finishes before its longest variant: with each variant's own seconds as workers=1 timed
-    # them (one after another, each alone on the machine), (sum of all) / (the longest) bounds what side by
-    # side can gain on this comparison (the workers' own timings would include the waits of a shared core).
+    # Two bounds per call. No schedule finishes before its longest variant: with each variant's own seconds as
+    # workers=1 timed them (one after another, each alone on the machine), (sum of all) / (the longest) bounds
+    # what side by side can gain (the workers' own timings would include the waits of a shared core). Nor before
+    # its processes' CPU work is done on the cores there are: workers=2 does more work than workers=1 (the fork
+    # server imports the stack and warms it up, each worker pays its own first calls on this model, and the model
+    # and results travel); (all of its CPU seconds) / cores bounds it from below too.
+    cores = len(os.sched_getaffinity(0))
     for call, what in ((0, "first call"), (1, "second call")):
         own = one["variants"][call]
         longest = max(own, key=own.get)
         print(f"  {what}: each variant's own seconds (workers=1) {', '.join(f'{k} {v:.1f}' for k, v in own.items())}; "
               f"the longest ({longest}) bounds side by side at {sum(own.values()) / own[longest]:.2f}x")
-    # Nor before its processes' CPU work is done on the cores there are: workers=2 does more work than workers=1
-    # (the fork server imports the stack and warms it up, each worker pays its own first calls on this model, and
-    # the model and results travel); (all of its CPU seconds) / cores bounds it from below too.
-    cores = len(os.sched_getaffinity(0))
-    for call, what in ((0, "first call"), (1, "second call")):
         a, b = one["cpu"][call], two["cpu"][call]
         print(f"  {what}: CPU seconds of every process, workers=1 {a:.1f}, workers=2 {b:.1f} ({b - a:+.1f}); "
               f"on {cores} cores workers=2 cannot end before {b / cores:.1f} s: at most "
