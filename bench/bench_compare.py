@@ -26,9 +26,13 @@ warnings.filterwarnings("ignore")
 import torch  # noqa: E402
 
 import inspector  # noqa: E402
-from inspector import _executorch, _parallel, _quiet, _tosa, clear_cache  # noqa: E402
-from inspector._load import load  # noqa: E402
-from inspector._flow import choose_calibration  # noqa: E402
+from inspector import clear_cache
+from inspector._doors import executorch as _executorch
+from inspector._workers import parallel as _parallel
+from inspector._base import quiet as _quiet
+from inspector._doors import tosa as _tosa  # noqa: E402
+from inspector._targets.load import load  # noqa: E402
+from inspector._numbers.flow import choose_calibration  # noqa: E402
 from sample_models.big import ConvStack  # noqa: E402
 
 FIRST_CALL_TARGET = 1.10

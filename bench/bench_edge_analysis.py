@@ -125,7 +125,10 @@ def child(side: str, name: str, seed: int) -> dict:
             clock.spent.update({"export": t1 - t0, "to_edge": time.perf_counter() - t1})
     else:
         import inspector
-        from inspector import _decide, _executorch, _load, _stages
+        from inspector._decide.decide import decide as _decide
+        from inspector._doors import executorch as _executorch
+        from inspector._targets import load as _load
+        from inspector._decide.decide import stages as _stages
 
         def run(model, inputs):
             inspector.analyze(model, inputs, stage="edge")

@@ -47,9 +47,13 @@ import torch  # noqa: E402
 
 import inspector  # noqa: E402
 from bench_compare import plain_flow  # noqa: E402  (the plain flow, for the warm-up)
-from inspector import _executorch, _pool, _quiet, _tosa, samples  # noqa: E402
-from inspector._flow import choose_calibration  # noqa: E402
-from inspector._load import load  # noqa: E402
+from inspector import samples
+from inspector._doors import executorch as _executorch
+from inspector._workers import pool as _pool
+from inspector._base import quiet as _quiet
+from inspector._doors import tosa as _tosa  # noqa: E402
+from inspector._numbers.flow import choose_calibration  # noqa: E402
+from inspector._targets.load import load  # noqa: E402
 from inspector import sweep  # noqa: E402
 
 SPEEDUP_TARGET = 1.7  # workers=2 against workers=1, on 2 cores

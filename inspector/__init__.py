@@ -4,33 +4,36 @@ No UI here: ``widgets`` imports this package, never the reverse. Everything a
 notebook, the CLI, a report or the widget uses is named in ``__all__``.
 """
 
-from . import _quiet, explorer, samples
-from ._limits import MAX_INPUT_ELEMENTS, MAX_STEPS, check_steps
-from ._policies import (DEFAULT_VARIANTS, POLICIES, POLICY_HELP, Policy, Rule, RuleContext, Skip, StateGuard, get_policy,
-                        load_rule, rule)
-from ._policies import register as register_policy, unregister as unregister_policy
-from ._present import (SiteRow, analysis_html, analysis_text, attribution_html, attribution_text, bits_html, bits_text,
-                       comparison_html, comparison_text, site_rows, stale_html)
-from ._stages import STAGE_HELP, STAGES
-from ._attribution import Attribution, NodeError, SiteError, VariantAttribution, attribute, attribution
-from .analysis import WIDE_RANGE_RATIO, Analysis, ScaleSummary, Site
-from ._decide import analyze, analyze_graph
-from ._compare import compare
-from ._bits import Bits, BitsChange, bits
-from ._quantization import (QUANTIZATION_HELP, QUANTIZATIONS, Quantization, get_quantization, register_quantization,
-                            unregister_quantization)
-from ._sweep import FORMATS as SWEEP_FORMATS, NUMBERS_STAGE, UNCHANGED_DB, ModelSpec, Sweep, SweepBar, models_from, read_models_toml, sweep
-from ._results import Comparison, Metrics, NotDelegated, QParams, SiteOutcome, Variant, VariantResult
-from ._cache import clear_all as clear_cache
-from ._pool import start_server as start_workers
-from .explorer import ExplorerFiles
+from ._base import quiet as _quiet
+from ._present import explorer
+from ._targets import samples
+from ._base.limits import MAX_INPUT_ELEMENTS, MAX_STEPS, check_steps
+from ._rules.rules import (DEFAULT_VARIANTS, POLICIES, POLICY_HELP, Policy, Rule, RuleContext, Skip, StateGuard,
+                           get_policy, load_rule, rule)
+from ._rules.rules import register as register_policy, unregister as unregister_policy
+from ._present.tables import (SiteRow, analysis_html, analysis_text, attribution_html, attribution_text, bits_html,
+                              bits_text, comparison_html, comparison_text, site_rows, stale_html)
+from ._decide.stages import STAGE_HELP, STAGES
+from ._numbers.attribution import Attribution, NodeError, SiteError, VariantAttribution, attribute, attribution
+from ._decide.analysis import WIDE_RANGE_RATIO, Analysis, ScaleSummary, Site
+from ._decide.decide import analyze, analyze_graph
+from ._numbers.compare import compare
+from ._numbers.bits import Bits, BitsChange, bits
+from ._numbers.quantization import (QUANTIZATION_HELP, QUANTIZATIONS, Quantization, get_quantization,
+                                    register_quantization, unregister_quantization)
+from ._sweep.sweep import (FORMATS as SWEEP_FORMATS, NUMBERS_STAGE, UNCHANGED_DB, ModelSpec, Sweep, SweepBar,
+                           models_from, read_models_toml, sweep)
+from ._numbers.results import Comparison, Metrics, NotDelegated, QParams, SiteOutcome, Variant, VariantResult
+from ._base.cache import clear_all as clear_cache
+from ._workers.pool import start_server as start_workers
+from ._present.explorer import ExplorerFiles
 from .errors import ExplanationMismatchWarning, FoldPassCrash, InspectorError, quoted
-from .reasons import Reason, ReasonCode, Risk, RiskCode
-from ._render import LEGEND, STYLES, Verdicts, render, render_pair, site_kind, svg
-from .report import figure_img, report_html
-from .repro import Reproducer, reproducer
-from .session import GRAPH_SCOPES, GRAPH_VIEWS, Session, read_session, save_session
-from .session import untrusted_message as session_trust_message
+from ._sites.reasons import Reason, ReasonCode, Risk, RiskCode
+from ._present.render import LEGEND, STYLES, Verdicts, render, render_pair, site_kind, svg
+from ._present.report import figure_img, report_html
+from ._front.repro import Reproducer, reproducer
+from ._front.session import GRAPH_SCOPES, GRAPH_VIEWS, Session, read_session, save_session
+from ._front.session import untrusted_message as session_trust_message
 
 __all__ = [
     # analyze: sites, decisions, reasons
@@ -60,6 +63,6 @@ __all__ = [
     # errors
     "InspectorError", "FoldPassCrash", "ExplanationMismatchWarning", "quoted",
 ]
-__version__ = "0.1.0"
+from ._base.version import __version__  # noqa: F401
 
 _quiet.install_warning_filters()

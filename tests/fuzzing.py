@@ -1,8 +1,8 @@
 """Seeded mutators and the judge for fuzzing what reads a stranger's bytes (project issue 21).
 
 Three readers take input that may come from anyone (docs/design.md, "What is trusted"): ``.pt2``
-archives (``inspector._pt2``), session files (``inspector.session.read_session``) and the command
-line's numeric and shape arguments (``inspector.cli.main``). Every case must end in a result or in
+archives (``inspector._targets.pt2``), session files (``inspector._front.session.read_session``) and the command
+line's numeric and shape arguments (``inspector._front.cli.main``). Every case must end in a result or in
 one ``InspectorError`` line, within ``CASE_SECONDS``, without the process growing by
 ``MEMORY_BYTES``, and without running the code planted in it.
 
@@ -161,7 +161,7 @@ def build_bases(folder: Path) -> Bases:
     """Two samples as the inspector exports them, and a dynamic-shape export (its sizes are the
     sympy expressions torch evaluates; a guard is added, torch 2.13 writes none for it)."""
     from inspector import samples
-    from inspector._load import load
+    from inspector._targets.load import load
 
     archives = {}
     for name in ("conv_mul_scalar", "stateful_conv_mul"):
@@ -187,7 +187,7 @@ def _with_guard(model_json: bytes) -> bytes:
 
 
 def _session_bases(folder: Path) -> dict[str, bytes]:
-    from inspector.session import Session, save_session
+    from inspector._front.session import Session, save_session
 
     site = "conv@models.py:53"
     sessions = {
@@ -206,7 +206,7 @@ def _session_bases(folder: Path) -> dict[str, bytes]:
 def _comparison(site: str, steps: int):
     """A saved comparison with every kind of record (qparams, metrics with an infinite SQNR,
     nodes outside the delegate, timings), made by hand: a real one needs the TOSA reference."""
-    from inspector._results import Comparison, Metrics, NotDelegated, QParams, SiteOutcome, Variant, VariantResult
+    from inspector._numbers.results import Comparison, Metrics, NotDelegated, QParams, SiteOutcome, Variant, VariantResult
 
     def result(policy: str, folded: bool) -> VariantResult:
         metrics = tuple(Metrics(0, s, 0.1, 0.01, 0.001, float("inf") if s == 0 else 31.5, (30.0, 33.0), 0.0)
@@ -990,7 +990,7 @@ def _numel(dims: list[int]) -> int:
 
 
 def _value_ok(command: str, option: str, text: str) -> bool:
-    """Whether the documented bounds (cli.py's help, inspector/_limits.py) allow this value."""
+    """Whether the documented bounds (cli.py's help, inspector/_base/limits.py) allow this value."""
     if option == "--input-shape":
         dims = _shape_dims(text)
         return dims is not None and len(dims) <= 8 and all(d > 0 for d in dims) and _numel(dims) <= 1 << 26
@@ -1084,7 +1084,7 @@ class Judge:
         """Load every base and analyze one, so the first case pays no import or cache setup
         (torch creates its inductor cache folder in the temp folder on first use: not a leftover)."""
         import inspector
-        from inspector import _pt2
+        from inspector._targets import pt2 as _pt2
 
         for members in self.arena.bases.archives.values():
             _pt2.load_pt2_bytes(_zip_plain(members)).module()
@@ -1143,7 +1143,8 @@ class Judge:
     # -- the three readers
 
     def _pt2(self, case: Case, analyze: bool) -> str:
-        from inspector import InspectorError, _pt2
+        from inspector import InspectorError
+        from inspector._targets import pt2 as _pt2
 
         try:
             program = _pt2.load_pt2_bytes(case.data)
@@ -1180,7 +1181,7 @@ class Judge:
 
     def _session(self, case: Case) -> str:
         from inspector import InspectorError
-        from inspector.session import read_session, save_session
+        from inspector._front.session import read_session, save_session
 
         path = self.arena.folder / "fuzz-session.json"
         path.write_bytes(case.data)
@@ -1201,7 +1202,7 @@ class Judge:
         return "loaded"
 
     def _cli(self, case: Case) -> str:
-        from inspector.cli import main
+        from inspector._front.cli import main
 
         argv = json.loads(case.data)
         out, err = io.StringIO(), io.StringIO()

@@ -394,7 +394,7 @@ def test_stage_build_failures_are_one_line_errors():
 def test_core_imports_no_ui():
     code = (
         "import sys; sys.modules['ipywidgets'] = None; sys.modules['IPython'] = None\n"
-        "import inspector, inspector.cli, inspector.analysis, inspector._fold_swap\n"
+        "import inspector, inspector._front.cli, inspector._decide.analysis, inspector._doors.fold_swap\n"
         "r = inspector.analyze('sample:conv_mul_scalar', stage='aten'); print(r.summary())"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -403,8 +403,8 @@ def test_core_imports_no_ui():
 
 
 def test_fold_swap_restores_on_error():
-    from inspector import _fold_swap as fold_swap
-    from inspector._policies import policy_pass_class
+    from inspector._doors import fold_swap
+    from inspector._rules.rules import policy_pass_class
 
     installed = fold_swap.active_fold_pass()
     with pytest.raises(RuntimeError):
@@ -420,7 +420,7 @@ def test_op_facts_are_kept_for_op_overloads_only():
     import gc
     import weakref
 
-    from inspector import _graph
+    from inspector._sites import graph as _graph
 
     graph = torch.fx.Graph()
     x = graph.placeholder("x")

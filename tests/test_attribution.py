@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import inspector
-from inspector.cli import main
+from inspector._front.cli import main
 
 pytestmark = pytest.mark.requires_tosa
 

@@ -20,7 +20,7 @@ from torch import nn
 
 import inspector
 from inspector import InspectorError
-from inspector.cli import main
+from inspector._front.cli import main
 from conftest import ROOT, assert_bit_identical, state_of
 
 SCRIPTS = textwrap.dedent('''
@@ -234,7 +234,7 @@ def test_api_bad_input_is_one_line_inspector_error(call, message):
 
 def test_compare_takes_one_policy_as_a_string():
     """``compare(m, "upstream")`` means one variant, not the letters of a word."""
-    from inspector._compare import variants_of
+    from inspector._numbers.compare import variants_of
 
     assert [v.policy for v in variants_of("upstream", None)] == ["upstream"]
     assert [v.policy for v in variants_of("off,upstream", None)] == ["off", "upstream"]
@@ -291,7 +291,7 @@ def test_malformed_sessions_are_one_line(tmp_path, data, message):
 
 
 def test_written_files_get_the_usual_permissions(tmp_path):
-    from inspector._files import write_text
+    from inspector._base.files import write_text
 
     path = write_text(tmp_path / "report.html", "<p>hi</p>")
     assert path.read_text() == "<p>hi</p>"

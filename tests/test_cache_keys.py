@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import inspector
-from inspector import _load
+from inspector._targets import load as _load
 from inspector import clear_cache
 
 X = (torch.rand(1, 3, 8, 8, generator=torch.Generator().manual_seed(0)),)

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from inspector.cli import main
+from inspector._front.cli import main
 from conftest import ROOT
 
 

@@ -18,8 +18,10 @@ from torch import nn
 
 import inspector
 import sample_models
-from inspector import InspectorError, _executorch, _tosa, clear_cache, compare
-from inspector.cli import main
+from inspector import InspectorError, clear_cache, compare
+from inspector._doors import executorch as _executorch
+from inspector._doors import tosa as _tosa
+from inspector._front.cli import main
 from conftest import ROOT, assert_bit_identical, state_of
 
 pytestmark = pytest.mark.requires_tosa
@@ -207,8 +209,8 @@ def test_the_public_functions_are_not_shadowed_by_modules():
 
 
 def test_concurrent_swaps_never_see_each_others_pass():
-    from inspector._fold_swap import active_fold_pass, swapped_fold_pass
-    from inspector._policies import policy_pass_class
+    from inspector._doors.fold_swap import active_fold_pass, swapped_fold_pass
+    from inspector._rules.rules import policy_pass_class
 
     seen, barrier = [], threading.Barrier(2, timeout=30)
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 import inspector
-from inspector import InspectorError, cli, explorer
+from inspector import InspectorError, explorer
+from inspector._front import cli
 from sample_models.generated import tfa_blocks
 
 

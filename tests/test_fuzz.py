@@ -160,7 +160,7 @@ _BROKEN_LOADERS = {
 def test_the_judge_catches_a_broken_loader(judge, monkeypatch, name):
     """A loader that breaks each rule is reported (tight limits, so the controls are quick and small)."""
     loader, needle = _BROKEN_LOADERS[name]
-    monkeypatch.setattr(inspector._pt2, "load_pt2_bytes", loader)
+    monkeypatch.setattr(inspector._targets.pt2, "load_pt2_bytes", loader)
     verdict = judge.stricter(seconds=0.5, memory=32 << 20).judge(_valid_case(judge))
     assert verdict.problem and needle in verdict.problem, verdict
 
@@ -168,7 +168,7 @@ def test_the_judge_catches_a_broken_loader(judge, monkeypatch, name):
 @pytest.mark.parametrize("door", ["a size expression", "a pytree enum", "a pytree defaultdict factory"])
 def test_the_planted_payloads_are_live(judge, monkeypatch, door):
     """torch's own loader runs what the mutators plant: the marker check can fail."""
-    monkeypatch.setattr(inspector._pt2, "load_pt2_bytes", lambda data: torch.export.load(io.BytesIO(data)))
+    monkeypatch.setattr(inspector._targets.pt2, "load_pt2_bytes", lambda data: torch.export.load(io.BytesIO(data)))
     base = "dynamic_conv_mul" if door == "a size expression" else "conv_mul_scalar"
     case = fuzzing.Case("pt2", door, fuzzing.planted(judge.arena.bases, base, door))
     problem = judge.judge(case).problem or ""
@@ -183,7 +183,7 @@ def test_our_loader_refuses_every_plant(judge, door):
 
 
 def test_the_judge_catches_a_session_read_without_trust(judge, monkeypatch):
-    from inspector import session
+    from inspector._front import session
 
     trusting = session.read_session
     monkeypatch.setattr(session, "read_session", lambda path, trust=False: trusting(path, trust=True))
@@ -193,7 +193,7 @@ def test_the_judge_catches_a_session_read_without_trust(judge, monkeypatch):
 
 def test_the_judge_catches_an_argument_checked_late(judge, monkeypatch):
     """With the shape bounds unchecked, the CLI reaches the model first: the judge names it."""
-    monkeypatch.setattr("inspector._limits.check_shape", lambda shape, what="input shape": shape)
+    monkeypatch.setattr("inspector._base.limits.check_shape", lambda shape, what="input shape": shape)
     argv = ["analyze", fuzzing.MISSING_PT2, "--input-shape", "1,1,1,1,1,1,1,1,1"]
     case = fuzzing.Case("cli", "control", json.dumps(argv).encode())
     assert "not checked before the model" in (judge.judge(case).problem or "")

@@ -4,54 +4,108 @@ from __future__ import annotations
 
 import ast
 import functools
+from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
 import inspector
-from inspector import InspectorError, _executorch, _tosa
+from inspector import InspectorError
+from inspector._doors import executorch as _executorch
+from inspector._doors import tosa as _tosa
 from conftest import ROOT
 
 CORE = ROOT / "inspector"
 
 
+# The folders of the core, lowest first: a module imports only from its own folder and the folders
+# below it (``errors`` is below them all). docs/design.md's folder map says what each one does.
+LAYERS = ("_base", "_workers", "_targets", "_doors", "_sites", "_present", "_rules", "_decide", "_numbers",
+          "_sweep", "_front")
+# The few imports that climb, each a convenience of a record that hands the work to the verb above it,
+# imported inside the function that needs it (never at import time).
+CLIMBS = {
+    ("_decide.analysis", "_numbers.compare"): "Analysis.compare() is inspector.compare(analysis)",
+    ("_decide.decide", "_numbers.attribution"): "a picture coloured by errors reads Attribution's per-node errors",
+}
+
+
 def _modules() -> dict[str, ast.Module]:
-    """Every module of the core by name (``_pt2`` for the package's loader, ``_pt2._zip`` for its parts)."""
-    out = {p.stem: ast.parse(p.read_text(), str(p)) for p in sorted(CORE.glob("*.py"))}
-    for p in sorted((CORE / "_pt2").glob("*.py")):
-        name = "_pt2" if p.stem == "__init__" else f"_pt2.{p.stem}"
-        out[name] = ast.parse(p.read_text(), str(p))
+    """Every module of the core by dotted name under ``inspector`` (``_targets.pt2`` for a package)."""
+    out = {}
+    for p in sorted(CORE.rglob("*.py")):
+        parts = list(p.relative_to(CORE).with_suffix("").parts)
+        if parts[-1] == "__init__" and len(parts) > 1:
+            parts.pop()
+        out[".".join(parts)] = ast.parse(p.read_text(), str(p))
     return out
 
 
-def _imports(tree: ast.Module) -> set[str]:
-    """Every absolute module name imported anywhere in the file (inside functions too)."""
+def _package(name: str) -> str:
+    """The package a module's relative imports start from."""
+    return name if (CORE / name.replace(".", "/")).is_dir() else name.rpartition(".")[0]
+
+
+def _imports(tree: ast.Module, name: str = "", top_only: bool = False) -> set[str]:
+    """Every absolute module name the module imports (inside functions too, unless ``top_only``)."""
     out = set()
-    for node in ast.walk(tree):
+    nodes = tree.body if top_only else ast.walk(tree)
+    for node in nodes:
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level == 0:
                 out.add(node.module or "")
-            else:  # relative: from . import x / from .x import y
-                base = "inspector"
-                if node.module:
-                    out.add(f"{base}.{node.module}")
-                else:
-                    out.update(f"{base}.{a.name}" for a in node.names)
+                continue
+            parts = [p for p in _package(name).split(".") if p and p != "__init__"]
+            parts = parts[:len(parts) - (node.level - 1)] if node.level > 1 else parts
+            base = ".".join(["inspector"] + parts + ([node.module] if node.module else []))
+            if node.module:
+                out.add(base)
+            for a in node.names:  # from . import module
+                candidate = f"{base}.{a.name}"
+                if (CORE / Path(*candidate.split(".")[1:])).with_suffix(".py").exists() or \
+                        (CORE / Path(*candidate.split(".")[1:])).is_dir():
+                    out.add(candidate)
+                elif not node.module:
+                    out.add(base)
     return out
 
 
+def _folder(name: str) -> str:
+    return name.split(".")[0]
+
+
+def test_folders_are_layered():
+    """A folder imports only from itself and the folders below it; the climbs are named in CLIMBS."""
+    rank = {folder: i for i, folder in enumerate(LAYERS)}
+    rank["errors"] = -1
+    climbs = []
+    for name, tree in _modules().items():
+        if name in ("__init__", "__main__", "present"):
+            continue
+        assert _folder(name) in rank, f"inspector/{name.replace('.', '/')} is in no layer of LAYERS"
+        for module in _imports(tree, name):
+            if not module.startswith("inspector.") or module.count(".") < 1:
+                assert module != "inspector", f"{name} imports the package itself"
+                continue
+            target = module.split(".", 1)[1]
+            if rank.get(_folder(target), 99) > rank[_folder(name)]:
+                climbs.append((name, target))
+    assert sorted(set(climbs)) == sorted(CLIMBS), sorted(set(climbs) ^ set(CLIMBS))
+    for name, target in CLIMBS:  # never at import time
+        assert f"inspector.{target}" not in _imports(_modules()[name], name, top_only=True)
+
+
 def test_inspector_modules_form_a_dag():
-    trees = _modules()
-    trees = {name: tree for name, tree in trees.items() if "." not in name}  # _pt2's parts are one package
-    edges = {name: {m.split(".")[1] for m in _imports(tree) if m.startswith("inspector.") and m.count(".") >= 1}
-             & set(trees) - {name} for name, tree in trees.items()}
+    trees = {name: tree for name, tree in _modules().items() if not name.startswith("_targets.pt2.")}
+    edges = {}
+    for name, tree in trees.items():
+        deps = {m.split(".", 1)[1] for m in _imports(tree, name) if m.startswith("inspector.")}
+        deps = {d if d in trees else d.rpartition(".")[0] for d in deps} & set(trees)
+        edges[name] = deps - {name, "__init__", "__main__"} - {n for n in trees if name.startswith(n + ".")}
     edges.pop("__init__")  # the package re-exports everything; nothing imports it back
-    for deps in edges.values():
-        deps.discard("__init__")
-        deps.discard("__main__")
     visiting, done = [], set()
 
     def visit(name):
@@ -66,13 +120,31 @@ def test_inspector_modules_form_a_dag():
 
     for name in sorted(edges):
         visit(name)
-    assert not {"analysis", "_decide"} & edges["_compare"]  # compare predicts decisions through _policies
+    assert not {"_decide.analysis", "_decide.decide"} & edges["_numbers.compare"]  # compare predicts through rules
+
+
+def test_the_design_folder_map_is_true():
+    """docs/design.md's folder map names every folder of the core, and every module it names exists."""
+    import re
+
+    text = (ROOT / "docs" / "design.md").read_text()
+    section = text[text.index("## Layout"):]
+    section = section[:section.find("\n## ", 4)] if "\n## " in section[4:] else section
+    folders = {p.name for p in CORE.iterdir() if p.is_dir() and not p.name.startswith("__")}
+    named = set(re.findall(r"`inspector/(_[a-z0-9_]+)/`", section))
+    assert folders == named, f"folders not in the map: {sorted(folders - named)}; named but missing: {sorted(named - folders)}"
+    for path in re.findall(r"`(inspector/[A-Za-z0-9_/]+\.py)`", section):
+        assert (ROOT / path).exists(), f"docs/design.md names {path}, which does not exist"
+    for folder in folders:
+        for module in (CORE / folder).glob("*.py"):
+            if module.stem != "__init__":
+                assert f"{module.stem}" in section, f"docs/design.md's map does not say what {folder}/{module.name} is"
 
 
 def test_only_the_doors_touch_executorch():
-    doors = {"_executorch", "_tosa"}
+    doors = {"_doors.executorch", "_doors.tosa"}
     for name, tree in _modules().items():
-        imported = {m for m in _imports(tree) if m.split(".")[0] in ("executorch", "torchao", "tosa_reference_model")}
+        imported = {m for m in _imports(tree, name) if m.split(".")[0] in ("executorch", "torchao", "tosa_reference_model")}
         named = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
                  and n.value.startswith(("executorch.", "torchao."))}
         if name not in doors:
@@ -81,7 +153,7 @@ def test_only_the_doors_touch_executorch():
 
 def test_no_core_module_imports_the_ui_or_the_samples():
     for name, tree in _modules().items():
-        top = {m.split(".")[0] for m in _imports(tree)}
+        top = {m.split(".")[0] for m in _imports(tree, name)}
         assert not top & {"ipywidgets", "IPython", "widgets", "sample_models"}, name
 
 
@@ -160,7 +232,7 @@ def test_a_registered_rule_is_offered_everywhere_without_another_edit(tmp_path, 
     sessions and the JSON all offer it (here: a copy of the strict guard under another name)."""
     import json
 
-    from inspector import cli
+    from inspector._front import cli
     from widgets import FoldInspector
 
     name = "test-copy-of-strict"
@@ -206,17 +278,16 @@ def test_compare_runs_a_registered_rule():
 
 
 # Module-level containers that are registries, not caches: each is filled by registering, once.
-REGISTRIES = {("_policies", "_REGISTRY"), ("samples", "_ENTRIES")}
+REGISTRIES = {("_rules.rules", "_REGISTRY"), ("_targets.samples", "_ENTRIES")}
 # Memos of the installed stack's fixed facts (imported classes and modules): a fixed, small set of keys.
-STACK_MEMOS = {("_executorch", "_ready"), ("_executorch", "_get"), ("_executorch", "_caching_classes"),
-               ("_tosa", "_ready")}
+STACK_MEMOS = {("_doors.executorch", "_ready"), ("_doors.executorch", "_get"),
+               ("_doors.executorch", "_caching_classes"), ("_doors.tosa", "_ready")}
 
 
 def _core_modules():
     import importlib
 
-    names = [p.stem for p in sorted(CORE.glob("*.py")) if p.stem not in ("__main__",)]
-    names += [f"_pt2.{p.stem}" for p in sorted((CORE / "_pt2").glob("_*.py")) if p.stem != "__init__"]
+    names = [n for n in _modules() if n != "__main__"]
     return {n: importlib.import_module(f"inspector.{n}" if n != "__init__" else "inspector") for n in names}
 
 
@@ -227,7 +298,7 @@ def _containers(modules) -> dict[tuple[str, str], int]:
     kinds = (dict, list, set, collections.OrderedDict, collections.defaultdict, collections.deque,
              weakref.WeakKeyDictionary, weakref.WeakValueDictionary, weakref.WeakSet)
     return {(m, k): len(v) for m, mod in modules.items() for k, v in vars(mod).items()
-            if isinstance(v, kinds) and not k.startswith("__") and m != "_cache"}
+            if isinstance(v, kinds) and not k.startswith("__") and m != "_base.cache"}
 
 
 def test_no_module_keeps_a_cache_of_its_own():
@@ -248,7 +319,7 @@ def test_no_module_keeps_a_cache_of_its_own():
              if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) for d in node.decorator_list
              for name in [node.name] if "cache" in ast.unparse(d)}
     assert memos <= STACK_MEMOS, f"memoized outside _cache: {sorted(memos - STACK_MEMOS)}"
-    weak = {m for m, tree in _modules().items() if m != "_cache"
+    weak = {m for m, tree in _modules().items() if m != "_base.cache"
             and any(isinstance(n, ast.Attribute) and n.attr.startswith("Weak") for n in ast.walk(tree))}
     assert not weak, f"weak containers outside _cache: {sorted(weak)}"
 
@@ -256,13 +327,13 @@ def test_no_module_keeps_a_cache_of_its_own():
 def test_no_core_module_uses_a_private_name_of_another():
     """A module reaches another through its public names; only the doors' own helpers
     (``_executorch``'s, used by the other door) and a package's parts among themselves are exempt."""
-    doors = {"_executorch", "_tosa"}
+    doors = {"executorch", "tosa"}
     found = []
     for name, tree in _modules().items():
         modules = {}
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.level >= 1:
-                package_part = name.startswith("_pt2") and node.level == 1 and node.module != "errors"
+                package_part = name.startswith("_targets.pt2") and node.level == 1
                 for a in node.names:
                     if node.module is None:
                         modules[a.asname or a.name] = a.name
@@ -271,7 +342,8 @@ def test_no_core_module_uses_a_private_name_of_another():
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules:
                 owner = modules[node.value.id]
-                if node.attr.startswith("_") and not node.attr.startswith("__") and not (name in doors and owner in doors):
+                if node.attr.startswith("_") and not node.attr.startswith("__") and not (
+                        name.startswith("_doors.") and owner in doors):
                     found.append(f"{name}: {owner}.{node.attr}")
     assert not found, found
 
@@ -279,13 +351,13 @@ def test_no_core_module_uses_a_private_name_of_another():
 def test_presentation_takes_graphs_verdicts_and_public_analysis_fields():
     """render never sees an Analysis (nor a region); explorer and report read public fields only."""
     trees = _modules()
-    render = trees["_render"]
-    assert not {m for m in _imports(render) if m.split(".")[-1] in ("analysis", "_decide", "_region")}
+    render = trees["_present.render"]
+    assert not {m for m in _imports(render, "_present.render") if m.split(".")[-1] in ("analysis", "decide", "region")}
     assert not any(isinstance(n, ast.Call) and getattr(n.func, "id", "") == "hasattr" and
                    isinstance(n.args[1], ast.Constant) and n.args[1].value == "verdicts" for n in ast.walk(render))
     public = {n for n in dir(inspector.Analysis) if not n.startswith("_")}
     public |= {f for f in inspector.Analysis.__dataclass_fields__ if not f.startswith("_")}
-    for name in ("_render", "explorer", "report", "_present"):
+    for name in ("_present.render", "_present.explorer", "_present.report", "_present.tables"):
         used = {n.attr for n in ast.walk(trees[name]) if isinstance(n, ast.Attribute)
                 and isinstance(n.value, ast.Name) and n.value.id == "analysis"}
         assert used <= public, f"{name} reads {sorted(used - public)} of an Analysis"

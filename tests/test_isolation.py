@@ -16,7 +16,8 @@ import time
 import pytest
 
 import inspector
-from inspector import _limits, _pool
+from inspector._base import limits as _limits
+from inspector._workers import pool as _pool
 from sample_models.big import ConvStack
 
 pytestmark = [pytest.mark.requires_tosa, pytest.mark.crash]
@@ -75,8 +76,8 @@ def test_a_worker_killed_mid_run_costs_its_variant_only(sig, words):
 def test_one_worker_is_still_isolation(monkeypatch):
     """workers=1 (the fallback for a one-core machine) runs in a worker too, never in this process."""
     here = []
-    real = inspector._flow.run_variant
-    monkeypatch.setattr(inspector._flow, "run_variant", lambda *a, **k: here.append(1) or real(*a, **k))
+    real = inspector._numbers.flow.run_variant
+    monkeypatch.setattr(inspector._numbers.flow, "run_variant", lambda *a, **k: here.append(1) or real(*a, **k))
     comparison = inspector.compare(TARGET, ("off", "upstream"), steps=2, workers=1, isolate=True)
     assert [r.error for r in comparison.results] == [None, None] and not here
     assert _pool.warm_workers() == 1
@@ -136,7 +137,7 @@ def test_a_run_that_would_not_fit_is_refused_before_anything_starts(monkeypatch)
                                                        r"available; try workers=1"):
         inspector.compare(TARGET, ("off", "upstream"), steps=5, workers=2, isolate=True)
     assert _pool.warm_workers() == 0  # refused before any worker started
-    estimate = _limits.memory_estimate(inspector._load.load(TARGET), 5, 2, 2, isolated=True)
+    estimate = _limits.memory_estimate(inspector._targets.load.load(TARGET), 5, 2, 2, isolated=True)
     assert estimate >= 2 * _limits.WORKER_BYTES  # two workers' footprint at least
 
 
@@ -171,7 +172,7 @@ def test_the_fork_server_warms_up_and_keeps_no_thread():
     import subprocess
     import sys
 
-    code = ("import threading, inspector._worker_boot as boot; "
+    code = ("import threading, inspector._numbers.worker_boot as boot; "
             "print(boot.FAILED, [t.name for t in threading.enumerate()])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

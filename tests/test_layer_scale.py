@@ -14,7 +14,7 @@ from torch import nn
 
 import inspector
 from conftest import ROOT
-from inspector._stages import STAGES
+from inspector._decide.stages import STAGES
 
 
 class LayerScale(nn.Module):
@@ -40,8 +40,8 @@ def test_the_plain_flow_runs_it_and_deepcopy_refuses_what_the_quantizer_made():
 
     from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
-    from inspector import _executorch
-    from inspector._fold_swap import swapped_fold_pass
+    from inspector._doors import executorch as _executorch
+    from inspector._doors.fold_swap import swapped_fold_pass
 
     seen = []
 

@@ -1,6 +1,6 @@
 """A long session stays small, and a background reference run does not hold the main thread up.
 
-Each cache of the core has one owner and one bound (``inspector/_cache.py``): the same actions
+Each cache of the core has one owner and one bound (``inspector/_base/cache.py``): the same actions
 repeated keep memory flat and give the same answers. The fold pass is chosen per context, not
 by a process-wide switch behind a lock, so an analysis in the main thread does not wait for a
 reference run in another thread (as the widget's background runs are).
@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 import inspector
-from inspector import _cache
+from inspector._base import cache as _cache
 
 BIG = "sample:generated_blocks"  # 1,142 nodes at tfa, 200 sites
 SMALL = "sample:stateful_conv_mul"  # one site on a buffer: a reference run of a few seconds

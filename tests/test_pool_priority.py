@@ -17,7 +17,7 @@ import textwrap
 import pytest
 
 import inspector
-from inspector import _pool
+from inspector._workers import pool as _pool
 from sample_models.big import ConvStack
 
 pytestmark = [pytest.mark.requires_tosa]
@@ -81,7 +81,7 @@ def test_a_process_that_may_not_lower_its_niceness_says_so():
     code = textwrap.dedent("""
         import os, sys
         sys.path.insert(0, sys.argv[1])
-        from inspector._pool import _renice
+        from inspector._workers.pool import _renice
         if os.geteuid() == 0:  # as an unprivileged user would run it
             os.setgid(65534)
             os.setuid(65534)

@@ -30,8 +30,9 @@ from torch import nn
 
 import inspector
 import sample_models
-from inspector import InspectorError, _pt2
-from inspector._pt2._common import _ExprError
+from inspector import InspectorError
+from inspector._targets import pt2 as _pt2
+from inspector._targets.pt2._common import _ExprError
 
 ROOT = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
@@ -587,11 +588,11 @@ _BOMB_CHILD = """
 import json, resource, sys, time, types
 from pathlib import Path
 root, normal, bomb = sys.argv[1:4]
-package = types.ModuleType("inspector")  # import inspector._pt2 without the package's heavy imports
+package = types.ModuleType("inspector")  # import inspector._targets.pt2 without the package's heavy imports
 package.__path__ = [str(Path(root) / "inspector")]
 sys.modules["inspector"] = package
 import torch
-from inspector import _pt2
+from inspector._targets import pt2 as _pt2
 from inspector.errors import InspectorError
 
 def peak():

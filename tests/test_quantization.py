@@ -14,9 +14,9 @@ import pytest
 
 import inspector
 from inspector import InspectorError, Variant
-from inspector._flow import has_state
-from inspector._load import load
-from inspector.cli import main
+from inspector._numbers.flow import has_state
+from inspector._targets.load import load
+from inspector._front.cli import main
 
 QUANTIZATIONS = ("a8w8", "a8w8-per-tensor", "a16w8", "a8w4")
 STEPS = 3
@@ -52,8 +52,8 @@ def test_variant_labels_json_and_parsing():
     assert v.overrides == (("b", "a16w8"), ("conv", "float"))  # sorted, one frozen form
     assert v.label == "upstream+marked(s1)@a16w8+keep(b=a16w8,conv=float)"
     assert Variant("off").label == "off"  # no quantization named: the comparison's, not in the label
-    assert inspector._compare.split_variant("rules.py:mine@a8w4") == ("rules.py:mine", "a8w4")
-    assert inspector._compare.split_variant("/tmp/a@b/rules.py:mine") == ("/tmp/a@b/rules.py:mine", None)
+    assert inspector._numbers.compare.split_variant("rules.py:mine@a8w4") == ("rules.py:mine", "a8w4")
+    assert inspector._numbers.compare.split_variant("/tmp/a@b/rules.py:mine") == ("/tmp/a@b/rules.py:mine", None)
     with pytest.raises(InspectorError, match="unknown quantization 'int3'"):
         Variant("upstream", overrides={"conv": "int3"})
 

@@ -12,7 +12,7 @@ import math
 import pytest
 
 import inspector
-from inspector._stages import STAGES
+from inspector._decide.stages import STAGES
 
 NETWORKS = ["resnet_basic_block", "mobilenetv2_inverted_residual", "squeeze_excitation", "nf_resnet_block",
             "convnext_block"]

@@ -11,7 +11,7 @@ import torch
 
 import inspector
 from inspector import FoldPassCrash, InspectorError
-from inspector._stages import STAGES
+from inspector._decide.stages import STAGES
 from conftest import flat
 from test_analysis import BufferWeights
 
@@ -26,7 +26,7 @@ def whole(analysis: inspector.Analysis) -> inspector.Analysis:
 def drawn_whole(analysis: inspector.Analysis, focus: str, hops: int = 2) -> str:
     """The focused before | after pair drawn from the whole graphs: the renderer given the pristine
     stage graph and the whole after-graph (the analysis may draw either from a region)."""
-    from inspector._render import Verdicts, render_pair
+    from inspector._present.render import Verdicts, render_pair
 
     sg, marked = analysis.stage_graph, frozenset(analysis.marked)
     sides = []
@@ -157,7 +157,7 @@ def test_regions_leave_the_stage_graph_untouched(stage_analyses, stage):
         current = current.toggle_marker(site.id)
         current.render_pair(focus=site.id)
     assert [n.name for n in sg.graph_module.graph.nodes] == names
-    assert not any(inspector._graph.marked(n) for n in sg.graph_module.graph.nodes)
+    assert not any(inspector._sites.graph.marked(n) for n in sg.graph_module.graph.nodes)
     for k, v in sg.graph_module.state_dict().items():
         assert torch.equal(v, tensors[k]), k
     for k, v in program_tensors.items():

@@ -19,8 +19,8 @@ from torch import nn
 import inspector
 import sample_models
 from inspector import InspectorError
-from inspector.cli import main
-from inspector._render import LEGEND, STYLES, _text, _tooltip, svg
+from inspector._front.cli import main
+from inspector._present.render import LEGEND, STYLES, _text, _tooltip, svg
 from sample_models.generated import tfa_blocks
 from conftest import ROOT
 

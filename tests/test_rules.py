@@ -143,7 +143,7 @@ def test_a_rule_leaves_the_callers_model_untouched(pass_copy, stage):
 
 
 def test_a_guard_file_registers_nothing_on_import():
-    from inspector._load import import_file
+    from inspector._targets.load import import_file
 
     before = list(inspector.POLICIES)
     module = import_file(RULES)
@@ -308,7 +308,7 @@ def _assert_recovers(analysis: inspector.Analysis, names_before: list[str]) -> N
 @pytest.mark.parametrize("stage", ["tfa", "edge"])
 @pytest.mark.parametrize("bad", sorted(BAD_GUARDS))
 def test_a_broken_guard_is_one_line_naming_it(stage_analyses, monkeypatch, bad, stage):
-    monkeypatch.setattr(inspector._policies, "GUARD_SECONDS", 0.05)
+    monkeypatch.setattr(inspector._rules.rules, "GUARD_SECONDS", 0.05)
     fn, says = BAD_GUARDS[bad]
     inspector.rule(bad, help="a broken guard")(fn)
     analysis = stage_analyses(BAD_TARGET, stage)

@@ -10,9 +10,11 @@ import torch
 
 import inspector
 import sample_models
-from inspector import _executorch, _graph, _tosa
-from inspector._stages import STAGES
-from inspector._fold_swap import swapped_fold_pass
+from inspector._doors import executorch as _executorch
+from inspector._sites import graph as _graph
+from inspector._doors import tosa as _tosa
+from inspector._decide.stages import STAGES
+from inspector._doors.fold_swap import swapped_fold_pass
 from conftest import flat
 
 MATRIX = [(n, s) for n in sample_models.names() for s in STAGES]

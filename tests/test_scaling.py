@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from inspector import _graph
+from inspector._sites import graph as _graph
 import inspector
 from sample_models.generated import tfa_blocks
 
@@ -45,7 +45,7 @@ def test_fast_signature_lookups_match_torch_and_touch_only_their_program():
     from torch.export import ExportedProgram
     from torch.export.graph_signature import ExportGraphSignature, InputKind, InputSpec, TensorArgument
 
-    from inspector import _executorch
+    from inspector._doors import executorch as _executorch
 
     program = copy.deepcopy(torch.export.export(nn.Conv2d(2, 2, 1), (torch.ones(1, 2, 4, 4),)))
     other = copy.deepcopy(program)

@@ -1,6 +1,6 @@
 """``state-aware`` is executorch PR #21234 as proposed, checked against a hand-written oracle.
 
-The oracle is written from the PR's description, not from ``inspector._graph.state_reach``:
+The oracle is written from the PR's description, not from ``inspector._sites.graph.state_reach``:
 
 - boundary names: ``spec.arg.name`` of every ``BUFFER_MUTATION`` / ``USER_INPUT_MUTATION``
   output spec of the exported program's graph signature (none at tfa: there is no program),

@@ -425,7 +425,7 @@ def test_a_toml_list_from_anywhere_on_disk(model_dir, tmp_path):
 
 
 def test_cli_formats(tmp_path, capsys):
-    from inspector.cli import main
+    from inspector._front.cli import main
 
     base = ["sweep", "sample:stateful_conv_mul", "sample:conv_mul_scalar", "--policies", "upstream,state-aware-strict",
             "--workers", "1", "--out", str(tmp_path / "out")]

@@ -17,9 +17,9 @@ import torch
 from torch import nn
 
 import inspector
-from inspector.cli import main
-from inspector.report import GITHUB_LIMIT, md_code, user_frames
-from inspector.repro import reproducer
+from inspector._front.cli import main
+from inspector._present.report import GITHUB_LIMIT, md_code, user_frames
+from inspector._front.repro import reproducer
 from conftest import ROOT
 
 HERE = [os.getcwd(), sys.prefix, str(Path.home()), str(ROOT), "/tmp/"]

@@ -1,0 +1,3 @@
+"""The inspector's own version, where every layer may read it."""
+
+__version__ = "0.1.0"

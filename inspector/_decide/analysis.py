@@ -1,0 +1,320 @@
+"""``analyze``: find every conv->mul site, decide it with the real pass, explain every skip.
+
+``Site`` and ``Analysis`` are the answer, frozen records; the deciding is ``_decide.Decider``'s
+(``analyze`` lives there too), which every re-decide of an answer asks again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping
+
+from torch.fx import GraphModule
+
+# max|s| / min|s| at or above which a scale is flagged ``wide-dynamic-range-scale``.
+WIDE_RANGE_RATIO = 1e3
+
+from .._targets import load as _load
+from . import stages as _stages
+from .._rules.rules import DEFAULT_VARIANTS, Policy, marker_tuple
+from .._sites.scale import ScaleSummary
+from ..errors import InspectorError, listing, quoted
+from .._sites.reasons import Reason, Risk
+
+
+@dataclass(frozen=True)
+class Site:
+    """One mul fed by a convolution, with the real pass's decision and why."""
+
+    id: str  # stable across stages and runs: "<conv module>@<file>:<line>[#k]"
+    index: int  # position among the sites, in graph order
+    mul: str  # mul node name at this stage
+    conv: str  # conv node name at this stage
+    conv_op: str  # e.g. "aten.conv2d.default"
+    module_path: str  # the conv's module path ("" at the root)
+    location: str  # "file.py:line" of the mul in user code ("" if unknown)
+    scale: ScaleSummary  # what multiplies the conv output
+    decision: str  # "fold" or "skip": what the installed pass really did
+    reasons: tuple[Reason, ...]  # why it was skipped, the pass's first reason first (empty if folded)
+    risks: tuple[Risk, ...]  # warnings that do not change the decision
+    marked: bool  # the mul itself carries the carried-state marker
+    chained_after: str | None  # the earlier mul on the same conv (``conv(x) * a * b``), if any
+    state_path: tuple[str, ...]  # node names from the mul to the state boundary it reaches (empty if none)
+    state_boundary: str  # what that boundary is ("buffer 'state' ...", "marker on mul")
+    folded_weight: str | None  # weight node the conv reads after the fold (None if not folded)
+    folded_bias: str | None  # bias node the conv reads after the fold
+    mismatch: str | None  # set when the explainer disagrees with the pass: never expected
+
+    @property
+    def folded(self) -> bool:
+        return self.decision == "fold"
+
+    @property
+    def reason_codes(self) -> tuple[str, ...]:
+        return tuple(r.code for r in self.reasons)
+
+    @property
+    def risk_codes(self) -> tuple[str, ...]:
+        return tuple(r.code for r in self.risks)
+
+    def to_dict(self) -> dict:
+        return {
+            "id": self.id,
+            "conv": self.conv,
+            "mul": self.mul,
+            "conv_op": self.conv_op,
+            "module_path": self.module_path,
+            "location": self.location,
+            "decision": self.decision,
+            "reasons": [r.to_dict() for r in self.reasons],
+            "risks": [r.to_dict() for r in self.risks],
+            "scale": self.scale.to_dict(),
+            "marked": self.marked,
+            "chained_after": self.chained_after,
+            "state_path": list(self.state_path),
+            "state_boundary": self.state_boundary,
+            "folded_weight": self.folded_weight,
+            "folded_bias": self.folded_bias,
+            "mismatch": self.mismatch,
+        }
+
+
+@dataclass(frozen=True, eq=False)
+class Analysis:
+    """The sites of one model at one stage under one rule and markers: a frozen answer.
+
+    Cheap to re-decide: ``with_policy``, ``with_markers`` and ``toggle_marker`` ask the same
+    decider (which keeps the exported stage graph); ``with_stage`` reuses the export. The graphs
+    before and after the pass are built on first use.
+    """
+
+    target: _load.Target = field(repr=False)  # the private model, inputs and export
+    decider: Any = field(repr=False)  # the _decide.Decider that decided it, and decides it again
+    rule: Policy  # the fold rule that decided (``policy`` is its name)
+    markers: tuple[str, ...]  # the markers as given (site ids or node names)
+    sites: tuple[Site, ...]  # every conv->mul site, in graph order
+    marked: tuple[str, ...] = ()  # the node names the markers resolved to
+    guard: Any = field(default=None, repr=False)  # what the state guard hid: the base of a re-decide
+    from_regions: bool = False  # decided on regions from an earlier answer (the after-graph is built when asked)
+    timings: Mapping[str, float] = field(default_factory=dict)  # seconds per step
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "timings", MappingProxyType(dict(self.timings)))
+
+    # -- what it is about
+    @property
+    def stage(self) -> str:
+        return self.decider.stage
+
+    @property
+    def policy(self) -> str:
+        """The rule's name."""
+        return self.rule.name
+
+    @property
+    def stage_graph(self) -> _stages.StageGraph:
+        """The pristine stage graph the sites were found on (never run the pass on it)."""
+        return self.decider.stage_graph
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """Things the user should know about how the stage graph was obtained."""
+        return self.stage_graph.notes
+
+    @property
+    def name(self) -> str:
+        return self.target.name
+
+    # -- graphs
+    @property
+    def before(self) -> GraphModule:
+        """The graph the pass received (a private copy, markers applied)."""
+        return self.decider.before(self)[0]
+
+    @property
+    def before_program(self):
+        """The ExportedProgram behind ``before`` (None at tfa)."""
+        return self.decider.before(self)[1]
+
+    @property
+    def after(self) -> GraphModule:
+        """The graph after the real pass ran on the whole graph."""
+        return self.decider.after(self)[0]
+
+    @property
+    def after_program(self):
+        """The ExportedProgram behind ``after`` (None at tfa)."""
+        return self.decider.after(self)[1]
+
+    def run_before(self, *inputs):
+        """Float outputs of the before-graph (on a private copy; default: the example inputs)."""
+        return _stages.run_graph(*self.decider.before(self), inputs or self.target.inputs)
+
+    def run_after(self, *inputs):
+        """Float outputs of the after-graph (on a private copy; default: the example inputs)."""
+        return _stages.run_graph(*_stages.copy_pair(self.decider.after(self)), inputs or self.target.inputs)
+
+    # -- queries
+    def site(self, site_id: str) -> Site:
+        for s in self.sites:
+            if s.id == site_id:
+                return s
+        raise InspectorError(f"no site {quoted(site_id)}; sites: {listing(s.id for s in self.sites) or 'none'}")
+
+    @property
+    def folded(self) -> tuple[Site, ...]:
+        return tuple(s for s in self.sites if s.folded)
+
+    @property
+    def skipped(self) -> tuple[Site, ...]:
+        return tuple(s for s in self.sites if not s.folded)
+
+    @property
+    def mismatches(self) -> tuple[Site, ...]:
+        return tuple(s for s in self.sites if s.mismatch)
+
+    def summary(self) -> str:
+        """One line: "3 sites, 1 folded, 2 skipped (conv-has-other-users: 2)"."""
+        text = self.__dict__.get("_summary")
+        if text is None:  # asked for by every caption and the widget's header: made once per answer
+            text = self._summarize()
+            object.__setattr__(self, "_summary", text)
+        return text
+
+    def _summarize(self) -> str:
+        by_reason: dict[str, int] = {}
+        for s in self.skipped:
+            code = s.reasons[0].code if s.reasons else "?"
+            by_reason[code] = by_reason.get(code, 0) + 1
+        text = f"{len(self.sites)} site{'s' * (len(self.sites) != 1)}, {len(self.folded)} folded, {len(self.skipped)} skipped"
+        if by_reason:
+            text += " (" + ", ".join(f"{k}: {v}" for k, v in by_reason.items()) + ")"
+        if self.mismatches:
+            text += f"; {len(self.mismatches)} EXPLANATION MISMATCH"
+        return text
+
+    # -- re-deciding
+    def with_policy(self, policy: "str | Policy") -> "Analysis":
+        return self.decider.decide(policy, self.markers)
+
+    def with_markers(self, markers: Iterable[str]) -> "Analysis":
+        return self.decider.decide(self.rule, marker_tuple(markers), base=self)
+
+    def toggle_marker(self, marker: str) -> "Analysis":
+        """Add ``marker`` (a site id or node name) if absent, else remove it."""
+        markers = [m for m in self.markers if m != marker]
+        if len(markers) == len(self.markers):
+            markers.append(marker)
+        return self.with_markers(markers)
+
+    def with_stage(self, stage: str) -> "Analysis":
+        return self.decider.at_stage(stage).decide(self.rule, self.marker_ids)
+
+    @property
+    def configuration(self) -> tuple[str, str, tuple[str, ...]]:
+        """``(stage, policy, marker ids)``: what reference results computed for this analysis are for."""
+        return self.stage, self.policy, self.marker_ids
+
+    @property
+    def marker_ids(self) -> tuple[str, ...]:
+        """The markers with site muls named by site id: node names differ between stages, site ids do not."""
+        ids = {s.mul: s.id for s in self.sites}
+        return tuple(ids.get(m, m) for m in self.markers)
+
+    # -- numbers
+    def compare(self, variants=DEFAULT_VARIANTS, *, markers=None, **kwargs):
+        """Quantize and run each variant on the TOSA INT reference model (see ``inspector.compare``).
+
+        ``markers`` defaults to this analysis's markers (as site ids).
+        """
+        from .._numbers.compare import compare
+
+        if markers is None:
+            markers = self.marker_ids
+        return compare(self.target, variants, markers=markers, **kwargs)
+
+    # -- presentation
+    def to_dict(self) -> dict:
+        return {
+            "target": self.name,
+            "stage": self.stage,
+            "policy": self.policy,
+            "rule": self.rule.to_dict(),
+            "markers": list(self.markers),
+            "summary": self.summary(),
+            "notes": list(self.notes),
+            "sites": [s.to_dict() for s in self.sites],
+        }
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        from .._present.tables import analysis_html, analysis_text
+
+        return {"text/plain": analysis_text(self), "text/html": analysis_html(self)}
+
+    def __repr__(self) -> str:
+        return f"<Analysis {self.name} stage={self.stage} policy={self.policy}: {self.summary()}>"
+
+    def report(self, comparison=None, *, format: str = "html", out=None, results_for=None,
+               full_traces: bool = False):
+        """A report of this analysis (and ``comparison``, if given): ``html`` (one self-contained
+        page), ``md`` (a GitHub comment) or ``json``; local paths redacted, stack traces with the
+        user's frames only unless ``full_traces``. With ``out``, written there and the path returned."""
+        from .._base.files import write_text
+        from .._present.report import report
+
+        text = report(self, comparison, format=format, results_for=results_for, full_traces=full_traces)
+        return write_text(out, text) if out is not None else text
+
+    def to_model_explorer(self, folder, *, errors=None, step: int | None = None, which: str = "before"):
+        """Write the whole graph and its overlays (decisions, state path, and with ``errors`` a
+        variant of an attribution, the per-node SQNR) into ``folder`` for Google's Model Explorer.
+        Needs the ``explorer`` extra. Returns an ``ExplorerFiles`` (paths, and the command that
+        opens them); ``python -m inspector explorer TARGET --out DIR --serve`` serves them."""
+        from .._present.explorer import to_model_explorer
+
+        return to_model_explorer(self, folder, errors=errors, step=step, which=which)
+
+    # -- pictures
+    def verdicts(self, which: str = "before", *, errors=None, step: int | None = None, focus: str | None = None,
+                 hops: int = 2, hide: Iterable[str] = ("constants",)):
+        """(graph module, ``Verdicts``): the ``before`` or ``after`` graph and what to say about it,
+        ready for ``inspector.render``.
+
+        ``errors`` adds the measured-error layer: a variant of an attribution
+        (``attribution.variant("upstream")``) at ``step`` (default: the last), or a dict of
+        records by node name. With ``focus`` (a site id) and ``hops``, the after graph may be just
+        the part of it that a picture focused there shows (drawn the same as the whole graph).
+        """
+        return self.decider.picture(self, which, errors=errors, step=step, focus=focus, hops=hops, hide=hide)
+
+    def caption(self, which: str | None) -> list[str]:
+        """The lines above a picture of this analysis (``which`` None: the before | after pair)."""
+        what = f"{which} the pass" if which else "before | after the pass"
+        lines = [f"{self.name}: {self.stage}, policy {self.policy}, {what}", self.summary()]
+        if self.markers:
+            lines.append("markers: " + ", ".join(self.markers))
+        return lines
+
+    def render(self, which: str = "before", *, errors=None, step: int | None = None, focus: str | None = None,
+               hops: int = 2, hide: Iterable[str] = ("constants",), **kw):
+        """The ``before`` or ``after`` graph as a ``graphviz.Digraph`` (see ``inspector.render``);
+        ``errors=attribution.variant(...)`` colours the nodes by their measured SQNR."""
+        from .._present.render import render
+
+        graph, verdicts = self.verdicts(which, errors=errors, step=step, focus=focus, hops=hops, hide=hide)
+        return render(graph, verdicts, focus=focus, hops=hops, hide=hide, **kw)
+
+    def render_pair(self, *, focus: str | None = None, hops: int = 2, hide: Iterable[str] = ("constants",), **kw):
+        """Before and after side by side in one ``graphviz.Digraph`` (see ``inspector.render_pair``)."""
+        from .._present.render import WHICH, render_pair
+
+        (before, v_before), (after, v_after) = (self.verdicts(w, focus=focus, hops=hops, hide=hide) for w in WHICH)
+        return render_pair(before, after, (v_before, v_after), caption=self.caption(None), focus=focus, hops=hops,
+                           hide=hide, **kw)
+
+    def svg(self, which: str = "before", **kw) -> str:
+        """The SVG text of ``render(which, **kw)``; needs graphviz's ``dot``."""
+        from .._present.render import svg
+
+        return svg(self.render(which, **kw))

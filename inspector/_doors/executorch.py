@@ -1,0 +1,382 @@
+"""The one door to ExecuTorch (and torch) internals that may move between releases.
+
+Every name the inspector reads from ``executorch`` - the fold pass and the private
+methods a policy overrides, its op sets, the Arm pass manager module whose name
+lookup is swapped, the quantizer, constant lookup - and torch's private lazy graph
+module is listed in ``REQUIRED`` and checked once, before the first answer: if an
+upgrade renames one, the inspector fails with one line instead of, say, a state
+guard that silently stops applying. Imports are lazy, so ``import inspector``
+stays cheap. The TOSA flow has its own door, ``_tosa.py``, with the same check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import weakref
+from types import ModuleType
+from typing import Any, Callable, Iterator, Protocol
+
+from ..errors import InspectorError
+
+SUPPORTED = "1.5.1"
+_INSTALL = f"pip install executorch=={SUPPORTED} (see pyproject.toml)"
+
+_FOLD_MODULE = "executorch.backends.arm._passes.fold_scalar_mul_into_conv_pass"
+_PASS_MANAGER = "executorch.backends.arm._passes.arm_pass_manager"
+FOLD_PASS = "FoldScalarMulIntoConvPass"
+_ARM_QUANTIZER = "executorch.backends.arm.quantizer.arm_quantizer"
+_ARM_QUANTIZER_UTILS = "executorch.backends.arm.quantizer.arm_quantizer_utils"
+
+# (module, name, attributes of that name) for everything read below. A policy overrides the
+# pass's private _match_mul_after_conv (to hide guarded muls) and _fold_scale_into_conv (to
+# record folds); the explainer reads the op sets the pass matches.
+REQUIRED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    (_FOLD_MODULE, FOLD_PASS, ("call", "_match_mul_after_conv", "_fold_scale_into_conv",
+                              "_MUL_TENSOR_OPS", "_MUL_SCALAR_OPS", "_CONV_OPS")),
+    (_PASS_MANAGER, FOLD_PASS, ()),
+    ("executorch.backends.arm.constants", "DISALLOW_TFA_META_KEY", ()),
+    ("executorch.backends.arm._passes.arm_pass_utils", "get_param_tensor", ()),
+    ("executorch.backends.arm.tosa.compile_spec", "TosaCompileSpec", ()),
+    ("executorch.backends.arm.quantizer", "TOSAQuantizer", ("set_global", "transform_for_annotation")),
+    ("executorch.backends.arm.quantizer", "get_symmetric_quantization_config", ()),
+    (_ARM_QUANTIZER, "get_symmetric_a16w8_quantization_config", ()),
+    (_ARM_QUANTIZER, "get_symmetric_a8w4_quantization_config", ()),
+    (_ARM_QUANTIZER_UTILS, "NodeFinder", ("find_nodes",)),
+    ("executorch.exir", "to_edge", ()),
+    ("torch.fx._lazy_graph_module", "_LazyGraphModule", ("from_graphmodule",)),
+)
+
+
+# The Arm passes log what they do to a graph (int64 casts inserted, ...) at WARNING: the
+# inspector reports what matters for the fold itself, in its reasons.
+ARM_PASS_LOGGERS = ("executorch.backends.arm",)
+
+
+def _import(module: str) -> ModuleType:
+    import importlib
+    import sys
+
+    from .._base.quiet import quiet_imports
+
+    loaded = sys.modules.get(module)
+    if loaded is not None:
+        return loaded
+    try:
+        with quiet_imports():  # torchao logs optional CUDA kernels and pytree deprecations at import
+            return importlib.import_module(module)
+    except ImportError as exc:
+        raise InspectorError(f"cannot import {module} ({exc}); install it with: {_INSTALL}") from None
+
+
+def installed_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("executorch")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
+def check_required(required=REQUIRED, supported: str = SUPPORTED) -> None:
+    """Every name in ``required`` exists, or one line: which one is missing and what is supported."""
+    for module, name, attributes in required:
+        try:
+            owner = _import(module)
+        except InspectorError:
+            missing = f"there is no module {module}"
+        else:
+            value = getattr(owner, name, None)
+            missing = f"{module.rsplit('.', 1)[-1]} has no {name}" if value is None else next(
+                (f"{name} has no {a}" for a in attributes if not hasattr(value, a)), None)
+        if missing:
+            raise InspectorError(f"executorch {installed_version()} is not supported: {missing}; "
+                                 f"supported: {supported} ({_INSTALL})")
+
+
+@functools.cache
+def _ready() -> None:
+    check_required()
+
+
+@functools.cache
+def _get(module: str, name: str):
+    _ready()
+    return getattr(_import(module), name)
+
+
+# ---------------------------------------------------------------- the fold pass
+
+
+def fold_pass_class() -> type:
+    """The installed ``FoldScalarMulIntoConvPass`` class (never a wrapper)."""
+    return _get(_FOLD_MODULE, FOLD_PASS)
+
+
+def pass_mul_ops() -> frozenset:
+    """The mul op overloads the pass matches."""
+    cls = fold_pass_class()
+    return frozenset(cls._MUL_TENSOR_OPS) | frozenset(cls._MUL_SCALAR_OPS)
+
+
+def pass_conv_ops() -> frozenset:
+    """The convolution op overloads the pass matches."""
+    return frozenset(fold_pass_class()._CONV_OPS)
+
+
+class FoldCall(Protocol):
+    """What a wrapped pass asks of its policy during one call (see ``fold_pass_subclass``)."""
+
+    skip: bool  # do not run the pass at all (policy off)
+
+    def hides(self, mul) -> bool: ...  # hide this mul from the pass's matcher (the state guard)
+
+    def folded(self, conv, mul_name: str) -> None: ...  # the pass folded mul into conv
+
+    def crashed(self, conv, mul_name: str, exc: Exception) -> Exception: ...  # the error to raise instead
+
+    def finished(self) -> None: ...  # the call is over
+
+
+def fold_pass_subclass(name: str, start: Callable[[Any, Any], FoldCall]) -> type:
+    """A subclass of the installed pass that asks ``start(graph_module, exported_program)`` how to
+    run each call. The fold itself is always the installed code: a subclass only skips the call,
+    hides muls from the matcher, and hears about each fold (the private names live here only)."""
+    from torch.fx.passes.infra.pass_base import PassResult
+
+    base = fold_pass_class()
+
+    class Wrapped(base):  # type: ignore[misc, valid-type]
+        __doc__ = f"{base.__name__}, wrapped: {name}."
+
+        def call(self, graph_module):
+            self._inspector_call = start(graph_module, self.exported_program)
+            if self._inspector_call.skip:
+                result = PassResult(graph_module, False)
+            else:
+                result = super().call(graph_module)
+            self._inspector_call.finished()
+            return result
+
+        def _match_mul_after_conv(self, node):
+            if self._inspector_call.hides(node):
+                return None
+            return super()._match_mul_after_conv(node)
+
+        def _fold_scale_into_conv(self, graph, conv_node, mul_node, channel_scale):
+            mul_name = mul_node.name
+            try:
+                result = super()._fold_scale_into_conv(graph, conv_node, mul_node, channel_scale)
+            except Exception as exc:  # noqa: BLE001 - the policy names the site the installed pass crashed on
+                raise self._inspector_call.crashed(conv_node, mul_name, exc) from exc
+            if result is not None:
+                self._inspector_call.folded(conv_node, mul_name)
+            return result
+
+    Wrapped.__name__ = Wrapped.__qualname__ = f"{base.__name__}[{name}]"
+    return Wrapped
+
+
+def pass_manager_module() -> ModuleType:
+    """The module whose global ``FoldScalarMulIntoConvPass`` the Arm pass manager instantiates."""
+    _ready()
+    return _import(_PASS_MANAGER)
+
+
+def disallow_tfa_key() -> str:
+    """The node-meta key with which the quantizer opts nodes out of transform-for-annotation."""
+    return _get("executorch.backends.arm.constants", "DISALLOW_TFA_META_KEY")
+
+
+def get_param_tensor(program: Any, node: Any):
+    """A constant's tensor as the Arm passes read it from an exported program (raises RuntimeError)."""
+    return _get("executorch.backends.arm._passes.arm_pass_utils", "get_param_tensor")(program, node)
+
+
+def constant_lookup(program: Any):
+    """``node -> tensor or None``: what ``get_param_tensor`` returns for each placeholder of ``program``,
+    in one pass over its signature (get_param_tensor rebuilds the signature's dicts on every call:
+    quadratic on a 1,000-node graph). Anything else is left to ``get_param_tensor`` itself."""
+    signature = program.graph_signature
+    state, constants = program.state_dict, program.constants
+    owner = weakref.ref(program)  # a cache keyed by the program may keep this: it must not keep the program
+    table: dict[str, Any] = {}
+    for name, target in signature.inputs_to_parameters.items():
+        table[name] = state.get(target)
+    for name, target in signature.inputs_to_buffers.items():
+        table[name] = state[target] if target in state else constants.get(target)
+    for name, target in signature.inputs_to_lifted_tensor_constants.items():
+        table[name] = constants.get(target)
+
+    def lookup(node):
+        if node.op == "placeholder":
+            return table.get(node.name)  # a user input is not a constant (get_param_tensor raises for it)
+        if node.op == "call_function":
+            return None  # computed (get_param_tensor raises for it)
+        live = owner()
+        if live is None:
+            return None
+        try:
+            return get_param_tensor(live, node)
+        except (RuntimeError, AttributeError):
+            return None
+
+    return lookup
+
+
+# ---------------------------------------------------------------- the quantizer and edge
+
+
+def tosa_compile_spec(spec: str = "TOSA-1.0+INT"):
+    """A ``TosaCompileSpec`` for ``spec``."""
+    return _get("executorch.backends.arm.tosa.compile_spec", "TosaCompileSpec")(spec)
+
+
+def symmetric_quantization_config(per_channel: bool = True):
+    """The Arm backend's symmetric int8 quantization config."""
+    return _get("executorch.backends.arm.quantizer", "get_symmetric_quantization_config")(is_per_channel=per_channel)
+
+
+def arm_quantization_config(factory: str, **kwargs):
+    """A config from one of the Arm quantizer's factories (``get_symmetric_a16w8_quantization_config``, ...)."""
+    return _get(_ARM_QUANTIZER, factory)(**kwargs)
+
+
+def node_finder_class() -> type:
+    """The Arm quantizer's ``NodeFinder`` base: its per-node configuration (``set_node_finder``) takes one."""
+    return _get(_ARM_QUANTIZER_UTILS, "NodeFinder")
+
+
+def tosa_int_quantizer(spec: str = "TOSA-1.0+INT", config=None):
+    """A ``TOSAQuantizer`` for ``spec`` with a global config (default: symmetric int8, per-channel).
+
+    Without a global config the quantizer marks every node disallowed for
+    transform-for-annotation, and nothing folds there.
+    """
+    quantizer = _get("executorch.backends.arm.quantizer", "TOSAQuantizer")(tosa_compile_spec(spec))
+    quantizer.set_global(config if config is not None else symmetric_quantization_config())
+    return quantizer
+
+
+def to_edge(program: Any):
+    """``executorch.exir.to_edge`` on an exported program; returns the edge ``ExportedProgram``."""
+    return _get("executorch.exir", "to_edge")(program).exported_program()
+
+
+# ---------------------------------------------------------------- torch internals
+
+# The signature's name -> target dicts that the Arm pass utilities look up once per constant.
+_SIGNATURE_DICTS = ("inputs_to_parameters", "inputs_to_buffers", "inputs_to_lifted_tensor_constants")
+
+
+@functools.cache
+def _caching_classes() -> tuple[type, type]:
+    """(program class, signature class): subclasses of torch's whose ``inputs_to_*`` dicts are
+    built once per spec list, given for one call to objects this process owns (see below)."""
+    from torch.export import ExportedProgram
+    from torch.export.graph_signature import ExportGraphSignature
+
+    def cached(name: str, prop: property) -> property:
+        def get(self):
+            specs = self.input_specs
+            store = self.__dict__.setdefault("_inspector_lookups", {})
+            hit = store.get(name)
+            if hit is None or hit[0] is not specs or hit[1] != len(specs):
+                hit = store[name] = (specs, len(specs), prop.fget(self))
+            return hit[2]
+
+        return property(get, doc=prop.__doc__)
+
+    signature_class = type("CachingGraphSignature", (ExportGraphSignature,),
+                           {name: cached(name, getattr(ExportGraphSignature, name)) for name in _SIGNATURE_DICTS})
+
+    def get_signature(self):
+        return self.__dict__["_graph_signature"]
+
+    def set_signature(self, signature):  # the Arm utilities build a new signature for many edits
+        if type(signature) is ExportGraphSignature:
+            signature.__class__ = signature_class
+            self.__dict__.setdefault("_inspector_signatures", []).append(weakref.ref(signature))
+        self.__dict__["_graph_signature"] = signature
+
+    program_class = type("CachingExportedProgram", (ExportedProgram,),
+                         {"_graph_signature": property(get_signature, set_signature)})
+    return program_class, signature_class
+
+
+@contextlib.contextmanager
+def fast_signature_lookups(program) -> Iterator[None]:
+    """In this scope ``program``'s graph signatures build ``inputs_to_*`` once per spec list, not on
+    every call. The installed pass asks for them for every constant it reads, creates or deletes,
+    and torch rebuilds each dict from all input specs every time: quadratic, about a second on a
+    1,000-node graph with 200 folds. Only ``program`` changes (it must be a private copy): its class
+    and its signatures' classes are subclasses for the scope, with the cache in their own ``__dict__``,
+    keyed by the identity and length of the spec list (the Arm utilities insert into it, or build a
+    new signature with a new list), so the dicts are torch's; everything is put back on exit, and no
+    class of torch's is touched (other threads and programs see torch as it is)."""
+    from torch.export import ExportedProgram
+    from torch.export.graph_signature import ExportGraphSignature
+
+    if program is None or type(program) is not ExportedProgram or "_graph_signature" not in vars(program) \
+            or type(program.__dict__["_graph_signature"]) is not ExportGraphSignature:
+        yield  # not a plain program of torch's own: the lookups stay as torch makes them (only slower)
+        return
+    program_class, signature_class = _caching_classes()
+    program.__class__ = program_class
+    program._graph_signature = program.__dict__["_graph_signature"]  # through the setter: made caching
+    try:
+        yield
+    finally:
+        for ref in program.__dict__.pop("_inspector_signatures", []):
+            signature = ref()
+            if signature is not None and type(signature) is signature_class:
+                signature.__class__ = ExportGraphSignature
+                signature.__dict__.pop("_inspector_lookups", None)
+        program.__class__ = ExportedProgram
+
+
+def lazy_program(program):
+    """``program`` (an ExportedProgram this process owns) with its graph module made lazy, as
+    ``lazy_graph_module``: its copies and the pass's ``recompile()`` then skip codegen, which was
+    about half of copying a 1,000-node program. ExportedProgram has no public setter for it; if
+    its private ``_graph_module`` has moved, the program is returned as it is (only slower)."""
+    from torch.fx import GraphModule
+
+    if isinstance(getattr(program, "_graph_module", None), GraphModule):
+        program._graph_module = lazy_graph_module(program._graph_module)
+    return program
+
+
+def program_like(program, graph, signature, state_dict: dict, constants: dict):
+    """An ExportedProgram like ``program`` (same verifiers, dialect, range constraints) holding
+    ``graph`` with ``signature`` and these tensors: a part of ``program`` as a program of its own.
+
+    ``program``'s verifiers are not run again: ``graph``'s nodes are copies of nodes they
+    accepted, and the edge dialect's runs every node on fake tensors (most of a toggle's time at
+    edge). ExportedProgram has no public way to skip them; if its private fields have moved, the
+    public constructor builds it, verifiers and all (only slower)."""
+    import copy
+
+    import torch
+    from torch.export import ExportedProgram
+
+    fields = ("_graph_module", "_graph_signature", "_state_dict", "_constants")
+    if all(hasattr(program, f) for f in fields):
+        part = copy.copy(program)
+        part._graph_module = lazy_graph_module_of(torch.nn.Module(), graph)
+        part._graph_signature, part._state_dict, part._constants = signature, state_dict, constants
+        return part
+    return ExportedProgram(root=torch.nn.Module(), graph=graph, graph_signature=signature, state_dict=state_dict,
+                           range_constraints={}, module_call_graph=[], constants=constants,
+                           verifiers=program.verifiers)
+
+
+def lazy_graph_module_of(root, graph):
+    """A lazy GraphModule (see ``lazy_graph_module``) of ``graph`` over ``root``'s attributes."""
+    return _get("torch.fx._lazy_graph_module", "_LazyGraphModule")(root, graph)
+
+
+def lazy_graph_module(graph_module):
+    """``graph_module`` as a lazy GraphModule: its Python code is generated only when it is called,
+    so copies and the pass's own ``recompile()`` stay cheap (re-deciding needs no codegen)."""
+    return _get("torch.fx._lazy_graph_module", "_LazyGraphModule").from_graphmodule(graph_module)

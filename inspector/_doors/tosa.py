@@ -1,0 +1,111 @@
+"""The one door to the Arm TOSA INT flow: quantize, lower, and run the TOSA reference model.
+
+``TosaReferenceModelDispatch`` lives in the wheel's Arm *test* package and may move
+between releases; ``tosa_reference_model`` comes from the tosa-tools wheel; the
+partitioner's reject reporter is a private hook. Every name used here is listed in
+``REQUIRED`` and checked once, before the first run, as ``_executorch`` does for the pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import threading
+from typing import Iterator
+
+from . import executorch as _executorch
+from ..errors import InspectorError
+
+SPEC = "TOSA-1.0+INT"
+_QUANTIZE = "torchao.quantization.pt2e.quantize_pt2e"
+_PARTITIONER = "executorch.backends.arm.tosa.partitioner"
+_RUNNER = "executorch.backends.arm.test.runner_utils"
+
+REQUIRED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    (_QUANTIZE, "prepare_pt2e", ()),
+    (_QUANTIZE, "convert_pt2e", ()),
+    ("executorch.exir", "to_edge_transform_and_lower", ()),
+    (_PARTITIONER, "TOSAPartitioner", ()),
+    (_PARTITIONER, "WhyNoPartitionReporter", ("report_reject",)),
+    (_RUNNER, "TosaReferenceModelDispatch", ()),
+)
+
+
+@functools.cache
+def _ready() -> None:
+    try:
+        import tosa_reference_model  # noqa: F401  (fail here, clearly, not deep inside a run)
+    except ImportError as exc:
+        raise InspectorError(
+            f"the TOSA reference model is not available ({exc}); install it with: pip install tosa-tools==2026.8.0"
+        ) from None
+    _executorch.check_required(REQUIRED)
+
+
+def _get(module: str, name: str):
+    _ready()
+    return getattr(_executorch._import(module), name)
+
+
+def reference_dispatch():
+    """A context in which delegate calls run on the bit-accurate TOSA reference model."""
+    return _get(_RUNNER, "TosaReferenceModelDispatch")()
+
+
+def prepare_pt2e(module, quantizer):
+    return _get(_QUANTIZE, "prepare_pt2e")(module, quantizer)
+
+
+def convert_pt2e(module):
+    return _get(_QUANTIZE, "convert_pt2e")(module)
+
+
+def lower(program, spec: str = SPEC):
+    """``to_edge_transform_and_lower`` with the TOSA partitioner; returns the edge program manager."""
+    partitioner = _get(_PARTITIONER, "TOSAPartitioner")(_executorch.tosa_compile_spec(spec))
+    return _get("executorch.exir", "to_edge_transform_and_lower")(program, partitioner=[partitioner])
+
+
+_REJECTED: contextvars.ContextVar[dict | None] = contextvars.ContextVar("inspector_rejections", default=None)
+_INSTALL = threading.Lock()  # held only while the reporter is bound, once per process
+
+
+def _install_recording_reporter() -> None:
+    """Bind the partitioner's ``WhyNoPartitionReporter`` to a subclass that also records each
+    rejection into the current context's dict (once per process). Outside a
+    ``partition_rejections`` scope it records nothing and reports exactly as the installed class,
+    so the permanent binding changes nothing for other code; each thread and job records only its
+    own lowering's rejections (``contextvars``), with no lock held across a run."""
+    partitioner = _executorch._import(_PARTITIONER)
+    if getattr(partitioner.WhyNoPartitionReporter, "_inspector_recording", False):
+        return
+    with _INSTALL:
+        base = partitioner.WhyNoPartitionReporter
+        if getattr(base, "_inspector_recording", False):
+            return
+
+        class Recording(base):
+            _inspector_recording = True
+
+            def report_reject(self, node, reason):
+                rejected = _REJECTED.get()
+                if rejected is not None:
+                    rejected.setdefault(node.name, str(reason))
+                return super().report_reject(node, reason)
+
+        partitioner.WhyNoPartitionReporter = Recording
+
+
+@contextlib.contextmanager
+def partition_rejections() -> Iterator[dict[str, str]]:
+    """Collect the TOSA partitioner's reasons for rejecting nodes (node name -> reason), in this
+    scope of this thread or task only."""
+    _ready()
+    _install_recording_reporter()
+    rejected: dict[str, str] = {}
+    token = _REJECTED.set(rejected)
+    try:
+        yield rejected
+    finally:
+        _REJECTED.reset(token)

@@ -1,0 +1,1 @@
+"""Front ends: the command line, saved sessions and reproducers for bug reports."""

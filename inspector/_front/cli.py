@@ -1,0 +1,557 @@
+"""``python -m inspector``: analyze or draw a model from the shell, or run the demo.
+
+Bad input prints one line (``error: ...``) and exits with status 2; ``--debug``
+shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import warnings
+from dataclasses import replace
+
+from ..errors import InspectorError, describe, quoted
+
+DESCRIPTION = "Inspect ExecuTorch's Arm FoldScalarMulIntoConvPass: which conv->mul sites fold, and why not."
+
+
+def _quiet_imports() -> None:
+    # torch/torchao log import-time noise (optional CUDA kernels, pytree deprecations) that
+    # says nothing about the user's model; keep the terminal for the inspector's own output.
+    for name in ("torchao", "torch.utils._pytree", "torch._export", "torch.export"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+
+
+_MAX_USAGE_ERROR = 300  # argparse quotes the user's text whole: a 5,000-digit --steps stays one readable line
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one short ``error:`` line (exit 2) like every other error."""
+
+    def error(self, message: str):  # noqa: D102 - argparse's hook
+        hint = f" (see: {self.prog} --help)"
+        message = " ".join(message.split())
+        if len(message) > _MAX_USAGE_ERROR:
+            message = message[: _MAX_USAGE_ERROR - 1] + "…"
+        self.exit(2, f"error: {message}{hint}\n")
+
+    def _get_values(self, action, arg_strings):  # noqa: D102 - argparse's hook
+        # Python 3.11's argparse drops the "--" of "--steps=--" and hands the option an empty
+        # list instead of a value; the commands would then fail on a list where a number belongs.
+        if action.option_strings and action.nargs is None and arg_strings == ["--"]:
+            self.error(f"argument {'/'.join(action.option_strings)}: expected one argument")
+        return super()._get_values(action, arg_strings)
+
+
+def _workers(text: str) -> int:
+    """--workers, checked while parsing: compare would check it only after loading the model
+    and running the float reference."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {_short(text)}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"workers must be a positive integer, got {value:,}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    from .._rules.rules import DEFAULT_VARIANTS, POLICY_HELP
+    from .._decide.stages import STAGES, STAGE_HELP
+    from .._base.limits import MAX_STEPS
+
+    p = _Parser(prog="python -m inspector", description=DESCRIPTION)
+    p.add_argument("--debug", action="store_true",
+                   help="show tracebacks for errors, and what the backend printed (TOSA reference model warnings)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def model_command(name: str, help: str, *, stage_and_policy: bool = True, mark_help: str = "",
+                      markers: bool = True):
+        """A subcommand that takes a model: TARGET, --input-shape, --mark, and usually --stage/--policy."""
+        cmd = sub.add_parser(name, help=help, description="TARGET is sample:NAME, path/to/file.py:ClassName, or model.pt2.")
+        cmd.add_argument("target", metavar="TARGET")
+        cmd.add_argument("--input-shape", action="append", default=[], metavar="1,3,8,8",
+                         help="shape of one example input (repeat per input); random seeded float32")
+        if stage_and_policy:
+            cmd.add_argument("--stage", choices=STAGES, default="edge",
+                             help="; ".join(f"{k}: {v}" for k, v in STAGE_HELP.items()) + " (default: edge)")
+            cmd.add_argument("--policy", default="upstream", metavar="POLICY",
+                             help="; ".join(f"{k}: {v}" for k, v in POLICY_HELP.items())
+                             + "; or path/to/rules.py:NAME, a rule of your own (a guard or a pass class: the file "
+                             "is code you run, as a model file is) (default: upstream)")
+        if markers:
+            cmd.add_argument("--mark", action="append", default=[], metavar="ID",
+                             help=mark_help or "mark a site id or node name as carried state (repeatable)")
+        return cmd
+
+    a = model_command("analyze", "list every conv->mul site, its decision and reasons")
+    a.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    c = model_command("compare", "quantize each variant, run the TOSA INT reference model, compare with float",
+                      stage_and_policy=False,
+                      mark_help="mark a site id or node name as carried state in every variant (repeatable)")
+    c.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), metavar="P[@Q],...",
+                   help=f"comma-separated policies to compare, each optionally @QUANTIZATION "
+                        f"(upstream@a16w8) (default: {','.join(DEFAULT_VARIANTS)})")
+    quantization_arguments(c)
+    c.add_argument("--steps", type=int, default=1, help=f"recurrent steps to run, 1 to {MAX_STEPS} (default: 1)")
+    c.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    c.add_argument("--workers", type=_workers, default=None, metavar="N",
+                   help="processes running variants side by side (default: the cores available; 1: one after another)")
+
+    t = model_command("attribute", "where the quantization error enters: per-node error of each variant and step",
+                      stage_and_policy=False,
+                      mark_help="mark a site id or node name as carried state in every variant (repeatable)")
+    t.add_argument("--variants", default="off,upstream", metavar="P[@Q],...",
+                   help="comma-separated policies to compare, each optionally @QUANTIZATION (default: off,upstream)")
+    quantization_arguments(t)
+    t.add_argument("--steps", type=int, default=1, help=f"recurrent steps to run, 1 to {MAX_STEPS} (default: 1)")
+    t.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+    rep = model_command("report", "a report for an issue thread: self-contained HTML, a Markdown reply, or JSON")
+    rep.add_argument("--variants", default=None, metavar="P,P,...",
+                   help="also run these policies on the TOSA INT reference and add the comparison")
+    rep.add_argument("--steps", type=int, default=1, help=f"recurrent steps for --variants, 1 to {MAX_STEPS} (default: 1)")
+    rep.add_argument("--format", choices=("html", "md", "json"), default="md", help="default: md")
+    rep.add_argument("--out", default=None, metavar="FILE", help="write it here (default: stdout)")
+    rep.add_argument("--full-traces", action="store_true",
+                   help="keep every frame of stack traces (default: the user's frames only)")
+
+    rp = model_command("repro", "write a standalone pytest file reproducing one site (imports only torch and executorch)",
+                       stage_and_policy=False, markers=False)
+    rp.add_argument("--site", required=True, metavar="ID", help="the site id (see analyze)")
+    rp.add_argument("--stage", choices=STAGES, default="edge",
+                    help="the stage whose graph the test runs the pass on (default: edge)")
+    rp.add_argument("--out", default="test_repro.py", metavar="FILE", help="default: test_repro.py")
+
+    r = model_command("render", "draw the graph before/after the fold, sites highlighted (graphviz)")
+    r.add_argument("--which", choices=("before", "after", "both"), default="before",
+                   help="the graph the pass received, the graph after it, or both side by side (default: before)")
+    r.add_argument("--focus", default=None, metavar="ID", help="draw only this site and its neighbourhood")
+    r.add_argument("--hops", type=int, default=2, help="neighbourhood size around --focus, in edges (default: 2)")
+    r.add_argument("--format", choices=("svg", "png", "dot"), default=None,
+                   help="output format (default: from the --out suffix, else svg); dot needs no graphviz install")
+    r.add_argument("--out", required=True, metavar="FILE", help="where to write the picture")
+
+    e = model_command("explorer", "write the whole graph and its overlays for Google's Model Explorer (big graphs)")
+    e.add_argument("--out", required=True, metavar="DIR", help="folder to write graph.json and the node data into")
+    e.add_argument("--which", choices=("before", "after"), default="before",
+                   help="the graph the pass received, or the graph after it (default: before)")
+    e.add_argument("--errors", default=None, metavar="POLICY",
+                   help="also overlay each node's measured SQNR for this variant (runs the quantized model)")
+    e.add_argument("--steps", type=int, default=1, help=f"recurrent steps for --errors, 1 to {MAX_STEPS} (default: 1)")
+    e.add_argument("--serve", action="store_true", help="then start Model Explorer on them and print its local URL")
+    e.add_argument("--host", default="127.0.0.1", help="where --serve listens (default: 127.0.0.1)")
+    e.add_argument("--port", type=int, default=8080, help="the port --serve listens on (default: 8080)")
+    e.add_argument("--json", action="store_true", help="print what was written as JSON")
+
+    d = sub.add_parser("demo", help="analyze the default sample under each policy; write an HTML report")
+    d.add_argument("--sample", default=None, help="sample name (default: the default sample)")
+    d.add_argument("--stage", choices=STAGES, default="tfa")
+    d.add_argument("--html", default="demo-report.html", metavar="FILE", help="where to write the report")
+
+    sub.add_parser("samples", help="list the built-in sample models")
+
+    w = sub.add_parser("sweep", help="decide (and compare) many models under several rules: one table for a pull request",
+                       description="TARGET is sample:NAME, path/to/file.py:ClassName, or model.pt2; --models reads "
+                       "a TOML file of [[model]] tables (target, input_shape, steps, name).")
+    w.add_argument("targets", nargs="*", metavar="TARGET")
+    w.add_argument("--models", action="append", default=[], metavar="FILE.toml",
+                   help="a TOML file listing models (repeatable); relative paths are relative to the file")
+    w.add_argument("--samples", action="store_true", help="every built-in sample model")
+    w.add_argument("--exclude", action="append", default=[], metavar="NAME",
+                   help="leave this model out (a sample name or a model's label; repeatable)")
+    w.add_argument("--input-shape", action="append", default=[], metavar="1,3,8,8",
+                   help="shape of one example input for the TARGETs given here (repeat per input)")
+    w.add_argument("--policies", default="upstream,state-aware", metavar="P,Q",
+                   help="comma-separated rules, the first the baseline; names or path/to/rules.py:NAME "
+                   "(default: upstream,state-aware)")
+    w.add_argument("--stages", default="tfa", metavar="S,S",
+                   help=f"comma-separated stages to decide, of {', '.join(STAGES)} (default: tfa)")
+    w.add_argument("--steps", type=int, default=0,
+                   help=f"also run each rule on the TOSA INT reference for N steps, 1 to {MAX_STEPS} (default: 0, none)")
+    w.add_argument("--compare", action="store_true", help="run each rule on the TOSA INT reference (1 step unless --steps)")
+    w.add_argument("--variants", default=None, metavar="P[@Q],...",
+                   help="compare these variants instead of the rules (upstream@a8w8,upstream@a16w8; needs --steps or "
+                        "--compare)")
+    w.add_argument("--out", default=None, metavar="DIR",
+                   help="write every result here as it finishes; the same sweep run again reads them back")
+    w.add_argument("--format", choices=("md", "html", "json", "csv"), default="md", help="what stdout gets (default: md)")
+    w.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="local: worker processes on this machine; ray: Ray tasks (pip install 'fold-inspector[ray]')")
+    w.add_argument("--workers", type=_workers, default=None, metavar="N",
+                   help="worker processes (default: the cores available)")
+    w.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="a running Ray cluster (default: start a local one)")
+    return p
+
+
+def _short(text: str, limit: int = 60) -> str:
+    """``repr`` of a user string, clipped: an error line stays one readable line."""
+    return repr(text if len(text) <= limit else text[: limit - 1] + "…")
+
+
+def _inputs_from_shapes(shapes: list[str]):
+    from .._targets.load import random_inputs
+
+    if not shapes:
+        return None
+    parsed = []
+    for text in shapes:
+        try:
+            dims = tuple(int(d) for d in text.split(","))
+            if not dims or any(d <= 0 for d in dims):
+                raise ValueError
+        except ValueError:
+            raise InspectorError(f"bad --input-shape {_short(text)}: give positive integers separated by commas, "
+                                 "e.g. 1,3,8,8") from None
+        parsed.append(dims)
+    return random_inputs(parsed, "--input-shape")
+
+
+def _analyze(args) -> int:
+    from .._decide.decide import analyze
+    from .._present.tables import analysis_text
+
+    result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage,
+                     policy=args.policy, markers=args.mark)
+    if args.json:
+        _print_json(result.to_dict())
+    else:
+        print(analysis_text(result))
+    return 0
+
+
+def _print_json(data) -> None:
+    """Exactly one strict JSON document on stdout (no NaN or Infinity tokens)."""
+    print(json.dumps(data, indent=2, allow_nan=False))
+
+
+class _ProgressBar:
+    """A one-line progress bar on stderr, only when stderr is a terminal.
+
+    It writes to its own duplicate of stderr's descriptor: while a variant runs, the
+    descriptors 1 and 2 are captured (the TOSA reference model writes to them).
+    """
+
+    def __init__(self, stream=None) -> None:
+        stream = stream or sys.stderr
+        self.on = stream.isatty()
+        self.stream = stream
+        if self.on and stream is sys.stderr:
+            try:
+                self.stream = os.fdopen(os.dup(stream.fileno()), "w", buffering=1, encoding="utf-8", errors="replace")
+            except (OSError, ValueError):
+                self.stream = stream
+
+    def __call__(self, stage: str, fraction: float) -> None:
+        if not self.on:
+            return
+        filled = int(round(30 * max(0.0, min(1.0, fraction))))
+        self.stream.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {fraction:4.0%} {stage[:60]:60}")
+        self.stream.flush()
+        if fraction >= 1.0 and stage == "done":
+            self.stream.write("\n")
+
+
+def _compare(args) -> int:
+    from .._numbers.compare import compare
+    from .._present.tables import comparison_text
+
+    from .._base.limits import check_steps
+
+    check_steps(args.steps, "--steps")
+    result = compare(args.target, _variants_arg(args), example_inputs=_inputs_from_shapes(args.input_shape),
+                     markers=args.mark, steps=args.steps, progress=_ProgressBar(), workers=args.workers,
+                     quantization=args.quantization)
+    if args.debug:
+        for r in result.results:
+            if r.log.strip():
+                print(f"--- what the backend printed while running {r.variant.label}:\n{r.log.rstrip()}",
+                      file=sys.stderr)
+    if args.json:
+        _print_json(result.to_dict())
+    else:
+        print(comparison_text(result))
+    for r in result.errors:  # the others' numbers are printed; this one is named, and the exit says so
+        print(f"error: {r.error}", file=sys.stderr)
+    return 1 if result.errors else 0
+
+
+def quantization_arguments(cmd) -> None:
+    """``--quantization NAME`` (every variant that names none) and ``--keep KEY=VALUE`` overrides."""
+    from .._numbers.quantization import QUANTIZATION_HELP
+
+    cmd.add_argument("--quantization", default=None, metavar="NAME",
+                     help="quantization of the variants that name none: "
+                          + "; ".join(f"{k}: {v}" for k, v in QUANTIZATION_HELP.items()) + " (default: a8w8)")
+    cmd.add_argument("--keep", action="append", default=[], metavar="KEY=float|NAME",
+                     help="in every variant, keep a node name, module path or site id in float (KEY=float) or at "
+                          "another quantization (KEY=a16w8) (repeatable)")
+
+
+def _variants_arg(args):
+    """The --variants text, with every --keep override applied to each variant."""
+    if not args.keep:
+        return args.variants
+    from .._numbers.compare import variants_of
+
+    overrides = {}
+    for item in args.keep:
+        key, eq, value = item.rpartition("=")
+        if not eq or not key:
+            raise InspectorError(f"--keep {quoted(item)}: give KEY=float or KEY=QUANTIZATION, e.g. --keep conv=float")
+        overrides[key] = value
+    return [replace(v, overrides=tuple(overrides.items())) for v in variants_of(args.variants, args.mark)]
+
+
+def _attribute(args) -> int:
+    from .._base.limits import check_steps
+    from .._present.tables import attribution_text
+    from .._numbers.attribution import attribution
+
+    check_steps(args.steps, "--steps")
+    result = attribution(args.target, _variants_arg(args), steps=args.steps, markers=args.mark,
+                         example_inputs=_inputs_from_shapes(args.input_shape), progress=_ProgressBar(),
+                         quantization=args.quantization)
+    if args.json:
+        _print_json(result.to_dict())
+    else:
+        print(attribution_text(result))
+    return 0
+
+
+def _report(args) -> int:
+    from .._base.files import check_writable, write_text
+    from .._base.limits import check_steps
+    from .._decide.decide import analyze
+
+    check_steps(args.steps, "--steps")
+    out = check_writable(args.out) if args.out else None
+    result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage,
+                     policy=args.policy, markers=args.mark)
+    comparison = None
+    if args.variants:
+        comparison = result.compare(args.variants, steps=args.steps, progress=_ProgressBar())
+    text = result.report(comparison, format=args.format, full_traces=args.full_traces)
+    if out is None:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    else:
+        write_text(out, text)
+        print(f"wrote {out} ({args.format}): {result.summary()}", file=sys.stderr)
+    return 0
+
+
+def _repro(args) -> int:
+    from .._base.files import check_writable
+    from .._decide.decide import analyze
+    from .repro import reproducer
+
+    out = check_writable(args.out)
+    result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage, policy="upstream")
+    repro = reproducer(result, args.site, file=out.name)
+    repro.write(out)
+    verb = "folds" if repro.decision == "fold" else "skips"
+    print(f"wrote {out}: {repro.test_name} (the installed pass {verb} site {args.site} at {args.stage}; "
+          f"muls {repro.muls_before} -> {repro.muls_after}); run it with: pytest {out}")
+    for note in repro.notes:
+        print(f"note: {note}")
+    return 0
+
+
+def _render(args) -> int:
+    from .._base.files import check_writable, write_bytes
+    from .._decide.decide import analyze
+    from .._present.render import pipe, svg
+
+    out = check_writable(args.out)
+    fmt = args.format or {".png": "png", ".dot": "dot", ".gv": "dot"}.get(out.suffix.lower(), "svg")
+    result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage,
+                     policy=args.policy, markers=args.mark)
+    kw = {"focus": args.focus, "hops": args.hops}
+    graph = result.render_pair(**kw) if args.which == "both" else result.render(args.which, **kw)
+    if fmt == "dot":
+        data = graph.source.encode("utf-8")
+    elif fmt == "svg":
+        data = svg(graph).encode("utf-8")
+    else:
+        data = pipe(graph, fmt)
+    write_bytes(out, data)
+    print(f"wrote {out} ({fmt}): {result.summary()}")
+    return 0
+
+
+def _explorer(args) -> int:
+    from .._present import explorer
+    from .._decide.decide import analyze
+
+    from .._base.limits import check_steps
+
+    explorer.load_model_explorer()  # not installed: say so before exporting anything
+    check_steps(args.steps, "--steps")
+    if args.serve:
+        explorer.check_port(args.host, args.port)
+    inputs = _inputs_from_shapes(args.input_shape)
+    result = analyze(args.target, inputs, stage=args.stage, policy=args.policy, markers=args.mark)
+    errors = None
+    if args.errors:
+        from .._numbers.attribution import attribution
+
+        measured = attribution(args.target, [args.errors], steps=args.steps, markers=args.mark,
+                               example_inputs=inputs, progress=_ProgressBar())
+        errors = measured.variant(args.errors)
+    files = result.to_model_explorer(args.out, which=args.which, errors=errors)
+    if args.json:
+        _print_json(files.to_dict())
+    else:
+        print(f"wrote {files.folder}: {files.graph.name} ({files.nodes} nodes) and "
+              f"{', '.join(p.name for p in files.node_data)}; {result.summary()}")
+        if not args.serve:
+            print(f"open it with: python -m inspector explorer {args.target} --out {args.out} --serve  "
+                  f"(or: {files.command})")
+    if args.serve:
+        sys.stdout.flush()
+        explorer.serve(files.folder, host=args.host, port=args.port,
+                       announce=lambda line: print(line, file=sys.stderr if args.json else sys.stdout, flush=True))
+    return 0
+
+
+def _demo(args) -> int:
+    import html
+
+    from .._targets import samples
+    from .._decide.decide import analyze
+    from .._rules.rules import POLICIES
+    from .._present.render import svg
+    from .._present.tables import analysis_html, analysis_text
+
+    from .._base.files import check_writable, write_text
+
+    check_writable(args.html)
+    name = args.sample or samples.default()
+    print(f"sample:{name}: {samples.describe(name)}\n")
+    first = analyze("sample:" + name, stage=args.stage, policy="upstream")
+    results = [first] + [first.with_policy(p) for p in POLICIES if p != "upstream"]
+    for r in results:
+        print(analysis_text(r), end="\n\n")
+    strict = next(r for r in results if r.policy == "state-aware-strict")
+    try:
+        picture = f"<h2>Before | after under state-aware-strict</h2>{svg(strict.render_pair())}"
+    except InspectorError as exc:  # no dot: the tables still make a report
+        picture = f"<p><i>{html.escape(str(exc))}</i></p>"
+    body = "".join(f"<section>{analysis_html(r)}</section><hr>" for r in results) + picture
+    page = (
+        "<!doctype html><html><head><meta charset='utf-8'><title>fold inspector: "
+        f"{html.escape(name)}</title><style>body{{font-family:sans-serif;margin:1.5em}}svg{{max-width:100%;height:auto}}"
+        f"</style></head><body><h1>fold inspector: sample:{html.escape(name)}</h1>"
+        f"<p>{html.escape(samples.describe(name))}</p>{body}</body></html>"
+    )
+    out = write_text(check_writable(args.html), page)
+    print(f"wrote {out}")
+    return 0
+
+
+class _SweepBars:
+    """One bar per phase of a sweep on one stderr line, with an ETA (only when stderr is a terminal)."""
+
+    def __init__(self) -> None:
+        self.bar = _ProgressBar()
+        self.last = 0.0
+
+    def __call__(self, bars) -> None:
+        import time
+
+        if not self.bar.on:
+            return
+        now = time.monotonic()
+        finished = all(b.done >= b.total for b in bars)
+        if now - self.last < 0.2 and not finished:
+            return
+        self.last = now
+        parts = []
+        for b in bars:
+            filled = int(round(12 * max(0.0, min(1.0, b.fraction))))
+            eta = "" if b.eta is None or b.done >= b.total else f" ETA {int(b.eta) // 60}:{int(b.eta) % 60:02d}"
+            parts.append(f"{b.phase} [{'#' * filled}{'.' * (12 - filled)}] {int(b.done)}/{b.total}{eta}")
+        self.bar.stream.write("\r" + " | ".join(parts).ljust(100))
+        if finished:
+            self.bar.stream.write("\n")
+        self.bar.stream.flush()
+
+
+def _sweep(args) -> int:
+    from .._base.limits import check_steps
+    from .._sweep.sweep import sweep
+
+    steps = args.steps
+    if steps:
+        check_steps(steps, "--steps")
+    elif args.compare:
+        steps = 1
+    if args.steps < 0:
+        check_steps(args.steps, "--steps")
+    shapes = None
+    if args.input_shape:
+        shapes = [tuple(x.shape) for x in _inputs_from_shapes(args.input_shape)]
+    try:
+        result = sweep([*args.targets, *args.models], args.policies, stages=args.stages, steps=steps,
+                       variants=args.variants,
+                       workers=args.workers, executor=args.executor, out=args.out, samples=args.samples, exclude=args.exclude,
+                       input_shapes=shapes, ray_address=args.ray_address, progress=_SweepBars())
+    except KeyboardInterrupt:
+        kept = f"the results finished so far are kept in {args.out}; run the same command again to go on" if args.out \
+            else "nothing was kept (give --out DIR to keep results as they finish)"
+        print(f"\ninterrupted: {kept}", file=sys.stderr)
+        return 130
+    text = result.format(args.format)
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
+    return 0
+
+
+def _samples(args) -> int:
+    from .._targets import samples
+
+    for name in samples.names():
+        print(f"{name:36} {samples.describe(name)}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status (2 for bad input, with one ``error:`` line)."""
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # --help, or argparse's one-line error (see _Parser.error)
+        return exc.code if isinstance(exc.code, int) else 2
+    _quiet_imports()
+    handler = {"analyze": _analyze, "compare": _compare, "attribute": _attribute, "report": _report, "repro": _repro,
+               "render": _render, "explorer": _explorer, "demo": _demo,
+               "samples": _samples, "sweep": _sweep}[args.command]
+    try:
+        return handler(args)
+    except InspectorError as exc:
+        if args.debug:
+            if exc.details.strip():
+                print(f"--- what the backend printed before the error:\n{exc.details.rstrip()}", file=sys.stderr)
+            raise
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `... | head`: the reader has gone; stop quietly (Python's documented recipe)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except Exception as exc:  # noqa: BLE001 - the last line of defence for a CLI user
+        if args.debug:
+            raise
+        print(f"error: internal error {describe(exc)} "
+              "(rerun with --debug for the traceback, and please report it)", file=sys.stderr)
+        return 1

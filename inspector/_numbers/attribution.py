@@ -1,0 +1,542 @@
+"""Where the quantization error enters: per-node error of every variant at every step.
+
+The TOSA reference model only exposes a program's outputs. To look inside, each
+variant of a comparison is quantized again exactly as it was (same policy, markers,
+calibration and config: the converted pt2e program is deterministic) and both its
+calibrated float graph and its converted graph (quantize/dequantize simulation in
+PyTorch) are run for the comparison's steps, recording every node that survives
+quantization. The float graph is the variant's own prepared graph (BatchNorm fused,
+the fold applied exactly in float), so each node is compared with what it computes
+in float. How far the simulation can be trusted is measured too: its outputs
+against the TOSA reference's, in units of the output's quantization step.
+
+Nodes are aligned across the float program and every variant by their source, the
+way torchao's numeric debugger does (the ``from_node`` chain's first ancestor in the
+exported program), and named by module path, op and occurrence, so the same node has
+the same id in every variant and step. Where a site folded, its conv computes the
+mul's output: it stands for the mul node (role ``folded-conv``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+import torch
+from torch.fx import Node
+
+from .._sites import graph as _graph
+from .._base import quiet as _quiet
+from .._decide import stages as _stages
+from .compare import compare
+from .flow import is_qdq, quantize, sqnr, stepped
+from .._doors.fold_swap import swapped_fold_pass
+from .._rules.rules import FoldLog, policy_pass_class
+from ..errors import InspectorError, describe
+
+# Nodes whose SQNR drops by more than this many dB below their inputs' are where error enters.
+ENTRY_THRESHOLD_DB = 1.0
+ENTRY_POINTS = 5  # how many to report per variant
+
+
+@dataclass(frozen=True)
+class NodeError:
+    """Float vs quantized at one node, one step, in one variant."""
+
+    node: str  # aligned id: "<module path or root>:<op>[#k]", the same in every variant and step
+    name: str  # the node's name in the exported program
+    module: str  # the module path that made it ("" at the root)
+    op: str  # what it computes: "conv2d", "mul", "add", "copy_", "input", "state"
+    site: str | None  # the site id, when the node is a site's conv or mul (or the conv a site folded into)
+    role: str  # conv | mul | folded-conv | state-write | state | input | output | "" (any other node)
+    order: int  # its position in the exported program's topological order
+    step: int  # 0-based recurrent step
+    sqnr_db: float  # 10 log10(sum f^2 / sum (q - f)^2) (inf when equal)
+    max_abs_error: float  # max |q - f|
+    scale: float | None  # the node output's quantization step (None if not quantized)
+    zero_point: int | None
+    drop_db: float | None  # its inputs' lowest SQNR minus its own: how much error enters here
+
+    def to_dict(self) -> dict:
+        d = dict(vars(self))
+        for k in ("sqnr_db", "max_abs_error", "drop_db"):
+            if isinstance(d[k], float) and not math.isfinite(d[k]):
+                d[k] = "inf" if d[k] > 0 else ("-inf" if d[k] < 0 else "nan")
+        return d
+
+
+@dataclass(frozen=True)
+class OutputAgreement:
+    """How closely the quantize/dequantize simulation matches the TOSA reference model."""
+
+    output: int  # output index
+    step: int
+    max_steps: float | None  # max |simulation - TOSA| in units of the output's quantization step
+    scale: float | None  # that step
+
+    def to_dict(self) -> dict:
+        return dict(vars(self))
+
+
+@dataclass(frozen=True)
+class VariantAttribution:
+    """Every recorded node of one variant at every step, and where the error enters."""
+
+    label: str  # the variant's label ("upstream", "state-aware+marked(...)")
+    policy: str
+    folded: tuple[str, ...]  # site ids folded in this variant's flow
+    nodes: tuple[NodeError, ...]  # per (step, node), steps in order, nodes in topological order
+    entry_points: tuple[NodeError, ...]  # per node its step of largest drop, the biggest drops first
+    agreement: tuple[OutputAgreement, ...]  # simulation vs TOSA per output and step (empty without TOSA outputs)
+
+    def at(self, node: str, step: int | None = None) -> NodeError | None:
+        """The record of ``node`` (an aligned id) at ``step`` (default: the last)."""
+        records = [n for n in self.nodes if n.node == node]
+        if not records:
+            return None
+        return records[-1] if step is None else next((n for n in records if n.step == step), None)
+
+    def curve(self, node: str) -> list[float]:
+        """SQNR of ``node`` per step."""
+        return [n.sqnr_db for n in self.nodes if n.node == node]
+
+    def last_step(self) -> tuple[NodeError, ...]:
+        last = max((n.step for n in self.nodes), default=0)
+        return tuple(n for n in self.nodes if n.step == last)
+
+    def to_dict(self) -> dict:
+        return {
+            "label": self.label,
+            "policy": self.policy,
+            "folded": list(self.folded),
+            "nodes": [n.to_dict() for n in self.nodes],
+            "entry_points": [n.to_dict() for n in self.entry_points],
+            "simulation_vs_tosa": [a.to_dict() for a in self.agreement],
+        }
+
+
+@dataclass(frozen=True)
+class SiteError:
+    """One site in one variant at one step: the error at its conv, its mul (or folded conv), its state write."""
+
+    site: str
+    variant: str  # label
+    folded: bool
+    step: int
+    conv: NodeError | None  # None once folded (the conv then computes the mul's output)
+    mul: NodeError | None  # the mul output, or the folded conv's
+    state_write: NodeError | None  # the value written into carried state, if the site feeds one
+
+    def to_dict(self) -> dict:
+        return {"site": self.site, "variant": self.variant, "folded": self.folded, "step": self.step,
+                **{k: (getattr(self, k).to_dict() if getattr(self, k) else None)
+                   for k in ("conv", "mul", "state_write")}}
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Per-node error of every variant of a comparison, aligned across variants and steps."""
+
+    target: str  # model name
+    steps: int
+    calibration: str  # how the quantizer was calibrated
+    variants: tuple[VariantAttribution, ...]
+    sites: tuple[SiteError, ...]  # per site, variant and step
+    order: tuple[str, ...] = ()  # aligned node ids in the exported program's topological order
+
+    def variant(self, label_or_policy: str) -> VariantAttribution:
+        for v in self.variants:
+            if label_or_policy in (v.label, v.policy):
+                return v
+        raise InspectorError(f"no variant {label_or_policy!r}; variants: {', '.join(v.label for v in self.variants)}")
+
+    def site_errors(self, site: str, step: int | None = None) -> tuple[SiteError, ...]:
+        step = self.steps - 1 if step is None else step
+        return tuple(s for s in self.sites if s.site == site and s.step == step)
+
+    def to_dict(self) -> dict:
+        return {
+            "target": self.target,
+            "steps": self.steps,
+            "calibration": self.calibration,
+            "order": list(self.order),
+            "variants": [v.to_dict() for v in self.variants],
+            "sites": [s.to_dict() for s in self.sites],
+        }
+
+    def node_errors(self, label_or_policy: str, step: int | None = None) -> dict[str, NodeError]:
+        """Records of one variant at ``step`` (default: the last), by exported-program node name."""
+        v = self.variant(label_or_policy)
+        step = self.steps - 1 if step is None else step
+        return {n.name: n for n in v.nodes if n.step == step}
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        from .._present.tables import attribution_html, attribution_text
+
+        return {"text/plain": attribution_text(self), "text/html": attribution_html(self)}
+
+    def __repr__(self) -> str:
+        return f"<Attribution {self.target}: {', '.join(v.label for v in self.variants)}, {self.steps} step(s)>"
+
+    def plot(self, kind: str = "graph", node: str | None = None):
+        """A matplotlib Figure: ``graph`` (SQNR along the topological order per variant, last step)
+        or ``steps`` (SQNR per step of ``node`` per variant)."""
+        from .._present.plots import plot_attribution
+
+        return plot_attribution(self, kind, node)
+
+
+def errors_by_node(graph, variant: VariantAttribution, sites, *, after: bool,
+                   step: int | None = None) -> dict[str, NodeError]:
+    """A variant's records at ``step`` (default: the last) keyed by the node names of ``graph``
+    (a stage graph, before or ``after`` the pass), for drawing the measured-error layer. Where
+    the variant folded a site, its value is the folded conv's: drawn on the conv after the
+    pass, on the mul before it."""
+    graph = getattr(graph, "graph", graph)
+    step = max((n.step for n in variant.nodes), default=0) if step is None else step
+    records = [n for n in variant.nodes if n.step == step]
+    by_name = {r.name: r for r in records if r.role != "folded-conv"}
+    by_state = {r.node: r for r in records if r.op == "state"}
+    folded = {r.site: r for r in records if r.role == "folded-conv"}
+    stands_for = {}  # node name in this graph -> the folded-conv record it shows
+    for s in sites:
+        if s.id in folded:
+            stands_for[s.conv if after else s.mul] = folded[s.id]
+    out = {}
+    for n in graph.nodes:
+        if n.name in stands_for:
+            record = stands_for[n.name]
+        elif n.op == "get_attr":
+            record = by_state.get(f"state:{n.target}")
+        else:
+            record = by_name.get(_graph.source_name(n))
+        if record is not None:
+            out[n.name] = record
+    return out
+
+
+# ---------------------------------------------------------------- the run
+
+
+def attribution(target: Any, variants=("off", "upstream"), *, steps: int = 1, progress=None,
+                isolate: bool = False, **compare_kw) -> Attribution:
+    """From a model: runs ``compare(target, variants, steps=steps, ...)``, then ``attribute`` on it (one call).
+
+    ``attribute`` starts from a comparison you already have instead. ``isolate=True`` runs both in
+    worker processes (see ``compare``).
+    """
+    def part(start: float, width: float):
+        return None if progress is None else (lambda phase, f: progress(phase, start + width * f))
+
+    comparison = compare(target, variants, steps=steps, progress=part(0.0, 0.6), isolate=isolate, **compare_kw)
+    return attribute(comparison, progress=part(0.6, 0.4), isolate=isolate)
+
+
+def attribute(comparison, progress: Callable[[str, float], None] | None = None, *,
+              isolate: bool = False) -> Attribution:
+    """From a comparison you already have: per-node error of each of its variants at every step.
+
+    Each variant is quantized again as it was compared; the TOSA reference does not run again (see the
+    module docstring). ``attribution`` starts from a model instead: it runs ``compare`` first.
+    ``isolate=True`` does it in a worker process: a crash there is one line, this process lives on.
+    """
+    if isolate:
+        return _attribute_in_worker(comparison, progress)
+    run = getattr(comparison, "run", None)
+    if run is None:
+        raise InspectorError("this comparison was read from a file: run inspector.compare again to look inside it")
+    target, calibrated = run.target, run.calibration
+    program = target.exported
+    ids, meta = _graph.aligned_ids(program)
+    sites = _site_nodes(target)
+    variants, site_errors = [], []
+    for i, (result, plan) in enumerate(zip(comparison.results, run.plans)):
+        variant = result.variant
+        if result.error is not None:
+            continue  # no numbers to look inside
+        if progress is not None:
+            progress(f"{variant.label}: quantize", i / len(comparison.results))
+        log = FoldLog()
+        with _quiet.captured_fds(), swapped_fold_pass(policy_pass_class(variant.policy, variant.markers, log)):
+            try:
+                float_gm, quant_gm = quantize(target, variant, calibrated, plan, keep_float=True)
+            except InspectorError:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                raise InspectorError(f"quantizing variant {variant.label} failed: {describe(exc)}") from None
+        folded = _folded_names(log, sites)
+        if progress is not None:
+            progress(f"{variant.label}: per-node error", (i + 0.5) / len(comparison.results))
+        records, sim_outputs, out_scales = _record(target, float_gm, quant_gm, comparison.steps, ids, meta,
+                                                   sites, folded)
+        agreement = _agreement(sim_outputs, result.outputs, out_scales)
+        entries = _entry_points(records)
+        folded_ids = tuple(sorted({sites[m][0] for m in folded}))
+        variants.append(VariantAttribution(variant.label, variant.policy, folded_ids, tuple(records),
+                                           tuple(entries), tuple(agreement)))
+        site_errors += _site_errors(records, sites, folded, variant.label, comparison.steps)
+    if progress is not None:
+        progress("done", 1.0)
+    order = tuple(ids[n] for n in sorted(ids, key=lambda n: meta[n][2]))
+    return Attribution(comparison.target, comparison.steps, comparison.calibration, tuple(variants),
+                       tuple(site_errors), order)
+
+
+def _entry_points(records: list[NodeError]) -> tuple[NodeError, ...]:
+    """Where the error enters: for each node the step where its SQNR falls most below its inputs'
+    (over ENTRY_THRESHOLD_DB), the ENTRY_POINTS biggest drops first."""
+    best: dict[str, NodeError] = {}
+    for r in records:
+        if r.drop_db is not None and r.drop_db > ENTRY_THRESHOLD_DB and (
+                r.node not in best or r.drop_db > best[r.node].drop_db):
+            best[r.node] = r
+    return tuple(sorted(best.values(), key=lambda r: -r.drop_db)[:ENTRY_POINTS])
+
+
+def _ancestor(node: Node) -> str | None:
+    """The node's first ancestor in the exported program, by name (None without a ``from_node`` chain)."""
+    return _graph.source_name(node) if node.meta.get("from_node") else None
+
+
+@dataclass(frozen=True)
+class _SiteNodes:
+    id: str
+    conv: str | None  # exported-program names
+    mul: str | None
+    state_write: str | None
+
+
+def _site_nodes(target) -> dict[str, tuple[str, _SiteNodes]]:
+    """Per site, by its tfa mul's name: (site id, its nodes in the exported program)."""
+    stage = _stages.stage_graph_of(target, "tfa")
+    graph = stage.graph_module.graph
+    cands = _graph.candidates(graph)
+    ids = _graph.site_ids(cands)
+    reach = _graph.state_reach(graph, None, in_place_writes=True, markers=False)
+    recurrent = _graph.recurrent_reach(graph, None, target.recurrent)
+    outputs = _graph.output_values(graph) if recurrent else []
+    out = {}
+    for c, site_id in zip(cands, ids):
+        write = None
+        for kind in (_graph.BUFFER, _graph.INPUT):
+            if reach.reaches(kind, c.mul):
+                write = _ancestor(reach.path(kind, c.mul)[-1])
+                break
+        if write is None and c.mul in recurrent:  # the recurrent output it reaches is fed back as state
+            write = _ancestor(outputs[recurrent[c.mul]])
+        out[c.mul.name] = (site_id, _SiteNodes(site_id, _ancestor(c.conv), _ancestor(c.mul), write))
+    return out
+
+
+def _folded_names(log: FoldLog, sites) -> set[str]:
+    """The tfa mul names this variant's pass folded."""
+    run = next((r for r in log.runs if r.tfa), None)
+    return set(run.folded) & set(sites) if run is not None else set()
+
+
+def _dequantized(node: Node) -> tuple[Node, float | None, int | None]:
+    """The node whose value the rest of the quantized graph reads for ``node`` (its output's
+    dequantize, if it is quantized), and that quantization's scale and zero point."""
+    for q in node.users:
+        if q.op == "call_function" and "quantize_per_tensor" in str(q.target) and "dequantize" not in str(q.target):
+            for dq in q.users:
+                if "dequantize_per_tensor" in str(dq.target):
+                    scale, zp = q.args[1], q.args[2]
+                    ok = isinstance(scale, (int, float)) and isinstance(zp, int)
+                    return dq, (float(scale) if ok else None), (int(zp) if ok else None)
+    return node, None, None
+
+
+class _Recorder(torch.fx.Interpreter):
+    """Runs a graph module and keeps the values of the watched nodes."""
+
+    def __init__(self, gm, watch: dict[str, str]) -> None:
+        super().__init__(gm)
+        self.watch = watch  # node name -> record key
+        self.values: dict[str, torch.Tensor] = {}
+
+    def fresh_run(self, *args) -> Any:
+        """Run the graph, keeping this run's values only."""
+        self.values = {}
+        return self.run(*args)
+
+    def run_node(self, n: Node) -> Any:
+        out = super().run_node(n)
+        key = self.watch.get(n.name)
+        if key is not None and isinstance(out, torch.Tensor) and out.is_floating_point():
+            self.values[key] = out.detach().clone()
+        return out
+
+
+def _keys(gm, program_names: set[str], buffer_of: dict[str, str]) -> dict[str, str]:
+    """Per node of a prepared or converted graph, the exported-program node it stands for."""
+    keys = {}
+    for n in gm.graph.nodes:
+        if n.op == "get_attr" and str(n.target) in buffer_of:
+            keys[n.name] = buffer_of[str(n.target)]
+        elif n.op in ("placeholder", "call_function") and not is_qdq(n, choose_qparams=True):
+            source = _ancestor(n) or n.name
+            if source in program_names:
+                keys[n.name] = source
+    return keys
+
+
+def _record(target, float_gm, quant_gm, steps: int, ids, meta, sites, folded):
+    """Run both graphs ``steps`` times; one NodeError per aligned node and step."""
+    program = target.exported
+    buffer_of = {s.target: s.arg.name for s in program.graph_signature.input_specs
+                 if s.target is not None and s.arg.name in ids}
+    float_keys = _keys(float_gm, set(ids), buffer_of)
+    quant_keys = _keys(quant_gm, set(ids), buffer_of)
+    # In the quantized graph, read each node's value after its output's quantize -> dequantize.
+    quant_watch, qparams = {}, {}
+    by_name = {n.name: n for n in quant_gm.graph.nodes}
+    for name, key in quant_keys.items():
+        read, scale, zp = _dequantized(by_name[name])
+        quant_watch[read.name] = key
+        qparams[key] = (scale, zp)
+    # Where a site folded, the conv computes the mul's output: it stands for the mul.
+    folded_conv = {sites[m][1].conv: sites[m][1].mul for m in folded if sites[m][1].conv and sites[m][1].mul}
+    site_of = {}
+    for site_id, nodes in sites.values():
+        for role, name in (("conv", nodes.conv), ("mul", nodes.mul), ("state-write", nodes.state_write)):
+            if name is not None:
+                site_of.setdefault(name, (site_id, role))
+    inputs_of = _recorded_inputs(quant_gm, quant_keys, folded_conv)
+
+    float_rec, quant_rec = _Recorder(float_gm, float_keys), _Recorder(quant_gm, quant_watch)
+    records, sim_outputs = [], []
+    out_scales = _output_scales(quant_gm)
+    with torch.no_grad():
+        # Both graphs step side by side, each fed its own recurrent outputs back.
+        both = zip(stepped(float_rec.fresh_run, target.inputs, target.recurrent, steps),
+                   stepped(quant_rec.fresh_run, target.inputs, target.recurrent, steps))
+        for step, (_, q_out) in enumerate(both):
+            sim_outputs.append([o.detach().clone() for o in q_out])
+            by_source: dict[str, float] = {}
+            step_records = []
+            for key, q in quant_rec.values.items():
+                source = folded_conv.get(key, key)  # a folded conv is compared with the float mul output
+                f = float_rec.values.get(source if key not in folded_conv else key)
+                if f is None or f.shape != q.shape:
+                    continue
+                err = (q.double() - f.double())
+                s_db = sqnr(f.double(), err)
+                by_source[source] = s_db
+                module, op, order = meta[source]
+                site, role = site_of.get(source, (None, ""))
+                if key in folded_conv:
+                    role = "folded-conv"
+                elif source not in site_of:
+                    role = {"input": "input", "state": "state", "copy_": "state-write"}.get(op, "")
+                scale, zp = qparams.get(key, (None, None))
+                step_records.append([source, module, op, site, role, order, s_db,
+                                     float(err.abs().max()) if err.numel() else 0.0, scale, zp, key])
+            for rec in step_records:
+                source, key = rec[0], rec[-1]
+                upstream = [by_source[i] for i in inputs_of.get(key, ()) if i in by_source]
+                drop = (min(upstream) - rec[6]) if upstream and math.isfinite(min(upstream)) else None
+                if drop is not None and not math.isfinite(drop):
+                    drop = None
+                records.append(NodeError(ids[source], source, rec[1], rec[2], rec[3], rec[4], rec[5], step,
+                                         rec[6], rec[7], rec[8], rec[9], drop))
+    records.sort(key=lambda r: (r.step, r.order))
+    return records, sim_outputs, out_scales
+
+
+def _recorded_inputs(gm, keys: dict[str, str], folded_conv: dict[str, str]) -> dict[str, list[str]]:
+    """Per recorded node (by key), the recorded nodes it reads, through quantize/dequantize chains."""
+    by_name = {n.name: n for n in gm.graph.nodes}
+    out = {}
+    for name, key in keys.items():
+        found, stack, seen = [], list(by_name[name].all_input_nodes), set()
+        while stack:
+            n = stack.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            if n.name in keys and not is_qdq(n, choose_qparams=True):
+                src = keys[n.name]
+                found.append(folded_conv.get(src, src))
+            elif is_qdq(n, choose_qparams=True):
+                stack.extend(n.all_input_nodes)
+        out[key] = found
+    return out
+
+
+def _output_scales(gm) -> list[float | None]:
+    """Per flat output of a converted graph, the quantization step of its final dequantize (or None)."""
+    scales = []
+    for v in _graph.output_values(gm.graph):
+        scale = v.args[1] if isinstance(v, Node) and "dequantize_per_tensor" in str(v.target) else None
+        scales.append(float(scale) if isinstance(scale, (int, float)) else None)
+    return scales
+
+
+def _agreement(sim_outputs, tosa_outputs, scales) -> list[OutputAgreement]:
+    out = []
+    for step, (sim, tosa) in enumerate(zip(sim_outputs, tosa_outputs)):
+        for i, (s, t) in enumerate(zip(sim, tosa)):
+            scale = scales[i] if i < len(scales) else None
+            if s.shape != t.shape:
+                continue
+            diff = float((s.double() - t.double()).abs().max()) if s.numel() else 0.0
+            out.append(OutputAgreement(i, step, diff / scale if scale else None, scale))
+    return out
+
+
+def _site_errors(records, sites, folded, label: str, steps: int) -> list[SiteError]:
+    by = {(r.name, r.step, r.role): r for r in records}
+    out = []
+    for mul_name, (site_id, nodes) in sites.items():
+        is_folded = mul_name in folded
+        for step in range(steps):
+            conv = None if is_folded else by.get((nodes.conv, step, "conv"))
+            mul = by.get((nodes.mul, step, "folded-conv" if is_folded else "mul"))
+            write = by.get((nodes.state_write, step, "state-write")) if nodes.state_write else None
+            out.append(SiteError(site_id, label, is_folded, step, conv, mul, write))
+    return out
+
+
+__all__ = ["Attribution", "NodeError", "OutputAgreement", "SiteError", "VariantAttribution", "attribute"]
+
+
+def _attribute_in_worker(comparison, progress) -> Attribution:
+    """``attribute`` in a worker of the warm pool, from the comparison's program archive."""
+    from .._workers import parallel as _parallel, pool as _pool
+    from .compare import died_message
+
+    run = getattr(comparison, "run", None)
+    if run is None:
+        raise InspectorError("this comparison was read from a file: run inspector.compare again to look inside it")
+    target = run.target
+    model = {"program": _parallel.program_bytes(target.exported), "name": target.name, "source": target.source,
+             "inputs": target.inputs, "recurrent": dict(target.recurrent), "key": target.key}
+    payload = {"model": model, "comparison": replace(comparison, run=None), "calibration": run.calibration,
+               "plans": run.plans}
+    with _pool.warm_pool(1) as pool:
+        pool.submit(("attribution", 0), "inspector._numbers.attribution:attribute_task", payload)
+        for event in pool.events():
+            kind = event[0]
+            if kind == "progress":
+                if progress is not None:
+                    progress(event[2], event[3])
+            elif kind == "done":
+                return event[2]
+            elif kind == "error":
+                raise InspectorError(event[2], details=event[3])
+            else:
+                labels = ", ".join(r.variant.label for r in comparison.results)
+                raise InspectorError(died_message(f"the attribution of {labels}", event[2]))
+    raise InspectorError("the attribution's worker gave no answer")  # not reached: the pool reports every task
+
+
+def attribute_task(payload: dict, report) -> Attribution:
+    """The pool task of ``attribute``: the comparison rebuilt around the worker's copy of the target."""
+    from .compare import worker_target
+    from .results import Run
+
+    target = worker_target(payload["model"])
+    comparison = replace(payload["comparison"], run=Run(target, payload["calibration"], payload["plans"]))
+    return attribute(comparison, report)

@@ -1,0 +1,197 @@
+"""``bits``: is it the fold or the bits? One call that measures what each change recovers.
+
+From a baseline (the installed pass, ``upstream``, at 8-bit activations) it runs, on the TOSA INT
+reference model, every change a user would try first: the fold turned off, 16-bit activations,
+and, one at a time, each site's mul and each node attribution names as an entry point of the
+error kept in float. Each change is a variant of one ``compare`` call (so variants with equal
+fold decisions run once, side by side on the workers); its figure is the SQNR of the worst
+output at the last step, ranked by how many dB it recovers over the baseline. Nothing here is
+presumed: a change that makes things worse shows a negative recovery.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .attribution import attribute
+from .compare import compare, variants_of
+from .._decide.decide import analyze
+from .quantization import resolve_overrides
+from .results import Comparison, Variant, VariantResult, json_float
+from ..errors import InspectorError, quoted
+
+MAX_SITES = 8  # sites measured one by one (the first in graph order); more is a sweep's work
+ENTRY_POINTS = 3  # attribution's entry points measured one by one
+
+
+@dataclass(frozen=True)
+class BitsChange:
+    """One change against the baseline and what it recovered."""
+
+    change: str  # "fold off", "16-bit activations", "keep in float"
+    kind: str  # "model" (the whole model), "site" (a site's mul), "entry point" (attribution's)
+    node: str | None  # the site id or the exported program's node name it applies to
+    variant: str  # the variant's label in the comparison
+    sqnr_db: float | None  # worst output's SQNR at the last step (None: the variant failed)
+    recovered_db: float | None  # sqnr_db minus the baseline's
+    error: str | None = None
+
+    def to_dict(self) -> dict:
+        d = dict(vars(self))
+        for k in ("sqnr_db", "recovered_db"):
+            d[k] = json_float(d[k]) if isinstance(d[k], float) else d[k]
+        return d
+
+
+@dataclass(frozen=True)
+class Bits:
+    """What each change recovers over the baseline, best first."""
+
+    target: str
+    steps: int
+    baseline: str  # the baseline variant's label
+    baseline_sqnr_db: float
+    changes: tuple[BitsChange, ...]  # ranked: most recovered first, failed ones last
+    notes: tuple[str, ...] = ()
+    comparison: Comparison | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def best(self) -> BitsChange | None:
+        return next((c for c in self.changes if c.recovered_db is not None), None)
+
+    def answer(self) -> str:
+        """The question in one sentence, from the numbers."""
+        best = self.best
+        if best is None:
+            return f"{self.target}: no change ran; see the errors"
+        fold = next((c for c in self.changes if c.change == "fold off"), None)
+        wide = next((c for c in self.changes if c.change == "16-bit activations"), None)
+        parts = [f"{self.target} at step {self.steps}: {self.baseline} gives {_db(self.baseline_sqnr_db)} dB"]
+        for c in (fold, wide):
+            if c is not None and c.recovered_db is not None:
+                parts.append(f"{c.change} {_signed(c.recovered_db)} dB")
+        lead = f"{best.change}{' at ' + best.node if best.node else ''}"
+        return "; ".join(parts) + f". The most recovered: {lead} ({_signed(best.recovered_db)} dB)."
+
+    def to_dict(self) -> dict:
+        return {"target": self.target, "steps": self.steps, "baseline": self.baseline,
+                "baseline_sqnr_db": json_float(self.baseline_sqnr_db), "answer": self.answer(),
+                "changes": [c.to_dict() for c in self.changes], "notes": list(self.notes)}
+
+    def rows(self) -> list[dict[str, str]]:
+        return [{"change": c.change, "where": c.node or "whole model", "variant": c.variant,
+                 "SQNR dB": _db(c.sqnr_db), "recovered dB": _signed(c.recovered_db) if c.error is None else c.error}
+                for c in self.changes]
+
+    def to_dataframe(self):
+        import pandas as pd
+
+        return pd.DataFrame([c.to_dict() for c in self.changes])
+
+    def plot(self):
+        """A matplotlib Figure: dB recovered per change (bars), best at the top."""
+        from .._present.plots import plot_bits
+
+        return plot_bits(self)
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        from .._present.tables import bits_html, bits_text
+
+        return {"text/plain": bits_text(self), "text/html": bits_html(self)}
+
+    def __repr__(self) -> str:
+        return f"<Bits {self.target}: {len(self.changes)} changes, best {self.best.change if self.best else '-'}>"
+
+
+def bits(
+    target: Any,
+    steps: int = 1,
+    *,
+    rule: str = "upstream",
+    quantization: str = "a8w8",
+    wide: str = "a16w8",
+    example_inputs: Any = None,
+    markers=None,
+    max_sites: int = MAX_SITES,
+    entry_points: int = ENTRY_POINTS,
+    workers: int | None = None,
+    progress: Callable[[str, float], None] | None = None,
+    isolate: bool = False,
+) -> Bits:
+    """Is it the fold or the bits? The SQNR at the last step of ``target`` under ``rule`` at
+    ``quantization`` (the baseline), and with each change: the fold off (rule ``off``),
+    ``wide`` activations (16-bit), and each site's mul and each entry point of the error
+    (attribution's, on the baseline) kept in float, ranked by the dB each recovers. ``isolate`` runs
+    the native work in worker processes (see ``compare``)."""
+    check_bits_args(max_sites, entry_points)
+    baseline = variants_of([f"{rule}@{quantization}"], markers)[0]
+    part = (lambda start, width: None if progress is None else (lambda phase, f: progress(phase, start + width * f)))
+    first = compare(target, [baseline], example_inputs=example_inputs, steps=steps, progress=part(0.0, 0.2),
+                    workers=1, isolate=isolate)
+    loaded = first.run.target
+    entries = _entry_nodes(attribute(first, progress=part(0.2, 0.1), isolate=isolate), entry_points)
+    sites = analyze(loaded, stage="tfa", policy=rule, markers=baseline.markers).sites
+    notes = []
+    if len(sites) > max_sites:
+        notes.append(f"{len(sites)} sites: the first {max_sites} in graph order are measured one by one "
+                     f"(max_sites={max_sites})")
+    planned: list[tuple[str, str, str | None, Variant]] = [
+        ("fold off", "model", None, Variant("off", baseline.markers, quantization)),
+        ("16-bit activations", "model", None, Variant(rule, baseline.markers, wide)),
+    ]
+    planned += [("keep in float", "site", s.id, Variant(rule, baseline.markers, quantization, {s.id: "float"}))
+                for s in sites[:max_sites]]
+    # entry points are the exported program's names; a site's mul is named at tfa: compare them there
+    site_muls = {name for name, _ in resolve_overrides(loaded, tuple((s.id, "float") for s in sites), baseline.label)}
+    planned += [("keep in float", "entry point", name, Variant(rule, baseline.markers, quantization, {name: "float"}))
+                for name in entries if name not in site_muls]
+    comparison = compare(loaded, [baseline, *(v for *_, v in planned)], steps=steps, progress=part(0.3, 0.7),
+                         workers=workers, isolate=isolate)
+    base_db = _worst_last(comparison.results[0])
+    changes = []
+    for (change, kind, node, _), result in zip(planned, comparison.results[1:]):
+        db = _worst_last(result) if result.error is None else None
+        changes.append(BitsChange(change, kind, node, result.variant.label, db,
+                                  None if db is None else db - base_db, result.error))
+    changes.sort(key=lambda c: (c.recovered_db is None, -(c.recovered_db if c.recovered_db is not None else 0.0)))
+    return Bits(loaded.name, steps, baseline.label, base_db, tuple(changes), tuple(notes) + comparison.notes,
+                comparison)
+
+
+def _entry_nodes(attribution, limit: int) -> list[str]:
+    """The exported program's names of the baseline's entry points that a quantizer can keep in
+    float (computed nodes: not inputs or state placeholders)."""
+    out = []
+    for e in attribution.variants[0].entry_points:
+        if e.op not in ("input", "state") and e.name not in out:
+            out.append(e.name)
+    return out[:limit]
+
+
+def _worst_last(result: VariantResult) -> float:
+    last = max(m.step for m in result.metrics)
+    return min(m.sqnr_db for m in result.metrics if m.step == last)
+
+
+def _db(v) -> str:
+    if v is None:
+        return "-"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return f"{v:.2f}"
+
+
+def _signed(v) -> str:
+    if v is None:
+        return "-"
+    if math.isinf(v) or math.isnan(v):
+        return str(v)
+    return f"{v:+.2f}"
+
+
+def check_bits_args(max_sites: int, entry_points: int) -> None:
+    for name, v in (("max_sites", max_sites), ("entry_points", entry_points)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise InspectorError(f"{name} must be a whole number >= 0, got {quoted(v)}")

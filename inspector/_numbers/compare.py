@@ -1,0 +1,399 @@
+"""``compare``: quantize each fold variant, run it on the TOSA INT reference model, measure against float.
+
+This module orchestrates the call: it reads the variants asked for, loads the target, picks
+the calibration, resolves each variant's quantization plan (``_quantization``), answers what it
+can from the cache (``_variant_cache``), computes the float reference once, and runs the rest
+(``_flow.run_variant``) one after another or side by side: variants known to lead to the same
+fold decisions are grouped and run once, on the process's warm worker pool (``_pool``;
+``variant_task`` is what a worker runs, ``run_in_worker`` its body, shared with the sweep). The
+pool's fork server is started as the call begins, so its warm-up overlaps this process's own
+export and float reference. The records it returns are ``_results``'.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+
+from . import flow as _flow
+from .._targets import load as _load
+from .._workers import parallel as _parallel, pool as _pool
+from .._decide import stages as _stages
+from .._base.cache import BoundedCache
+from .._base.limits import available_memory, check_memory, check_steps, memory_estimate
+from .._rules.rules import (DEFAULT_VARIANTS, Policy, check_policy, ensure_rules, get_policy, marker_tuple, register,
+                            rule_origins)
+from .quantization import DEFAULT, Plan, Quantization, get_quantization, quantization_of, resolve_overrides
+from .results import Comparison, Run, Variant, VariantResult
+from .variant_cache import RESULTS, answered, base_key, can_predict, predicted_decisions
+from ..errors import InspectorError, describe, quoted
+
+Progress = Callable[[str, float], None]
+
+
+def compare(
+    target: Any,
+    variants: Iterable[str | Variant | tuple] = DEFAULT_VARIANTS,
+    *,
+    example_inputs: Any = None,
+    markers: Iterable[str] | None = None,
+    steps: int = 1,
+    calibration: Sequence[Sequence[torch.Tensor]] | None = None,
+    quantization: Any = None,
+    quantization_config: Any = None,
+    progress: Progress | None = None,
+    workers: int | None = None,
+    isolate: bool = False,
+) -> Comparison:
+    """Quantize, lower and run each variant on the TOSA INT reference model; compare with float.
+
+    ``variants`` are policies (``"upstream"``), ``"policy@quantization"`` (``"upstream@a16w8"``),
+    ``Variant`` records (with per-node ``overrides``), or ``(policy, markers)`` pairs; ``markers``
+    applies to the variants given as plain policies. ``quantization`` is what variants that name
+    none run under: a name (``inspector.QUANTIZATIONS``; default ``a8w8``), or a
+    ``QuantizationConfig`` (``quantization_config`` is the same argument under its old name).
+    ``steps > 1`` runs recurrent models step after step: mutable buffers start from the model's
+    initial state; functional state is fed back per the model's ``RECURRENT`` declaration
+    (output index -> input index). ``calibration`` is a list of input tuples (default: the
+    example inputs plus seeded perturbed copies). ``progress(phase, fraction)`` is called as the
+    work advances (phase: "variant: phase"). ``workers`` is how many cores the variants share
+    (default: the cores available; 1 runs them one after another in this process); with more,
+    they run side by side in warm worker processes, up to twice as many at once as cores (so
+    that the cores stay busy to the end when one variant takes longer). A variant whose fold
+    decisions equal another's is computed once. ``isolate=True`` runs every variant's native work
+    (quantizer, lowering, the TOSA reference model) in worker processes, one worker included: a
+    segfault or an out-of-memory kill there costs that variant (one line in its ``error``), never
+    this process. Before anything starts, a run that would not fit the memory available is refused.
+
+    A variant that cannot run (a quantization its TOSA specification cannot lower, an override
+    that names nothing) has an ``error`` and no numbers; the other variants' results stand. When
+    every variant fails, the first one's error is raised.
+    """
+    check_steps(steps)
+    if quantization is not None and quantization_config is not None:
+        raise InspectorError("give quantization= or quantization_config=, not both (they are the same argument)")
+    default = quantization_of(quantization if quantization is not None else quantization_config)
+    wanted = variants_of(variants, markers)
+    n_workers = workers_of(workers)
+    if isolate or (n_workers > 1 and len(wanted) > 1):
+        _pool.start_server()  # warms up in its own process while this one loads and exports
+    loaded = _load.load(target, example_inputs)
+    calibrated = _flow.choose_calibration(loaded, calibration, steps)
+    base = base_key(loaded, calibrated, steps)
+    plans: list[Plan | None] = []
+    results: list[VariantResult | None] = [None] * len(wanted)
+    for i, variant in enumerate(wanted):
+        try:
+            plans.append(plan_of(loaded, variant, default))
+        except InspectorError as exc:
+            plans.append(None)
+            results[i] = failed(variant, default, exc)
+
+    def report(i: int, phase: str, fraction: float) -> None:
+        if progress is not None:
+            progress(f"{wanted[i].label}: {phase}", (i + fraction) / len(wanted))
+
+    reference = RESULTS.reference(base)
+    to_run = []
+    for i, variant in enumerate(wanted):
+        if plans[i] is None:
+            continue
+        hit = RESULTS.get(loaded, base, variant, plans[i])
+        if hit is not None:
+            results[i] = hit
+            report(i, "cached", 1.0)
+        else:
+            to_run.append(i)
+    if to_run and reference is None:
+        _flow.check_recurrent(loaded)
+        reference = _flow.float_reference(loaded, steps)
+        RESULTS.put_reference(base, reference)
+    if any(get_policy(wanted[i].policy).is_users and not get_policy(wanted[i].policy).origin for i in to_run):
+        n_workers, isolate = 1, False  # a rule defined in this session only: a worker would not know it
+    at_once = side_by_side(loaded, steps, len(to_run), n_workers)
+    if to_run:
+        check_memory(loaded, steps, len(to_run), at_once, isolate or at_once > 1)
+    if to_run and (isolate or at_once > 1):
+        _run_parallel(loaded, wanted, plans, to_run, results, base, calibrated, steps, reference, n_workers, at_once,
+                      progress, isolate)
+    else:
+        for i in to_run:
+            variant = wanted[i]
+            hit = RESULTS.get(loaded, base, variant, plans[i])  # an earlier one may decide the same
+            if hit is not None:
+                results[i] = hit
+                report(i, "cached", 1.0)
+                continue
+            try:
+                result, decisions = _flow.run_variant(loaded, variant, calibrated, plans[i], steps, reference,
+                                                      lambda phase, fraction, i=i: report(i, phase, fraction))
+            except InspectorError as exc:
+                results[i] = failed(variant, plans[i].quantization, exc, plans[i].spec)
+                continue
+            RESULTS.put(base, variant, plans[i], result, decisions)
+            results[i] = result
+    if all(r.error is not None for r in results):
+        first = results[0]
+        raise InspectorError(first.error, details=first.log)
+    if progress is not None:
+        progress("done", 1.0)
+    return Comparison(loaded.name, steps, calibrated.text, default.text, tuple(results),
+                      reference=tuple(tuple(step) for step in reference),
+                      run=Run(loaded, calibrated, tuple(plans)), notes=decision_notes(loaded, wanted, results))
+
+
+def plan_of(target: _load.Target, variant: Variant, default: Quantization) -> Plan:
+    """How ``variant`` quantizes ``target``: its quantization (or the comparison's), and the nodes
+    of the exported program its overrides reach (one line if one names nothing)."""
+    quantization = get_quantization(variant.quantization) if variant.quantization is not None else default
+    nodes = resolve_overrides(target, variant.overrides, variant.label)
+    return Plan.of(quantization, nodes)
+
+
+def failed(variant: Variant, quantization: Quantization, exc: InspectorError, spec: str | None = None) -> VariantResult:
+    """The record of a variant that could not run: its one-line error, no numbers."""
+    return VariantResult(variant, {"tfa": 0, "lowering": 0}, (), (), (), {}, quantization=quantization.name,
+                         spec=spec or quantization.spec, error=str(exc), log=getattr(exc, "details", "") or "")
+
+
+def decision_notes(target: _load.Target, wanted: list[Variant], results: list[VariantResult]) -> tuple[str, ...]:
+    """Where a variant's quantization changed a fold decision: a site it folds or not against the
+    same rule and markers under plain a8w8 (the decision ``analyze`` shows at tfa)."""
+    notes = []
+    for variant, result in zip(wanted, results):
+        if result.error is not None or (result.quantization == DEFAULT and not variant.overrides):
+            continue
+        if get_policy(variant.policy).pass_class is not None:
+            continue  # a rule's own pass class: the installed pass's prediction does not apply
+        try:
+            expected = set(predicted_decisions(target, Variant(variant.policy, variant.markers))[0][1])
+        except InspectorError:
+            return tuple(notes)
+        for s in result.sites:
+            folds = s.folded_at == "tfa"
+            if folds != (s.site_id in expected):
+                now = "folds" if folds else "does not fold"
+                was = "folds" if s.site_id in expected else "does not"
+                notes.append(f"{variant.label}: site {s.site_id} {now} (under a8w8 without overrides it {was}): "
+                             "the quantization changed what transform-for-annotation lets the pass fold")
+    return tuple(notes)
+
+
+def variants_of(variants, markers) -> list[Variant]:
+    if isinstance(variants, (str, Variant)):  # one variant ("upstream", or "off,upstream" as in the CLI)
+        variants = [v.strip() for v in variants.split(",") if v.strip()] if isinstance(variants, str) else [variants]
+    try:
+        default_markers = marker_tuple(markers)
+        items = list(variants)
+    except TypeError:
+        raise InspectorError(f"cannot read variants {quoted(variants)}; give policy names, e.g. ('off', 'upstream')") from None
+    out = []
+    for v in items:
+        if isinstance(v, Policy):
+            variant = Variant(register(v, replace=True).name, default_markers)
+        elif isinstance(v, Variant):
+            variant = v
+        elif isinstance(v, str):
+            policy, quantization = split_variant(v)
+            variant = Variant(policy, default_markers, quantization)
+        elif isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], str):
+            variant = Variant(v[0], marker_tuple(v[1]))
+        else:
+            raise InspectorError(f"cannot read variant {quoted(v)}; give a policy name, a Variant, or (policy, markers)")
+        name = check_policy(variant.policy)  # "rules.py:NAME" imports the file and becomes NAME
+        if variant.quantization is not None:
+            get_quantization(variant.quantization)  # an unknown name fails here, before anything runs
+        out.append(variant if name == variant.policy else replace(variant, policy=name))
+    if not out:
+        raise InspectorError("no variants to compare; give at least one policy")
+    return out
+
+
+def split_variant(text: str) -> tuple[str, str | None]:
+    """``"upstream@a16w8"`` -> ``("upstream", "a16w8")``; ``"upstream"`` -> ``("upstream", None)``.
+    Only the last ``@`` counts, and only when what follows it is a name (not part of a path)."""
+    policy, at, quantization = text.rpartition("@")
+    if not at or not policy or "/" in quantization or ":" in quantization:
+        return text, None
+    return policy.strip(), quantization.strip()
+
+
+def side_by_side(target: _load.Target, steps: int, variants: int, workers: int) -> int:
+    """How many variants run at once on ``workers`` cores: one when there is one core, else every
+    variant up to twice the cores. The variants of one comparison differ in size (a variant that
+    folds nothing has the most ops to lower), so with exactly as many processes as cores the core
+    that drew the big one finishes last while the other waits; with more processes than cores
+    the cores are shared until the end (each process runs one thread: nothing is oversubscribed
+    within a process). Fewer, when the machine's memory would not hold that many."""
+    if workers == 1 or variants <= 1:
+        return 1
+    at_once = min(variants, 2 * workers)
+    available = available_memory()
+    while at_once > workers and available is not None and \
+            memory_estimate(target, steps, variants, at_once, True) > available:
+        at_once -= 1
+    return at_once
+
+
+def workers_of(workers: int | None) -> int:
+    if workers is None:
+        return _parallel.available_workers()
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise InspectorError(f"workers must be a positive integer, got {quoted(workers)}")
+    return workers
+
+
+# ---------------------------------------------------------------- side by side
+
+
+def _fold_count(decisions) -> int:
+    """How many sites a group's variants fold (a variant-keyed group: unknown, counted as none)."""
+    if decisions and decisions[0] == "variant":
+        return 0
+    return sum(len(ids) for _, ids in decisions)
+
+
+def _run_parallel(target, wanted, plans, to_run, results, base, calibrated, steps, reference, n_workers, at_once,
+                  progress, isolate: bool) -> None:
+    """Run the variants in ``to_run`` on the process's warm worker pool (``_pool``), ``at_once`` at a
+    time sharing ``n_workers`` cores; this process only hands them out and gathers the results (a
+    worker forked from the warm server starts at once, and a crash there costs that variant only).
+    Variants known to lead to the same fold decisions run once; with ``isolate`` off, a comparison
+    left with one computation runs it here."""
+    if sum(plans[i].plain for i in to_run) > 1 and ("stage", "tfa") not in target.memo:
+        # Two runs of the same computation on two workers would cost twice: the tfa graph (a fraction
+        # of one variant, while the fork server warms up) tells which variants fold alike.
+        with contextlib.suppress(InspectorError):
+            _stages.stage_graph_of(target, "tfa")
+    groups: dict[Any, list[int]] = {}
+    for i in to_run:
+        predictable = can_predict(target, plans[i])  # cheap only once the tfa graph exists
+        key = (plans[i].identity, predicted_decisions(target, wanted[i])) if predictable else ("variant", i)
+        groups.setdefault(key, []).append(i)
+    # The variant that folds least first (the most ops to lower: likely the longest), a rule that never
+    # folds when one is asked for, then the rest in order.
+    groups = dict(sorted(groups.items(), key=lambda item: (
+        _fold_count(item[0][1]) if item[0][0] != "variant" else
+        (0 if not get_policy(wanted[item[1][0]].policy).folds else 1))))
+    firsts = [members[0] for members in groups.values()]
+    fractions = {i: 0.0 for i in firsts}
+
+    def report(index: int, phase: str, fraction: float) -> None:
+        i = firsts[index]
+        fractions[i] = fraction
+        if progress is not None:
+            done = sum(1.0 if results[j] is not None else 0.0 for j in range(len(wanted)) if j not in fractions)
+            progress(f"{wanted[i].label}: {phase}", (done + sum(fractions.values())) / len(wanted))
+
+    def run_here(n: int):
+        i = firsts[n]
+        try:
+            return _flow.run_variant(target, wanted[i], calibrated, plans[i], steps, reference,
+                                     lambda phase, fraction: report(n, phase, fraction))
+        except InspectorError as exc:
+            return failed(wanted[i], plans[i].quantization, exc, plans[i].spec), None
+
+    try:
+        program = _parallel.program_bytes(target.exported)
+    except Exception as exc:  # noqa: BLE001 - a program torch cannot save cannot travel to a worker
+        if isolate:
+            raise InspectorError(f"torch.export.save cannot write {target.name}'s program, so it cannot run in a "
+                                 f"worker process: {describe(exc)}; run it with isolate=False") from None
+        program = None
+    outcomes: list[Any] = [None] * len(firsts)
+    if program is None or (len(firsts) == 1 and not isolate):
+        outcomes = [run_here(n) for n in range(len(firsts))]
+    else:
+        model = {"program": program, "name": target.name, "source": target.source, "inputs": target.inputs,
+                 "recurrent": dict(target.recurrent), "key": target.key, "calibration": calibrated, "steps": steps,
+                 "reference": reference, "base_key": base}
+        rules = rule_origins(wanted[i].policy for i in firsts)
+        running = max(1, min(at_once, len(firsts)))
+        with _pool.warm_pool(running, n_workers) as pool:
+            for n in range(len(firsts)):
+                # More at once than cores: the first ones (likely the longest) keep a core each, the rest
+                # share the last core (and take the others' when they end). Every core stays busy to the
+                # end, and the longest variant is not slowed down by the short ones.
+                pool.submit(("variant", n), "inspector._numbers.compare:variant_task",
+                            {"model": model, "variant": wanted[firsts[n]], "plan": plans[firsts[n]], "rules": rules},
+                            priority=n, background=running > n_workers and n >= n_workers - 1)
+            for event in pool.events():
+                kind, (_, n) = event[0], event[1]
+                if kind == "progress":
+                    report(n, event[2], event[3])
+                elif kind == "done":
+                    outcomes[n] = event[2]
+                else:  # the worker's one line (an InspectorError does not travel), or its death
+                    i = firsts[n]
+                    label = wanted[i].label
+                    if kind == "error":  # a crash of ours is named after the variant too
+                        error = InspectorError(event[2] if label in event[2] else f"variant {label}: {event[2]}",
+                                               details=event[3])
+                    else:  # died: that variant alone is lost
+                        error = InspectorError(died_message(f"variant {label}", event[2]))
+                    outcomes[n] = (failed(wanted[i], plans[i].quantization, error, plans[i].spec), None)
+    for members, (result, decisions) in zip(groups.values(), outcomes):
+        first = members[0]
+        if result.error is not None:
+            for i in members:
+                results[i] = replace(result, variant=wanted[i])
+            continue
+        # decisions is None when a worker answered from its own cache: only the variant is a key then
+        RESULTS.put(base, wanted[first], plans[first], result, decisions)
+        results[first] = result
+        for i in members[1:]:
+            if decisions is not None:
+                RESULTS.put(base, wanted[i], plans[i], result, decisions)
+            results[i] = answered(result, wanted[i])
+
+
+def died_message(what: str, how: str) -> str:
+    """One line for work (a variant, an attribution) whose worker process died: which, how, what to try."""
+    hint = ("it ran out of memory or was killed: try fewer steps, a smaller input or workers=1"
+            if "SIGKILL" in how or "out of memory" in how else
+            "native code crashed on this model: run this variant alone to check, and report it with "
+            "python -m inspector report if it crashes again")
+    return f"{what}: the worker process running it died ({how}); the other results are kept; {hint}"
+
+
+# In a worker process: the target it rebuilt (its tasks share it and its memo).
+_WORKER_TARGETS = BoundedCache(1, "worker target")
+
+
+def worker_target(model: dict) -> _load.Target:
+    """The target a worker rebuilds from the parent's archive (through the safe loader), kept for its
+    next tasks on the same model."""
+    target = _WORKER_TARGETS.get(model["key"])
+    if target is None:
+        from .._targets import pt2 as _pt2
+
+        program = _pt2.load_pt2_bytes(model["program"])
+        target = _load.Target(model["name"], program, model["inputs"], None, dict(model["recurrent"]),
+                              model["source"], model["key"])
+        _WORKER_TARGETS.put(model["key"], target)
+    return target
+
+
+def run_in_worker(model: dict, variant: Variant, plan: Plan, report) -> tuple[VariantResult, tuple | None, bool]:
+    """One variant in a worker process, exactly as in this one: ``(result, decisions, cached)``. A variant
+    that leads to the same fold decisions as one this worker ran is the same computation (the first
+    run captured the tfa graph that tells); its decisions are then None (not this run's to describe)."""
+    target = worker_target(model)
+    hit = RESULTS.get(target, model["base_key"], variant, plan)
+    if hit is not None:
+        report("cached", 1.0)
+        return hit, None, True
+    result, decisions = _flow.run_variant(target, variant, model["calibration"], plan, model["steps"],
+                                          model["reference"], report)
+    RESULTS.put(model["base_key"], variant, plan, result, decisions)
+    return result, decisions, False
+
+
+def variant_task(payload: dict, report):
+    """The pool task of one of compare's variants (see ``_pool``)."""
+    ensure_rules(payload["rules"])  # a rule from a file is loaded here as the parent knows it
+    result, decisions, _ = run_in_worker(payload["model"], payload["variant"], payload["plan"], report)
+    return result, decisions

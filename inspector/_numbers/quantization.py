@@ -1,0 +1,319 @@
+"""Quantizations a variant can run under, and the per-node overrides that leave nodes in float.
+
+A *quantization* is a named ``QuantizationConfig`` of the installed Arm quantizer together with
+the TOSA specification that can lower it: ``a8w8`` (symmetric, per-channel weights: the
+default), ``a8w8-per-tensor``, ``a16w8`` (16-bit activations: ``TOSA-1.0+INT+int16``) and
+``a8w4`` (4-bit weights: ``TOSA-1.0+INT+int4``), plus any a user registers with a name (``register_quantization``). Configs are built
+only when a variant runs (the quantizer imports executorch's Arm backend).
+
+An *override* keeps some nodes of the model out of the variant's quantization: ``"float"``
+leaves them unquantized (they then run outside the TOSA delegate), a quantization name
+quantizes them at that width. Keys name nodes of the exported program four ways: a site id
+(the site's mul), a node name (as the exported program or the tfa graph calls it), a module
+path (every node inside that module) or attribution's aligned node id (``root:mul``). ``resolve_overrides`` turns them into node names of the
+exported program; ``apply`` tags those nodes before ``prepare_pt2e`` and gives the quantizer one
+node finder per value (its own per-node configuration, ``set_node_finder``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+import torch
+
+from .._doors import executorch as _executorch
+from .._base.hashing import digest
+from ..errors import InspectorError, listing, quoted
+
+INT = "TOSA-1.0+INT"
+INT16 = "TOSA-1.0+INT+int16"
+INT4 = "TOSA-1.0+INT+int4"
+DEFAULT = "a8w8"
+FLOAT = "float"  # the override that leaves nodes unquantized
+
+# The node-meta key that marks a node for an override (read by ``_TaggedNodes`` only).
+OVERRIDE_META = "fold_inspector_quantization"
+
+@dataclass(frozen=True)
+class Quantization:
+    """A quantization config with a name, and the TOSA specification that lowers it."""
+
+    name: str
+    help: str
+    spec: str = INT
+    factory: Callable[[], Any] | None = field(default=None, repr=False, compare=False)  # builds the config
+    config: Any = field(default=None, repr=False, compare=False)  # a user's own QuantizationConfig
+    builtin: bool = False
+
+    def build(self):
+        """The ``QuantizationConfig`` (built on first use by a built-in's factory)."""
+        return self.config if self.config is not None else self.factory()
+
+    @property
+    def identity(self) -> str:
+        """What results under this quantization depend on (a user's config by its description)."""
+        return self.name if self.builtin else f"{self.name}:{describe_config(self.config)}"
+
+    @property
+    def text(self) -> str:
+        return f"{self.name}: {self.help}"
+
+    def __reduce__(self):
+        # A built-in travels by name (its factory is code); a user's travels with its config.
+        if self.builtin:
+            return (get_quantization, (self.name,))
+        return (Quantization, (self.name, self.help, self.spec, None, self.config, False))
+
+
+def _arm(name: str, **kwargs) -> Callable[[], Any]:
+    return lambda: _executorch.arm_quantization_config(name, **kwargs)
+
+
+BUILTIN = (
+    Quantization("a8w8", "8-bit activations, 8-bit symmetric per-channel weights (the Arm quantizer's default)",
+                 INT, _arm("get_symmetric_quantization_config", is_per_channel=True), builtin=True),
+    Quantization("a8w8-per-tensor", "8-bit activations, 8-bit symmetric per-tensor weights",
+                 INT, _arm("get_symmetric_quantization_config", is_per_channel=False), builtin=True),
+    Quantization("a16w8", "16-bit activations, 8-bit per-channel weights (needs TOSA-1.0+INT+int16: Ethos-U85)",
+                 INT16, _arm("get_symmetric_a16w8_quantization_config"), builtin=True),
+    Quantization("a8w4", "8-bit activations, 4-bit per-channel weights, range -7..7 (needs TOSA-1.0+INT+int4)",
+                 INT4, _arm("get_symmetric_a8w4_quantization_config", is_qat=False), builtin=True),
+)
+QUANTIZATIONS: dict[str, Quantization] = {q.name: q for q in BUILTIN}
+QUANTIZATION_HELP = {q.name: q.help for q in BUILTIN}
+
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
+
+
+def register_quantization(name: str, config: Any, *, spec: str | None = None, help: str = "",
+                          replace: bool = False) -> Quantization:
+    """Name a ``QuantizationConfig`` of your own, so variants can say ``"upstream@NAME"``.
+
+    ``spec`` is the TOSA specification to lower it for (default: ``TOSA-1.0+INT+int16`` when any
+    activation is 16-bit, else ``TOSA-1.0+INT``).
+    """
+    if not isinstance(name, str) or not _NAME.match(name) or name == FLOAT:
+        raise InspectorError(f"cannot name a quantization {quoted(name)}; use letters, digits, '-', '_' or '.' "
+                             f"(not {FLOAT!r})")
+    if name in QUANTIZATIONS and (QUANTIZATIONS[name].builtin or not replace):
+        raise InspectorError(f"a quantization named {quoted(name)} exists; choose another name"
+                             + ("" if QUANTIZATIONS[name].builtin else " or pass replace=True"))
+    _check_config(config, name)
+    quantization = Quantization(name, help or describe_config(config), spec or needed_spec(config), config=config)
+    QUANTIZATIONS[name] = quantization
+    return quantization
+
+
+def unregister_quantization(name: str) -> None:
+    """Forget a quantization registered with ``register_quantization`` (built-ins stay)."""
+    if name in QUANTIZATIONS and not QUANTIZATIONS[name].builtin:
+        del QUANTIZATIONS[name]
+
+
+def get_quantization(name: str) -> Quantization:
+    try:
+        return QUANTIZATIONS[name]
+    except (KeyError, TypeError):
+        raise InspectorError(f"unknown quantization {quoted(name)}; choose one of: {listing(QUANTIZATIONS)}, "
+                             "or name your own with inspector.register_quantization(NAME, config)") from None
+
+
+def quantization_of(value: Any) -> Quantization:
+    """A comparison's default quantization from what the user gave: None (``a8w8``), a name, a
+    ``Quantization`` or a ``QuantizationConfig`` (then called ``custom``)."""
+    if value is None:
+        return QUANTIZATIONS[DEFAULT]
+    if isinstance(value, Quantization):
+        return value
+    if isinstance(value, str):
+        return get_quantization(value)
+    _check_config(value, "quantization_config")
+    return Quantization("custom", describe_config(value), needed_spec(value), config=value)
+
+
+def _check_config(config: Any, what: str) -> None:
+    if not all(hasattr(config, a) for a in ("input_activation", "output_activation", "weight")):
+        raise InspectorError(f"{what}: expected a QuantizationConfig (e.g. get_symmetric_quantization_config()), "
+                             f"got {type(config).__name__}")
+
+
+def _specs(config) -> list:
+    return [getattr(config, a, None) for a in ("input_activation", "output_activation", "weight", "bias")]
+
+
+def needed_spec(config) -> str:
+    """The TOSA specification a config lowers for: int16 activations need the int16 extension,
+    weights within -8..7 the int4 extension."""
+    dtypes = {getattr(s, "dtype", None) for s in _specs(config)}
+    weight = getattr(config, "weight", None)
+    int4 = weight is not None and getattr(weight, "quant_max", 127) is not None and getattr(weight, "quant_max", 127) <= 7
+    return combined_spec([INT16 if torch.int16 in dtypes else INT, INT4 if int4 else INT])
+
+
+def combined_spec(specs: Iterable[str]) -> str:
+    """The one TOSA specification with every extension ``specs`` need (``+int16`` and ``+int4``)."""
+    extensions = sorted({e for s in specs for e in s.split("+")[2:]})
+    return "+".join([INT, *extensions])
+
+
+def describe_config(config) -> str:
+    """A config in words: its label when it has one, else its specs without addresses."""
+    label = getattr(config, "label", None)
+    if isinstance(label, str) and label:
+        return label
+    parts = []
+    for a, s in zip(("act_in", "act_out", "weight", "bias"), _specs(config)):
+        if s is not None:
+            parts.append(f"{a}={getattr(s, 'dtype', '?')}[{getattr(s, 'quant_min', '?')},"
+                         f"{getattr(s, 'quant_max', '?')}] {getattr(s, 'qscheme', '')}")
+    return re.sub(r" at 0x[0-9a-f]+", "", "; ".join(parts) or repr(config))
+
+
+# ---------------------------------------------------------------- overrides
+
+
+def override_pairs(overrides: Mapping[str, str] | Iterable[tuple[str, str]] | None) -> tuple[tuple[str, str], ...]:
+    """Overrides as sorted ``(key, value)`` pairs (a Variant's frozen form); values checked by name."""
+    if not overrides:
+        return ()
+    try:
+        items = list(overrides.items()) if isinstance(overrides, Mapping) else [tuple(p) for p in overrides]
+    except (TypeError, ValueError):
+        raise InspectorError(f"cannot read overrides {quoted(overrides)}; give a dict "
+                             "{'node, module path or site id': 'float' or a quantization name}") from None
+    pairs = {}
+    for item in items:
+        if len(item) != 2 or not all(isinstance(x, str) and x for x in item):
+            raise InspectorError(f"cannot read override {quoted(item)}; give 'key': 'float' or a quantization name")
+        key, value = item
+        if value != FLOAT:
+            get_quantization(value)
+        pairs[key] = value
+    return tuple(sorted(pairs.items()))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one variant quantizes: its quantization, and the nodes its overrides reach."""
+
+    quantization: Quantization
+    nodes: tuple[tuple[str, str], ...] = ()  # (exported node name, "float" or quantization name)
+    widths: tuple[Quantization, ...] = ()  # the quantizations the overrides name
+
+    @classmethod
+    def of(cls, quantization: Quantization, nodes: tuple[tuple[str, str], ...] = ()) -> "Plan":
+        names = sorted({v for _, v in nodes if v != FLOAT})
+        return cls(quantization, nodes, tuple(get_quantization(n) for n in names))
+
+    def _width(self, name: str) -> Quantization:
+        return next(q for q in self.widths if q.name == name)
+
+    @property
+    def spec(self) -> str:
+        return combined_spec(q.spec for q in (self.quantization, *self.widths))
+
+    @property
+    def plain(self) -> bool:
+        """The default quantization with no overrides: the graph ``analyze`` decides on at tfa."""
+        return self.quantization.name == DEFAULT and self.quantization.builtin and not self.nodes
+
+    @property
+    def identity(self) -> tuple:
+        over = tuple((n, v if v == FLOAT else self._width(v).identity) for n, v in self.nodes)
+        return (self.quantization.identity, self.spec, digest(over) if over else "")
+
+    def quantizer(self):
+        """A ``TOSAQuantizer`` for this plan: the global config, and each override's nodes."""
+        quantizer = _executorch.tosa_int_quantizer(self.spec, self.quantization.build())
+        for value in sorted({v for _, v in self.nodes}):
+            config = None if value == FLOAT else self._width(value).build()
+            quantizer.set_node_finder(config, _tagged_nodes(value))
+        return quantizer
+
+    def tag(self, graph_module) -> None:
+        """Mark the override's nodes in ``graph_module`` (a private copy about to be prepared)."""
+        wanted = dict(self.nodes)
+        if not wanted:
+            return
+        for node in graph_module.graph.nodes:
+            if node.name in wanted:
+                node.meta[OVERRIDE_META] = wanted[node.name]
+
+
+def _tagged_nodes(value: str):
+    """A quantizer ``NodeFinder`` for the nodes tagged ``value`` (its base class is the quantizer's)."""
+    class TaggedNodes(_executorch.node_finder_class()):
+        def find_nodes(self, model):
+            return (n for n in model.graph.nodes if n.meta.get(OVERRIDE_META) == value)
+
+        def __repr__(self) -> str:
+            return f"TaggedNodes({value})"
+
+    return TaggedNodes()
+
+
+def resolve_overrides(target, pairs: tuple[tuple[str, str], ...], label: str) -> tuple[tuple[str, str], ...]:
+    """The exported program's node names each override key reaches; a key that names nothing is
+    one line naming the variant and what the key may be."""
+    if not pairs:
+        return ()
+    graph = target.exported.graph
+    ops = {n.name: n for n in graph.nodes if n.op == "call_function"}
+    by_site = None
+    nodes: dict[str, str] = {}
+    for key, value in pairs:
+        if key in ops:
+            reached = [key]
+        else:
+            if by_site is None:
+                by_site = _site_nodes(target)
+            reached = (by_site.get(key) or [n for n, node in ops.items() if _in_module(node, key)]
+                       or [n for n, aligned in _aligned_ids(target).items() if aligned == key and n in ops])
+        if not reached:
+            raise InspectorError(
+                f"variant {label}: override {quoted(key)} names nothing in {target.name}; give a node name, "
+                "a module path, a site id (see analyze) or a node id (see attribution)")
+        for name in reached:
+            nodes[name] = value
+    return tuple(sorted(nodes.items()))
+
+
+def _site_nodes(target) -> dict[str, list[str]]:
+    """Site ids and tfa-stage node names -> the exported program's names of the same nodes
+    (the mul for a site id; the site's mul or conv for its names at tfa). Site ids are the
+    analysis's (``_graph.site_ids``: module path and source line, the same at every stage)."""
+    from .._sites.graph import candidates, site_ids
+    from .._decide.stages import stage_graph_of
+
+    aten = candidates(target.exported.graph)
+    by_id = {sid: c for sid, c in zip(site_ids(aten), aten)}
+    out: dict[str, list[str]] = {sid: [c.mul.name] for sid, c in by_id.items()}
+    try:
+        tfa = candidates(stage_graph_of(target, "tfa").graph_module.graph)
+    except InspectorError:
+        tfa = []
+    for sid, c in zip(site_ids(tfa), tfa):
+        if sid in by_id:
+            out.setdefault(c.mul.name, [by_id[sid].mul.name])
+            out.setdefault(c.conv.name, [by_id[sid].conv.name])
+    return out
+
+
+def _aligned_ids(target) -> dict[str, str]:
+    """Attribution's aligned node ids (``root:mul``) by exported node name."""
+    from .._sites.graph import aligned_ids
+
+    return aligned_ids(target.exported)[0]
+
+
+def _in_module(node, path: str) -> bool:
+    stack = node.meta.get("nn_module_stack") or {}
+    return any(isinstance(v, tuple) and v and _module_path(v[0]) == path for v in stack.values())
+
+
+def _module_path(fqn: str) -> str:
+    """``L['self'].blocks[0].conv`` or ``blocks.0.conv`` as ``blocks.0.conv``."""
+    path = re.sub(r"^L\['self'\]\.?", "", str(fqn))
+    return re.sub(r"\[(\d+)\]", r".\1", path).strip(".")

@@ -1,0 +1,310 @@
+"""The records a comparison is made of, and their JSON.
+
+``Variant`` (what to run), ``VariantResult`` (what one variant measured: fold counts, per-site
+qparams, per-step metrics, nodes left outside the delegate) and ``Comparison`` (every variant of
+one call) are frozen dataclasses; ``to_dict`` writes them as JSON-ready dicts and
+``Comparison.from_dict`` reads them back, checking every field. Nothing here runs a model: the
+flow that fills them is ``_flow``, the call that orchestrates it ``_compare``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import InspectorError, listing, quoted
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One configuration to quantize and run: a fold rule, carried-state markers, a quantization
+    and per-node overrides.
+
+    ``quantization`` names one (``inspector.QUANTIZATIONS``: a8w8, a8w8-per-tensor, a16w8, a8w4, or
+    one registered with ``register_quantization``); None runs the comparison's own (a8w8 unless
+    ``compare(quantization=...)`` says otherwise). ``overrides`` maps a node name, module path or
+    site id to ``"float"`` (left unquantized: it runs outside the delegate) or a quantization name.
+    """
+
+    policy: str  # a registered rule's name (inspector.POLICIES): off, upstream, state-aware, ...
+    markers: tuple[str, ...] = ()  # site ids or node names marked carried_quant_state
+    quantization: str | None = None  # a quantization's name; None: the comparison's
+    overrides: tuple[tuple[str, str], ...] = ()  # sorted (key, "float" or quantization name)
+
+    def __post_init__(self) -> None:
+        if self.overrides:  # a dict or pairs, in one sorted, checked form (the label and keys use it)
+            from .quantization import override_pairs
+
+            object.__setattr__(self, "overrides", override_pairs(self.overrides))
+
+    @property
+    def label(self) -> str:
+        label = self.policy + (f"+marked({','.join(self.markers)})" if self.markers else "")
+        if self.quantization is not None:
+            label += f"@{self.quantization}"
+        if self.overrides:
+            label += "+keep(" + ",".join(f"{k}={v}" for k, v in self.overrides) + ")"
+        return label
+
+    def to_dict(self) -> dict:
+        return {"policy": self.policy, "markers": list(self.markers), "quantization": self.quantization,
+                "overrides": dict(self.overrides), "label": self.label}
+
+
+@dataclass(frozen=True)
+class QParams:
+    """Per-tensor quantization parameters of one activation."""
+
+    scale: float  # the quantization step
+    zero_point: int  # the integer that represents 0.0
+
+
+@dataclass(frozen=True)
+class SiteOutcome:
+    """What happened to one site in one variant's real quantized flow."""
+
+    site_id: str  # the stable site id (same as in ``analyze``)
+    folded_at: str | None  # "tfa", "lowering", or None when it did not fold
+    conv_output: QParams | None  # calibrated qparams of the conv output in the quantized graph
+    mul_output: QParams | None  # of the mul output (None once folded: the mul is gone)
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """Quantized vs float for one output at one step."""
+
+    output: int  # output index (flattened)
+    step: int  # 0-based recurrent step
+    max_abs_error: float  # max |q - f|
+    mean_abs_error: float  # mean |q - f|
+    mse: float  # mean (q - f)^2
+    sqnr_db: float  # 10 log10(sum f^2 / sum (q - f)^2); inf when equal
+    sqnr_per_channel_db: tuple[float, ...]  # the same per output channel (dim 1)
+    flushed_to_zero: float  # share of elements with f != 0 but q == 0
+
+    def to_dict(self) -> dict:
+        d = {k: json_float(v) if isinstance(v, float) else v for k, v in vars(self).items()}
+        d["sqnr_per_channel_db"] = [json_float(v) for v in self.sqnr_per_channel_db]
+        return d
+
+
+@dataclass(frozen=True)
+class NotDelegated:
+    """A node of the lowered program that runs outside the TOSA delegate."""
+
+    node: str  # node name in the lowered program
+    target: str  # its op
+    reason: str  # the partitioner's reason, or why it stays outside
+
+
+@dataclass(frozen=True)
+class VariantResult:
+    """The numbers of one variant."""
+
+    variant: Variant  # what was run
+    folds: dict  # {"tfa": n, "lowering": n}: how many muls the pass folded per stage
+    sites: tuple[SiteOutcome, ...]  # per site: where it folded, qparams around it
+    metrics: tuple[Metrics, ...]  # per (step, output), steps in order
+    not_delegated: tuple[NotDelegated, ...]  # nodes outside the delegate
+    timings: dict  # seconds per phase of the flow (export, prepare, ..., reference)
+    cached: bool = False  # answered from the cache
+    quantization: str = "a8w8"  # the quantization it ran under (the variant's, or the comparison's)
+    spec: str = "TOSA-1.0+INT"  # the TOSA specification it was lowered for
+    error: str | None = None  # why this variant has no numbers (the others' results stand)
+    outputs: tuple = field(default=(), repr=False, compare=False)  # quantized outputs per step (flat tuples)
+    log: str = field(default="", repr=False, compare=False)  # what the stack printed during the run (--debug)
+
+    def at_step(self, step: int, output: int = 0) -> Metrics:
+        return next(m for m in self.metrics if m.step == step and m.output == output)
+
+    def drift(self, output: int = 0, metric: str = "sqnr_db") -> list[float]:
+        """``metric`` of ``output`` per step (the drift curve)."""
+        return [getattr(m, metric) for m in self.metrics if m.output == output]
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_dict(self) -> dict:
+        return {
+            "variant": self.variant.to_dict(),
+            "quantization": self.quantization,
+            "tosa_spec": self.spec,
+            "error": self.error,
+            "folds": dict(self.folds),
+            "sites": [
+                {"id": s.site_id, "folded_at": s.folded_at,
+                 "conv_output": vars(s.conv_output) if s.conv_output else None,
+                 "mul_output": vars(s.mul_output) if s.mul_output else None}
+                for s in self.sites
+            ],
+            "metrics": [m.to_dict() for m in self.metrics],
+            "not_delegated": [vars(n) for n in self.not_delegated],
+            "timings": dict(self.timings),
+            "cached": self.cached,
+        }
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Every variant's quantized outputs against float, on the TOSA INT reference model."""
+
+    target: str  # model name
+    steps: int  # recurrent steps run
+    calibration: str  # how the quantizer was calibrated
+    quantization: str  # the quantization config used
+    results: tuple[VariantResult, ...]  # one per variant, in the order asked
+    reference: tuple = field(default=(), repr=False, compare=False)  # float outputs per step (flat tuples)
+    # What produced it, kept to look inside later (attribution); absent in a comparison read from JSON.
+    run: "Run | None" = field(default=None, repr=False, compare=False)
+    notes: tuple[str, ...] = ()  # what the reader must know: a fold decision a quantization changed
+
+    @property
+    def errors(self) -> tuple[VariantResult, ...]:
+        """The variants that have no numbers, each with its one-line error."""
+        return tuple(r for r in self.results if r.error is not None)
+
+    @property
+    def measured(self) -> tuple[VariantResult, ...]:
+        """The variants that ran (the ones with numbers)."""
+        return tuple(r for r in self.results if r.error is None)
+
+    def result(self, policy_or_label: str) -> VariantResult:
+        for r in self.results:
+            if policy_or_label in (r.variant.label, r.variant.policy):
+                return r
+        raise InspectorError(f"no variant {quoted(policy_or_label)}; variants: {listing(r.variant.label for r in self.results)}")
+
+    def folded_where(self) -> dict[str, str]:
+        """Per site id, where it folded in each variant: ``"off: not folded; upstream: tfa"``."""
+        out: dict[str, list[str]] = {}
+        for r in self.results:
+            for s in r.sites:
+                out.setdefault(s.site_id, []).append(f"{r.variant.label}: {s.folded_at or 'not folded'}")
+        return {k: "; ".join(v) for k, v in out.items()}
+
+    def to_dict(self) -> dict:
+        return {
+            "target": self.target,
+            "steps": self.steps,
+            "calibration": self.calibration,
+            "quantization": self.quantization,
+            "variants": [r.to_dict() for r in self.results],
+            "rules": _rules_of(self.results),
+            "notes": list(self.notes),
+        }
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        from .._present.tables import comparison_html, comparison_text
+
+        return {"text/plain": comparison_text(self), "text/html": comparison_html(self)}
+
+    def __repr__(self) -> str:
+        return f"<Comparison {self.target}: {', '.join(r.variant.label for r in self.results)}, {self.steps} step(s)>"
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Comparison":
+        """Rebuild a comparison from ``to_dict()`` (raw output tensors are not kept in JSON)."""
+        try:
+            result = cls(_str(data["target"]), _int(data["steps"]), _str(data["calibration"]),
+                         _str(data["quantization"]), tuple(_variant_result_from_dict(v) for v in data["variants"]),
+                         notes=tuple(_str(n) for n in data.get("notes", ())))
+        except KeyError as exc:
+            raise InspectorError(f"not a saved comparison: missing field {exc}") from None
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise InspectorError(f"not a saved comparison: {type(exc).__name__}: {exc}") from None
+        for r in result.measured:  # every (step, output) the tables and plots read must be there
+            have = {(m.step, m.output) for m in r.metrics}
+            outputs = sorted({o for _, o in have})
+            missing = next(((s, o) for s in range(result.steps) for o in outputs if (s, o) not in have), None)
+            if missing is not None or len(have) != len(r.metrics):
+                what = f"no metrics for output {missing[1]} at step {missing[0]}" if missing else "duplicate metrics"
+                raise InspectorError(f"not a saved comparison: variant {quoted(r.variant.label)} has {what}")
+        return result
+
+    def plot(self, kind: str = "drift", output: int = 0):
+        """A matplotlib Figure: ``drift`` (SQNR per step per variant) or ``channels`` (SQNR per channel)."""
+        from .._present.plots import plot_comparison
+
+        return plot_comparison(self, kind, output)
+
+
+def _rules_of(results) -> dict:
+    """Each variant's rule: what it does and where it comes from (a rule not registered in this
+    process, as from a saved session, is left out)."""
+    from .._rules.rules import POLICIES, get_policy
+
+    out = {}
+    for r in results:
+        if r.variant.policy in POLICIES and r.variant.policy not in out:
+            rule = get_policy(r.variant.policy)
+            out[rule.name] = {"help": rule.help, "source": rule.source, "origin": rule.origin}
+    return out
+
+
+def json_float(v: float):
+    """JSON has no inf or NaN: they are written as the strings "inf", "-inf", "nan"."""
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return v
+
+
+def _float(v) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise TypeError(f"expected a number, got {type(v).__name__}")
+    return float(v)  # float("inf") / float("-inf") / float("nan") read the strings back
+
+
+def _int(v) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"expected an integer, got {type(v).__name__}")
+    return v
+
+
+def _str(v, optional: bool = False) -> str | None:
+    if v is None and optional:
+        return None
+    if not isinstance(v, str):
+        raise TypeError(f"expected a string, got {type(v).__name__}")
+    return v
+
+
+def _variant_result_from_dict(d: dict) -> VariantResult:
+    qp = lambda q: QParams(_float(q["scale"]), _int(q["zero_point"])) if q is not None else None  # noqa: E731
+    folds = {k: _int(d["folds"][k]) for k in ("tfa", "lowering")}
+    v = d["variant"]
+    overrides = v.get("overrides") or {}
+    if not isinstance(overrides, dict):
+        raise TypeError(f"expected overrides as an object, got {type(overrides).__name__}")
+    return VariantResult(
+        variant=Variant(_str(v["policy"]), tuple(_str(m) for m in v["markers"]), _str(v.get("quantization"), True),
+                        tuple(sorted((_str(k), _str(x)) for k, x in overrides.items()))),
+        folds=folds,
+        sites=tuple(SiteOutcome(_str(s["id"]), _str(s["folded_at"], True), qp(s["conv_output"]), qp(s["mul_output"]))
+                    for s in d["sites"]),
+        metrics=tuple(
+            Metrics(_int(m["output"]), _int(m["step"]), _float(m["max_abs_error"]), _float(m["mean_abs_error"]),
+                    _float(m["mse"]), _float(m["sqnr_db"]), tuple(_float(v) for v in m["sqnr_per_channel_db"]),
+                    _float(m["flushed_to_zero"]))
+            for m in d["metrics"]
+        ),
+        not_delegated=tuple(NotDelegated(_str(n["node"]), _str(n["target"]), _str(n["reason"]))
+                            for n in d["not_delegated"]),
+        timings={_str(k): _float(v) for k, v in dict(d["timings"]).items()},
+        cached=bool(d.get("cached", False)),
+        quantization=_str(d.get("quantization", "a8w8")),
+        spec=_str(d.get("tosa_spec", "TOSA-1.0+INT")),
+        error=_str(d.get("error"), True),
+    )
+
+
+@dataclass(frozen=True)
+class Run:
+    """What a comparison was computed from: the model, its calibration and each variant's quantization."""
+
+    target: Any  # the _load.Target compared
+    calibration: Any  # its _flow.Calibration
+    plans: tuple = ()  # per result, the _quantization.Plan it ran under

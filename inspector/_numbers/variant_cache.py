@@ -1,0 +1,125 @@
+"""The cache of compare's results: every variant result and float reference, by what determines it.
+
+One ``VariantCache`` (``RESULTS``) is read and written by every caller: ``compare`` in this
+process and each worker process (its own copy). Its keys are built here only:
+
+- the *base key*: everything but the variant (the target's fingerprint, its inputs, the
+  calibration batches and how they run, the steps);
+- a variant's result under ``(base key, "variant", rule identity, markers, plan identity)`` (a
+  user's rule is identified by its source; the plan is the quantization and the nodes its
+  overrides reach), and under ``(base key, "decisions", plan identity, fold decisions)``: the
+  decisions the run really made, so that another variant leading to the same decisions (a
+  marker toggle that changes none) is answered without running; not for a rule's own pass
+  class, which may fold differently from the installed pass;
+- the float reference under ``("reference", base key)``.
+
+Decisions are predicted with the real pass on the tfa graph that a first run on the model
+captured from its own quantization pipeline (the default a8w8 quantizer, no overrides); on a
+model nothing has run on yet, or under another quantization (which can change which nodes the
+quantizer lets fold: a node kept in float is never folded), only the variant itself is a key. Storage is a ``_cache.BoundedCache``: the least recently used go first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .._targets import load as _load
+from .._decide import stages as _stages
+from .._base.cache import BoundedCache
+from .._base.hashing import digest as _digest
+from .._rules.rules import folded_site_ids, get_policy
+from .results import Variant, VariantResult
+
+
+def model_fingerprint(target: _load.Target) -> str:
+    """What the target's results depend on: its exported program, inputs and recurrence (see ``_load.load``)."""
+    return target.key
+
+
+def base_key(target: _load.Target, calibrated, steps: int) -> tuple:
+    """Everything a comparison's results depend on but the variant (``calibrated``: a ``_flow.Calibration``)."""
+    return (model_fingerprint(target), _digest(target.inputs), _digest(list(calibrated.batches)),
+            calibrated.sequence_steps, calibrated.reset, steps)
+
+
+def predicted_decisions(target: _load.Target, variant: Variant) -> tuple:
+    """Where the pass folds in this variant's flow: ``(("tfa", site ids), ("lowering", ()))``.
+
+    The real pass on the captured tfa graph; in the INT flow nothing is left to fold in lowering.
+    Only once the tfa graph exists (``can_predict``).
+    """
+    def decide() -> tuple:
+        folded = folded_site_ids(_stages.stage_graph_of(target, "tfa"), variant.policy, variant.markers)
+        return (("tfa", tuple(sorted(folded))), ("lowering", ()))
+
+    return target.memo.get_or_compute(("decisions", get_policy(variant.policy).identity, variant.markers), decide)
+
+
+def can_predict(target: _load.Target, plan) -> bool:
+    """Fold decisions can be predicted cheaply: the default quantizer without overrides (``plan``:
+    a ``_quantization.Plan``), and its tfa graph captured."""
+    return plan.plain and ("stage", "tfa") in target.memo
+
+
+def answered(result: VariantResult, variant: Variant) -> VariantResult:
+    """``result`` as the answer for ``variant`` from the cache: its label, no time spent."""
+    return replace(result, variant=variant, timings={k: 0.0 for k in result.timings}, cached=True)
+
+
+class VariantCache:
+    """Variant results and float references of compare, by what determines them."""
+
+    def __init__(self, maxsize: int = 64) -> None:
+        self._entries = BoundedCache(maxsize, "comparison results")
+
+    @staticmethod
+    def _variant_key(base: tuple, variant: Variant, plan) -> tuple:
+        return base + ("variant", get_policy(variant.policy).identity, variant.markers, plan.identity)
+
+    @staticmethod
+    def _shares_decisions(variant: Variant) -> bool:
+        """Variants with the same fold decisions give the same result when the installed pass does
+        every fold; a rule's own pass class may fold differently (so it is keyed by itself only)."""
+        return get_policy(variant.policy).pass_class is None
+
+    @staticmethod
+    def _decisions_key(base: tuple, plan, decisions: tuple) -> tuple:
+        return base + ("decisions", plan.identity, decisions)
+
+    @staticmethod
+    def _reference_key(base: tuple) -> tuple:
+        return ("reference",) + base
+
+    def get(self, target: _load.Target, base: tuple, variant: Variant, plan) -> VariantResult | None:
+        """A result computed before for this variant under ``plan``, or for another one with the same
+        fold decisions, relabelled as ``variant``'s (``cached``, no time spent); None if there is none."""
+        hit = self._entries.get(self._variant_key(base, variant, plan))
+        if hit is None and can_predict(target, plan) and self._shares_decisions(variant):
+            hit = self._entries.get(self._decisions_key(base, plan, predicted_decisions(target, variant)))
+        return answered(hit, variant) if hit is not None else None
+
+    def put(self, base: tuple, variant: Variant, plan, result: VariantResult, decisions: tuple | None = None) -> None:
+        """Keep ``result`` for ``variant`` under ``plan``, and for the fold ``decisions`` it really led
+        to when known (None: answered from a worker's cache, whose run is not this one's to describe)."""
+        self._entries.put(self._variant_key(base, variant, plan), result)
+        if decisions is not None and self._shares_decisions(variant):
+            self._entries.put(self._decisions_key(base, plan, decisions), result)
+
+    def reference(self, base: tuple):
+        """The float reference computed before for ``base``, or None."""
+        return self._entries.get(self._reference_key(base))
+
+    def put_reference(self, base: tuple, reference) -> None:
+        self._entries.put(self._reference_key(base), reference)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+# The one cache of variant results (each holds its per-step outputs) and float references.
+RESULTS = VariantCache(64)
+
+
+def clear_cache() -> None:
+    """Forget every cached variant result and float reference."""
+    RESULTS.clear()

@@ -1,0 +1,308 @@
+"""One source for what a site's row says, drawn as text, as an HTML table and in the widget.
+
+``site_rows`` turns an analysis (and optionally a comparison) into frozen ``SiteRow``
+records; the text table, the HTML table, the report and the widget all draw from
+them, with the colours of the graph (``render.STYLES``). Every model-derived string
+is escaped for HTML here.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+
+from .._sites.reasons import Reason, Risk
+from .render import STYLES, site_kind
+
+
+def _esc(value) -> str:
+    return html.escape(str(value), quote=True)
+
+
+@dataclass(frozen=True)
+class SiteRow:
+    """What one site's row shows, in every presentation."""
+
+    site: str  # the stable site id
+    decision: str  # fold | skip
+    kind: str  # folded | skipped | near-miss: its key in render.STYLES (the colour)
+    marked: bool  # the mul carries the carried-state marker
+    mismatch: str | None  # the explainer disagrees with the pass (never expected)
+    conv: str  # the conv node's name
+    conv_op: str  # e.g. "aten.conv2d.default"
+    mul: str  # the mul node's name
+    scale: str  # the scale, summarised ("channel [1, 4, 1, 1] |s| 0.001..100")
+    reasons: tuple[Reason, ...]  # why it was skipped, the pass's first reason first
+    risks: tuple[Risk, ...]  # warnings that do not change the decision
+    folded_where: str  # per variant of the last reference run: where it folded ("" without one)
+
+    @property
+    def colour(self) -> str:
+        return STYLES[self.kind]["color"]
+
+    def cells(self) -> dict[str, str]:
+        """The row as plain-text cells (the text table's columns)."""
+        decision = self.decision + (" (MISMATCH)" if self.mismatch else "") + (" [marked]" if self.marked else "")
+        return {
+            "site": self.site,
+            "decision": decision,
+            "conv -> mul": f"{self.conv} ({self.conv_op.removeprefix('aten.')}) -> {self.mul}",
+            "scale": self.scale,
+            "reasons": "; ".join(f"{r.code}: {r.detail}" for r in self.reasons) or "-",
+            "risks": "; ".join(r.code for r in self.risks) or "-",
+        }
+
+    # -- HTML fragments (escaped), shared by the table and the widget
+
+    def decision_html(self) -> str:
+        out = (f"<span class='fi-decision fi-{_esc(self.decision)}' style='color:{self.colour};font-weight:600'>"
+               f"{_esc(self.decision)}</span>")
+        if self.mismatch:
+            out += f"<br><span class='fi-mismatch'>MISMATCH: {_esc(self.mismatch)}</span>"
+        return out
+
+    def reasons_html(self) -> str:
+        return "<br>".join(f"<code>{_esc(r.code)}</code> {_esc(r.message)}<br><small>{_esc(r.detail)}</small>"
+                           for r in self.reasons) or "&ndash;"
+
+    def risks_html(self) -> str:
+        return "<br>".join(f"&#9888; <code>{_esc(r.code)}</code> <small>{_esc(r.detail)}</small>"
+                           for r in self.risks) or "&ndash;"
+
+    def details_html(self) -> str:
+        """Reasons, risks, scale, the nodes, and where it folded in the last run: the widget's cell."""
+        risks = "".join("<br>" + line for line in self.risks_html().split("<br>")) if self.risks else ""
+        where = f"<br><small>in the quantized flow: {_esc(self.folded_where)}</small>" if self.folded_where else ""
+        return (f"<span class='fi-reasons'>{self.reasons_html()}{risks}<br><small>scale: {_esc(self.scale)}; "
+                f"{_esc(self.conv)} &rarr; {_esc(self.mul)}</small>{where}</span>")
+
+
+def site_rows(analysis, comparison=None, *, sites=None, where: dict | None = None) -> list[SiteRow]:
+    """One ``SiteRow`` per site of ``analysis`` (or per site of ``sites``, some of them); with
+    ``comparison``, where each site folded (``where``: its ``folded_where()``, when the caller has it)."""
+    if where is None:
+        where = comparison.folded_where() if comparison is not None else {}
+    return [
+        SiteRow(site=s.id, decision=s.decision, kind=site_kind(s), marked=s.marked, mismatch=s.mismatch,
+                conv=s.conv, conv_op=s.conv_op, mul=s.mul, scale=s.scale.short(), reasons=s.reasons,
+                risks=s.risks, folded_where=where.get(s.id, ""))
+        for s in (analysis.sites if sites is None else sites)
+    ]
+
+
+def analysis_text(analysis) -> str:
+    head = f"{analysis.name}  stage={analysis.stage}  policy={analysis.policy}"
+    if analysis.markers:
+        head += f"  markers={', '.join(analysis.markers)}"
+    rows = [r.cells() for r in site_rows(analysis)]
+    if not rows:
+        return f"{head}\nno conv->mul sites"
+    cols = list(rows[0])
+    widths = {c: min(60, max(len(c), *(len(r[c]) for r in rows))) for c in cols}
+
+    def line(values):
+        return "  ".join(_clip(v, widths[c]).ljust(widths[c]) for c, v in zip(cols, values)).rstrip()
+
+    out = [head, line(cols), line(["-" * widths[c] for c in cols])]
+    out += [line([r[c] for c in cols]) for r in rows]
+    out.append(analysis.summary())
+    out += [f"note: {n}" for n in analysis.notes]
+    return "\n".join(out)
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+_STYLE = (
+    "<style>.fi-table td,.fi-table th{padding:2px 8px;text-align:left;vertical-align:top}"
+    ".fi-mismatch{color:#c00;font-weight:700}</style>"
+)
+
+
+def analysis_html(analysis, comparison=None) -> str:
+    head = f"<b>{_esc(analysis.name)}</b> stage <code>{_esc(analysis.stage)}</code>, policy <code>{_esc(analysis.policy)}</code>"
+    if analysis.markers:
+        head += ", markers " + ", ".join(f"<code>{_esc(m)}</code>" for m in analysis.markers)
+    rows = site_rows(analysis, comparison)
+    if not rows:
+        return f"<div class='fi-analysis'>{head}<p>no conv-&gt;mul sites</p></div>"
+    cells = [
+        f"<tr class='fi-site-{_esc(r.decision)}'><td><code>{_esc(r.site)}</code>{' &#9873;' if r.marked else ''}</td>"
+        f"<td>{r.decision_html()}</td><td>{_esc(r.conv)} <small>({_esc(r.conv_op)})</small> &rarr; {_esc(r.mul)}</td>"
+        f"<td>{_esc(r.scale)}</td><td>{r.reasons_html()}</td><td>{r.risks_html()}</td></tr>"
+        for r in rows
+    ]
+    table = (
+        "<table class='fi-table'><thead><tr><th>site</th><th>decision</th><th>conv &rarr; mul</th>"
+        "<th>scale</th><th>reasons</th><th>risks</th></tr></thead><tbody>" + "".join(cells) + "</tbody></table>"
+    )
+    notes = "".join(f"<p class='fi-note'>note: {_esc(n)}</p>" for n in analysis.notes)
+    return f"<div class='fi-analysis'>{_STYLE}{head}{table}<p>{_esc(analysis.summary())}</p>{notes}</div>"
+
+
+def stale_html(results_for) -> str:
+    """The banner over results computed for another (stage, policy, markers)."""
+    stage, policy, markers = results_for
+    return ("<div class='fi-stale' style='background:#fff3cd;padding:4px'>&#9888; stale: these results were "
+            f"computed for stage {_esc(stage)}, policy {_esc(policy)}, markers "
+            f"{_esc(', '.join(markers) or 'none')}; run the reference again</div>")
+
+
+def comparison_rows(comparison) -> list[dict[str, str]]:
+    """One dict of display strings per (variant, output) at the last step."""
+    rows = []
+    last = comparison.steps - 1
+    # The quantization column shows once variants differ in it (else the heading says it).
+    mixed = len({(r.quantization, r.variant.overrides) for r in comparison.results}) > 1
+    for r in comparison.measured:
+        outputs = sorted({m.output for m in r.metrics})
+        for o in outputs:
+            m = r.at_step(last, o)
+            first = r.at_step(0, o)
+            rows.append({
+                "variant": r.variant.label + (" (cached)" if r.cached else ""),
+                **({"quantization": r.quantization + (" + overrides" if r.variant.overrides else "")} if mixed else {}),
+                "folds tfa/lower": f"{r.folds['tfa']}/{r.folds['lowering']}",
+                "output": str(o),
+                "SQNR dB": f"{m.sqnr_db:.2f}",
+                "SQNR step 1": f"{first.sqnr_db:.2f}",
+                "max |err|": f"{m.max_abs_error:.4g}",
+                "MSE": f"{m.mse:.3g}",
+                "flushed": f"{m.flushed_to_zero:.1%}",
+                "min ch SQNR": f"{min(m.sqnr_per_channel_db):.2f}" if m.sqnr_per_channel_db else "-",
+            })
+    return rows
+
+
+def text_table(rows: list[dict[str, str]]) -> list[str]:
+    """Rows of display strings as aligned text lines: the header, a rule, one line per row."""
+    if not rows:
+        return []
+    cols = list(rows[0])
+    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in cols}
+    return (["  ".join(c.ljust(widths[c]) for c in cols).rstrip(), "  ".join("-" * widths[c] for c in cols)]
+            + ["  ".join(r[c].ljust(widths[c]) for c in cols).rstrip() for r in rows])
+
+
+def html_table(kind: str, head: str, rows: list[dict[str, str]], tail: str = "") -> str:
+    """``head`` (HTML), the rows as an escaped table, then ``tail`` (HTML), in a div of class ``kind``."""
+    if not rows:
+        return f"<div class='{kind}'>{head}{tail}</div>"
+    cols = list(rows[0])
+    body = "".join("<tr>" + "".join(f"<td>{_esc(r[c])}</td>" for c in cols) + "</tr>" for r in rows)
+    header = "".join(f"<th>{_esc(c)}</th>" for c in cols)
+    return (f"<div class='{kind}'>{_STYLE}{head}<table class='fi-table'><thead><tr>{header}</tr></thead>"
+            f"<tbody>{body}</tbody></table>{tail}</div>")
+
+
+def comparison_text(comparison) -> str:
+    head = (f"{comparison.target}: TOSA INT reference vs float, {comparison.steps} step(s)"
+            f"{' (metrics at the last step)' if comparison.steps > 1 else ''}")
+    rows = comparison_rows(comparison)
+    errors = [f"{r.variant.label}: not run: {r.error}" for r in comparison.errors]
+    if not rows:
+        return "\n".join([head, *errors])
+    lines = [head, *text_table(rows), *errors, *(f"note: {n}" for n in comparison.notes),
+             f"calibration: {comparison.calibration}", f"quantization: {comparison.quantization}"]
+    return "\n".join(lines)
+
+
+def comparison_html(comparison) -> str:
+    head = (f"<b>{_esc(comparison.target)}</b>: TOSA INT reference vs float, {comparison.steps} step(s)"
+            f"<br><small>calibration: {_esc(comparison.calibration)}; quantization: {_esc(comparison.quantization)}</small>")
+    tail = "".join(f"<div class='fi-error'>{_esc(r.variant.label)}: not run: {_esc(r.error)}</div>"
+                   for r in comparison.errors)
+    tail += "".join(f"<div class='fi-note'>note: {_esc(n)}</div>" for n in comparison.notes)
+    return html_table("fi-comparison", head, comparison_rows(comparison), tail)
+
+
+# ---------------------------------------------------------------- is it the fold or the bits?
+
+
+def bits_text(bits) -> str:
+    return "\n".join([bits.answer(), *text_table(bits.rows()), *(f"note: {n}" for n in bits.notes)])
+
+
+def bits_html(bits) -> str:
+    notes = "".join(f"<div class='fi-note'>note: {_esc(n)}</div>" for n in bits.notes)
+    return html_table("fi-bits", f"<b>{_esc(bits.answer())}</b>", bits.rows(), notes)
+
+
+# ---------------------------------------------------------------- attribution
+
+
+def _db(v) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.1f}" if v == v and abs(v) != float("inf") else ("inf" if v == float("inf") else str(v))
+
+
+def attribution_rows(attribution) -> list[dict[str, str]]:
+    """Where the error enters, per variant: one dict of display strings per entry point (at its step)."""
+    rows = []
+    for v in attribution.variants:
+        for r in v.entry_points:
+            rows.append({"variant": v.label, "node": r.node, "op": r.op, "site": r.site or "-", "role": r.role or "-",
+                         "step": str(r.step + 1), "SQNR dB": _db(r.sqnr_db), "drop dB": _db(r.drop_db),
+                         "max |err|": f"{r.max_abs_error:.3g}"})
+    return rows
+
+
+def attribution_site_rows(attribution) -> list[dict[str, str]]:
+    """Per site and variant at the last step: the error at the conv, the mul (or folded conv), the state write."""
+    rows = []
+    for s in attribution.sites:
+        if s.step != attribution.steps - 1:
+            continue
+        rows.append({"site": s.site, "variant": s.variant, "folded": "yes" if s.folded else "no",
+                     "conv SQNR": _db(s.conv.sqnr_db) if s.conv else ("(folded)" if s.folded else "-"),
+                     "mul / folded conv SQNR": _db(s.mul.sqnr_db) if s.mul else "-",
+                     "state write SQNR": _db(s.state_write.sqnr_db) if s.state_write else "-"})
+    return rows
+
+
+def agreement_text(attribution) -> list[str]:
+    lines = []
+    for v in attribution.variants:
+        worst = [a.max_steps for a in v.agreement if a.max_steps is not None]
+        if worst:
+            lines.append(f"{v.label}: simulation vs TOSA reference, max {max(worst):.2f} quantization step(s)")
+    return lines
+
+
+def _table_text(rows: list[dict[str, str]]) -> list[str]:
+    if not rows:
+        return ["(none)"]
+    cols = list(rows[0])
+    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in cols}
+    return (["  ".join(c.ljust(widths[c]) for c in cols).rstrip(), "  ".join("-" * widths[c] for c in cols)]
+            + ["  ".join(r[c].ljust(widths[c]) for c in cols).rstrip() for r in rows])
+
+
+def attribution_text(attribution) -> str:
+    lines = [f"{attribution.target}: where the quantization error enters, {attribution.steps} step(s)",
+             f"calibration: {attribution.calibration}", "",
+             "where the error enters (the node's SQNR falls below its inputs' by more than 1 dB):"]
+    lines += _table_text(attribution_rows(attribution))
+    lines += ["", "sites (last step):"] + _table_text(attribution_site_rows(attribution))
+    lines += ["", *agreement_text(attribution)]
+    return "\n".join(lines).rstrip()
+
+
+def _table_html(rows: list[dict[str, str]]) -> str:
+    if not rows:
+        return "<p><i>none</i></p>"
+    cols = list(rows[0])
+    body = "".join("<tr>" + "".join(f"<td>{_esc(r[c])}</td>" for c in cols) + "</tr>" for r in rows)
+    return (f"<table class='fi-table'><thead><tr>{''.join(f'<th>{_esc(c)}</th>' for c in cols)}</tr></thead>"
+            f"<tbody>{body}</tbody></table>")
+
+
+def attribution_html(attribution) -> str:
+    agreement = "".join(f"<li>{_esc(line)}</li>" for line in agreement_text(attribution))
+    return (f"<div class='fi-attribution'>{_STYLE}<b>{_esc(attribution.target)}</b>: where the quantization error "
+            f"enters, {attribution.steps} step(s)<br><small>calibration: "
+            f"{_esc(attribution.calibration)}</small><h4>Where the error enters</h4>"
+            f"{_table_html(attribution_rows(attribution))}<h4>Sites (last step)</h4>"
+            f"{_table_html(attribution_site_rows(attribution))}<ul class='fi-agreement'>{agreement}</ul></div>")

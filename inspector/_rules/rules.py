@@ -1,0 +1,548 @@
+"""Fold rules (``Policy``), their one registry, and the installed pass wrapped to apply one.
+
+A rule is a small frozen object: a name, a help line, where it comes from, whether it folds at
+all and its state guard. Every rule runs as a subclass of the REAL installed
+``FoldScalarMulIntoConvPass``; the fold itself is always the installed code. A wrapper only
+(a) refuses to run at all (``off``), or (b) hides guarded muls from the pass's matcher (a state
+guard such as the one executorch PR #21234 proposes: an open pull request, in no release), and
+(c) records which muls the pass really folded.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, Callable, Iterable
+
+from torch.fx import GraphModule, Node
+
+from .._doors import executorch as _executorch
+from .._sites import graph as _graph
+from .fold_runs import FoldLog, FoldRun, resolve_markers, start_run, unknown_marker
+from ..errors import FoldPassCrash, InspectorError, crash_behind, describe, listing, quoted
+
+@dataclass(frozen=True)
+class StateGuard:
+    """A structural state guard: a mul is hidden from the pass when it reaches a state boundary."""
+
+    in_place_writes: bool = False  # also count in-place writes into a buffer or input (copy_ at tfa)
+    top_level_markers: bool = False  # a marker counts only in the top-level meta key (as PR #21234 reads it)
+
+    def reach(self, graph, signature, also_marked: Iterable[Node] = (), memo=None) -> _graph.StateReach:
+        """Which nodes of ``graph`` reach which state boundary, as this guard reads them (``memo``: the
+        ``_graph.ReachMemo`` of a graph that is never modified)."""
+        return _graph.state_reach(graph, signature, in_place_writes=self.in_place_writes, also_marked=also_marked,
+                                  top_level_markers=self.top_level_markers, memo=memo)
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A user's guard keeping a site from the pass: a reason code (shown as ``rule:CODE``) and why."""
+
+    code: str  # a short slug: lowercase letters, digits and dashes ("wide-scale")
+    detail: str = ""  # what about this site made the rule skip it
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.code, str) or not _SLUG.fullmatch(self.code):
+            raise InspectorError(f"a Skip code is a short slug of lowercase letters, digits and dashes, "
+                                 f"got {quoted(self.code)}")
+        if not isinstance(self.detail, str):
+            raise InspectorError(f"a Skip detail is a string, got a {type(self.detail).__name__}")
+
+
+_SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,47}")
+
+
+@dataclass(frozen=True)
+class RuleContext:
+    """What a user's guard is told about one site, before the pass runs (read-only)."""
+
+    site: str  # the site id (stable across stages)
+    stage: str  # aten | tfa | edge, or "lowering" inside a comparison's flow
+    mul: Node  # the mul node (read it; never change the graph)
+    conv: Node  # the convolution feeding it
+    conv_op: str  # e.g. "aten.conv2d.default"
+    scale: Any  # the ScaleSummary of what multiplies the conv output
+    has_signature: bool  # the pass runs with an exported program (aten, edge, lowering), not at tfa
+    reaches: Mapping[str, tuple[str, ...]]  # boundary kind -> node names from the mul to the boundary it reaches
+    marked: bool  # the mul carries the carried-state marker
+    reaches_output: bool  # the mul output reaches the graph's output (a crude "it may be fed back")
+
+    @property
+    def reaches_state(self) -> bool:
+        """The mul output reaches any state boundary (a buffer or input write, or a marker)."""
+        return bool(self.reaches)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One fold rule: what decides whether the installed pass may fold a site.
+
+    A built-in rule or a guard of the user's keeps the installed pass's own code doing every fold;
+    it can only keep the pass from running (``folds=False``) or hide muls from its matcher (a
+    ``guard``, a user's ``check``). A rule made from a whole pass class (``Policy.from_pass``)
+    runs that class where the installed one would run. All are registered the same way
+    (``register``), and nothing else in the inspector branches on a rule's name.
+    """
+
+    name: str  # what users type: --policy NAME, analyze(policy=NAME), a variant's label
+    help: str  # one line: what the rule does
+    source: str  # where the rule comes from (the installed pass, an open upstream PR, this project, a file)
+    folds: bool = True  # False: the pass never runs, nothing folds
+    guard: StateGuard | None = None  # muls reaching a state boundary are hidden from the pass (None: no guard)
+    check: Callable[[RuleContext], "Skip | None"] | None = field(default=None, compare=False)  # a user's guard
+    pass_class: type | None = field(default=None, compare=False)  # a whole pass run instead of the installed one
+    origin: str = ""  # "path/to/file.py:NAME" for a rule loaded from a file ("" otherwise)
+
+    @property
+    def guarded(self) -> bool:
+        return self.folds and self.guard is not None
+
+    @property
+    def is_users(self) -> bool:
+        """A rule of the user's (a guard function or a pass class): code that runs in this process."""
+        return self.check is not None or self.pass_class is not None
+
+    @property
+    def identity(self) -> tuple:
+        """What results computed under this rule depend on: its name for a built-in rule; for a
+        user's, its name, file and the source of its guard or pass class (an edited rule is another)."""
+        if not self.is_users:
+            return (self.name,)
+        import hashlib
+        import inspect
+
+        code = self.check if self.check is not None else self.pass_class
+        try:
+            source = inspect.getsource(code)
+        except (OSError, TypeError):  # defined where no source is kept: this object only
+            source = f"<no source: id {id(code)}>"
+        return (self.name, self.origin, hashlib.sha256(source.encode()).hexdigest()[:16])
+
+    def reach(self, graph, signature, also_marked: Iterable[Node] = (), memo=None) -> _graph.StateReach:
+        """What this rule's guard reads on ``graph`` (nothing for a rule without a guard)."""
+        if not self.guarded:
+            return _graph.StateReach({})
+        return self.guard.reach(graph, signature, also_marked, memo=memo)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "help": self.help, "source": self.source, "folds": self.folds,
+                "guard": None if self.guard is None else {"in_place_writes": self.guard.in_place_writes,
+                                                          "top_level_markers": self.guard.top_level_markers},
+                "check": _qualname(self.check), "pass_class": _qualname(self.pass_class), "origin": self.origin}
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.source, id(self.check), id(self.pass_class)))
+
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, Policy) and (self.name, self.help, self.source, self.folds, self.guard, self.origin)
+                == (other.name, other.help, other.source, other.folds, other.guard, other.origin)
+                and self.check is other.check and self.pass_class is other.pass_class)
+
+    @classmethod
+    def from_pass(cls, pass_class: type, *, name: str | None = None, help: str | None = None,
+                  source: str | None = None, register_it: bool = True) -> "Policy":
+        """A rule that runs ``pass_class`` (with the installed pass's constructor:
+        ``pass_class(exported_program)`` / ``pass_class(tfa_pass=True)``) wherever the installed
+        pass would run, at every stage and in a comparison's quantize -> lower flow."""
+        if not isinstance(pass_class, type) or not callable(getattr(pass_class, "call", None)):
+            raise InspectorError(f"a pass rule needs a pass class with a call(graph_module) method, "
+                                 f"got {quoted(pass_class)}")
+        name = name or pass_class.__name__
+        rule = cls(name, help or f"the pass class {pass_class.__qualname__} instead of the installed pass",
+                   source or f"the user's pass class {pass_class.__module__}.{pass_class.__qualname__}",
+                   pass_class=pass_class)
+        return register(rule, replace=True) if register_it else rule
+
+
+Rule = Policy  # what users write a rule as: ``inspector.Rule.from_pass(cls)``
+
+
+def rule(name: str, *, help: str = "", base: "str | Policy" = "upstream", source: str | None = None):
+    """Decorate a guard ``fn(site: RuleContext) -> None | Skip(code, detail)``: the rule ``name``,
+    which is ``base`` (default: the installed pass as it is) with ``fn`` hiding the sites it skips
+    from the installed pass's matcher. The rule is registered: every entry point offers it."""
+    def make(fn):
+        if not callable(fn):
+            raise InspectorError(f"inspector.rule decorates a function of a RuleContext, got {quoted(fn)}")
+        parent = get_policy(base)
+        if parent.is_users:
+            raise InspectorError(f"a guard's base is a built-in rule, not the user's rule {quoted(parent.name)}")
+        where = source or f"the user's guard {getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
+        return register(Policy(name, help or (fn.__doc__ or "").strip().split("\n")[0] or f"{parent.name} and {name}",
+                               where, folds=parent.folds, guard=parent.guard, check=fn), replace=True)
+
+    return make
+
+
+def _qualname(obj) -> str | None:
+    return None if obj is None else f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(obj))}"
+
+
+_REGISTRY: dict[str, Policy] = {}  # the one registry of rules, by name (not a cache: never evicted)
+_REGISTRY_LOCK = threading.RLock()
+ENTRY_POINT_GROUP = "fold_inspector.rules"  # plugins: a callable that receives ``register``, or a Policy
+_DISCOVERED: list[bool] = []  # set once the entry points were read
+
+
+def _discover() -> None:
+    """Register the rules plugins offer through the ``fold_inspector.rules`` entry points (once)."""
+    with _REGISTRY_LOCK:
+        if _DISCOVERED:
+            return
+        _DISCOVERED.append(True)
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            loaded = point.load()
+            if isinstance(loaded, Policy):
+                register(loaded, replace=True)
+            else:
+                loaded(register)
+        except Exception as exc:  # noqa: BLE001 - a broken plugin must not take every rule with it
+            import warnings
+
+            warnings.warn(f"the fold-rule plugin {point.name} ({point.value}) failed to load: {describe(exc)}",
+                          stacklevel=2)
+
+
+def register(policy: Policy, *, replace: bool = False) -> Policy:
+    """Add ``policy`` to the rules every entry point offers (CLI, widget, compare, sessions)."""
+    if not isinstance(policy, Policy):
+        raise InspectorError(f"a rule is a Policy, got a {type(policy).__name__}")
+    if not policy.name or not isinstance(policy.name, str) or any(ch in policy.name for ch in ",@ \n"):
+        raise InspectorError(f"a rule's name is one word without ',', '@' or spaces, got {quoted(policy.name)}")
+    with _REGISTRY_LOCK:
+        if policy.name in _REGISTRY and not replace and _REGISTRY[policy.name] != policy:
+            raise InspectorError(f"a rule named {quoted(policy.name)} is registered already; give another name")
+        _REGISTRY[policy.name] = policy
+    return policy
+
+
+def unregister(name: str) -> None:
+    """Remove the rule ``name`` (tests and plugins that registered one for a while)."""
+    with _REGISTRY_LOCK:
+        _REGISTRY.pop(name, None)
+
+
+class _Names(Sequence):
+    """The registered rules' names, in registration order, read live (a rule registered later
+    appears in every list built from it)."""
+
+    def _names(self) -> tuple[str, ...]:
+        _discover()
+        with _REGISTRY_LOCK:
+            return tuple(_REGISTRY)
+
+    def __getitem__(self, i):
+        return self._names()[i]
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __contains__(self, name) -> bool:
+        _discover()
+        with _REGISTRY_LOCK:
+            return isinstance(name, str) and name in _REGISTRY
+
+    def __repr__(self) -> str:
+        return repr(self._names())
+
+
+class _Help(Mapping):
+    """Each registered rule's one-line help with where it comes from, by name, read live."""
+
+    def __getitem__(self, name: str) -> str:
+        with _REGISTRY_LOCK:
+            rule = _REGISTRY[name]
+        return f"{rule.help} [{rule.source}]"
+
+    def __iter__(self):
+        return iter(POLICIES._names())
+
+    def __len__(self) -> int:
+        return len(POLICIES)
+
+
+POLICIES: Sequence[str] = _Names()
+POLICY_HELP: Mapping[str, str] = _Help()
+
+_INSTALLED = f"the installed pass (executorch {_executorch.SUPPORTED})"
+OFF = register(Policy("off", "never fold", "this project: the fold turned off, for comparison", folds=False))
+UPSTREAM = register(Policy("upstream", "the installed pass as it is", _INSTALLED))
+STATE_AWARE = register(Policy(
+    "state-aware",
+    "upstream, but skip muls that reach a BUFFER_MUTATION / USER_INPUT_MUTATION output of the graph signature "
+    "or a node marked carried_quant_state",
+    "executorch PR #21234 as proposed (an open pull request, in no release)",
+    guard=StateGuard(top_level_markers=True)))
+STATE_AWARE_STRICT = register(Policy(
+    "state-aware-strict",
+    "state-aware, and also treat in-place writes into a buffer or an input (copy_ into a get_attr buffer, "
+    "as at tfa) as state boundaries",
+    "this project's proposal", guard=StateGuard(in_place_writes=True)))
+# What compare runs when not told: never fold, the installed pass, and the guard that sees state at tfa.
+DEFAULT_VARIANTS = (OFF.name, UPSTREAM.name, STATE_AWARE_STRICT.name)
+
+
+def get_policy(policy: "str | Policy") -> Policy:
+    """The registered rule ``policy`` names (a Policy is returned as it is, registered or not);
+    ``"path/to/rules.py:NAME"`` imports that file (code the user chose to run) and registers NAME."""
+    if isinstance(policy, Policy):
+        return policy
+    _discover()
+    with _REGISTRY_LOCK:
+        rule = _REGISTRY.get(policy) if isinstance(policy, str) else None
+    if rule is None and isinstance(policy, str) and ".py:" in policy:
+        return load_rule(policy)
+    if rule is None:
+        raise InspectorError(f"unknown policy {quoted(policy)}; choose one of: {', '.join(POLICIES)}, "
+                             "or give path/to/rules.py:NAME")
+    return rule
+
+
+def load_rule(spec: str) -> Policy:
+    """``path/to/file.py:NAME``: import the file and register what NAME is: a rule made with
+    ``@inspector.rule``, a guard function of a ``RuleContext``, or a pass class with the installed
+    pass's constructor (``Policy.from_pass``). The rule keeps its file as ``origin``."""
+    from pathlib import Path
+
+    from .._targets.load import import_file
+
+    file, _, attr = spec.rpartition(":")
+    if not file.endswith(".py") or not attr.isidentifier():
+        raise InspectorError(f"a rule file is given as path/to/file.py:NAME, got {quoted(spec)}")
+    module = import_file(file)
+    obj = getattr(module, attr, None)
+    origin = f"{Path(file).resolve()}:{attr}"
+    shown = f"{Path(file).name}:{attr}"
+    if isinstance(obj, Policy):
+        rule = obj
+    elif isinstance(obj, type):
+        rule = Policy.from_pass(obj, name=attr, source=f"the user's pass class {shown}", register_it=False)
+    elif callable(obj):
+        doc = (getattr(obj, "__doc__", None) or "").strip().split("\n")[0]
+        rule = Policy(attr, doc or f"upstream, and the guard {attr}", f"the user's guard {shown}",
+                      guard=UPSTREAM.guard, check=obj)
+    else:
+        found = sorted(n for n, v in vars(module).items() if isinstance(v, Policy) or
+                       (callable(v) and getattr(v, "__module__", None) == module.__name__))
+        raise InspectorError(f"{Path(file).name} has no rule, guard function or pass class {quoted(attr)}; "
+                             f"found: {listing(found) or 'none'}")
+    from dataclasses import replace as _replace
+
+    return register(_replace(rule, origin=origin), replace=True)
+
+
+def check_policy(policy: "str | Policy") -> str:
+    """The name of the rule ``policy`` (raises one line if it names none)."""
+    return get_policy(policy).name
+
+
+def marker_tuple(markers) -> tuple[str, ...]:
+    """Markers as a tuple of strings: one string is one marker, not its characters."""
+    if markers is None:
+        return ()
+    if isinstance(markers, str):
+        return (markers,)
+    try:
+        out = tuple(markers)
+    except TypeError:
+        raise InspectorError(f"markers must be site ids or node names, got {quoted(markers)}") from None
+    bad = [m for m in out if not isinstance(m, str)]
+    if bad:
+        raise InspectorError(f"a marker is a site id or node name (a string), got {quoted(bad[0])}")
+    return out
+
+
+# How long a user's guard may take on one site before it is called too slow (it runs once per site
+# for every decide: a toggle re-decides every site under a user's rule).
+GUARD_SECONDS = 1.0
+
+
+def rule_skips(rule: Policy, graph, program, stage: str, cands, ids, reach: _graph.StateReach,
+               marked: Iterable[Node] = ()) -> dict[str, tuple[str, Skip]]:
+    """mul name -> (site id, Skip) for every site the user's guard of ``rule`` keeps from the pass.
+
+    ``reach``: which nodes reach which state boundary (every kind, markers included). The guard
+    gets a read-only ``RuleContext`` per site; one that raises, returns something else than None
+    or a ``Skip``, or takes longer than ``GUARD_SECONDS`` on a site is one line naming the rule."""
+    if rule.check is None:
+        return {}
+    from .._sites.scale import scale_summary
+
+    marked = set(marked)
+    to_output = _graph.reaches_output(graph)
+    out: dict[str, tuple[str, Skip]] = {}
+    for c, site_id in zip(cands, ids):
+        reaches = {k: tuple(n.name for n in reach.path(k, c.mul)) for k in reach.kinds(c.mul)}
+        context = RuleContext(site_id, stage, c.mul, c.conv, _graph.op_name(c.conv), scale_summary(c, program),
+                              program is not None, MappingProxyType(reaches),
+                              c.mul in marked or _graph.marked(c.mul), c.mul in to_output)
+        t0 = time.perf_counter()
+        try:
+            answer = rule.check(context)
+        except InspectorError as exc:
+            raise InspectorError(f"rule {quoted(rule.name)} failed on site {site_id}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - the user's guard raised: one line naming it
+            raise InspectorError(f"rule {quoted(rule.name)} raised on site {site_id}: {describe(exc)}; "
+                                 "fix the guard (it must return None or inspector.Skip(code, detail))") from None
+        took = time.perf_counter() - t0
+        if took > GUARD_SECONDS:
+            raise InspectorError(f"rule {quoted(rule.name)} took {took:.1f} s on site {site_id} (the limit is "
+                                 f"{GUARD_SECONDS:g} s a site: it runs for every site on every decide); make it cheaper")
+        if answer is None:
+            continue
+        if not isinstance(answer, Skip):
+            raise InspectorError(f"rule {quoted(rule.name)} returned a {type(answer).__name__} for site {site_id}; "
+                                 "a guard returns None (the installed pass decides) or inspector.Skip(code, detail)")
+        out[c.mul.name] = (site_id, answer)
+    return out
+
+
+def policy_pass_class(policy: "str | Policy", markers: Iterable[str] = (), log: FoldLog | None = None,
+                      hidden: frozenset[str] | None = None, site_ids: dict[str, str] | None = None) -> type:
+    """A subclass of the installed pass that applies ``policy`` and ``markers`` and reports to ``log``.
+
+    Markers (site ids or node names) are set on the graph the pass receives, in
+    ``meta["carried_quant_state"]`` and ``meta["custom"]``, before the guard reads them.
+    ``hidden`` names the muls the guard hides instead, when the caller computed the guard on a
+    larger graph than the one the pass receives (a region, see ``_region``); ``site_ids`` (mul name
+    -> site id) when the caller found the sites already (the call does not look for them again).
+    The subclass is made by the door (``_executorch.fold_pass_subclass``): the fold itself
+    is always the installed code.
+    """
+    policy = get_policy(policy)
+    markers = tuple(markers)
+    if policy.pass_class is not None:
+        from .user_pass import user_pass_class
+
+        return user_pass_class(policy, markers, log)
+    return _executorch.fold_pass_subclass(
+        policy.name, lambda gm, program: _PolicyCall(policy, markers, log, gm, program, hidden, site_ids))
+
+
+class _PolicyCall:
+    """One call of a policy pass: marks the graph, hides guarded muls, records what folded."""
+
+    def __init__(self, policy: Policy, markers: tuple[str, ...], log: FoldLog | None, graph_module: GraphModule,
+                 program, hidden: frozenset[str] | None = None, site_ids: dict[str, str] | None = None) -> None:
+        graph = graph_module.graph
+        run = start_run(graph_module, program, markers, log, site_ids)
+        self.run, self.log = run, log
+        self.skip = not policy.folds
+        if hidden is None:
+            self.guarded = guarded_muls(policy, graph, program)
+            if policy.check is not None:  # a user's guard, read on the graph as the pass receives it
+                cands = _graph.candidates(graph)
+                reach = _graph.state_reach(graph, program.graph_signature if program is not None else None,
+                                           in_place_writes=True)
+                stage = "tfa" if program is None else "lowering"
+                by_name = {n.name: n for n in graph.nodes}
+                for name in rule_skips(policy, graph, program, stage, cands, _graph.site_ids(cands), reach):
+                    self.guarded.setdefault(by_name[name], ["rule"])
+        else:
+            self.guarded = {n: [] for n in graph.nodes if n.name in hidden}
+
+    def hides(self, mul: Node) -> bool:
+        return mul in self.guarded
+
+    def folded(self, conv: Node, mul_name: str) -> None:
+        self.run.folded.append(mul_name)
+        self.run.folded_ids.append(self.run.site_ids.get(mul_name, mul_name))
+
+    def crashed(self, conv: Node, mul_name: str, exc: Exception) -> Exception:
+        site_id = self.run.site_ids.get(mul_name, mul_name)
+        return FoldPassCrash(
+            f"the installed {_executorch.FOLD_PASS} crashed while folding site {site_id} ({mul_name} after "
+            f"{conv.name}): {describe(exc)}",
+            site_id, mul_name,
+        )
+
+    def finished(self) -> None:
+        if self.log is not None:
+            self.log.add(self.run)
+
+
+def guard_reach(policy: "str | Policy", graph, signature, also_marked: Iterable[Node] = ()) -> _graph.StateReach:
+    """What ``policy``'s state guard reads on ``graph``: which nodes reach which state boundary
+    (nothing for the policies without a guard)."""
+    return get_policy(policy).reach(graph, signature, also_marked)
+
+
+def guarded_muls(policy: "str | Policy", graph, program) -> dict[Node, list[str]]:
+    """Muls the state guard hides from the pass, with the boundary kinds each one reaches."""
+    reach = guard_reach(policy, graph, program.graph_signature if program is not None else None)
+    return {n: list(reach.kinds(n)) for n in graph.nodes if _graph.is_mul(n) and reach.kinds(n)}
+
+
+def run_pass(graph_module: GraphModule, program, policy: "str | Policy", markers: tuple[str, ...] = (),
+             stage: str = "", hidden: frozenset[str] | None = None,
+             site_ids: dict[str, str] | None = None) -> FoldRun:
+    """Run ``policy``'s pass on ``graph_module`` (rewritten in place: give it a private copy);
+    ``hidden``: the muls the guard hides, by name, instead of the guard's own reading of this graph;
+    ``site_ids``: mul name -> site id, when the caller found the sites already."""
+    log = FoldLog()
+    pass_class = policy_pass_class(policy, markers, log, hidden, site_ids)
+    fold_pass = pass_class(program) if program is not None else pass_class(tfa_pass=True)
+    try:
+        with _executorch.fast_signature_lookups(program):
+            fold_pass(graph_module)
+    except InspectorError:
+        raise  # already one line: a crash on a site, or a user's rule failing
+    except Exception as exc:  # noqa: BLE001 - the installed pass raised: say where, in one line
+        crash = crash_behind(exc)
+        if crash is not None:
+            raise crash from None
+        where = f" at stage {stage}" if stage else ""
+        raise InspectorError(f"the installed fold pass raised{where}: {describe(exc)}") from None
+    return log.runs[-1]
+
+
+def folded_site_ids(stage_graph, policy: "str | Policy", markers: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The ids of the sites ``policy``'s pass folds on ``stage_graph`` (a private copy is rewritten)."""
+    gm, program = stage_graph.fresh_copy()
+    _, unknown = resolve_markers(gm.graph, markers)
+    if unknown:
+        raise unknown_marker(unknown[0], stage_graph.stage, _graph.site_ids(_graph.candidates(gm.graph)))
+    return tuple(run_pass(gm, program, policy, markers, stage_graph.stage).folded_ids)
+
+
+# ---------------------------------------------------------------- rules in worker processes
+
+
+def rule_identity(name: str) -> str:
+    """A rule's identity in a few characters (a user's rule: by its source)."""
+    from .._base.hashing import digest
+
+    return digest(get_policy(name).identity)[:20]
+
+
+def ensure_rules(rules) -> None:
+    """Make a parent's rules (``rule_origins``) known in this worker as the parent knows them: a rule from a file is (re)loaded
+    from that file when this process does not know it, or knows an older version of it."""
+    for name, origin, identity in rules:
+        try:
+            if rule_identity(name) == identity:
+                continue
+        except InspectorError:
+            pass
+        if not origin:
+            raise InspectorError(f"rule {name!r} is not known in this worker process; define it in a file and "
+                                 "name it path/to/rules.py:NAME")
+        load_rule(origin)
+        if rule_identity(name) != identity:
+            raise InspectorError(f"rule {name!r} in {origin} changed while the sweep ran; run it again")
+
+
+def rule_origins(names) -> list[tuple[str, str, str]]:
+    """What a worker needs to know each rule as this process does: name, file (if any), identity."""
+    return [(name, get_policy(name).origin, rule_identity(name)) for name in dict.fromkeys(names)]

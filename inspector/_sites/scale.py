@@ -1,0 +1,62 @@
+"""What multiplies a conv output: the scale of a site, summarised (a record every rule may read)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from . import graph as _graph
+from .explain import channel_broadcast
+
+
+@dataclass(frozen=True)
+class ScaleSummary:
+    """What multiplies the conv output."""
+
+    kind: str  # scalar (Python number) | scalar-tensor | channel | tensor | input-dependent
+    shape: tuple[int, ...]  # () for a Python number
+    dtype: str  # "float32", "int64", "python-float", ...
+    min_abs: float | None  # smallest |s| (None when not a constant)
+    max_abs: float | None  # largest |s|
+    ratio: float | None  # max_abs / min_abs (inf when some s is 0; None when not a constant)
+
+    def short(self) -> str:
+        if self.min_abs is None:
+            return f"{self.kind} {list(self.shape)}"
+        if self.min_abs == self.max_abs:
+            return f"{self.kind} {self.max_abs:.4g}"
+        return f"{self.kind} {list(self.shape)} |s| {self.min_abs:.3g}..{self.max_abs:.3g}"
+
+    def to_dict(self) -> dict:
+        d = dict(vars(self))
+        d["shape"] = list(self.shape)
+        if self.ratio is not None and math.isinf(self.ratio):
+            d["ratio"] = "inf"
+        return d
+
+
+
+def scale_summary(c: _graph.Candidate, program) -> ScaleSummary:
+    """What multiplies the conv output of candidate ``c`` (constants read as the pass reads them)."""
+    s = c.scale
+    if isinstance(s, (int, float)) and not isinstance(s, bool):
+        v = abs(float(s))
+        return ScaleSummary("scalar", (), f"python-{type(s).__name__}", v, v, 1.0 if v else math.inf)
+    tensor = _graph.constant_tensor(s, program)
+    if tensor is None:
+        meta = _graph.value_meta(s)
+        shape = tuple(int(d) for d in meta.shape) if meta is not None else ()
+        dtype = str(meta.dtype).replace("torch.", "") if meta is not None else "unknown"
+        return ScaleSummary("input-dependent", shape, dtype, None, None, None)
+    shape = tuple(int(d) for d in tensor.shape)
+    dtype = str(tensor.dtype).replace("torch.", "")
+    a = tensor.detach().abs().double().flatten()
+    lo, hi = (float(a.min()), float(a.max())) if a.numel() else (0.0, 0.0)
+    ratio = hi / lo if lo > 0 else (math.inf if hi > 0 else 1.0)
+    if tensor.numel() == 1:
+        kind = "scalar-tensor"
+    elif channel_broadcast(c.conv, shape) is None:
+        kind = "channel"
+    else:
+        kind = "tensor"
+    return ScaleSummary(kind, shape, dtype, lo, hi, ratio)

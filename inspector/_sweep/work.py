@@ -1,0 +1,152 @@
+"""What a sweep's workers run: one model's analysis, and one variant of one model.
+
+Both are module-level functions of ``(payload, report)`` (``_pool`` runs them by name) taking and
+returning plain picklable data, so the same call runs in a spawned process, a Ray task or this
+process. A model is loaded and exported once, in ``prepare_model``; the variants get its exported
+program as a ``torch.export.save`` archive, loaded back through the safe ``.pt2`` loader, with the
+float reference and the calibration computed beside it, so every executor computes exactly the
+same numbers.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .._numbers import flow as _flow
+from .._targets import load as _load
+from .._workers import parallel as _parallel
+from .._decide import stages as _stages
+from .._decide.decide import decider_of
+from .._rules.rules import check_policy, ensure_rules, get_policy
+from .._numbers.compare import plan_of, run_in_worker, worker_target
+from .._numbers.quantization import quantization_of
+from .._numbers.variant_cache import base_key, can_predict, predicted_decisions
+from ..errors import InspectorError, describe
+
+
+def row_of(label: str, stage: str, policy: str, analysis, seconds: float) -> dict:
+    """One (model, stage, rule) row of the sweep: the sites and what the rule decided at each."""
+    return {
+        "target": label, "stage": stage, "policy": policy, "sites": len(analysis.sites),
+        "folded": [s.id for s in analysis.sites if s.folded],
+        "skipped": [s.id for s in analysis.sites if not s.folded],
+        "reasons": {s.id: list(s.reason_codes) for s in analysis.sites if not s.folded},
+        "where": {s.id: {"module": s.module_path, "location": s.location, "mul": s.mul} for s in analysis.sites},
+        "error": None, "seconds": round(seconds, 4),
+    }
+
+
+def prepare_model(payload: dict, report) -> dict:
+    """Load and export one model, decide every (stage, rule) row asked for, and, when variants are to
+    be compared, everything they need: the program archive, the calibration, the float reference,
+    and the fold decisions each variant leads to (variants with equal decisions are run once)."""
+    ensure_rules(payload["rules"])
+    spec = payload["spec"]
+    label = spec["label"]
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    inputs = _load.random_inputs(spec["input_shapes"], f"input_shape of {label}") if spec["input_shapes"] else None
+    target = _load.load(spec["target"], inputs)
+    timings["load"] = time.perf_counter() - t0
+    rows = []
+    need = [tuple(pair) for pair in payload["need"]]
+    stages = list(dict.fromkeys(stage for stage, _ in need))
+    for n, stage in enumerate(stages):
+        t1 = time.perf_counter()
+        try:
+            decider = decider_of(target, stage)
+        except InspectorError as exc:
+            rows += [{"target": label, "stage": stage, "policy": p, "error": str(exc)} for s, p in need if s == stage]
+            continue
+        finally:
+            timings[f"stage {stage}"] = time.perf_counter() - t1
+        for s, policy in need:
+            if s != stage:
+                continue
+            t2 = time.perf_counter()
+            try:
+                analysis = decider.decide(get_policy(policy), ())
+            except InspectorError as exc:
+                rows.append({"target": label, "stage": stage, "policy": policy, "error": str(exc)})
+                continue
+            seconds = time.perf_counter() - t2
+            timings[f"decide {stage}"] = timings.get(f"decide {stage}", 0.0) + seconds
+            rows.append(row_of(label, stage, policy, analysis, seconds))
+        report("analysed", (n + 1) / (len(stages) + bool(payload["compare"])))
+    out = {"name": target.name, "fingerprint": target.key, "rows": rows, "timings": timings, "compare": None,
+           "compare_error": None}
+    if payload["compare"]:
+        try:
+            out["compare"] = _for_variants(target, payload["compare"], timings)
+        except InspectorError as exc:
+            out["compare_error"] = str(exc)
+    return out
+
+
+def _for_variants(target, asked: dict, timings: dict) -> dict:
+    t0 = time.perf_counter()
+    steps = asked["steps"]
+    _flow.check_recurrent(target)
+    calibrated = _flow.choose_calibration(target, None, steps)
+    reference = _flow.float_reference(target, steps)
+    base = base_key(target, calibrated, steps)
+    timings["float reference"] = time.perf_counter() - t0
+    # The fold decisions each variant leads to, from the real pass on the tfa graph the quantizer
+    # sees (a rule with its own pass class may fold otherwise: it is its own group).
+    t1 = time.perf_counter()
+    decisions = {}
+    try:
+        _stages.stage_graph_of(target, "tfa")
+        for label, variant in asked["variants"].items():
+            if (can_predict(target, plan_of(target, variant, quantization_of(None)))
+                    and get_policy(variant.policy).pass_class is None):
+                decisions[label] = predicted_decisions(target, variant)
+    except InspectorError:
+        decisions = {}  # no prediction: every variant runs
+    timings["predict"] = time.perf_counter() - t1
+    try:
+        program = _parallel.program_bytes(target.exported)
+    except Exception as exc:  # noqa: BLE001
+        raise InspectorError(f"torch.export.save cannot write {target.name}'s program, so no worker can run it: "
+                             f"{describe(exc)}") from None
+    return {"program": program, "name": target.name, "source": target.source, "inputs": target.inputs,
+            "recurrent": dict(target.recurrent), "key": target.key, "calibration": calibrated, "steps": steps,
+            "reference": reference, "base_key": base, "decisions": decisions,
+            "nodes": len(target.exported.graph.nodes)}
+
+
+def run_variant(payload: dict, report) -> dict:
+    """One variant of one model on the TOSA INT reference model, from the prepared program (the same
+    worker entry as compare's: ``_compare.run_in_worker``)."""
+    ensure_rules(payload["rules"])
+    variant = payload["variant"]
+    check_policy(variant.policy)
+    plan = plan_of(worker_target(payload["model"]), variant, quantization_of(None))
+    result, _, cached = run_in_worker(payload["model"], variant, plan, report)
+    return {**summary_of(result), "cached": cached, **({"timings": {}} if cached else {})}
+
+
+def summary_of(result) -> dict:
+    """A variant's numbers as the sweep keeps them (JSON-ready; no tensors)."""
+    data = result.to_dict()
+    finite = result.metrics
+    last = max((m.step for m in finite), default=0)
+    outputs = sorted({m.output for m in finite})
+    per_output = []
+    for o in outputs:
+        mine = [m for m in finite if m.output == o]
+        worst = min(mine, key=lambda m: m.sqnr_db)
+        per_output.append({"output": o, "sqnr_db_last": next(m.sqnr_db for m in mine if m.step == last),
+                           "sqnr_db_worst": worst.sqnr_db, "worst_step": worst.step,
+                           "max_abs_error": max(m.max_abs_error for m in mine),
+                           "sqnr_db_steps": [m.sqnr_db for m in sorted(mine, key=lambda m: m.step)]})
+    return {
+        "sqnr_db_last": min((p["sqnr_db_last"] for p in per_output), default=float("nan")),
+        "sqnr_db_worst": min((p["sqnr_db_worst"] for p in per_output), default=float("nan")),
+        "worst_step": min(per_output, key=lambda p: p["sqnr_db_worst"])["worst_step"] if per_output else None,
+        "max_abs_error": max((p["max_abs_error"] for p in per_output), default=float("nan")),
+        "last_step": last, "outputs": per_output, "folds": data["folds"],
+        "folded": sorted(s.site_id for s in result.sites if s.folded_at),
+        "not_delegated": len(result.not_delegated), "timings": data["timings"],
+        "quantization": result.quantization, "tosa_spec": result.spec,
+    }

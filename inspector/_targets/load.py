@@ -1,0 +1,261 @@
+"""Turn what a user hands us into a private exported program plus example inputs.
+
+The caller's module, program and tensors are never touched: everything
+downstream works on deep copies made here (the Arm pipeline writes scaled
+weights in place into whatever module it is given; see docs/stack-facts.md,
+"Traps that lose data or mislead").
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import importlib.util
+import logging
+import os
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._base import quiet as _quiet
+from .._base.copies import private_copy
+from .._base.cache import BoundedCache
+from .._base.hashing import digest, program_fingerprint
+from ..errors import InspectorError, describe, first_line, listing, quoted
+
+SAMPLE_PREFIX = "sample:"
+
+
+@dataclass(frozen=True)
+class Target:
+    """A model ready for analysis: a private export, its inputs, and a pristine eager copy."""
+
+    name: str  # what the user called it: "sample:conv_mul_scalar", "MyNet", "model.pt2"
+    exported: torch.export.ExportedProgram  # private; never run a pass on it directly
+    inputs: tuple  # example inputs (private copies)
+    model: nn.Module | None = None  # pristine private eager copy (None for programs and .pt2)
+    recurrent: dict = field(default_factory=dict)  # output index -> input index fed on the next call
+    source: str | None = None  # the target as given on a command line ("model.pt2", "net.py:Net"); None for objects
+    # What every derived result depends on: the exported program's fingerprint, the inputs,
+    # the recurrence and the name (results carry it). Set by ``load``.
+    key: str = ""
+    # Derived data computed once per target (stage graphs, predicted decisions), bounded.
+    memo: BoundedCache = field(default_factory=lambda: BoundedCache(64, "target memo"), repr=False, compare=False)
+
+    def initial_buffers(self) -> dict[str, torch.Tensor]:
+        """Every buffer's initial value by module path (state starts from these in every run)."""
+        return self.memo.get_or_compute(
+            "initial buffers", lambda: {k: v.detach().clone() for k, v in self.eager().named_buffers()})
+
+    def eager(self) -> nn.Module:
+        """A fresh private module computing the model in float (eager copy, or the program's module)."""
+        if self.model is not None:
+            return private_copy(self.model)
+        return copy.deepcopy(self.exported).module(check_guards=False)
+
+
+# Targets by content key: the same model (same graph, weights, constants, inputs) loaded
+# again gets the same Target back, with the stage graphs and decisions it already has.
+_TARGETS = BoundedCache(16, "targets")
+
+
+def load(target: Any, example_inputs: Any = None) -> Target:
+    """Resolve ``target`` (module, ExportedProgram, sample name, ``.pt2`` path, ``file.py:Class``).
+
+    Every call exports afresh (cheap next to everything after it) and fingerprints the
+    exported program; a model whose program, weights, constants and inputs are all the
+    same as an earlier one's gets the earlier ``Target`` back, with what was derived from
+    it. Anything that changed (a constructor argument, an attribute, a weight edited in
+    place, a non-persistent buffer, a redefined class) gives a new key, never a stale answer.
+    """
+    if isinstance(target, Target):
+        return target
+    fresh = _load(target, example_inputs)
+    if isinstance(target, (str, os.PathLike)):
+        fresh = replace(fresh, source=os.fspath(target))
+    key = digest(fresh.name, fresh.source or "", program_fingerprint(fresh.exported), fresh.inputs,
+                 sorted(fresh.recurrent.items()))
+    fresh = replace(fresh, key=key)
+    return _TARGETS.get_or_compute(key, lambda: fresh)
+
+
+def clear_targets() -> None:
+    """Forget every loaded target (and what was derived from it)."""
+    _TARGETS.clear()
+
+
+def _load(target: Any, example_inputs: Any) -> Target:
+    if isinstance(target, torch.export.ExportedProgram):
+        return _from_program(target, example_inputs, type(target).__name__)
+    if isinstance(target, nn.Module):
+        return _from_module(target, example_inputs, type(target).__name__)
+    if isinstance(target, (str, os.PathLike)):
+        text = os.fspath(target)
+        if text.startswith(SAMPLE_PREFIX) or _is_sample(text):
+            return _from_sample(text.removeprefix(SAMPLE_PREFIX), example_inputs)
+        if text.endswith(".pt2"):
+            return _from_program(load_pt2(text), example_inputs, os.path.basename(text))
+        if ".py:" in text:
+            return _from_script(text, example_inputs)
+        raise InspectorError(
+            f"cannot tell what {quoted(text)} is; give a sample (sample:NAME), a .pt2 file, or path/to/file.py:ClassName"
+        )
+    raise InspectorError(
+        f"cannot analyze a {type(target).__name__}; give an nn.Module with example inputs, an ExportedProgram, "
+        "a sample name, a .pt2 path, or path/to/file.py:ClassName"
+    )
+
+
+def _is_sample(name: str) -> bool:
+    from . import samples
+
+    return name in samples.names()
+
+
+def _from_sample(name: str, example_inputs: Any) -> Target:
+    from . import samples
+
+    model = samples.get(name)
+    return _from_module(model, example_inputs, SAMPLE_PREFIX + name)
+
+
+def load_pt2(path: str | os.PathLike) -> torch.export.ExportedProgram:
+    """Load a ``.pt2`` archive without running code from it (see ``inspector._targets.pt2.load_pt2``)."""
+    from . import pt2 as _pt2
+
+    return _pt2.load_pt2(path)
+
+
+def import_file(file: str | os.PathLike):
+    """Import the Python file the user named (code they chose to run, as ``python file.py``), afresh
+    each time (an edited file is read again); a failure is one line."""
+    path = Path(file)
+    if not path.is_file():
+        raise InspectorError(f"no such file: {file}")
+    mod_name = "_fold_inspector_user_" + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
+    module_spec = importlib.util.spec_from_file_location(mod_name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[mod_name] = module  # dataclasses and pickling look the module up by name
+    try:
+        module_spec.loader.exec_module(module)
+    except SystemExit as exc:  # a script that calls sys.exit() when imported
+        sys.modules.pop(mod_name, None)
+        raise InspectorError(f"importing {path.name} called sys.exit({exc.code!r}); guard the script's own code "
+                             "with `if __name__ == '__main__':`") from None
+    except Exception as exc:  # noqa: BLE001
+        sys.modules.pop(mod_name, None)
+        raise InspectorError(f"importing {path.name} failed: {describe(exc)}") from None
+    return module
+
+
+def _from_script(spec: str, example_inputs: Any) -> Target:
+    """``path/to/file.py:ClassName``: import the file, build the class with no arguments."""
+    file, _, cls_name = spec.rpartition(":")
+    module = import_file(file)
+    mod_name, path = module.__name__, Path(file)
+    cls = getattr(module, cls_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        classes = sorted(n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, nn.Module) and v.__module__ == mod_name)
+        raise InspectorError(f"{path.name} has no nn.Module class {quoted(cls_name)}; found: {listing(classes) or 'none'}")
+    try:
+        model = cls()
+    except SystemExit as exc:
+        raise InspectorError(f"{cls_name}() called sys.exit({exc.code!r})") from None
+    except TypeError as exc:
+        if "required" in str(exc) and "argument" in str(exc):
+            raise InspectorError(f"{cls_name}() needs arguments ({first_line(exc)}); the inspector builds the class "
+                                 "with none: give it defaults, or build it in Python and call inspector.analyze(model)"
+                                 ) from None
+        raise InspectorError(f"{cls_name}() failed: {describe(exc)}") from None
+    except Exception as exc:  # noqa: BLE001
+        raise InspectorError(f"{cls_name}() failed: {describe(exc)}") from None
+    if example_inputs is None:
+        example_inputs = getattr(module, "EXAMPLE_INPUTS", None)
+    return _from_module(model, example_inputs, cls_name)
+
+
+def _inputs_of(model: nn.Module, example_inputs: Any, name: str) -> tuple:
+    if example_inputs is None and callable(getattr(model, "example_inputs", None)):
+        example_inputs = model.example_inputs()
+    if example_inputs is None:
+        example_inputs = getattr(model, "EXAMPLE_INPUTS", None)
+    if example_inputs is None:
+        raise InspectorError(
+            f"{name} needs example inputs: pass example_inputs=(tensor, ...), give the class an "
+            "example_inputs() method, or use --input-shape"
+        )
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    example_inputs = tuple(example_inputs)
+    for i, x in enumerate(example_inputs):
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and not torch.isfinite(x).all():
+            raise InspectorError(f"example input {i} of {name} contains NaN or Inf; give finite inputs")
+    return copy.deepcopy(example_inputs)
+
+
+def _from_module(model: nn.Module, example_inputs: Any, name: str) -> Target:
+    inputs = _inputs_of(model, example_inputs, name)
+    private = private_copy(model).eval()  # a copy deepcopy alone would refuse (non-leaf tensor attributes)
+    try:
+        # torch prints the whole graph before some export errors; the one-line error says enough
+        with _quiet.captured_python(), _quiet.quiet_loggers(*_quiet.EXPORT_LOGGERS, level=logging.CRITICAL):
+            exported = torch.export.export(_sharing_parameters(private), copy.deepcopy(inputs))
+    except Exception as exc:  # noqa: BLE001 - export errors are the user's model/input mismatch
+        raise InspectorError(
+            f"torch.export failed for {name} with inputs {describe_inputs(inputs)}: "
+            f"{describe(exc)}; check the example inputs or --input-shape"
+        ) from None
+    recurrent = dict(getattr(model, "RECURRENT", {}) or {})
+    return Target(name, exported, inputs, private, recurrent)
+
+
+def _sharing_parameters(module: nn.Module) -> nn.Module:
+    """A copy of ``module`` to export that shares its parameters (buffers and everything else copied).
+
+    Export traces on fake tensors and never writes into a parameter, but a ``forward`` may set
+    Python attributes while it is traced: the copy keeps the pristine eager module as it was. The
+    parameters are the weights (140 MB in nfnet_l0, about a second to copy), and nothing writes
+    into the exported program's without copying it first (``_stages``, ``_flow``), so the export
+    and the eager copy hold the same ones.
+    """
+    return private_copy(module, shared=module.parameters())
+
+
+def _from_program(program, example_inputs: Any, name: str) -> Target:
+    program = copy.deepcopy(program)
+    if example_inputs is None:
+        stored = getattr(program, "example_inputs", None)
+        example_inputs = stored[0] if stored else None
+    if example_inputs is None:
+        raise InspectorError(f"{name} carries no example inputs; pass example_inputs or --input-shape")
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    return Target(name, program, copy.deepcopy(tuple(example_inputs)))
+
+
+def random_inputs(shapes, what: str = "input shape") -> tuple:
+    """Seeded random float32 inputs in [-1, 1) of these shapes (what ``--input-shape`` and a sweep's
+    ``input_shape`` give a model): the same shapes give the same tensors in every process."""
+    from .._base.limits import check_shape
+
+    gen = torch.Generator().manual_seed(0)
+    out = []
+    for shape in shapes:
+        dims = tuple(shape)
+        if not dims or any(isinstance(d, bool) or not isinstance(d, int) or d <= 0 for d in dims):
+            raise InspectorError(f"bad {what} {quoted(list(dims))}: give positive integers, e.g. [1, 3, 8, 8]")
+        check_shape(dims, what)
+        out.append(torch.rand(dims, generator=gen) * 2 - 1)
+    return tuple(out)
+
+
+def describe_inputs(inputs: tuple) -> str:
+    return "(" + ", ".join(
+        "x".join(map(str, x.shape)) + f" {str(x.dtype).replace('torch.', '')}" if isinstance(x, torch.Tensor) else repr(x)
+        for x in inputs
+    ) + ")"
+
