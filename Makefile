@@ -20,7 +20,7 @@ PYTEST_ARGS ?=
 # notebook is a group of its own (tests/conftest.py), so the notebooks spread over the cores.
 TEST_WORKERS ?= auto
 
-.PHONY: setup setup-browser demo lab test bench fuzz pictures screenshot clean
+.PHONY: setup setup-browser demo lab test check bench fuzz pictures screenshot clean
 
 # The venv is rebuilt only when pyproject.toml changes. Every dependency is an
 # exact pin (torch==2.13.0), so pip takes the CPU wheel and never an unpinned torch.
@@ -49,6 +49,13 @@ lab: setup
 
 test: setup-browser
 	$(VENV_PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+
+# The quick loop while editing: every test that needs no Arm lowering, TOSA run, browser, Ray cluster,
+# soak or killed worker (the notebooks run the whole flow, so they are left to `make test`).
+# `make test` is still the one command that runs everything, and what CI runs.
+CHECK_MARKERS := not requires_tosa and not browser and not slow and not soak and not requires_ray and not crash
+check: setup
+	$(VENV_PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "$(CHECK_MARKERS)" --ignore=tests/test_notebooks.py $(PYTEST_ARGS)
 
 bench: setup
 	@set -e; found=0; \

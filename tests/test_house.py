@@ -278,7 +278,7 @@ def test_compare_runs_a_registered_rule():
 
 
 # Module-level containers that are registries, not caches: each is filled by registering, once.
-REGISTRIES = {("_rules.rules", "_REGISTRY"), ("_targets.samples", "_ENTRIES")}
+REGISTRIES = {("_rules.rules", "_REGISTRY"), ("_targets.samples", "_ENTRIES"), ("_targets.samples", "_DEFAULT")}
 # Memos of the installed stack's fixed facts (imported classes and modules): a fixed, small set of keys.
 STACK_MEMOS = {("_doors.executorch", "_ready"), ("_doors.executorch", "_get"),
                ("_doors.executorch", "_caching_classes"), ("_doors.tosa", "_ready")}
