@@ -173,7 +173,7 @@ def test_the_widget_uses_only_public_names_of_inspector():
 
 def test_readme_names_are_public():
     text = (ROOT / "README.md").read_text()
-    for name in ("render_pair", "report_html", "NotDelegated", "analyze_graph", "read_session", "Verdicts"):
+    for name in ("render_pair", "report_html", "NotDelegated", "analyze_graph", "Verdicts"):
         assert name in inspector.__all__
         assert name in text, name
 
