@@ -435,7 +435,7 @@ def test_cli_formats(tmp_path, capsys):
     assert "| `sample:stateful_conv_mul` | tfa |" in md
     assert main([*base, "--format", "html"]) == 0  # the same results, read back from out/
     page = capsys.readouterr().out
-    assert page.startswith("<!DOCTYPE html>") and "feeds-buffer-mutation" in page
+    assert page.startswith("<!doctype html>") and "feeds-buffer-mutation" in page
     assert main([*base, "--format", "csv"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0] == "target,stage,policy,sites,folded,skipped,error,sqnr_db_last,sqnr_db_worst"

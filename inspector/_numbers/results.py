@@ -9,10 +9,10 @@ flow that fills them is ``_flow``, the call that orchestrates it ``_compare``.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._present.formats import json_float
 from ..errors import InspectorError, listing, quoted
 
 
@@ -241,15 +241,6 @@ def _rules_of(results) -> dict:
             rule = get_policy(r.variant.policy)
             out[rule.name] = {"help": rule.help, "source": rule.source, "origin": rule.origin}
     return out
-
-
-def json_float(v: float):
-    """JSON has no inf or NaN: they are written as the strings "inf", "-inf", "nan"."""
-    if math.isnan(v):
-        return "nan"
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    return v
 
 
 def _float(v) -> float:

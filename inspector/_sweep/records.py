@@ -7,8 +7,6 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from .._numbers.results import json_float
-
 UNCHANGED_DB = 0.01  # an SQNR difference below this is "unchanged"
 # The quantized (TOSA INT) flow folds in the quantizer's transform-for-annotation, before calibration,
 # and finds nothing left to fold in lowering: its numbers follow the decisions at this stage only.
@@ -31,7 +29,6 @@ class SweepBar:
         return self.done / self.total if self.total else 1.0
 
 
-
 def sqnr_delta(value, base):
     if value is None or base is None:
         return None
@@ -46,21 +43,3 @@ def sqnr_delta(value, base):
 def table_number(v) -> float:
     """A table cell: a float, NaN where there is no number (pandas keeps the column numeric)."""
     return float("nan") if v is None else float(v)
-
-
-def plot_clamp(v) -> float:
-    if v is None:
-        return 0.0
-    v = float(v)
-    return 0.0 if math.isnan(v) else max(-200.0, min(200.0, v))
-
-
-def jsonable(data):
-    if isinstance(data, float):
-        return json_float(data)
-    if isinstance(data, dict):
-        return {k: jsonable(v) for k, v in data.items()}
-    if isinstance(data, (list, tuple)):
-        return [jsonable(v) for v in data]
-    return data
-

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from .._present.formats import jsonable
 from ..errors import InspectorError, quoted
-from .formats import FORMATS, GITHUB_COMMENT_LIMIT, plot_clamp, sweep_html, sweep_markdown, redactor
-from .records import NUMBERS_STAGE, UNCHANGED_DB, sqnr_delta, jsonable, table_number
+from .formats import FORMATS, GITHUB_COMMENT_LIMIT, redactor, sweep_html, sweep_markdown, sweep_plot
+from .records import NUMBERS_STAGE, UNCHANGED_DB, sqnr_delta, table_number
 
 
 @dataclass(frozen=True)
@@ -191,27 +192,7 @@ class Sweep:
 
     def plot(self):
         """A bar per changed site: the SQNR delta of each rule against the baseline (matplotlib)."""
-        import matplotlib.pyplot as plt
-
-        changed = [c for c in self.changed if c.get("sqnr_delta_db")]  # tfa changes: the ones with numbers
-        fig, ax = plt.subplots(figsize=(8, max(2.0, 0.35 * len(changed) + 1)))
-        if not changed:
-            ax.text(0.5, 0.5, "no changed site with a comparison", ha="center", va="center")
-            ax.set_axis_off()
-            return fig
-        others = self.policies[1:]
-        height = 0.8 / max(1, len(others))
-        labels = [f"{c['target']} · {c['stage']} · {c['site'][:40]}" for c in changed]
-        for j, policy in enumerate(others):
-            values = [plot_clamp(c["sqnr_delta_db"].get(policy)) for c in changed]
-            ax.barh([i + j * height for i in range(len(changed))], values, height=height, label=policy)
-        ax.axvline(0, color="black", linewidth=0.8)
-        ax.set_yticks([i + height * (len(others) - 1) / 2 for i in range(len(changed))], labels, fontsize=7)
-        ax.invert_yaxis()
-        ax.set_xlabel(f"SQNR at the last step minus {self.policies[0]}'s (dB)")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        return fig
+        return sweep_plot(self)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         return {"text/plain": repr(self), "text/html": sweep_html(self, page=False)}

@@ -10,8 +10,8 @@ from .._base.hashing import digest
 from .._rules.rules import get_policy
 from .._numbers.quantization import get_quantization
 from .._numbers.results import Variant
+from .._present.formats import jsonable
 from ..errors import InspectorError
-from .records import jsonable
 
 FORMAT_VERSION = 1  # of the files in out/
 
