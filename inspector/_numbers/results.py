@@ -195,6 +195,19 @@ class Comparison:
             "notes": list(self.notes),
         }
 
+    def to_dataframe(self, kind: str = "metrics"):
+        """A pandas DataFrame: ``"metrics"``, one row per variant, step and output (the columns of
+        ``to_dict()["variants"][i]["metrics"]``, after the variant's label; numbers stay floats), or
+        ``"variants"``, one row per variant (the columns of ``to_dict()["variants"]``)."""
+        import pandas as pd
+
+        if kind == "metrics":
+            return pd.DataFrame.from_records([{"variant": r.variant.label, **vars(m)}
+                                              for r in self.results for m in r.metrics])
+        if kind == "variants":
+            return pd.DataFrame.from_records([r.to_dict() for r in self.results])
+        raise InspectorError(f"unknown table {quoted(kind)}; choose metrics or variants")
+
     def _repr_mimebundle_(self, include=None, exclude=None):
         from .._present.tables import comparison_html, comparison_text
 
