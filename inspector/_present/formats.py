@@ -17,31 +17,28 @@ PLOT_LIMIT_DB = 200.0  # an exact match has infinite SQNR; a plot draws it at th
 def db(value) -> str:
     """An SQNR or a difference of SQNRs in dB, without the unit: ``12.35``, ``inf``, ``-inf``, ``nan``,
     ``–`` for no number."""
-    if value is None:
-        return MISSING
-    value = float(value)
-    if math.isnan(value):
-        return "nan"
-    if math.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    return f"{value:.2f}"
+    return _written(value, ".2f", "inf")
 
 
 def db_change(value) -> str:
     """A change in dB, always signed: ``+1.25``, ``-0.50``, ``+inf``, ``-inf``, ``nan``, ``–``."""
+    return _written(value, "+.2f", "+inf")
+
+
+def quantization_steps(value) -> str:
+    """A distance in quantization steps (the simulation against the reference model)."""
+    return _written(value, ".2f", "inf")
+
+
+def _written(value, spec: str, infinity: str) -> str:
     if value is None:
         return MISSING
     value = float(value)
     if math.isnan(value):
         return "nan"
     if math.isinf(value):
-        return "+inf" if value > 0 else "-inf"
-    return f"{value:+.2f}"
-
-
-def quantization_steps(value) -> str:
-    """A distance in quantization steps (the simulation against the reference model)."""
-    return MISSING if value is None else f"{float(value):.2f}"
+        return infinity if value > 0 else "-inf"
+    return format(value, spec)
 
 
 def seconds(value) -> str:
