@@ -12,6 +12,7 @@ from torch import nn
 
 import inspector
 from inspector._front.cli import main
+from inspector._present.formats import db
 
 pytestmark = pytest.mark.requires_tosa
 
@@ -160,7 +161,7 @@ def test_the_after_graph_coloured_by_error(stateful5):
     source = analysis.render("after", errors=attribution.variant("upstream")).source
     assert "SQNR, float vs quantized (dB)" in source and "coloured by SQNR of variant upstream" in source
     folded = attribution.variant("upstream").at("root:mul")
-    assert f"SQNR {folded.sqnr_db:.1f} dB" in source  # the folded conv carries the mul's number
+    assert f"SQNR {db(folded.sqnr_db)} dB" in source  # the folded conv carries the mul's number
     assert "class=\"folded error\"" in source or "class=\"op error\"" in source or "error" in source
     fig = attribution.plot("graph")
     assert len(fig.axes[0].lines) == 2

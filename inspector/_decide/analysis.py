@@ -247,6 +247,12 @@ class Analysis:
             "sites": [s.to_dict() for s in self.sites],
         }
 
+    def to_dataframe(self):
+        """A pandas DataFrame, one row per site: the columns of ``to_dict()["sites"]``."""
+        import pandas as pd
+
+        return pd.DataFrame.from_records([s.to_dict() for s in self.sites])
+
     def _repr_mimebundle_(self, include=None, exclude=None):
         from .._present.tables import analysis_html, analysis_text
 

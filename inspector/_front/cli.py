@@ -428,6 +428,7 @@ def _demo(args) -> int:
     from .._targets import samples
     from .._decide.decide import analyze
     from .._rules.rules import POLICIES
+    from .._present.formats import page
     from .._present.render import svg
     from .._present.tables import analysis_html, analysis_text
 
@@ -446,13 +447,9 @@ def _demo(args) -> int:
     except InspectorError as exc:  # no dot: the tables still make a report
         picture = f"<p><i>{html.escape(str(exc))}</i></p>"
     body = "".join(f"<section>{analysis_html(r)}</section><hr>" for r in results) + picture
-    page = (
-        "<!doctype html><html><head><meta charset='utf-8'><title>fold inspector: "
-        f"{html.escape(name)}</title><style>body{{font-family:sans-serif;margin:1.5em}}svg{{max-width:100%;height:auto}}"
-        f"</style></head><body><h1>fold inspector: sample:{html.escape(name)}</h1>"
-        f"<p>{html.escape(samples.describe(name))}</p>{body}</body></html>"
-    )
-    out = write_text(check_writable(args.html), page)
+    text = page(f"fold inspector: {name}", f"<h1>fold inspector: sample:{html.escape(name)}</h1>"
+                f"<p>{html.escape(samples.describe(name))}</p>{body}")
+    out = write_text(check_writable(args.html), text)
     print(f"wrote {out}")
     return 0
 

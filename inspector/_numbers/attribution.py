@@ -33,7 +33,7 @@ from .compare import compare
 from .flow import is_qdq, quantize, sqnr, stepped
 from .._doors.fold_swap import swapped_fold_pass
 from .._rules.rules import FoldLog, policy_pass_class
-from ..errors import InspectorError, describe
+from ..errors import InspectorError, describe, quoted
 
 # Nodes whose SQNR drops by more than this many dB below their inputs' are where error enters.
 ENTRY_THRESHOLD_DB = 1.0
@@ -170,6 +170,19 @@ class Attribution:
         v = self.variant(label_or_policy)
         step = self.steps - 1 if step is None else step
         return {n.name: n for n in v.nodes if n.step == step}
+
+    def to_dataframe(self, kind: str = "nodes"):
+        """A pandas DataFrame: ``"nodes"`` or ``"entry_points"``, one row per node error (the columns of
+        ``to_dict()["variants"][i]["nodes"]``, after the variant's label; numbers stay floats), or
+        ``"sites"`` (the columns of ``to_dict()["sites"]``)."""
+        import pandas as pd
+
+        if kind in ("nodes", "entry_points"):
+            return pd.DataFrame.from_records([{"variant": v.label, **vars(n)}
+                                              for v in self.variants for n in getattr(v, kind)])
+        if kind == "sites":
+            return pd.DataFrame.from_records([s.to_dict() for s in self.sites])
+        raise InspectorError(f"unknown table {quoted(kind)}; choose nodes, entry_points or sites")
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         from .._present.tables import attribution_html, attribution_text

@@ -11,7 +11,6 @@ presumed: a change that makes things worse shows a negative recovery.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -19,6 +18,7 @@ from .attribution import attribute
 from .compare import compare, variants_of
 from .._decide.decide import analyze
 from .quantization import resolve_overrides
+from .._present.formats import db, db_change
 from .results import Comparison, Variant, VariantResult, json_float
 from ..errors import InspectorError, quoted
 
@@ -68,12 +68,12 @@ class Bits:
             return f"{self.target}: no change ran; see the errors"
         fold = next((c for c in self.changes if c.change == "fold off"), None)
         wide = next((c for c in self.changes if c.change == "16-bit activations"), None)
-        parts = [f"{self.target} at step {self.steps}: {self.baseline} gives {_db(self.baseline_sqnr_db)} dB"]
+        parts = [f"{self.target} at step {self.steps}: {self.baseline} gives {db(self.baseline_sqnr_db)} dB"]
         for c in (fold, wide):
             if c is not None and c.recovered_db is not None:
-                parts.append(f"{c.change} {_signed(c.recovered_db)} dB")
+                parts.append(f"{c.change} {db_change(c.recovered_db)} dB")
         lead = f"{best.change}{' at ' + best.node if best.node else ''}"
-        return "; ".join(parts) + f". The most recovered: {lead} ({_signed(best.recovered_db)} dB)."
+        return "; ".join(parts) + f". The most recovered: {lead} ({db_change(best.recovered_db)} dB)."
 
     def to_dict(self) -> dict:
         return {"target": self.target, "steps": self.steps, "baseline": self.baseline,
@@ -82,7 +82,7 @@ class Bits:
 
     def rows(self) -> list[dict[str, str]]:
         return [{"change": c.change, "where": c.node or "whole model", "variant": c.variant,
-                 "SQNR dB": _db(c.sqnr_db), "recovered dB": _signed(c.recovered_db) if c.error is None else c.error}
+                 "SQNR dB": db(c.sqnr_db), "recovered dB": db_change(c.recovered_db) if c.error is None else c.error}
                 for c in self.changes]
 
     def to_dataframe(self):
@@ -152,9 +152,9 @@ def bits(
     base_db = _worst_last(comparison.results[0])
     changes = []
     for (change, kind, node, _), result in zip(planned, comparison.results[1:]):
-        db = _worst_last(result) if result.error is None else None
-        changes.append(BitsChange(change, kind, node, result.variant.label, db,
-                                  None if db is None else db - base_db, result.error))
+        sqnr = _worst_last(result) if result.error is None else None
+        changes.append(BitsChange(change, kind, node, result.variant.label, sqnr,
+                                  None if sqnr is None else sqnr - base_db, result.error))
     changes.sort(key=lambda c: (c.recovered_db is None, -(c.recovered_db if c.recovered_db is not None else 0.0)))
     return Bits(loaded.name, steps, baseline.label, base_db, tuple(changes), tuple(notes) + comparison.notes,
                 comparison)
@@ -173,22 +173,6 @@ def _entry_nodes(attribution, limit: int) -> list[str]:
 def _worst_last(result: VariantResult) -> float:
     last = max(m.step for m in result.metrics)
     return min(m.sqnr_db for m in result.metrics if m.step == last)
-
-
-def _db(v) -> str:
-    if v is None:
-        return "-"
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    return f"{v:.2f}"
-
-
-def _signed(v) -> str:
-    if v is None:
-        return "-"
-    if math.isinf(v) or math.isnan(v):
-        return str(v)
-    return f"{v:+.2f}"
 
 
 def check_bits_args(max_sites: int, entry_points: int) -> None:

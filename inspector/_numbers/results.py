@@ -9,10 +9,10 @@ flow that fills them is ``_flow``, the call that orchestrates it ``_compare``.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._present.formats import json_float
 from ..errors import InspectorError, listing, quoted
 
 
@@ -195,6 +195,19 @@ class Comparison:
             "notes": list(self.notes),
         }
 
+    def to_dataframe(self, kind: str = "metrics"):
+        """A pandas DataFrame: ``"metrics"``, one row per variant, step and output (the columns of
+        ``to_dict()["variants"][i]["metrics"]``, after the variant's label; numbers stay floats), or
+        ``"variants"``, one row per variant (the columns of ``to_dict()["variants"]``)."""
+        import pandas as pd
+
+        if kind == "metrics":
+            return pd.DataFrame.from_records([{"variant": r.variant.label, **vars(m)}
+                                              for r in self.results for m in r.metrics])
+        if kind == "variants":
+            return pd.DataFrame.from_records([r.to_dict() for r in self.results])
+        raise InspectorError(f"unknown table {quoted(kind)}; choose metrics or variants")
+
     def _repr_mimebundle_(self, include=None, exclude=None):
         from .._present.tables import comparison_html, comparison_text
 
@@ -241,15 +254,6 @@ def _rules_of(results) -> dict:
             rule = get_policy(r.variant.policy)
             out[rule.name] = {"help": rule.help, "source": rule.source, "origin": rule.origin}
     return out
-
-
-def json_float(v: float):
-    """JSON has no inf or NaN: they are written as the strings "inf", "-inf", "nan"."""
-    if math.isnan(v):
-        return "nan"
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    return v
 
 
 def _float(v) -> float:

@@ -115,7 +115,7 @@ def overlays(analysis, which: str = "before", *, errors=None, step: int | None =
     """Node data by file name (Model Explorer's GraphNodeData JSON, keyed by the FX node names of the
     ``which`` graph): decisions, the state path and, with ``errors`` (a variant of an attribution),
     the SQNR layer. Nodes the graph does not have (a folded mul, after the pass) are left out."""
-    from .render import STYLES, site_kind
+    from .styles import STYLES, site_kind
 
     _, ndb, _, _ = load_model_explorer()
     gm, verdicts = analysis.verdicts(which, errors=errors, step=step)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import math
+from .formats import db, plot_db
 
 
 def plot_comparison(comparison, kind: str = "drift", output: int = 0):
@@ -16,7 +16,7 @@ def plot_comparison(comparison, kind: str = "drift", output: int = 0):
     ax = fig.add_subplot()
     if kind == "drift":
         for r in comparison.measured:
-            values = [_finite(v) for v in r.drift(output)]
+            values = [plot_db(v) for v in r.drift(output)]
             ax.plot(range(1, len(values) + 1), values, marker="o", markersize=3, label=r.variant.label)
         ax.set_xlabel("step")
         ax.set_ylabel(f"SQNR of output {output} (dB)")
@@ -26,18 +26,13 @@ def plot_comparison(comparison, kind: str = "drift", output: int = 0):
         for i, r in enumerate(comparison.measured):
             m = r.at_step(comparison.steps - 1, output)
             xs = [c + i * width for c in range(len(m.sqnr_per_channel_db))]
-            ax.bar(xs, [_finite(v) for v in m.sqnr_per_channel_db], width=width, label=r.variant.label)
+            ax.bar(xs, [plot_db(v) for v in m.sqnr_per_channel_db], width=width, label=r.variant.label)
         ax.set_xlabel("output channel")
         ax.set_ylabel("SQNR (dB)")
         ax.set_title(f"{comparison.target}: SQNR per channel, output {output}, last step")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
     return fig
-
-
-def _finite(v: float) -> float:
-    # an exact match has infinite SQNR; draw it at a visible ceiling
-    return 200.0 if math.isinf(v) and v > 0 else (-50.0 if math.isinf(v) else v)
 
 
 def plot_attribution(attribution, kind: str = "graph", node: str | None = None):
@@ -55,7 +50,7 @@ def plot_attribution(attribution, kind: str = "graph", node: str | None = None):
         position = {n: i for i, n in enumerate(attribution.order)}
         for v in attribution.variants:
             last = sorted(v.last_step(), key=lambda r: position.get(r.node, r.order))
-            ax.plot([position.get(r.node, r.order) for r in last], [_finite(r.sqnr_db) for r in last],
+            ax.plot([position.get(r.node, r.order) for r in last], [plot_db(r.sqnr_db) for r in last],
                     marker="o", markersize=3, label=v.label)
         ticks = [position[n] for n in attribution.order]
         if len(ticks) <= 30:
@@ -69,7 +64,7 @@ def plot_attribution(attribution, kind: str = "graph", node: str | None = None):
         if node not in attribution.order:
             raise InspectorError(f"no node {quoted(node)}; ids: " + ", ".join(attribution.order[:20]))
         for v in attribution.variants:
-            values = [_finite(x) for x in v.curve(node)]
+            values = [plot_db(x) for x in v.curve(node)]
             ax.plot(range(1, len(values) + 1), values, marker="o", markersize=3, label=v.label)
         ax.set_xlabel("step")
         ax.set_ylabel(f"SQNR of {node} (dB)")
@@ -87,12 +82,12 @@ def plot_bits(bits):
     fig = Figure(figsize=(7, max(2.0, 0.4 * len(measured) + 1.2)), layout="constrained")
     ax = fig.add_subplot()
     labels = [f"{c.change}: {c.node}" if c.node else c.change for c in measured]
-    values = [_finite(c.recovered_db) for c in measured]
+    values = [plot_db(c.recovered_db) for c in measured]
     ax.barh(range(len(values)), values, color=["tab:green" if v >= 0 else "tab:red" for v in values])
     ax.set_yticks(range(len(values)), labels, fontsize="small")
     ax.invert_yaxis()
     ax.axvline(0, color="black", linewidth=0.8)
-    ax.set_xlabel(f"dB recovered over {bits.baseline} ({bits.baseline_sqnr_db:.1f} dB), worst output, last step")
+    ax.set_xlabel(f"dB recovered over {bits.baseline} ({db(bits.baseline_sqnr_db)} dB), worst output, last step")
     ax.set_title(f"{bits.target}: is it the fold or the bits? ({bits.steps} step(s))")
     ax.grid(alpha=0.3, axis="x")
     return fig

@@ -30,50 +30,12 @@ from torch.fx import Node
 
 from .._sites import graph as _graph
 from ..errors import InspectorError, quoted
+from .formats import db
+from .styles import LEGEND, STYLES, site_kind
 
 WHICH = ("before", "after")
 HIDEABLE = ("constants",)
 
-# One table for the whole picture: graphviz attributes per node kind (and the two
-# path edge kinds). A node has one kind; ``marked`` is drawn over it (border only),
-# so a marked site keeps its site colour. A site's conv and mul share the site's
-# kind, so the same site has the same colour before and after the pass.
-STYLES: dict[str, dict[str, str]] = {
-    "folded": {"shape": "box", "style": "rounded,filled", "fillcolor": "#a6dba0", "color": "#1b7837", "penwidth": "2"},
-    "removed": {"shape": "box", "style": "rounded,filled,dashed", "fillcolor": "#a6dba0", "color": "#1b7837",
-                "penwidth": "2", "fontcolor": "#555555"},
-    "skipped": {"shape": "box", "style": "rounded,filled", "fillcolor": "#f4a582", "color": "#b2182b", "penwidth": "2"},
-    "near-miss": {"shape": "box", "style": "rounded,filled", "fillcolor": "#fee08b", "color": "#b8860b",
-                  "penwidth": "2"},
-    "marked": {"color": "#7b3294", "penwidth": "3", "peripheries": "2"},
-    "boundary": {"shape": "cylinder", "style": "filled", "fillcolor": "#fddbc7", "color": "#b2182b", "penwidth": "2"},
-    "op": {"shape": "box", "style": "rounded,filled", "fillcolor": "#ffffff", "color": "#888888"},
-    "input": {"shape": "invhouse", "style": "filled", "fillcolor": "#deebf7", "color": "#4292c6"},
-    "output": {"shape": "house", "style": "filled", "fillcolor": "#deebf7", "color": "#4292c6"},
-    "constant": {"shape": "note", "style": "filled", "fillcolor": "#f0f0f0", "color": "#bbbbbb",
-                 "fontcolor": "#666666", "fontsize": "10"},
-    "state-path": {"color": "#b2182b", "penwidth": "3.5"},
-    "risk-path": {"color": "#f4a582", "penwidth": "2.5", "style": "dashed"},
-}
-
-# What each style means, in the legend (same keys as STYLES, same order).
-LEGEND: dict[str, str] = {
-    "folded": "folded site (conv, mul)",
-    "removed": "mul removed by the fold",
-    "skipped": "skipped site",
-    "near-miss": "near-miss: the pass\ndoes not match it",
-    "marked": "marked carried state",
-    "boundary": "state boundary\n(buffer/input write)",
-    "op": "op",
-    "input": "input or state buffer",
-    "output": "output",
-    "constant": "weight / constant",
-    "state-path": "path to state\n(skipped for state)",
-    "risk-path": "path to state\n(folded: risk)",
-}
-
-# A skipped site whose first reason says the pass never even matched it.
-NEAR_MISS_REASONS = frozenset({"conv-op-not-matched", "transposed-conv", "mul-op-not-matched", "follows-unfolded-mul"})
 # Reasons that make the path to the state boundary worth drawing.
 STATE_REASONS = frozenset({"feeds-buffer-mutation", "feeds-input-mutation", "marked-carried-state"})
 CARRIED_STATE_RISK = "feeds-carried-state"
@@ -340,10 +302,6 @@ def error_colour(sqnr_db: float) -> str:
         if sqnr_db >= bound:
             colour = fill
     return colour
-
-
-def _fmt_db(v: float) -> str:
-    return "inf" if v == float("inf") else (f"{v:.1f}" if v == v else "nan")
 
 
 def _error_legend(g: graphviz.Digraph) -> None:
@@ -774,10 +732,10 @@ def _label(view: _View, n: Node, kind: str) -> tuple[str, str]:
     label += list(reads)
     error = facts.errors.get(n.name)
     if error is not None:
-        label.append(f"SQNR {_fmt_db(error.sqnr_db)} dB")
-        tip.append(f"float vs quantized: SQNR {_fmt_db(error.sqnr_db)} dB"
+        label.append(f"SQNR {db(error.sqnr_db)} dB")
+        tip.append(f"float vs quantized: SQNR {db(error.sqnr_db)} dB"
                    + (f", max |error| {error.max_abs_error:.3g}" if hasattr(error, "max_abs_error") else "")
-                   + (f", {getattr(error, 'drop_db'):.1f} dB below its inputs" if getattr(error, "drop_db", None)
+                   + (f", {db(getattr(error, 'drop_db'))} dB below its inputs" if getattr(error, "drop_db", None)
                       else ""))
     if n in view.cut:
         label.append(view.cut[n])
@@ -810,13 +768,6 @@ def _node_id(prefix: str, name: str) -> str:
     import hashlib
 
     return f"{prefix}{name[:_MAX_ID // 2]}…{hashlib.sha1(name.encode()).hexdigest()[:12]}"
-
-
-def site_kind(site) -> str:
-    """``folded``, ``skipped`` or ``near-miss`` (the pass does not even match it): the site's key in STYLES."""
-    if site.folded:
-        return "folded"
-    return "near-miss" if site.reasons and site.reasons[0].code in NEAR_MISS_REASONS else "skipped"
 
 
 def _walks_on(n: Node, d: int, hops: int, facts: _Facts) -> bool:

@@ -27,12 +27,12 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from .formats import GITHUB_COMMENT_LIMIT, db, markdown_table, page
 from .tables import analysis_html, comparison_html, comparison_rows, site_rows, stale_html
 from ..errors import InspectorError, quoted
 
 FORMATS = ("html", "md", "json")
-GITHUB_LIMIT = 65_536
-_MD_BUDGET = 60_000  # leaves room for the truncation notes
+_MD_BUDGET = GITHUB_COMMENT_LIMIT - 5_536  # leaves room for the truncation notes
 
 
 # ---------------------------------------------------------------- facts shared by every format
@@ -160,7 +160,7 @@ def summary(analysis, comparison=None) -> str:
         text += " Risks: " + ", ".join(f"{k} ({v})" for k, v in risks.items()) + "."
     if comparison is not None:
         last = comparison.steps - 1
-        parts = [f"{r.variant.label} {r.at_step(last).sqnr_db:.1f} dB" for r in comparison.results if r.metrics]
+        parts = [f"{r.variant.label} {db(r.at_step(last).sqnr_db)} dB" for r in comparison.results if r.metrics]
         text += (f" On the TOSA INT reference model, output 0 at step {comparison.steps} against float: "
                  + ", ".join(parts) + ".")
     return text
@@ -195,20 +195,14 @@ def report_dict(analysis, comparison=None, *, command: str = "") -> dict:
     }
 
 
-_PAGE = """<!doctype html>
-<html><head><meta charset="utf-8"><title>fold inspector report: {title}</title>
-<style>body{{font-family:sans-serif;margin:1.5em}} .fi-stale{{background:#fff3cd;padding:4px}}
-svg{{max-width:100%;height:auto}} pre{{background:#f6f8fa;padding:6px}}</style></head>
-<body><h1>fold inspector report: {title}</h1>
+_BODY = """<h1>fold inspector report: {title}</h1>
 <p class="fi-summary">{summary}</p>
 <p>stage <code>{stage}</code>, policy <code>{policy}</code> ({source}); executorch FoldScalarMulIntoConvPass as installed.</p>
 <h2>Sites</h2>{sites}
 <h2>Graphs (before | after)</h2>{graphs}
 <h2>TOSA INT reference vs float</h2>{results}
 <h2>Environment</h2>{environment}
-<h2>Reproduce</h2><pre>{command}</pre>
-</body></html>
-"""
+<h2>Reproduce</h2><pre>{command}</pre>"""
 
 
 def report_html(analysis, comparison=None, *, results_for=None, full_traces: bool = False,
@@ -234,12 +228,13 @@ def report_html(analysis, comparison=None, *, results_for=None, full_traces: boo
         results = banner + comparison_html(comparison) + "".join(
             figure_img(comparison.plot(kind)) for kind in ("drift", "channels"))
     env = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in environment().items())
-    return _PAGE.format(title=html.escape(analysis.name), stage=html.escape(analysis.stage),
+    body = _BODY.format(title=html.escape(analysis.name), stage=html.escape(analysis.stage),
                         policy=html.escape(analysis.policy), source=html.escape(analysis.rule.source),
                         summary=html.escape(summary(analysis, comparison)),
                         sites=analysis_html(analysis, comparison), graphs=graphs, results=results,
                         environment=f"<table class='fi-table'>{env}</table>",
                         command=html.escape(command or reproduce_command(analysis, comparison, "html")))
+    return page(f"fold inspector report: {analysis.name}", body, style=".fi-stale{background:#fff3cd;padding:4px}")
 
 
 def md_code(text, *, cell: bool = False, limit: int = 300) -> str:
@@ -252,11 +247,6 @@ def md_code(text, *, cell: bool = False, limit: int = 300) -> str:
     pad = " " if text.startswith("`") or text.endswith("`") or not text else ""
     span = f"{fence}{pad}{text}{pad}{fence}"
     return span.replace("|", "\\|") if cell else span
-
-
-def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return (["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-            + ["| " + " | ".join(r) + " |" for r in rows])
 
 
 def report_markdown(analysis, comparison=None, *, command: str | None = None) -> str:
@@ -280,7 +270,7 @@ def report_markdown(analysis, comparison=None, *, command: str | None = None) ->
             cols = list(crows[0])
             blocks.append(["", f"**TOSA INT reference vs float**, {comparison.steps} step(s), "
                                f"calibration: {md_code(comparison.calibration)}", ""]
-                          + _md_table(cols, [[md_code(r[c], cell=True) for c in cols] for r in crows]))
+                          + markdown_table(cols, [[md_code(r[c], cell=True) for c in cols] for r in crows]))
     details = []
     for s in analysis.sites:
         lines = [f"- {md_code(s.id)}: **{s.decision}**, {md_code(s.conv)} ({md_code(s.conv_op)}) -> {md_code(s.mul)}"]
@@ -292,7 +282,7 @@ def report_markdown(analysis, comparison=None, *, command: str | None = None) ->
     notes = [f"- {md_code(n)}" for n in analysis.notes]
 
     def document(n_rows: int, n_details: int, with_blocks: bool) -> str:
-        table = _md_table(header, rows[:n_rows])
+        table = markdown_table(header, rows[:n_rows])
         if n_rows < len(rows):
             table.append(f"| … {len(rows) - n_rows} more site(s) left out to stay under GitHub's comment limit; "
                          "`--format json` has them all | | | | |")

@@ -2,7 +2,7 @@
 
 ``site_rows`` turns an analysis (and optionally a comparison) into frozen ``SiteRow``
 records; the text table, the HTML table, the report and the widget all draw from
-them, with the colours of the graph (``render.STYLES``). Every model-derived string
+them, with the colours of the graph (``styles.STYLES``). Every model-derived string
 is escaped for HTML here.
 """
 
@@ -12,7 +12,8 @@ import html
 from dataclasses import dataclass
 
 from .._sites.reasons import Reason, Risk
-from .render import STYLES, site_kind
+from .formats import MISSING, db, quantization_steps
+from .styles import STYLES, site_kind
 
 
 def _esc(value) -> str:
@@ -25,7 +26,7 @@ class SiteRow:
 
     site: str  # the stable site id
     decision: str  # fold | skip
-    kind: str  # folded | skipped | near-miss: its key in render.STYLES (the colour)
+    kind: str  # folded | skipped | near-miss: its key in styles.STYLES (the colour)
     marked: bool  # the mul carries the carried-state marker
     mismatch: str | None  # the explainer disagrees with the pass (never expected)
     conv: str  # the conv node's name
@@ -165,12 +166,12 @@ def comparison_rows(comparison) -> list[dict[str, str]]:
                 **({"quantization": r.quantization + (" + overrides" if r.variant.overrides else "")} if mixed else {}),
                 "folds tfa/lower": f"{r.folds['tfa']}/{r.folds['lowering']}",
                 "output": str(o),
-                "SQNR dB": f"{m.sqnr_db:.2f}",
-                "SQNR step 1": f"{first.sqnr_db:.2f}",
+                "SQNR dB": db(m.sqnr_db),
+                "SQNR step 1": db(first.sqnr_db),
                 "max |err|": f"{m.max_abs_error:.4g}",
                 "MSE": f"{m.mse:.3g}",
                 "flushed": f"{m.flushed_to_zero:.1%}",
-                "min ch SQNR": f"{min(m.sqnr_per_channel_db):.2f}" if m.sqnr_per_channel_db else "-",
+                "min ch SQNR": db(min(m.sqnr_per_channel_db) if m.sqnr_per_channel_db else None),
             })
     return rows
 
@@ -232,19 +233,13 @@ def bits_html(bits) -> str:
 # ---------------------------------------------------------------- attribution
 
 
-def _db(v) -> str:
-    if v is None:
-        return "-"
-    return f"{v:.1f}" if v == v and abs(v) != float("inf") else ("inf" if v == float("inf") else str(v))
-
-
 def attribution_rows(attribution) -> list[dict[str, str]]:
     """Where the error enters, per variant: one dict of display strings per entry point (at its step)."""
     rows = []
     for v in attribution.variants:
         for r in v.entry_points:
             rows.append({"variant": v.label, "node": r.node, "op": r.op, "site": r.site or "-", "role": r.role or "-",
-                         "step": str(r.step + 1), "SQNR dB": _db(r.sqnr_db), "drop dB": _db(r.drop_db),
+                         "step": str(r.step + 1), "SQNR dB": db(r.sqnr_db), "drop dB": db(r.drop_db),
                          "max |err|": f"{r.max_abs_error:.3g}"})
     return rows
 
@@ -256,9 +251,9 @@ def attribution_site_rows(attribution) -> list[dict[str, str]]:
         if s.step != attribution.steps - 1:
             continue
         rows.append({"site": s.site, "variant": s.variant, "folded": "yes" if s.folded else "no",
-                     "conv SQNR": _db(s.conv.sqnr_db) if s.conv else ("(folded)" if s.folded else "-"),
-                     "mul / folded conv SQNR": _db(s.mul.sqnr_db) if s.mul else "-",
-                     "state write SQNR": _db(s.state_write.sqnr_db) if s.state_write else "-"})
+                     "conv SQNR": db(s.conv.sqnr_db) if s.conv else ("(folded)" if s.folded else MISSING),
+                     "mul / folded conv SQNR": db(s.mul.sqnr_db if s.mul else None),
+                     "state write SQNR": db(s.state_write.sqnr_db if s.state_write else None)})
     return rows
 
 
@@ -267,7 +262,7 @@ def agreement_text(attribution) -> list[str]:
     for v in attribution.variants:
         worst = [a.max_steps for a in v.agreement if a.max_steps is not None]
         if worst:
-            lines.append(f"{v.label}: simulation vs TOSA reference, max {max(worst):.2f} quantization step(s)")
+            lines.append(f"{v.label}: simulation vs TOSA reference, max {quantization_steps(max(worst))} quantization step(s)")
     return lines
 
 

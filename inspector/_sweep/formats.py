@@ -1,0 +1,183 @@
+"""A sweep in its four output formats: Markdown (a pull-request comment), HTML, JSON and CSV, and
+its plot."""
+
+from __future__ import annotations
+
+import html
+
+from .._present.formats import GITHUB_COMMENT_LIMIT, db, db_change, markdown_table, page as html_page, plot_db, seconds
+from .records import NUMBERS_STAGE, UNCHANGED_DB
+
+FORMATS = ("md", "html", "json", "csv")
+__all__ = ["FORMATS", "GITHUB_COMMENT_LIMIT", "sweep_markdown", "sweep_html", "sweep_plot", "redactor"]
+
+
+def redactor(html_text: bool = False):
+    from .._present.report import Redactor
+
+    return Redactor(html=html_text)
+
+
+# ---------------------------------------------------------------- Markdown and HTML
+
+
+def _steps_text(s) -> str:
+    steps = sorted({v.get("steps", s.steps) for v in s.variants if v.get("steps")}) or [s.steps]
+    return f"{steps[0]} step(s)" if len(steps) == 1 else f"{steps[0]} to {steps[-1]} steps (per model)"
+
+
+def _md(text) -> str:
+    from .._present.report import md_code
+
+    return md_code(str(text), cell=True, limit=120)
+
+
+def sweep_markdown(s, limit: int) -> str:
+    head = [f"### Fold rules over {len(s.models)} models: " + " vs ".join(f"`{p}`" for p in s.policies),
+            "", f"Stages: {', '.join(s.stages)}" + (f"; TOSA INT reference, {_steps_text(s)}." if s.steps else "."),
+            "", *[f"- {line}" for line in s.summary()], ""]
+    changed = s.changed
+    others = s.policies[1:]
+    table: list[str] = []
+    if changed:
+        header = ["model", "stage", "site", *[f"`{p}`" for p in s.policies]]
+        if s.steps:
+            header += [f"SQNR `{s.policies[0]}`", *[f"Δ dB `{p}`" for p in others]]
+        cells_of = []
+        for c in changed:
+            cells = [_md(c["target"]), c["stage"], _md(c["site"])]
+            for p in s.policies:
+                decision = c["decisions"].get(p, "–")
+                reasons = c["reasons"].get(p, [])
+                cells.append(decision + (f" ({', '.join(reasons)})" if reasons else ""))
+            if s.steps:
+                cells.append(db((c.get("sqnr_db_last") or {}).get(s.policies[0])))
+                cells += [db_change((c.get("sqnr_delta_db") or {}).get(p)) for p in others]
+            cells_of.append(cells)
+        table += ["#### Sites whose decision differs", "", *markdown_table(header, cells_of)]
+    else:
+        table += ["No site's decision differs between the rules.", ""]
+    header = ["model", *[f"folded `{p}`" for p in s.policies], *([f"SQNR `{p}`" for p in s.policies] if s.steps else [])]
+    model_cells = []
+    shown = NUMBERS_STAGE if NUMBERS_STAGE in s.stages else s.stages[-1]
+    rows = {(r["target"], r["policy"]): r for r in s.rows if r["stage"] == shown}
+    sqnr = s._sqnr_by_policy()
+    for m in s.models:
+        if m.get("error"):
+            model_cells.append([_md(m["target"]), f"failed: {_md(m['error'])}"])
+            continue
+        cells = [_md(m["target"])]
+        for p in s.policies:
+            r = rows.get((m["target"], p))
+            cells.append("error" if r is None or r.get("error") else f"{len(r['folded'])}/{r['sites']}")
+        if s.steps:
+            cells += [db(sqnr.get(m["target"], {}).get(p)) for p in s.policies]
+        model_cells.append(cells)
+    models = ["", "#### Models", "", f"Folded sites out of all sites at {shown}" + (
+        "; SQNR (dB) at the last step on the TOSA INT reference, whose flow folds at tfa." if s.steps else "."),
+        "", *markdown_table(header, model_cells)]
+    failed_variants = [v for v in s.variants if v.get("error")]
+    if failed_variants:
+        models += ["", "#### Variants that did not run", ""]
+        models += [f"- {_md(v['target'])} `{v['variant']}`: {_md(v['error'])}" for v in failed_variants]
+    tail = ["", f"<sub>fold-inspector sweep, {s.executor} executor, {seconds(s.seconds)}.</sub>", ""]
+    text = "\n".join(head + table + models + tail)
+    if len(text) <= limit:
+        return text
+    # Too long for one comment: keep the summary and as many changed sites as fit.
+    note = "\n_{n} more changed site(s) left out to fit one GitHub comment; the JSON (--format json) has them all._\n"
+    kept = list(table)
+    while len(kept) > 4:
+        kept.pop()
+        left = len(table) - len(kept)
+        text = "\n".join(head + kept) + note.format(n=left) + "\n".join(tail)
+        if len(text) <= limit:
+            return text
+    return "\n".join(head)[: limit - 200] + note.format(n=len(changed)) + "\n".join(tail)
+
+
+_CSS = """body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
+table{border-collapse:collapse;margin:.6em 0}td,th{border:1px solid #ccc;padding:.2em .5em;font-size:13px;
+text-align:left;vertical-align:top}th{background:#f3f3f3}.fold{color:#1b5e20}.skip{color:#b71c1c}
+.better{color:#1b5e20}.worse{color:#b71c1c}code{font-size:12px}"""
+
+
+def _e(value) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def sweep_html(s, page: bool = True) -> str:
+    parts = [f"<h2>Fold rules over {len(s.models)} models: {' vs '.join(_e(p) for p in s.policies)}</h2>",
+             "<ul>" + "".join(f"<li>{_e(line)}</li>" for line in s.summary()) + "</ul>"]
+    changed = s.changed
+    if changed:
+        head = "".join(f"<th>{_e(p)}</th>" for p in s.policies)
+        if s.steps:
+            head += f"<th>SQNR {_e(s.policies[0])}</th>" + "".join(f"<th>Δ dB {_e(p)}</th>" for p in s.policies[1:])
+        body = []
+        for c in changed:
+            cells = [f"<td>{_e(c['target'])}</td><td>{_e(c['stage'])}</td><td><code>{_e(c['site'])}</code></td>"]
+            for p in s.policies:
+                d = c["decisions"].get(p, "–")
+                reasons = ", ".join(c["reasons"].get(p, []))
+                cells.append(f"<td class='{_e(d)}'>{_e(d)}" + (f"<br><small>{_e(reasons)}</small>" if reasons else "")
+                             + "</td>")
+            if s.steps:
+                cells.append(f"<td>{_e(db((c.get('sqnr_db_last') or {}).get(s.policies[0])))}</td>")
+                for p in s.policies[1:]:
+                    d = (c.get("sqnr_delta_db") or {}).get(p)
+                    cls = "" if d is None or abs(d) < UNCHANGED_DB else "better" if d > 0 else "worse"
+                    cells.append(f"<td class='{cls}'>{_e(db_change(d))}</td>")
+            body.append("<tr>" + "".join(cells) + "</tr>")
+        parts.append("<h3>Sites whose decision differs</h3><table><tr><th>model</th><th>stage</th><th>site</th>"
+                     f"{head}</tr>{''.join(body)}</table>")
+    else:
+        parts.append("<p>No site's decision differs between the rules.</p>")
+    rows = []
+    sqnr = s._sqnr_by_policy()
+    for r in s.rows:
+        v = sqnr.get(r["target"], {}).get(r["policy"])
+        status = _e(r["error"]) if r.get("error") else f"{len(r['folded'])} folded / {r['sites']} sites"
+        rows.append(f"<tr><td>{_e(r['target'])}</td><td>{_e(r['stage'])}</td><td>{_e(r['policy'])}</td>"
+                    f"<td>{status}</td>" + (f"<td>{_e(db(v))}</td>" if s.steps else "") + "</tr>")
+    failed = [m for m in s.models if m.get("error")]
+    rows += [f"<tr><td>{_e(m['target'])}</td><td colspan='4'>failed: {_e(m['error'])}</td></tr>" for m in failed]
+    parts.append("<h3>Every model, stage and rule</h3><table><tr><th>model</th><th>stage</th><th>rule</th>"
+                 "<th>decisions</th>" + ("<th>SQNR (dB, last step)</th>" if s.steps else "") + "</tr>"
+                 + "".join(rows) + "</table>")
+    bad = [v for v in s.variants if v.get("error")]
+    if bad:
+        parts.append("<h3>Variants that did not run</h3><ul>" + "".join(
+            f"<li>{_e(v['target'])} <code>{_e(v['variant'])}</code>: {_e(v['error'])}</li>" for v in bad) + "</ul>")
+    parts.append(f"<p><small>fold-inspector sweep, {_e(s.executor)} executor, {seconds(s.seconds)}.</small></p>")
+    inner = "\n".join(parts)
+    if not page:
+        return f"<div class='fi-sweep'><style>{_CSS}</style>{inner}</div>"
+    return html_page("fold-inspector sweep", inner, style=_CSS)
+
+
+def sweep_plot(s):
+    """A bar per changed site: the SQNR delta of each rule against the baseline (a matplotlib Figure,
+    without pyplot's global state)."""
+    from matplotlib.figure import Figure
+
+    changed = [c for c in s.changed if c.get("sqnr_delta_db")]  # tfa changes: the ones with numbers
+    fig = Figure(figsize=(8, max(2.0, 0.35 * len(changed) + 1)))
+    ax = fig.subplots()
+    if not changed:
+        ax.text(0.5, 0.5, "no changed site with a comparison", ha="center", va="center")
+        ax.set_axis_off()
+        return fig
+    others = s.policies[1:]
+    height = 0.8 / max(1, len(others))
+    labels = [f"{c['target']} · {c['stage']} · {c['site'][:40]}" for c in changed]
+    for j, policy in enumerate(others):
+        values = [plot_db(c["sqnr_delta_db"].get(policy)) for c in changed]
+        ax.barh([i + j * height for i in range(len(changed))], values, height=height, label=policy)
+    ax.axvline(0, color="black", linewidth=0.8)
+    ax.set_yticks([i + height * (len(others) - 1) / 2 for i in range(len(changed))], labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"SQNR at the last step minus {s.policies[0]}'s (dB)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

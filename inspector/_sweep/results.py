@@ -1,0 +1,205 @@
+"""``Sweep``: the record a sweep returns, its derived tables and its JSON."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from .._present.formats import jsonable
+from ..errors import InspectorError, quoted
+from .formats import FORMATS, GITHUB_COMMENT_LIMIT, redactor, sweep_html, sweep_markdown, sweep_plot
+from .records import NUMBERS_STAGE, UNCHANGED_DB, sqnr_delta, table_number
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """What a sweep found: per model, stage and rule the decisions; the sites they differ on; the
+    numbers of each variant on the TOSA INT reference model."""
+
+    policies: tuple[str, ...]  # the rules, the first one the baseline deltas are taken against
+    stages: tuple[str, ...]  # the stages decided
+    steps: int  # recurrent steps compared (0: decisions only)
+    models: tuple[dict, ...]  # per model: target, error (None), fingerprint, timings
+    rows: tuple[dict, ...]  # per model x stage x rule: sites, folded, skipped, reasons, error
+    variants: tuple[dict, ...]  # per model x variant: sqnr_db_last, sqnr_db_worst, ..., error
+    executor: str = "local"  # where the tasks ran
+    seconds: float = 0.0  # wall time of the call
+    reused: int = 0  # results read back from out/ instead of computed
+    out: str | None = None  # the folder results were written to
+    notes: tuple[str, ...] = ()  # what the user should know about how it ran
+    # Every site whose decision differs between the rules, per model and stage (derived from rows
+    # and variants when the record is made). Only a change at tfa carries SQNR figures: the quantized
+    # flow folds there, so a change at aten or edge alone does not reach its numbers.
+    changed: tuple[dict, ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.changed:
+            object.__setattr__(self, "changed", tuple(self._changed_sites()))
+
+    # ------------------------------------------------------------ derived tables
+
+    def _changed_sites(self) -> list[dict]:
+        by_model: dict[tuple[str, str], dict[str, dict]] = {}
+        for row in self.rows:
+            if row.get("error") is None:
+                by_model.setdefault((row["target"], row["stage"]), {})[row["policy"]] = row
+        sqnr = self._sqnr_by_policy()
+        out = []
+        for (target, stage), rows in by_model.items():
+            if len(rows) < 2:
+                continue
+            order = [p for p in self.policies if p in rows]
+            site_ids = list(dict.fromkeys(s for p in order for s in [*rows[p]["folded"], *rows[p]["skipped"]]))
+            for site in site_ids:
+                decisions = {p: ("fold" if site in rows[p]["folded"] else "skip" if site in rows[p]["skipped"]
+                                 else "absent") for p in order}
+                if len(set(decisions.values())) < 2:
+                    continue
+                where = next((rows[p]["where"].get(site) for p in order if site in rows[p].get("where", {})), {})
+                entry = {"target": target, "stage": stage, "site": site, "decisions": decisions,
+                         "reasons": {p: rows[p]["reasons"].get(site, []) for p in order},
+                         "module": where.get("module", ""), "location": where.get("location", "")}
+                if sqnr.get(target) and stage == NUMBERS_STAGE:
+                    values = sqnr[target]
+                    base = values.get(self.policies[0])
+                    entry["sqnr_db_last"] = {p: values.get(p) for p in order}
+                    entry["sqnr_delta_db"] = {p: sqnr_delta(values.get(p), base) for p in order[1:]}
+                out.append(entry)
+        return out
+
+    def _sqnr_by_policy(self) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        for v in self.variants:
+            if v.get("error") is None and not v.get("markers"):
+                out.setdefault(v["target"], {})[v["policy"]] = v["sqnr_db_last"]
+        return out
+
+    def summary(self) -> list[str]:
+        """One sentence per rule against the baseline: how many sites it changes, in how many models,
+        and what that does to the SQNR at the last step."""
+        base = self.policies[0]
+        k = sum(1 for m in self.models if m.get("error") is None)
+        changed = self.changed
+        sqnr = self._sqnr_by_policy()
+        lines = []
+        for policy in self.policies[1:]:
+            mine = [c for c in changed if c["decisions"].get(policy) != c["decisions"].get(base)]
+            models = sorted({c["target"] for c in mine})
+            line = (f"`{policy}` changes {len(mine)} site{'s' * (len(mine) != 1)} in {len(models)} of {k} "
+                    f"model{'s' * (k != 1)} against `{base}`")
+            if self.steps and NUMBERS_STAGE not in self.stages:
+                line += (f"; {NUMBERS_STAGE} was not decided in this sweep, so its changes cannot be tied to the "
+                         f"quantized numbers (the quantized flow folds at {NUMBERS_STAGE}: add it to the stages)")
+            elif self.steps:
+                compared = {t for t, values in sqnr.items() if policy in values and base in values}
+                measured = sorted({c["target"] for c in mine if c["stage"] == NUMBERS_STAGE} & compared)
+                better = worse = same = 0
+                for target in measured:
+                    d = sqnr_delta(sqnr[target][policy], sqnr[target][base])
+                    if d is None:
+                        continue
+                    if abs(d) < UNCHANGED_DB:
+                        same += 1
+                    elif d > 0:
+                        better += 1
+                    else:
+                        worse += 1
+                if measured:
+                    line += (f"; SQNR at the last step, in the models where it changes a {NUMBERS_STAGE} decision "
+                             f"(where the quantized flow folds): {better} better / {worse} worse / {same} unchanged")
+                at_tfa = {c["target"] for c in mine if c["stage"] == NUMBERS_STAGE}
+                elsewhere = sorted(t for t in models if t not in at_tfa and t in compared)
+                if elsewhere:
+                    where = sorted({c["stage"] for c in mine if c["target"] in elsewhere})
+                    line += (f"; in {len(elsewhere)} compared model{'s' * (len(elsewhere) != 1)} it changes decisions "
+                             f"at {'/'.join(where)} only, which the quantized flow does not fold at, so its numbers "
+                             "there equal the baseline's by construction")
+            lines.append(line + ".")
+        failed = [m for m in self.models if m.get("error")]
+        if failed:
+            lines.append(f"{len(failed)} model{'s' * (len(failed) != 1)} could not be analysed (listed below).")
+        return lines
+
+    # ------------------------------------------------------------ formats
+
+    def to_dict(self) -> dict:
+        """The JSON contract: models, rows, changed, variants (and how the sweep ran)."""
+        return jsonable({
+            "policies": list(self.policies), "stages": list(self.stages), "steps": self.steps,
+            "models": [dict(m) for m in self.models],
+            "rows": [{k: v for k, v in r.items() if k != "where"} for r in self.rows],
+            "changed": list(self.changed), "variants": [dict(v) for v in self.variants],
+            "summary": self.summary(),
+            "run": {"executor": self.executor, "seconds": round(self.seconds, 3), "reused": self.reused,
+                    "notes": list(self.notes)},
+        })
+
+    def to_json(self) -> str:
+        return json.dumps(redactor().value(self.to_dict()), indent=2, allow_nan=False)
+
+    def to_dataframe(self, kind: str = "rows"):
+        """A pandas DataFrame: ``"rows"`` (one per model x stage x rule, with its variant's SQNR),
+        ``"changed"`` (one per changed site, with SQNR deltas) or ``"variants"``."""
+        import pandas as pd
+
+        if kind == "rows":
+            sqnr = {(v["target"], v["policy"]): v for v in self.variants if not v.get("markers")}
+            records = []
+            for r in self.rows:
+                v = sqnr.get((r["target"], r["policy"]), {})
+                records.append({"target": r["target"], "stage": r["stage"], "policy": r["policy"],
+                                "sites": r.get("sites"), "folded": len(r.get("folded", [])),
+                                "skipped": len(r.get("skipped", [])), "error": r.get("error"),
+                                "sqnr_db_last": table_number(v.get("sqnr_db_last")),
+                                "sqnr_db_worst": table_number(v.get("sqnr_db_worst"))})
+            return pd.DataFrame.from_records(records, columns=["target", "stage", "policy", "sites", "folded",
+                                                               "skipped", "error", "sqnr_db_last", "sqnr_db_worst"])
+        if kind == "changed":
+            records = []
+            for c in self.changed:
+                record = {"target": c["target"], "stage": c["stage"], "site": c["site"]}
+                for p, d in c["decisions"].items():
+                    record[f"decision {p}"] = d
+                    record[f"reasons {p}"] = ", ".join(c["reasons"].get(p, []))
+                for p, v in c.get("sqnr_db_last", {}).items():
+                    record[f"sqnr_db {p}"] = v
+                for p, v in c.get("sqnr_delta_db", {}).items():
+                    record[f"delta_db {p}"] = v
+                records.append(record)
+            return pd.DataFrame.from_records(records)
+        if kind == "variants":
+            return pd.DataFrame.from_records([{k: v for k, v in row.items() if k not in ("outputs", "timings")}
+                                              for row in self.variants])
+        raise InspectorError(f"unknown table {quoted(kind)}; choose rows, changed or variants")
+
+    def to_csv(self) -> str:
+        return redactor()(self.to_dataframe("rows").to_csv(index=False))
+
+    def to_markdown(self, limit: int = GITHUB_COMMENT_LIMIT) -> str:
+        """A comment for a pull request: the summary, then the changed sites with their models, reasons
+        and SQNR deltas, then every model; within ``limit`` characters (rows left out are counted)."""
+        return redactor()(sweep_markdown(self, limit))
+
+    def to_html(self) -> str:
+        """A self-contained HTML page (every model-derived string escaped)."""
+        return redactor(html_text=True)(sweep_html(self))
+
+    def format(self, fmt: str) -> str:
+        """The sweep in one of ``FORMATS``."""
+        if fmt not in FORMATS:
+            raise InspectorError(f"unknown format {quoted(fmt)}; choose one of: {', '.join(FORMATS)}")
+        return {"md": self.to_markdown, "html": self.to_html, "json": self.to_json, "csv": self.to_csv}[fmt]()
+
+    def plot(self):
+        """A bar per changed site: the SQNR delta of each rule against the baseline (matplotlib)."""
+        return sweep_plot(self)
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return {"text/plain": repr(self), "text/html": sweep_html(self, page=False)}
+
+    def __repr__(self) -> str:
+        failed = sum(1 for m in self.models if m.get("error"))
+        return (f"<Sweep {len(self.models)} models x {len(self.policies)} rules x {len(self.stages)} stages: "
+                f"{len(self.changed)} changed sites" + (f", {failed} failed" if failed else "") + ">")
+
+

@@ -1,0 +1,93 @@
+"""pandas is the notebook user's table: every result record's ``to_dataframe()`` has its JSON's rows
+as rows and its JSON's fields as columns."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import inspector
+from inspector import Bits, BitsChange, Sweep
+from inspector._present.formats import jsonable
+
+
+def _same(frame, rows, lead=()):
+    """The frame has one row per JSON row, the JSON row's fields as columns (after ``lead``), and the
+    same values once written as JSON (the frame keeps inf and NaN as floats)."""
+    assert len(frame) == len(rows) and rows, "compare on a record with rows"
+    assert list(frame.columns) == [*lead, *rows[0]], (list(frame.columns), list(rows[0]))
+    for record, row in zip(frame.to_dict("records"), rows):
+        # pandas writes a missing cell (None) as NaN in some columns; the JSON says null
+        cells = {k: None if row[k] is None and isinstance(record[k], float) and math.isnan(record[k]) else record[k]
+                 for k in row}
+        assert jsonable(cells) == jsonable(row)
+
+
+def test_analysis():
+    analysis = inspector.analyze("sample:stateful_conv_mul")
+    _same(analysis.to_dataframe(), analysis.to_dict()["sites"])
+
+
+def test_bits():
+    changes = (BitsChange("fold off", "model", None, "off", 31.5, 1.5),
+               BitsChange("keep in float", "entry point", "mul", "float mul", math.inf, math.inf),
+               BitsChange("16-bit activations", "model", None, "a16w8", None, None, "one-line failure"))
+    bits = Bits("m", 3, "upstream", 30.0, changes)
+    _same(bits.to_dataframe(), bits.to_dict()["changes"])
+
+
+def _sweep() -> Sweep:
+    rows = ({"target": "m", "stage": "tfa", "policy": "upstream", "sites": 1, "error": None, "where": {},
+             "folded": ["s"], "skipped": [], "reasons": {}},
+            {"target": "m", "stage": "tfa", "policy": "rule", "sites": 1, "error": None, "where": {},
+             "folded": [], "skipped": ["s"], "reasons": {"s": ["feeds-buffer-mutation"]}})
+    variants = tuple({"target": "m", "stage": "tfa", "variant": p, "policy": p, "markers": [], "steps": 3,
+                      "sqnr_db_last": v, "sqnr_db_worst": v, "error": None, "timings": {"run": 1.0}}
+                     for p, v in (("upstream", 38.7), ("rule", math.inf)))
+    return Sweep(("upstream", "rule"), ("tfa",), 3, models=({"target": "m", "error": None},), rows=rows,
+                 variants=variants)
+
+
+def test_sweep():
+    sweep = _sweep()
+    data = sweep.to_dict()
+    # variants: the JSON's rows without what is not a cell (timings, outputs)
+    _same(sweep.to_dataframe("variants"), [{k: v for k, v in r.items() if k != "timings"} for r in data["variants"]])
+    # rows: one per JSON row, the site lists counted, the rule's SQNR beside it
+    frame = sweep.to_dataframe("rows")
+    assert [(r["target"], r["stage"], r["policy"]) for r in frame.to_dict("records")] == \
+        [(r["target"], r["stage"], r["policy"]) for r in data["rows"]]
+    assert list(frame["folded"]) == [len(r["folded"]) for r in data["rows"]]
+    assert list(frame["sqnr_db_last"]) == [38.7, math.inf]
+    changed = sweep.to_dataframe("changed")
+    assert len(changed) == len(data["changed"]) == 1 and changed["site"][0] == data["changed"][0]["site"]
+
+
+@pytest.fixture(scope="module")
+def compared():
+    comparison = inspector.compare("sample:conv_mul_scalar", ("off", "upstream"), steps=1, workers=1)
+    return comparison, inspector.attribute(comparison)
+
+
+@pytest.mark.requires_tosa
+def test_comparison(compared):
+    comparison, _ = compared
+    data = comparison.to_dict()
+    _same(comparison.to_dataframe(), [m for v in data["variants"] for m in v["metrics"]], lead=("variant",))
+    assert list(comparison.to_dataframe()["variant"]) == [v["variant"]["label"] for v in data["variants"]
+                                                         for _ in v["metrics"]]
+    _same(comparison.to_dataframe("variants"), data["variants"])
+
+
+@pytest.mark.requires_tosa
+def test_attribution(compared):
+    _, attribution = compared
+    data = attribution.to_dict()
+    for kind in ("nodes", "entry_points"):
+        frame = attribution.to_dataframe(kind)
+        _same(frame, [n for v in data["variants"] for n in v[kind]], lead=("variant",))
+        assert list(frame["variant"]) == [v["label"] for v in data["variants"] for _ in v[kind]]
+    _same(attribution.to_dataframe("sites"), data["sites"])
+    with pytest.raises(inspector.InspectorError, match="unknown table"):
+        attribution.to_dataframe("edges")
