@@ -37,8 +37,8 @@ from typing import Any, Callable, Iterable, Sequence
 from .._workers import pool as _pool
 from .._base.hashing import digest
 from .._base.limits import check_steps
-from .._rules.rules import check_policy, get_policy
-from .._numbers.quantization import get_quantization
+from .._rules.rules import check_rule, get_rule
+from .._numbers.quantization import quantizations
 from .._numbers.results import Variant, json_float
 from ..errors import InspectorError, first_line, listing, quoted
 
@@ -87,7 +87,7 @@ def _content_of(target: str) -> str:
     """A digest of the bytes a target is built from (edited files give another key)."""
     import inspect
 
-    from .._targets import samples
+    from .._targets.samples import samples
 
     if target.startswith("sample:"):
         try:
@@ -113,7 +113,7 @@ def models_from(models: Iterable[Any] = (), *, samples: bool = False,
     listing models (``[[model]]`` tables), ``ModelSpec`` records; ``samples`` adds every built-in sample.
     ``input_shapes`` applies to the targets given here (not to those in TOML files, which say their own).
     ``exclude`` drops models by label or sample name (``--samples --exclude generated_blocks``)."""
-    from .._targets import samples as sample_registry
+    from .._targets.samples import samples as sample_registry
 
     shapes = _shapes(input_shapes, "input shape") if input_shapes else None
     out: list[ModelSpec] = []
@@ -206,7 +206,7 @@ def _spec(target: str, label: str, shapes, steps, root: Path) -> ModelSpec:
         return ModelSpec(f"{(root / file).resolve()}:{cls}", label, shapes, steps)
     if target.endswith(".pt2"):
         return ModelSpec(str((root / target).resolve()), label, shapes, steps)
-    from .._targets import samples
+    from .._targets.samples import samples
 
     if target in samples.names():
         return ModelSpec(f"sample:{target}", label, shapes, steps)
@@ -248,6 +248,10 @@ class SweepBar:
 class Sweep:
     """What a sweep found: per model, stage and rule the decisions; the sites they differ on; the
     numbers of each variant on the TOSA INT reference model."""
+
+    FORMATS = FORMATS  # the formats a sweep is written in: md, html, json, csv
+    NUMBERS_STAGE = NUMBERS_STAGE  # the stage whose decisions the quantized numbers follow
+    UNCHANGED_DB = UNCHANGED_DB  # an SQNR difference below this is "unchanged"
 
     policies: tuple[str, ...]  # the rules, the first one the baseline deltas are taken against
     stages: tuple[str, ...]  # the stages decided
@@ -694,9 +698,9 @@ def _rule_key(policy: str) -> str:
 def _variant_key(variant: Variant, steps: int) -> str:
     quantization = variant.quantization or "a8w8"
     if quantization == "a8w8" and not variant.overrides:  # the key files written before quantizations had
-        return digest(get_policy(variant.policy).identity, variant.markers, steps, "default quantization")[:24]
-    identity = get_quantization(quantization).identity
-    return digest(get_policy(variant.policy).identity, variant.markers, steps, identity, variant.overrides)[:24]
+        return digest(get_rule(variant.policy).identity, variant.markers, steps, "default quantization")[:24]
+    identity = quantizations.get(quantization).identity
+    return digest(get_rule(variant.policy).identity, variant.markers, steps, identity, variant.overrides)[:24]
 
 
 # ---------------------------------------------------------------- the sweep
@@ -704,7 +708,7 @@ def _variant_key(variant: Variant, steps: int) -> str:
 
 def sweep(
     models: Iterable[Any] = (),
-    policies: Sequence[Any] = ("upstream", "state-aware"),
+    rules: Sequence[Any] = ("upstream", "state-aware"),
     stages: Sequence[str] = ("tfa",),
     steps: int = 0,
     variants: Sequence[Any] | None = None,
@@ -722,8 +726,8 @@ def sweep(
     run each rule (or each of ``variants``) on the TOSA INT reference model for ``steps`` steps.
 
     ``models``: ``sample:NAME``, ``path/to/file.py:Class``, ``model.pt2``, a ``.toml`` list, or
-    ``ModelSpec``; ``samples=True`` adds every built-in sample; ``exclude`` drops models by name. ``policies``: rule names,
-    ``path/to/rules.py:NAME`` or ``Policy`` objects; the first is the baseline. ``workers``: worker
+    ``ModelSpec``; ``samples=True`` adds every built-in sample; ``exclude`` drops models by name. ``rules``: rule names,
+    ``path/to/rules.py:NAME`` or ``Rule`` objects; the first is the baseline. ``workers``: worker
     processes (default: the cores available). ``executor``: ``"local"`` or ``"ray"``
     (``ray_address``: a running cluster; default: a local one). ``out``: a folder where each result
     is written as it finishes and read back by the next sweep. ``progress(bars)`` receives one
@@ -733,7 +737,7 @@ def sweep(
 
     t_start = time.perf_counter()
     specs = models_from(models, samples=samples, input_shapes=input_shapes, exclude=exclude)
-    rules = _rules(policies)
+    rules = _rules(rules)
     stage_list = _stage_list(stages)
     if steps:
         check_steps(steps)
@@ -746,7 +750,7 @@ def sweep(
     store = _Store(out)
     origins = _origins([*rules, *(v.policy for v in compare_variants)])
     notes = []
-    local_only = [name for name, origin, _ in origins if get_policy(name).is_users and not origin]
+    local_only = [name for name, origin, _ in origins if get_rule(name).is_users and not origin]
     if local_only:
         notes.append(f"rule {listing(local_only)} lives in this process only (not in a file), so every task ran "
                      "here, one after another: save it in a file and name it path/to/rules.py:NAME to use workers")
@@ -768,20 +772,20 @@ def sweep(
 
 
 def _rules(policies) -> list[str]:
-    from .._rules.rules import Policy, register
+    from .._rules.rules import Rule, register
 
-    if isinstance(policies, (str, Policy)):
+    if isinstance(policies, (str, Rule)):
         policies = [p.strip() for p in policies.split(",")] if isinstance(policies, str) else [policies]
     names = []
     for p in policies:
-        if isinstance(p, Policy):
+        if isinstance(p, Rule):
             names.append(register(p, replace=True).name)
         elif isinstance(p, str) and p.strip():
-            names.append(check_policy(p.strip()))
+            names.append(check_rule(p.strip()))
         else:
             raise InspectorError(f"cannot read rule {quoted(p)}; give rule names such as upstream,state-aware")
     if not names:
-        raise InspectorError("no rules to sweep; give at least one, e.g. --policies upstream,state-aware")
+        raise InspectorError("no rules to sweep; give at least one, e.g. --rules upstream,state-aware")
     return list(dict.fromkeys(names))
 
 
