@@ -151,7 +151,7 @@ def stage_analyses():
 
     def get(name: str, stage: str) -> inspector.Analysis:
         if (name, stage) not in cache:
-            cache[name, stage] = inspector.analyze("sample:" + name, stage=stage, policy="upstream")
+            cache[name, stage] = inspector.analyze("sample:" + name, stage=stage, rule="upstream")
         return cache[name, stage]
 
     return get

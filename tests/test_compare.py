@@ -259,7 +259,7 @@ def test_cli_compare_json(capsys):
 
 
 def test_analysis_compare_uses_its_markers():
-    a = inspector.analyze("sample:functional_recurrent_conv_mul", stage="tfa", policy="state-aware")
+    a = inspector.analyze("sample:functional_recurrent_conv_mul", stage="tfa", rule="state-aware")
     marked = a.toggle_marker(a.sites[0].id)
     result = marked.compare(("state-aware",), steps=2)
     assert result.results[0].variant.markers == (a.sites[0].id,)

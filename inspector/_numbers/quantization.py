@@ -26,7 +26,7 @@ import torch
 from .._doors import executorch as _executorch
 from .._base.hashing import digest
 from .._base.registry import Registry
-from ..errors import InspectorError, listing, quoted
+from ..errors import InspectorError, quoted
 
 INT = "TOSA-1.0+INT"
 INT16 = "TOSA-1.0+INT+int16"
