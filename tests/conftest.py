@@ -146,7 +146,7 @@ def pytest_runtest_setup(item):
 
 @pytest.fixture(scope="session")
 def stage_analyses():
-    """One upstream analysis per (sample, stage), built once; re-decide with ``with_policy``."""
+    """One upstream analysis per (sample, stage), built once; re-decide with ``with_rule``."""
     cache = {}
 
     def get(name: str, stage: str) -> inspector.Analysis:

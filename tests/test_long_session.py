@@ -122,7 +122,7 @@ def test_a_long_session_stays_small_and_gives_the_same_answers():
       and decider (as it would to the user: the tfa capture is only redone for a changed
       model); the decide itself is never cached: every site is explained again and the
       installed pass runs on a fresh copy of the whole graph;
-    - a policy switch is ``with_policy``: the same whole-graph decide;
+    - a policy switch is ``with_rule``: the same whole-graph decide;
     - a toggle is ``toggle_marker``: a re-decide on the regions whose path to state moved;
     - a reference run is ``inspector.compare`` of a small stateful sample (on inputs of this test's
       own), each with other steps (1 to 5), so each quantizes, lowers and runs the TOSA reference

@@ -250,3 +250,33 @@ def test_the_widget_picks_quantizations_answers_fold_or_bits_and_keeps_them_in_s
     again = FoldInspector.load_session(tmp_path / "t.json")
     assert again.quantization_picker.value == ("a16w8",)
     assert inspector.Session.read(path).quantizations == ("a8w8",)
+
+
+def test_a_registered_quantization_shows_in_its_help_the_cli_and_the_widget(capsys):
+    """One registry, read live: a quantization registered after import is in its help, in the CLI's
+    help of ``--quantization`` and in the widget's picker and its tooltip."""
+    from inspector._front import cli
+    from widgets import FoldInspector
+
+    name, help = "a8w8-mine", "the default config under a name of mine"
+    app = FoldInspector("sample:conv_mul_scalar", stage="tfa")
+    assert name not in app.quantization_picker.options
+    config = inspector.quantizations.get("a8w8").build()
+    try:
+        mine = inspector.quantizations.register(name, config, help=help)
+        assert name in inspector.quantizations and inspector.quantizations.get(name) is mine
+        assert inspector.quantizations.describe(name) == help and inspector.quantizations.help()[name] == help
+        try:
+            cli.main(["compare", "--help"])
+        except SystemExit:
+            pass
+        assert f"{name}: {help}" in " ".join(capsys.readouterr().out.split())
+        app.set_markers(app.markers)  # any refresh offers what is registered now
+        assert name in app.quantization_picker.options and f"{name}: {help}" in app.quantization_picker.tooltip
+        with pytest.raises(InspectorError, match="^a quantization named 'a8w4' is registered already; choose another "
+                                                 "name$"):
+            inspector.quantizations.register("a8w4", config)
+    finally:
+        inspector.quantizations.unregister(name)
+    inspector.quantizations.unregister("a8w4")  # built-ins stay
+    assert name not in inspector.quantizations and "a8w4" in inspector.quantizations

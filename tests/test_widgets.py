@@ -132,7 +132,7 @@ def test_errors_show_in_the_widget_and_it_keeps_working(monkeypatch, stateful):
     def broken(self, policy):
         raise InspectorError("the policy engine broke")
 
-    monkeypatch.setattr(inspector.Analysis, "with_policy", broken)
+    monkeypatch.setattr(inspector.Analysis, "with_rule", broken)
     app.rule_picker.value = "off"
     assert "the policy engine broke" in app.error.value and app.last_error
     assert app.rule_picker.value == "upstream"  # the picker goes back to what the screen shows

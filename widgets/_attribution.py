@@ -86,7 +86,7 @@ class AttributionPanel:
             return
         variant = result.variant(label)
         policy = variant.policy if variant.policy in inspector.rules else analysis.policy
-        shown = analysis if analysis.policy == policy else analysis.with_policy(policy)
+        shown = analysis if analysis.policy == policy else analysis.with_rule(policy)
         try:
             svg = present.svg(shown.render("after", errors=variant))
         except InspectorError as exc:

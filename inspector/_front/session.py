@@ -3,7 +3,7 @@
 A session file is data that may come from a stranger (docs/design.md, "What is trusted"):
 reading one never runs code. Its target may name a Python file (``model.py:Net``), and
 so may its rule and variants (``rules.py:no_wide_scale``, a rule of the user's); building the
-target or the rule imports the file, so ``read_session`` refuses such a session unless the
+target or the rule imports the file, so ``Session.read`` refuses such a session unless the
 caller says it trusts it. Every field is checked against the schema and
 a bad one is reported in one line that names the field.
 """

@@ -64,7 +64,7 @@ class Quantization:
     def __reduce__(self):
         # A built-in travels by name (its factory is code); a user's travels with its config.
         if self.builtin:
-            return (quantizations.get, (self.name,))
+            return (_named, (self.name,))
         return (Quantization, (self.name, self.help, self.spec, None, self.config, False))
 
 
@@ -105,6 +105,11 @@ quantizations = Registry("quantization", make=_quantization, line=lambda q: q.he
                          hint="or name your own with inspector.quantizations.register(NAME, config)")
 for _builtin in BUILTIN:
     quantizations.register(_builtin)
+
+
+def _named(name: str) -> Quantization:
+    """The registered quantization ``name`` (how a built-in is unpickled in a worker)."""
+    return quantizations.get(name)
 
 
 def quantization_of(value: Any) -> Quantization:
