@@ -42,5 +42,6 @@ __all__ = [
     "InspectorError", "ExplanationMismatchWarning",
 ]
 from ._base.version import __version__  # noqa: F401
+from . import present as present  # what a screen draws with: inspector.present, with its own __all__
 
 _quiet.install_warning_filters()

@@ -15,6 +15,7 @@ from torch import nn
 import inspector
 import sample_models
 from inspector import InspectorError
+from inspector.errors import FoldPassCrash
 from conftest import ROOT, assert_bit_identical, flat, state_of
 
 
@@ -270,7 +271,7 @@ class BufferWeights(nn.Module):
 
 @pytest.mark.parametrize("stage", ["aten", "edge"])
 def test_a_crash_of_the_installed_pass_names_the_site(stage):
-    with pytest.raises(inspector.FoldPassCrash, match=r"^the installed FoldScalarMulIntoConvPass crashed while "
+    with pytest.raises(FoldPassCrash, match=r"^the installed FoldScalarMulIntoConvPass crashed while "
                                                       r"folding site root@test_analysis.py:\d+ .*persistent_buffer") as info:
         inspector.analyze(BufferWeights(), X, stage=stage)
     assert "\n" not in str(info.value) and info.value.site_id.startswith("root@test_analysis.py:")

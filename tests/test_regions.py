@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import inspector
-from inspector import FoldPassCrash, InspectorError
+from inspector import InspectorError
+from inspector.errors import FoldPassCrash
 from inspector._decide.stages import STAGES
 from conftest import flat
 from test_analysis import BufferWeights

@@ -357,7 +357,7 @@ def test_a_guard_of_the_wrong_shape_is_refused_in_one_line():
         inspector.Skip("Not A Slug")
     assert "\n" not in str(info.value)
     with pytest.raises(InspectorError) as info:
-        inspector.load_rule(f"{RULES}:no_such_guard")
+        inspector.rules.get(f"{RULES}:no_such_guard")
     assert "\n" not in str(info.value) and "keep_wide_scales" in str(info.value)
 
 

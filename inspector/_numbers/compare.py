@@ -49,9 +49,9 @@ def compare(
 ) -> Comparison:
     """Quantize, lower and run each variant on the TOSA INT reference model; compare with float.
 
-    ``variants`` are policies (``"upstream"``), ``"policy@quantization"`` (``"upstream@a16w8"``),
-    ``Variant`` records (with per-node ``overrides``), or ``(policy, markers)`` pairs; ``markers``
-    applies to the variants given as plain policies. ``quantization`` is what variants that name
+    ``variants`` are rules (``"upstream"``), ``"rule@quantization"`` (``"upstream@a16w8"``),
+    ``Variant`` records (with per-node ``overrides``), or ``(rule, markers)`` pairs; ``markers``
+    applies to the variants given as plain rules. ``quantization`` is what variants that name
     none run under: a name (``inspector.quantizations``; default ``a8w8``), or a
     ``QuantizationConfig``.
     ``steps > 1`` runs recurrent models step after step: mutable buffers start from the model's
