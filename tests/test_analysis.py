@@ -366,7 +366,7 @@ def test_bad_targets_give_one_line_errors(tmp_path):
         inspector.analyze(NoSites(), (torch.tensor([float("nan")]),))
     with pytest.raises(InspectorError, match="unknown stage"):
         inspector.analyze("sample:conv_mul_scalar", stage="lowering")
-    with pytest.raises(InspectorError, match="unknown policy"):
+    with pytest.raises(InspectorError, match="unknown rule"):
         inspector.analyze("sample:conv_mul_scalar", rule="sometimes")
     (tmp_path / "bad.pt2").write_bytes(b"not a zip")
     with pytest.raises(InspectorError, match="cannot load bad.pt2"):

@@ -185,7 +185,7 @@ def test_errors_are_one_line_and_name_what_failed():
     bad.RECURRENT = {1: 0, 5: 1}
     with pytest.raises(InspectorError, match="declares output 5 as recurrent, but it has 2 outputs"):
         compare(bad, ("upstream",))
-    with pytest.raises(InspectorError, match="unknown policy"):
+    with pytest.raises(InspectorError, match="unknown rule"):
         compare("sample:conv_mul_scalar", ("sometimes",))
     with pytest.raises(InspectorError, match="steps must be from 1 to 1000, got 0"):
         compare("sample:conv_mul_scalar", steps=0)
