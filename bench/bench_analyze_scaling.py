@@ -26,14 +26,14 @@ ROUNDS = int(os.environ.get("ROUNDS", "3"))
 
 def analysis_of(blocks: int) -> tuple[int, inspector.Analysis]:
     gm = tfa_blocks(blocks)
-    return len(gm.graph.nodes), inspector.analyze_graph(gm, policy="upstream", name="generated")
+    return len(gm.graph.nodes), inspector.analyze_graph(gm, rule="upstream", name="generated")
 
 
 def decide_seconds(analysis: inspector.Analysis, repeats: int = 5) -> tuple[float, dict]:
     best, timings = float("inf"), {}
     for _ in range(repeats):
         t0 = time.perf_counter()
-        result = analysis.with_policy("state-aware-strict")  # re-decide every site with the real pass
+        result = analysis.with_rule("state-aware-strict")  # re-decide every site with the real pass
         elapsed = time.perf_counter() - t0
         if elapsed < best:
             best, timings = elapsed, result.timings

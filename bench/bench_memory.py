@@ -59,7 +59,7 @@ def child() -> None:
     holding = _status("VmRSS") - baseline
 
     _reset_peak()
-    analysis = inspector.analyze(program, inputs, stage="aten", policy="state-aware")
+    analysis = inspector.analyze(program, inputs, stage="aten", rule="state-aware")
     peak = _status("VmHWM") - baseline
     print(json.dumps({"nodes": len(program.graph.nodes), "sites": len(analysis.sites),
                       "holding": holding, "peak": peak}))

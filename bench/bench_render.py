@@ -25,7 +25,7 @@ FOCUS_TARGET = 0.2  # seconds, one site's neighbourhood to SVG
 
 def analysis_of(blocks: int):
     gm = tfa_blocks(blocks, join="outputs")  # wide and shallow: dot lays out a deep 1,000-node chain for minutes
-    return inspector.analyze_graph(gm, policy="state-aware-strict", name="generated")
+    return inspector.analyze_graph(gm, rule="state-aware-strict", name="generated")
 
 
 def timed(analysis, repeats: int = 3, **kw) -> tuple[float, float, int]:

@@ -61,7 +61,7 @@ RAY_OVERHEAD_TARGET = 0.15  # ray seconds / local seconds - 1
 REUSE_TARGET = 0.05  # a second run over a finished out/, as a fraction of the first
 BUDGET_SECONDS = 450  # the optional reverse-order pair runs only if the whole script stays within this
 
-POLICIES = ("upstream", "state-aware", "state-aware-strict")
+RULES = ("upstream", "state-aware", "state-aware-strict")
 # Cheap enough to sweep five times in one run (TOSA lowering is most of a variant's time), and varied:
 # one site and several, channel, width and input scales, a mul with several users, batch norm, three
 # models with state where the rules decide differently (stateful_conv_mul, stateful_wide_scale,
@@ -96,7 +96,7 @@ def start_from_nothing() -> None:
 def run_sweep(targets, steps, **kwargs):
     """One sweep from nothing: no cache of this process or of a worker can answer it."""
     start_from_nothing()
-    return timed(lambda: sweep(targets, POLICIES, stages=("tfa",), steps=steps, **kwargs))
+    return timed(lambda: sweep(targets, RULES, stages=("tfa",), steps=steps, **kwargs))
 
 
 def answered_from_a_cache(result) -> list[str]:
@@ -207,7 +207,7 @@ def measure_plain_flow(steps: int) -> tuple[dict[str, float], int]:
 def sweep_phases(result, label: str) -> tuple[dict[str, float], dict[str, float]]:
     """One model's phases from a sweep: the model's analysis, and its baseline variant's flow."""
     model = next(m for m in result.models if m["target"] == label)
-    variant = next(v for v in result.variants if v["target"] == label and v["variant"] == POLICIES[0])
+    variant = next(v for v in result.variants if v["target"] == label and v["variant"] == RULES[0])
     return dict(model["timings"]), dict(variant["timings"])
 
 
@@ -229,7 +229,7 @@ def main() -> None:
     print(f"cores available: {cores}; load average at start: {load_avg}"
           + (" (--quick: a smoke test, the targets are for the full run)" if args.quick else ""))
     left_out = [n for n in known if n not in names]
-    print(f"{len(names)} samples x {len(POLICIES)} rules ({', '.join(POLICIES)}) at tfa, compared for {steps} "
+    print(f"{len(names)} samples x {len(RULES)} rules ({', '.join(RULES)}) at tfa, compared for {steps} "
           f"steps on the TOSA INT reference: {', '.join(names)}")
     print(f"  left out: {', '.join(left_out)} ({', '.join(EXCLUDED)}: about 1,000 nodes)")
     problems: list[str] = []  # FAIL lines, repeated at the end
@@ -283,7 +283,7 @@ def main() -> None:
     t_init, _ = timed(lambda: ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
                                        configure_logging=False))
     try:
-        t_running, on_running = timed(lambda: sweep(targets, POLICIES, stages=("tfa",), steps=steps, workers=2,
+        t_running, on_running = timed(lambda: sweep(targets, RULES, stages=("tfa",), steps=steps, workers=2,
                                                     executor="ray"))
     finally:
         ray.shutdown()
@@ -304,7 +304,7 @@ def main() -> None:
         t_again, again = run_sweep(targets, steps, workers=2, executor="local", out=folder)
         print(describe_run("again over the finished out/", t_again, again))
         files = sum(1 for p in Path(folder).rglob("*.json"))
-    expected = sum(len(POLICIES) + len(POLICIES) for m in first.models if m.get("error") is None)
+    expected = sum(len(RULES) + len(RULES) for m in first.models if m.get("error") is None)
     fraction = t_again / t_first
     print(f"  the second run took {t_again * 1e3:.0f} ms, {fraction:.2%} of the first (target < {REUSE_TARGET:.0%}) "
           f"{'OK' if fraction < REUSE_TARGET else 'OVER'}; results read back: {again.reused} "
@@ -344,7 +344,7 @@ def main() -> None:
     theirs = {"export/load": plain["export"], "quantize": plain["quantize"], "lower": plain["lower"],
               "reference": plain["reference"]}
     print(f"4. one model, {label}, by phase: the sweep's own timings (workers=1 run: its model task and its "
-          f"{POLICIES[0]!r} variant, {steps} steps) and the plain ExecuTorch flow in this process "
+          f"{RULES[0]!r} variant, {steps} steps) and the plain ExecuTorch flow in this process "
           f"({n_batches} calibration batches, one reference call; timed right after the workers=1 run, after a "
           f"warm-up on sample:{WARM_MODEL}):")
     print(f"  {'phase':<28}{'sweep':>9}{'plain flow':>12}")

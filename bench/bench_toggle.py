@@ -55,7 +55,7 @@ def line(label: str, nodes: int, sites: int, median: float, target: float, timin
 def main() -> None:
     print(f"cores available: {len(os.sched_getaffinity(0))}")
     for stage in inspector.STAGES:
-        analysis = inspector.analyze("sample:generated_blocks", stage=stage, policy="state-aware")
+        analysis = inspector.analyze("sample:generated_blocks", stage=stage, rule="state-aware")
         nodes = len(analysis.stage_graph.graph_module.graph.nodes)
         middle = len(analysis.sites) // 2
         # A site in the middle, and the next one whose output is written into state (at edge its
@@ -71,7 +71,7 @@ def main() -> None:
                        timings))
 
     gm = tfa_blocks(1850)
-    analysis = inspector.analyze_graph(gm, policy="state-aware", name="generated 10k")
+    analysis = inspector.analyze_graph(gm, rule="state-aware", name="generated 10k")
     app = FoldInspector(analysis)
     site = analysis.sites[len(analysis.sites) // 2].id
     app.select_site(site)

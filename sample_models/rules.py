@@ -6,8 +6,8 @@ detail)`` (the site is kept from the pass and shown as skipped with reason ``rul
 Importing this file registers nothing; name a guard to use it::
 
     inspector.analyze("sample:conv_mul_wide_dynamic_range_scale",
-                      policy="sample_models/rules.py:keep_wide_scales")
-    python -m inspector analyze sample:stateful_conv_mul --policy sample_models/rules.py:skip_reaching_outputs
+                      rule="sample_models/rules.py:keep_wide_scales")
+    python -m inspector analyze sample:stateful_conv_mul --rule sample_models/rules.py:skip_reaching_outputs
 
 A guard runs once per site on every decide (a marker toggle decides again): keep it cheap, and
 only read the context (never change ``site.mul`` or its graph).

@@ -20,8 +20,8 @@ def main() -> None:
                     "--policy", "state-aware-strict", "--which", "both", "--out", str(docs / "stateful-conv-mul.png")],
                    check=True, cwd=ROOT)
     comparison = inspector.compare("sample:stateful_wide_scale", ("off", "upstream"), steps=20)
-    attribution = inspector.attribute(comparison)
-    analysis = inspector.analyze("sample:stateful_wide_scale", stage="tfa", policy="off")
+    attribution = inspector.attribution(comparison)
+    analysis = inspector.analyze("sample:stateful_wide_scale", stage="tfa", rule="off")
     graph = analysis.render("after", errors=attribution.variant("off"))
     (docs / "where-error-enters.png").write_bytes(pipe(graph, "png"))
     print("wrote", docs / "stateful-conv-mul.png", "and", docs / "where-error-enters.png")

@@ -146,12 +146,12 @@ def pytest_runtest_setup(item):
 
 @pytest.fixture(scope="session")
 def stage_analyses():
-    """One upstream analysis per (sample, stage), built once; re-decide with ``with_policy``."""
+    """One upstream analysis per (sample, stage), built once; re-decide with ``with_rule``."""
     cache = {}
 
     def get(name: str, stage: str) -> inspector.Analysis:
         if (name, stage) not in cache:
-            cache[name, stage] = inspector.analyze("sample:" + name, stage=stage, policy="upstream")
+            cache[name, stage] = inspector.analyze("sample:" + name, stage=stage, rule="upstream")
         return cache[name, stage]
 
     return get

@@ -15,6 +15,7 @@ from torch import nn
 import inspector
 import sample_models
 from inspector import InspectorError
+from inspector.errors import FoldPassCrash
 from conftest import ROOT, assert_bit_identical, flat, state_of
 
 
@@ -29,7 +30,7 @@ def test_public_calls_never_mutate_the_callers_module(stage):
     eager = model(*inputs)
     result = inspector.analyze(model, inputs, stage=stage)
     assert [s.decision for s in result.sites] == ["fold"]
-    result.with_policy("off").with_policy("state-aware-strict")
+    result.with_rule("off").with_rule("state-aware-strict")
     result.toggle_marker(result.sites[0].id)
     result.with_stage("edge" if stage != "edge" else "tfa")
     result.run_after()
@@ -42,7 +43,7 @@ def test_stateful_buffer_of_the_caller_is_untouched():
     model = sample_models.get("stateful_conv_mul")
     snap = state_of(model)
     for stage in ("aten", "tfa", "edge"):
-        inspector.analyze(model, stage=stage, policy="state-aware-strict").run_after()
+        inspector.analyze(model, stage=stage, rule="state-aware-strict").run_after()
     assert_bit_identical(snap, model)
 
 
@@ -116,7 +117,7 @@ def test_a_hostile_pt2_does_not_run_code(tmp_path):
 
 
 def test_marker_on_functional_state_makes_state_aware_skip():
-    result = inspector.analyze("sample:functional_recurrent_conv_mul", stage="tfa", policy="state-aware")
+    result = inspector.analyze("sample:functional_recurrent_conv_mul", stage="tfa", rule="state-aware")
     site = result.sites[0]
     assert site.decision == "fold"
     assert "feeds-recurrent-output" in [r.code for r in site.risks]
@@ -125,12 +126,12 @@ def test_marker_on_functional_state_makes_state_aware_skip():
     assert marked.sites[0].reason_codes == ("marked-carried-state",)
     assert "feeds-recurrent-output" not in [r.code for r in marked.sites[0].risks]
     # upstream does not read markers
-    assert marked.with_policy("upstream").sites[0].decision == "fold"
+    assert marked.with_rule("upstream").sites[0].decision == "fold"
     assert marked.toggle_marker(site.id).sites[0].decision == "fold"
 
 
 def test_marker_downstream_by_node_name_guards_the_site():
-    result = inspector.analyze("sample:functional_recurrent_conv_mul", stage="aten", policy="state-aware")
+    result = inspector.analyze("sample:functional_recurrent_conv_mul", stage="aten", rule="state-aware")
     add = next(n.name for n in result.before.graph.nodes if n.name.startswith("add") and n.name != "add")
     marked = result.with_markers([add])
     site = marked.sites[0]
@@ -141,7 +142,7 @@ def test_marker_downstream_by_node_name_guards_the_site():
 
 
 def test_markers_carry_across_stages_by_site_id():
-    result = inspector.analyze("sample:functional_recurrent_conv_mul", stage="aten", policy="state-aware")
+    result = inspector.analyze("sample:functional_recurrent_conv_mul", stage="aten", rule="state-aware")
     marked = result.with_markers([result.sites[0].mul])  # a node name, valid at aten only
     edge = marked.with_stage("edge")
     assert edge.markers == (result.sites[0].id,)
@@ -154,7 +155,7 @@ def test_unknown_marker_is_a_clear_error():
 
 
 def test_state_path_is_recorded_even_when_the_policy_folds():
-    result = inspector.analyze("sample:stateful_conv_mul", stage="tfa", policy="upstream")
+    result = inspector.analyze("sample:stateful_conv_mul", stage="tfa", rule="upstream")
     site = result.sites[0]
     assert site.decision == "fold"
     assert site.state_path[0] == site.mul and site.state_path[-1].startswith("copy_")
@@ -250,7 +251,7 @@ def test_models_outside_the_samples(cls, inputs, stage, policy, expected):
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("error", inspector.ExplanationMismatchWarning)
-        result = inspector.analyze(cls(), inputs, stage=stage, policy=policy)
+        result = inspector.analyze(cls(), inputs, stage=stage, rule=policy)
     assert [(s.decision, s.reason_codes) for s in result.sites] == expected
     for b, a in zip(flat(result.run_before()), flat(result.run_after())):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
@@ -270,20 +271,20 @@ class BufferWeights(nn.Module):
 
 @pytest.mark.parametrize("stage", ["aten", "edge"])
 def test_a_crash_of_the_installed_pass_names_the_site(stage):
-    with pytest.raises(inspector.FoldPassCrash, match=r"^the installed FoldScalarMulIntoConvPass crashed while "
+    with pytest.raises(FoldPassCrash, match=r"^the installed FoldScalarMulIntoConvPass crashed while "
                                                       r"folding site root@test_analysis.py:\d+ .*persistent_buffer") as info:
         inspector.analyze(BufferWeights(), X, stage=stage)
     assert "\n" not in str(info.value) and info.value.site_id.startswith("root@test_analysis.py:")
     # where the pass rewrites get_attr tensors in place (tfa) it folds fine, and off never calls it
     assert inspector.analyze(BufferWeights(), X, stage="tfa").sites[0].decision == "fold"
-    assert inspector.analyze(BufferWeights(), X, stage=stage, policy="off").sites[0].decision == "skip"
+    assert inspector.analyze(BufferWeights(), X, stage=stage, rule="off").sites[0].decision == "skip"
 
 
 def test_input_mutation_at_tfa_needs_the_strict_policy():
     inputs = (torch.randn(1, 2, 6, 6), torch.zeros(1, 2, 6, 6))
-    result = inspector.analyze(InputMutation(), inputs, stage="tfa", policy="state-aware")
+    result = inspector.analyze(InputMutation(), inputs, stage="tfa", rule="state-aware")
     assert result.sites[0].decision == "fold"
-    strict = result.with_policy("state-aware-strict").sites[0]
+    strict = result.with_rule("state-aware-strict").sites[0]
     assert strict.reason_codes == ("feeds-input-mutation",)
     # the Arm pipeline fails on this model after the fold; the analysis says so instead of failing
     assert any("ScalarsToAttributePass" in note for note in result.notes)
@@ -365,8 +366,8 @@ def test_bad_targets_give_one_line_errors(tmp_path):
         inspector.analyze(NoSites(), (torch.tensor([float("nan")]),))
     with pytest.raises(InspectorError, match="unknown stage"):
         inspector.analyze("sample:conv_mul_scalar", stage="lowering")
-    with pytest.raises(InspectorError, match="unknown policy"):
-        inspector.analyze("sample:conv_mul_scalar", policy="sometimes")
+    with pytest.raises(InspectorError, match="unknown rule"):
+        inspector.analyze("sample:conv_mul_scalar", rule="sometimes")
     (tmp_path / "bad.pt2").write_bytes(b"not a zip")
     with pytest.raises(InspectorError, match="cannot load bad.pt2"):
         inspector.analyze(str(tmp_path / "bad.pt2"))

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.requires_tosa
 @pytest.fixture(scope="module")
 def stateful5():
     comparison = inspector.compare("sample:stateful_conv_mul", ("off", "upstream"), steps=5)
-    return comparison, inspector.attribute(comparison)
+    return comparison, inspector.attribution(comparison)
 
 
 def test_default_calibration_covers_the_run_for_models_with_state():
@@ -85,7 +85,7 @@ def test_folding_is_nearly_neutral_on_the_scalar_sample_and_matters_on_the_wide_
     wide = inspector.compare("sample:stateful_wide_scale", ("off", "upstream"), steps=10)
     gap = wide.result("upstream").at_step(9).sqnr_db - wide.result("off").at_step(9).sqnr_db
     assert abs(gap) > 10, gap
-    attribution = inspector.attribute(wide)
+    attribution = inspector.attribution(wide)
     first = attribution.variant("off").entry_points[0]
     assert first.role == "mul" and first.site is not None  # unfolded: the error enters at the scale
 
@@ -145,7 +145,7 @@ class Recurrent(nn.Module):
 ], ids=["streaming-buffer", "functional-recurrent"])
 def test_models_with_state_the_samples_do_not_have(model, inputs):
     comparison = inspector.compare(model, ("off", "upstream"), example_inputs=inputs, steps=4)
-    attribution = inspector.attribute(comparison)
+    attribution = inspector.attribution(comparison)
     for v in attribution.variants:
         assert sorted({n.step for n in v.nodes}) == [0, 1, 2, 3]
         assert any(n.role in ("conv", "folded-conv") for n in v.nodes)
@@ -185,4 +185,4 @@ def test_a_comparison_read_from_json_says_what_to_do():
     comparison = inspector.compare("sample:conv_mul_scalar", ("upstream",))
     again = inspector.Comparison.from_dict(json.loads(json.dumps(comparison.to_dict())))
     with pytest.raises(inspector.InspectorError, match="run inspector.compare again"):
-        inspector.attribute(again)
+        inspector.attribution(again)

@@ -123,7 +123,7 @@ CLI_CASES = [
     ("shape-many-dims", ["analyze", SAMPLE, "--input-shape", "1," * 5000 + "1"], "has 5,001 dimensions; the limit is 8"),
     # choices (argparse's own errors)
     ("unknown-stage", ["analyze", SAMPLE, "--stage", "lowering"], "invalid choice: 'lowering'"),
-    ("unknown-policy", ["analyze", SAMPLE, "--policy", "sometimes"], "unknown policy 'sometimes'"),
+    ("unknown-policy", ["analyze", SAMPLE, "--policy", "sometimes"], "unknown rule 'sometimes'"),
     ("unknown-command", ["frobnicate"], "invalid choice: 'frobnicate'"),
     ("missing-target", ["analyze"], "the following arguments are required: TARGET"),
     ("steps-not-int", ["compare", SAMPLE, "--steps", "many"], "invalid int value: 'many'"),
@@ -132,7 +132,7 @@ CLI_CASES = [
     # markers, variants, steps
     ("unknown-marker", ["analyze", SAMPLE, "--mark", "zzz"], "unknown marker 'zzz'"),
     ("long-marker", ["analyze", SAMPLE, "--mark", LONG], "unknown marker"),
-    ("unknown-variant", ["compare", SAMPLE, "--variants", "off,sometimes"], "unknown policy 'sometimes'"),
+    ("unknown-variant", ["compare", SAMPLE, "--variants", "off,sometimes"], "unknown rule 'sometimes'"),
     ("no-variants", ["compare", SAMPLE, "--variants", ","], "no variants to compare"),
     ("steps-zero", ["compare", SAMPLE, "--steps", "0"], "--steps must be from 1 to 1000, got 0"),
     ("steps-huge", ["compare", SAMPLE, "--steps", "1000000000"], "got 1,000,000,000"),
@@ -198,12 +198,12 @@ API_CASES = [
     ("inputs-nan", lambda m: inspector.analyze(m, (torch.full((1, 3, 8, 8), float("nan")),)), "NaN or Inf"),
     ("stage-unknown", lambda m: inspector.analyze(m, X, stage="lowering"), "unknown stage 'lowering'"),
     ("stage-none", lambda m: inspector.analyze(m, X, stage=None), "unknown stage None"),
-    ("policy-unknown", lambda m: inspector.analyze(m, X, policy="sometimes"), "unknown policy 'sometimes'"),
+    ("policy-unknown", lambda m: inspector.analyze(m, X, rule="sometimes"), "unknown rule 'sometimes'"),
     ("marker-unknown", lambda m: inspector.analyze(m, X, markers=["nope"]), "unknown marker 'nope'"),
     ("marker-not-str", lambda m: inspector.analyze(m, X, markers=[3]), "a marker is a site id or node name"),
     ("compare-variants-int", lambda m: inspector.compare(m, 5, example_inputs=X), "cannot read variants 5"),
     ("compare-variant-unknown", lambda m: inspector.compare(m, ("off", "later"), example_inputs=X),
-     "unknown policy 'later'"),
+     "unknown rule 'later'"),
     ("compare-no-variants", lambda m: inspector.compare(m, (), example_inputs=X), "no variants to compare"),
     ("compare-steps-zero", lambda m: inspector.compare(m, "upstream", example_inputs=X, steps=0), "got 0"),
     ("compare-steps-str", lambda m: inspector.compare(m, "upstream", example_inputs=X, steps="3"), "got '3'"),
@@ -217,7 +217,7 @@ API_CASES = [
     ("render-hide-unknown", lambda m: inspector.analyze(m, X).render(hide=("weights",)), "cannot hide 'weights'"),
     ("render-max-nodes", lambda m: inspector.analyze(m, X).render(max_nodes=0), "max_nodes must be"),
     ("site-unknown", lambda m: inspector.analyze(m, X).site("nope"), "no site 'nope'"),
-    ("session-missing", lambda m: inspector.read_session("/nonexistent/s.json"), "no such session file"),
+    ("session-missing", lambda m: inspector.Session.read("/nonexistent/s.json"), "no such session file"),
 ]
 
 
@@ -285,7 +285,7 @@ def test_malformed_sessions_are_one_line(tmp_path, data, message):
     path = tmp_path / "s.json"
     path.write_text(data if isinstance(data, str) else json.dumps(data))
     with pytest.raises(InspectorError) as info:
-        inspector.read_session(path)
+        inspector.Session.read(path)
     text = str(info.value)
     assert message in text and "\n" not in text, text
 

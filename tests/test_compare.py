@@ -185,7 +185,7 @@ def test_errors_are_one_line_and_name_what_failed():
     bad.RECURRENT = {1: 0, 5: 1}
     with pytest.raises(InspectorError, match="declares output 5 as recurrent, but it has 2 outputs"):
         compare(bad, ("upstream",))
-    with pytest.raises(InspectorError, match="unknown policy"):
+    with pytest.raises(InspectorError, match="unknown rule"):
         compare("sample:conv_mul_scalar", ("sometimes",))
     with pytest.raises(InspectorError, match="steps must be from 1 to 1000, got 0"):
         compare("sample:conv_mul_scalar", steps=0)
@@ -259,7 +259,7 @@ def test_cli_compare_json(capsys):
 
 
 def test_analysis_compare_uses_its_markers():
-    a = inspector.analyze("sample:functional_recurrent_conv_mul", stage="tfa", policy="state-aware")
+    a = inspector.analyze("sample:functional_recurrent_conv_mul", stage="tfa", rule="state-aware")
     marked = a.toggle_marker(a.sites[0].id)
     result = marked.compare(("state-aware",), steps=2)
     assert result.results[0].variant.markers == (a.sites[0].id,)

@@ -21,7 +21,7 @@ from sample_models.generated import tfa_blocks
 
 @pytest.fixture(scope="module")
 def stateful():
-    return inspector.analyze("sample:streaming_keyword_spotter", stage="aten", policy="state-aware-strict")
+    return inspector.analyze("sample:streaming_keyword_spotter", stage="aten", rule="state-aware-strict")
 
 
 def _load(folder: Path, name: str) -> dict:
@@ -30,7 +30,7 @@ def _load(folder: Path, name: str) -> dict:
 
 @pytest.mark.parametrize("stage", inspector.STAGES)
 def test_files_are_the_stage_graph_keyed_by_fx_names(stage, tmp_path, stage_analyses):
-    analysis = stage_analyses("streaming_keyword_spotter", stage).with_policy("state-aware-strict")
+    analysis = stage_analyses("streaming_keyword_spotter", stage).with_rule("state-aware-strict")
     files = analysis.to_model_explorer(tmp_path / "out")
     graph = _load(files.folder, explorer.GRAPH_FILE)
     # A graph collection (the shape Model Explorer's page loads from a path), one graph.
@@ -158,7 +158,7 @@ def _served(folder: Path):
 def test_the_widget_button_embeds_model_explorer(tmp_path):
     from widgets import FoldInspector
 
-    app = FoldInspector(inspector.analyze("sample:stateful_conv_mul", stage="aten", policy="state-aware"))
+    app = FoldInspector(inspector.analyze("sample:stateful_conv_mul", stage="aten", rule="state-aware"))
     try:
         url = app.open_model_explorer(tmp_path / "me")
         assert url.startswith("http://127.0.0.1:") and "/?data=" in url
@@ -178,7 +178,7 @@ def test_model_explorer_shows_a_5000_node_graph_with_the_overlay(tmp_path):
     """Model Explorer's own page, served here with no network, loads the whole graph and the overlays."""
     from playwright.sync_api import sync_playwright
 
-    analysis = inspector.analyze_graph(tfa_blocks(920), policy="state-aware", name="generated 5k")
+    analysis = inspector.analyze_graph(tfa_blocks(920), rule="state-aware", name="generated 5k")
     files = analysis.to_model_explorer(tmp_path / "me")
     assert files.nodes >= 5000
     graph, node_data = explorer.read_manifest(files.folder)

@@ -106,8 +106,8 @@ def test_a_worker_out_of_memory_is_one_line_and_the_next_run_succeeds(monkeypatc
 
 def test_attribution_in_a_worker_equals_attribution_here_and_survives_a_kill():
     comparison = inspector.compare(TARGET, ("off", "upstream"), steps=2, workers=1)
-    isolated = inspector.attribute(comparison, isolate=True)
-    assert isolated.to_dict() == inspector.attribute(comparison).to_dict()
+    isolated = inspector.attribution(comparison, isolate=True)
+    assert isolated.to_dict() == inspector.attribution(comparison).to_dict()
 
     killed: list = []
 
@@ -124,10 +124,10 @@ def test_attribution_in_a_worker_equals_attribution_here_and_survives_a_kill():
     killer.start()
     with pytest.raises(inspector.InspectorError, match=r"^the attribution of off, upstream: the worker process "
                                                        r"running it died \(it was killed by SIGKILL"):
-        inspector.attribute(comparison, isolate=True)
+        inspector.attribution(comparison, isolate=True)
     killer.join()
     assert killed
-    assert inspector.attribute(comparison, isolate=True).to_dict() == isolated.to_dict()
+    assert inspector.attribution(comparison, isolate=True).to_dict() == isolated.to_dict()
 
 
 def test_a_run_that_would_not_fit_is_refused_before_anything_starts(monkeypatch):
@@ -144,7 +144,7 @@ def test_a_run_that_would_not_fit_is_refused_before_anything_starts(monkeypatch)
 def test_a_worker_killed_in_the_widgets_reference_run_leaves_a_usable_widget():
     from widgets import FoldInspector
 
-    app = FoldInspector(TARGET, stage="tfa", policy="upstream", variants=("off", "upstream"), steps=2)
+    app = FoldInspector(TARGET, stage="tfa", rule="upstream", variants=("off", "upstream"), steps=2)
     assert app.isolate
     app.run_reference()
     deadline = time.monotonic() + 300

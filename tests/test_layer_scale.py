@@ -76,8 +76,8 @@ def test_it_is_analysed_at_every_stage(stage):
         assert site.folded and site.scale.kind == "channel"
     else:  # the scale is computed in forward from a parameter
         assert not site.folded and site.reason_codes[0] == "scale-not-constant"
-    for policy in inspector.POLICIES:
-        assert analysis.with_policy(policy).sites[0].id == site.id
+    for policy in inspector.rules:
+        assert analysis.with_rule(policy).sites[0].id == site.id
     assert analysis.toggle_marker(site.id).site(site.id).marked
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
 
@@ -87,7 +87,7 @@ def test_it_is_compared_and_attributed_on_the_reference_model():
     comparison = inspector.compare(LayerScale().eval(), ("off", "upstream"), example_inputs=INPUTS, workers=1)
     assert [r.variant.policy for r in comparison.results] == ["off", "upstream"]
     assert all(m.sqnr_db == m.sqnr_db for r in comparison.results for m in r.metrics)  # finite or inf, not NaN
-    attribution = inspector.attribute(comparison)
+    attribution = inspector.attribution(comparison)
     assert {v.label for v in attribution.variants} == {"off", "upstream"}
     assert all(v.nodes for v in attribution.variants)
 

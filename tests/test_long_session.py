@@ -73,11 +73,11 @@ def _soak_round(k: int, meter: _Meter) -> list[dict]:
     reference run. Returns every answer's records, in order."""
     answers = []
     with meter("re-analysis"):
-        current = inspector.analyze(BIG, stage="tfa", policy=REANALYSIS_POLICIES[k % len(REANALYSIS_POLICIES)])
+        current = inspector.analyze(BIG, stage="tfa", rule=REANALYSIS_POLICIES[k % len(REANALYSIS_POLICIES)])
     answers.append(current.to_dict())
     for policy in ("state-aware-strict", "state-aware"):
         with meter("policy switch"):
-            current = current.with_policy(policy)
+            current = current.with_rule(policy)
         answers.append(current.to_dict())
         for j, i in enumerate(TOGGLED):
             site = current.sites[i].id
@@ -115,14 +115,14 @@ def test_a_long_session_stays_small_and_gives_the_same_answers():
     What each action really computes (nothing here is answered from a cache a user's action
     would not hit):
 
-    - a re-analysis is ``inspector.analyze(BIG, stage="tfa", policy=...)`` as a re-run cell calls
+    - a re-analysis is ``inspector.analyze(BIG, stage="tfa", rule=...)`` as a re-run cell calls
       it, with the policy argument changed every round (alternately ``state-aware`` and
       ``upstream``): the sample is built and exported again and fingerprinted, and since the
       model is the same, ``_load`` hands back the same ``Target`` with its captured tfa graph
       and decider (as it would to the user: the tfa capture is only redone for a changed
       model); the decide itself is never cached: every site is explained again and the
       installed pass runs on a fresh copy of the whole graph;
-    - a policy switch is ``with_policy``: the same whole-graph decide;
+    - a policy switch is ``with_rule``: the same whole-graph decide;
     - a toggle is ``toggle_marker``: a re-decide on the regions whose path to state moved;
     - a reference run is ``inspector.compare`` of a small stateful sample (on inputs of this test's
       own), each with other steps (1 to 5), so each quantizes, lowers and runs the TOSA reference
@@ -165,7 +165,7 @@ def test_fifty_marker_toggles_in_the_widget_keep_memory_flat_and_answers_equal()
     warm-up toggles grows by less than 50 MiB, and each cycle ends where the first did."""
     from widgets import FoldInspector
 
-    app = FoldInspector(inspector.analyze(BIG, stage="tfa", policy="state-aware"))
+    app = FoldInspector(inspector.analyze(BIG, stage="tfa", rule="state-aware"))
     app.select_site(app.sites[TOGGLED[0]].id)  # a focused picture per toggle, not the whole graph
     rows = [r for r in app.sites_box.children if "fi-site-row" in r._dom_classes]
     boxes = [rows[i].children[2] for i in TOGGLED]  # the "marked" checkboxes, as clicks set them

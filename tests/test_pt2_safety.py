@@ -698,7 +698,7 @@ def test_analyze_refuses(evil_door):
 def test_render_refuses(evil_door):
     archive, _ = evil_door
     with pytest.raises(InspectorError) as info:
-        inspector.render(inspector.analyze(str(archive), stage="aten"))
+        inspector.present.render(inspector.analyze(str(archive), stage="aten"))
     _refused(info, archive)
 
 

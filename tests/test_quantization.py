@@ -40,7 +40,7 @@ def stateful():
 
 
 def test_named_quantizations_carry_their_tosa_specification():
-    specs = {name: inspector.get_quantization(name).spec for name in QUANTIZATIONS}
+    specs = {name: inspector.quantizations.get(name).spec for name in QUANTIZATIONS}
     assert specs == {"a8w8": "TOSA-1.0+INT", "a8w8-per-tensor": "TOSA-1.0+INT", "a16w8": "TOSA-1.0+INT+int16",
                      "a8w4": "TOSA-1.0+INT+int4"}
     with pytest.raises(InspectorError, match=r"^unknown quantization 'a4w4'; choose one of: a8w8, "):
@@ -70,16 +70,16 @@ def test_every_stateful_sample_under_every_quantization(stateful):
         # here would only add a fork server's warm-up and the pickling to and from them.
         comparison = inspector.compare(f"sample:{name}", variants, steps=STEPS, workers=1)
         assert not comparison.errors, [r.error for r in comparison.errors]
-        attribution = inspector.attribute(comparison)
+        attribution = inspector.attribution(comparison)
         for result, va in zip(comparison.results, attribution.variants):
-            assert result.spec == inspector.get_quantization(result.quantization).spec
+            assert result.spec == inspector.quantizations.get(result.quantization).spec
             assert all(math.isfinite(m.sqnr_db) or m.sqnr_db == math.inf for m in result.metrics), result.variant.label
             assert all(math.isfinite(m.max_abs_error) for m in result.metrics)
             # Attribution's simulation against the TOSA reference, in the output's quantization steps: within
             # one step at 8-bit activations. At a16w8 (a step 256x finer) it was measured up to 4.0 int16 steps
             # (stateful_wide_scale 1.0005 to 2.001, streaming_keyword_spotter 4.0): not 1; held to 8 int16
             # steps (1/32 of an 8-bit step) here, and the README says so.
-            bound = 8.0 if inspector.get_quantization(result.quantization).spec.endswith("int16") else 1.0
+            bound = 8.0 if inspector.quantizations.get(result.quantization).spec.endswith("int16") else 1.0
             for agreement in va.agreement:
                 assert agreement.max_steps is not None and agreement.max_steps <= bound, (
                     name, result.variant.label, agreement)
@@ -114,7 +114,7 @@ def test_an_override_keeps_a_sites_mul_in_float():
     # the quantizer leaves a float mul out of transform-for-annotation: upstream no longer folds it, and says so
     assert [s.folded_at for s in kept_upstream.sites] == [None]
     assert any(site.id in n and "does not fold" in n for n in comparison.notes), comparison.notes
-    attribution = inspector.attribute(comparison)
+    attribution = inspector.attribution(comparison)
     before = next(r for r in attribution.variants[0].last_step() if r.name == aten_mul)
     after = next(r for r in attribution.variants[1].last_step() if r.name == aten_mul)
     # quantized, the mul adds error of its own; kept in float, none enters there (what its record reads
@@ -125,14 +125,14 @@ def test_an_override_keeps_a_sites_mul_in_float():
 
 @pytest.mark.requires_tosa
 def test_a_variant_that_cannot_run_is_one_line_and_the_others_stay():
-    config = inspector.get_quantization("a16w8").build()
+    config = inspector.quantizations.get("a16w8").build()
     try:
-        inspector.register_quantization("a16w8-on-int8", config, spec="TOSA-1.0+INT")  # a spec that cannot lower it
+        inspector.quantizations.register("a16w8-on-int8", config, spec="TOSA-1.0+INT")  # a spec that cannot lower it
         comparison = inspector.compare("sample:stateful_conv_mul",
                                        ["upstream", "upstream@a16w8-on-int8",
                                         Variant("off", overrides={"no_such_node": "float"})], steps=2)
     finally:
-        inspector.unregister_quantization("a16w8-on-int8")
+        inspector.quantizations.unregister("a16w8-on-int8")
     ok, bad_spec, bad_override = comparison.results
     assert ok.error is None and ok.metrics
     assert bad_spec.error.startswith("lower failed for variant upstream@a16w8-on-int8: ") and "\n" not in bad_spec.error
@@ -215,7 +215,7 @@ def test_bits_ranks_what_each_change_recovers():
 
 @pytest.mark.requires_tosa
 def test_a_sweep_runs_quantized_variants():
-    result = inspector.sweep(["sample:stateful_conv_mul"], policies=("upstream",), steps=2,
+    result = inspector.sweep(["sample:stateful_conv_mul"], rules=("upstream",), steps=2,
                              variants=["upstream", "upstream@a16w8"], workers=1)
     rows = {v["variant"]: v for v in result.variants}
     assert set(rows) == {"upstream", "upstream@a16w8"}
@@ -228,7 +228,7 @@ def test_a_sweep_runs_quantized_variants():
 def test_the_widget_picks_quantizations_answers_fold_or_bits_and_keeps_them_in_sessions(tmp_path):
     from widgets import FoldInspector
 
-    app = FoldInspector("sample:stateful_wide_scale", stage="tfa", policy="upstream", variants=("off", "upstream"),
+    app = FoldInspector("sample:stateful_wide_scale", stage="tfa", rule="upstream", variants=("off", "upstream"),
                         steps=2)
     assert app.quantization_picker.value == ("a8w8",) and app._reference.variants() == ["off", "upstream"]
     app.quantization_picker.value = ("a8w8", "a16w8")
@@ -249,4 +249,34 @@ def test_the_widget_picks_quantizations_answers_fold_or_bits_and_keeps_them_in_s
     app.save_session(tmp_path / "t.json")
     again = FoldInspector.load_session(tmp_path / "t.json")
     assert again.quantization_picker.value == ("a16w8",)
-    assert inspector.read_session(path).quantizations == ("a8w8",)
+    assert inspector.Session.read(path).quantizations == ("a8w8",)
+
+
+def test_a_registered_quantization_shows_in_its_help_the_cli_and_the_widget(capsys):
+    """One registry, read live: a quantization registered after import is in its help, in the CLI's
+    help of ``--quantization`` and in the widget's picker and its tooltip."""
+    from inspector._front import cli
+    from widgets import FoldInspector
+
+    name, help = "a8w8-mine", "the default config under a name of mine"
+    app = FoldInspector("sample:conv_mul_scalar", stage="tfa")
+    assert name not in app.quantization_picker.options
+    config = inspector.quantizations.get("a8w8").build()
+    try:
+        mine = inspector.quantizations.register(name, config, help=help)
+        assert name in inspector.quantizations and inspector.quantizations.get(name) is mine
+        assert inspector.quantizations.describe(name) == help and inspector.quantizations.help()[name] == help
+        try:
+            cli.main(["compare", "--help"])
+        except SystemExit:
+            pass
+        assert f"{name}: {help}" in " ".join(capsys.readouterr().out.split())
+        app.set_markers(app.markers)  # any refresh offers what is registered now
+        assert name in app.quantization_picker.options and f"{name}: {help}" in app.quantization_picker.tooltip
+        with pytest.raises(InspectorError, match="^a quantization named 'a8w4' is registered already; choose another "
+                                                 "name$"):
+            inspector.quantizations.register("a8w4", config)
+    finally:
+        inspector.quantizations.unregister(name)
+    inspector.quantizations.unregister("a8w4")  # built-ins stay
+    assert name not in inspector.quantizations and "a8w4" in inspector.quantizations

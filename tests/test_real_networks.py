@@ -21,8 +21,8 @@ NETWORKS = ["resnet_basic_block", "mobilenetv2_inverted_residual", "squeeze_exci
 @pytest.mark.parametrize("name", NETWORKS)
 def test_every_stage_and_policy_draws_before_and_after(stage_analyses, name):
     for stage in STAGES:
-        for policy in inspector.POLICIES:
-            result = stage_analyses(name, stage).with_policy(policy)
+        for policy in inspector.rules:
+            result = stage_analyses(name, stage).with_rule(policy)
             assert result.mismatches == ()
             for which in ("before", "after"):
                 source = result.render(which).source
@@ -34,7 +34,7 @@ def test_every_stage_and_policy_draws_before_and_after(stage_analyses, name):
 @pytest.mark.requires_dot
 @pytest.mark.parametrize("name", NETWORKS)
 def test_svg_of_the_pair(stage_analyses, name):
-    svg = inspector.svg(stage_analyses(name, "tfa").render_pair())
+    svg = inspector.present.svg(stage_analyses(name, "tfa").render_pair())
     assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>")
 
 

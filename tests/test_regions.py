@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import inspector
-from inspector import FoldPassCrash, InspectorError
+from inspector import InspectorError
+from inspector.errors import FoldPassCrash
 from inspector._decide.stages import STAGES
 from conftest import flat
 from test_analysis import BufferWeights
@@ -20,7 +21,7 @@ GUARDS = ("state-aware", "state-aware-strict")
 
 def whole(analysis: inspector.Analysis) -> inspector.Analysis:
     """The same configuration decided by running the pass on a copy of the whole graph."""
-    return analysis.with_policy(analysis.policy)  # no base: every site, the pass on the whole graph
+    return analysis.with_rule(analysis.policy)  # no base: every site, the pass on the whole graph
 
 
 def drawn_whole(analysis: inspector.Analysis, focus: str, hops: int = 2) -> str:
@@ -57,7 +58,7 @@ def test_toggles_on_regions_equal_the_whole_graph_run(stage_analyses, name, stag
     rng = random.Random(f"{name}/{stage}")
     on_regions = 0
     for policy in ("upstream",) + GUARDS:
-        current = base.with_policy(policy)
+        current = base.with_rule(policy)
         for marker in toggles(current, rng, 4):
             current = current.toggle_marker(marker)
             on_regions += current.from_regions  # else a marker guarded much of a big graph at once
@@ -75,7 +76,7 @@ def test_toggles_on_regions_equal_the_whole_graph_run(stage_analyses, name, stag
 @pytest.mark.parametrize("policy", GUARDS)
 @pytest.mark.parametrize("index", [100, 103], ids=["middle-site", "site-writing-state"])
 def test_a_toggle_on_a_big_graph_runs_the_pass_on_regions_only(stage_analyses, stage, policy, index):
-    base = stage_analyses("generated_blocks", stage).with_policy(policy)
+    base = stage_analyses("generated_blocks", stage).with_rule(policy)
     nodes = len(base.stage_graph.graph_module.graph.nodes)
     site = base.sites[index]
     toggled = base.toggle_marker(site.id)
@@ -97,7 +98,7 @@ def test_a_toggle_on_a_big_graph_runs_the_pass_on_regions_only(stage_analyses, s
 @pytest.mark.parametrize("stage", ["aten", "tfa"])
 def test_a_marker_on_a_write_into_state_is_re_decided_as_the_whole_run_does(stage_analyses, stage):
     # The marker moves no path (a write ends every path) but renames the boundary the sites' paths end at.
-    base = stage_analyses("stateful_conv_mul", stage).with_policy("state-aware-strict")
+    base = stage_analyses("stateful_conv_mul", stage).with_rule("state-aware-strict")
     write = next(n.name for n in base.stage_graph.graph_module.graph.nodes if n.name.startswith("copy_"))
     toggled = base.toggle_marker(write)
     assert toggled.from_regions
@@ -106,7 +107,7 @@ def test_a_marker_on_a_write_into_state_is_re_decided_as_the_whole_run_does(stag
 
 @pytest.mark.parametrize("stage", STAGES)
 def test_the_after_graph_of_a_region_analysis_is_the_whole_run(stage_analyses, stage):
-    base = stage_analyses("stateful_conv_mul", stage).with_policy("state-aware-strict")
+    base = stage_analyses("stateful_conv_mul", stage).with_rule("state-aware-strict")
     inspector.clear_cache()  # other tests may have run this configuration on the whole graph already
     toggled = base.toggle_marker(base.sites[0].id)  # a configuration no whole run has decided since
     assert toggled.from_regions and not toggled.decider.has_after(toggled)
@@ -121,7 +122,7 @@ def test_the_after_graph_of_a_region_analysis_is_the_whole_run(stage_analyses, s
 def test_the_after_graph_check_fails_when_a_region_decided_otherwise(stage_analyses):
     from dataclasses import replace
 
-    base = stage_analyses("generated_blocks", "tfa").with_policy("state-aware")
+    base = stage_analyses("generated_blocks", "tfa").with_rule("state-aware")
     toggled = base.toggle_marker(base.sites[3].id)
     forged = replace(toggled.sites[5], decision="skip" if toggled.sites[5].folded else "fold")
     toggled = replace(toggled, sites=toggled.sites[:5] + (forged,) + toggled.sites[6:])
@@ -132,22 +133,22 @@ def test_the_after_graph_check_fails_when_a_region_decided_otherwise(stage_analy
 @pytest.mark.parametrize("stage", ["aten", "edge"])
 def test_a_crash_on_a_region_is_reported_as_the_whole_run_reports_it(stage):
     model, inputs = BufferWeights(), (torch.randn(1, 3, 8, 8),)
-    site = inspector.analyze(model, inputs, stage=stage, policy="off").sites[0].id
-    marked = inspector.analyze(model, inputs, stage=stage, policy="state-aware", markers=[site])
+    site = inspector.analyze(model, inputs, stage=stage, rule="off").sites[0].id
+    marked = inspector.analyze(model, inputs, stage=stage, rule="state-aware", markers=[site])
     assert marked.site(site).decision == "skip"
     with pytest.raises(FoldPassCrash, match=f"crashed while folding site {site}"):
         marked.toggle_marker(site)
 
 
 def test_an_unknown_marker_is_reported_as_the_whole_run_reports_it(stage_analyses):
-    base = stage_analyses("generated_blocks", "tfa").with_policy("state-aware")
+    base = stage_analyses("generated_blocks", "tfa").with_rule("state-aware")
     with pytest.raises(InspectorError, match="unknown marker 'no_such_node' at stage tfa"):
         base.toggle_marker("no_such_node")
 
 
 @pytest.mark.parametrize("stage", STAGES)
 def test_regions_leave_the_stage_graph_untouched(stage_analyses, stage):
-    base = stage_analyses("generated_blocks", stage).with_policy("state-aware")
+    base = stage_analyses("generated_blocks", stage).with_rule("state-aware")
     sg = base.stage_graph
     tensors = {k: v.clone() for k, v in sg.graph_module.state_dict().items()}
     program_tensors = {k: v.clone() for k, v in sg.program.state_dict.items()} if sg.program is not None else {}

@@ -1,4 +1,4 @@
-"""Pictures: ``inspector.render`` draws verdicts from one style table, safely and the same every run.
+"""Pictures: ``inspector.present.render`` draws verdicts from one style table, safely and the same every run.
 
 Golden DOT sources live in tests/goldens/render/; ``pytest --update-goldens`` rewrites them.
 """
@@ -78,7 +78,7 @@ GOLDEN_CASES = ([(name, "upstream") for name in sample_models.names() if name !=
 
 @pytest.mark.parametrize("name,policy", GOLDEN_CASES, ids=[f"{n}-{p}" for n, p in GOLDEN_CASES])
 def test_golden_dot_source(name, policy, stage_analyses, update_goldens):
-    analysis = stage_analyses(name, "tfa").with_policy(policy)
+    analysis = stage_analyses(name, "tfa").with_rule(policy)
     source = scrub(analysis.render_pair().source)
     path = GOLDENS / f"{name}.tfa.{policy}.dot"
     if update_goldens:
@@ -91,7 +91,7 @@ def test_golden_dot_source(name, policy, stage_analyses, update_goldens):
 
 def test_same_graph_same_source(stage_analyses):
     analysis = stage_analyses("conv_mul_chain", "edge")
-    again = analysis.with_policy("upstream")
+    again = analysis.with_rule("upstream")
     assert analysis.render().source == again.render().source
     assert analysis.render_pair(cluster_by_module=True).source == again.render_pair(cluster_by_module=True).source
     assert not re.search(r"0x[0-9a-f]{6,}", analysis.render(hide=()).source)
@@ -144,7 +144,7 @@ def test_folded_site_before_and_after(stage_analyses):
 
 
 def test_toggling_a_marker_changes_the_style(stage_analyses):
-    analysis = stage_analyses("functional_recurrent_conv_mul", "tfa").with_policy("state-aware")
+    analysis = stage_analyses("functional_recurrent_conv_mul", "tfa").with_rule("state-aware")
     (site,) = analysis.sites
     source = analysis.render().source
     assert classes(source, site.mul) == {"removed"}
@@ -164,7 +164,7 @@ def test_toggling_a_marker_changes_the_style(stage_analyses):
     ("edge", "state-aware", ("aten_mul_tensor", "output")),
 ])
 def test_path_to_the_buffer_write_is_highlighted(stage, policy, edge, stage_analyses):
-    analysis = stage_analyses("stateful_conv_mul", stage).with_policy(policy)
+    analysis = stage_analyses("stateful_conv_mul", stage).with_rule(policy)
     (site,) = analysis.sites
     assert site.reason_codes == ("feeds-buffer-mutation",) and site.state_path == edge
     for source in (analysis.render().source, analysis.render("after").source):
@@ -219,7 +219,7 @@ def test_hide_constants(stage_analyses):
 
 
 def generated(blocks: int, policy: str = "state-aware-strict") -> inspector.Analysis:
-    return inspector.analyze_graph(tfa_blocks(blocks), policy=policy, name="generated")
+    return inspector.analyze_graph(tfa_blocks(blocks), rule=policy, name="generated")
 
 
 def test_big_graph_draws_the_neighbourhoods_of_the_sites():
@@ -275,7 +275,7 @@ class EvilNames(nn.Module):
 @pytest.mark.requires_dot
 @pytest.mark.parametrize("stage", ["tfa", "edge"])
 def test_model_strings_are_escaped(stage):
-    analysis = inspector.analyze(EvilNames(), (torch.randn(1, 3, 8, 8),), stage=stage, policy="state-aware-strict")
+    analysis = inspector.analyze(EvilNames(), (torch.randn(1, 3, 8, 8),), stage=stage, rule="state-aware-strict")
     (site,) = analysis.sites
     assert EVIL in site.id and site.reason_codes == ("feeds-buffer-mutation",)
     for graph in (analysis.render(cluster_by_module=True, hide=()), analysis.render_pair(cluster_by_module=True)):

@@ -33,12 +33,12 @@ def test_a_plugin_rule_is_offered_and_decides(tmp_path):
         def register(add):
             def keep_every_site(site):
                 return inspector.Skip("plugin-keeps", "the plugin keeps every site")
-            add(inspector.Policy("plugin-keeps-all", "keeps every site", "the fake-rules-plugin package",
+            add(inspector.Rule("plugin-keeps-all", "keeps every site", "the fake-rules-plugin package",
                                  check=keep_every_site))
     ''')
     out = _run(path, "import json, inspector\n"
-                     "a = inspector.analyze('sample:conv_mul_scalar', stage='aten', policy='plugin-keeps-all')\n"
-                     "print(json.dumps([list(inspector.POLICIES), inspector.POLICY_HELP['plugin-keeps-all'],"
+                     "a = inspector.analyze('sample:conv_mul_scalar', stage='aten', rule='plugin-keeps-all')\n"
+                     "print(json.dumps([list(inspector.rules), inspector.rules.describe('plugin-keeps-all'),"
                      " [s.reason_codes for s in a.sites]]))")
     assert out.returncode == 0, out.stderr[-2000:]
     names, help_text, codes = json.loads(out.stdout.strip().splitlines()[-1])
@@ -51,6 +51,6 @@ def test_a_broken_plugin_warns_and_leaves_the_built_in_rules(tmp_path):
         def register(add):
             raise RuntimeError("this plugin is broken")
     ''')
-    out = _run(path, "import inspector\nprint(list(inspector.POLICIES))")
+    out = _run(path, "import inspector\nprint(list(inspector.rules))")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "upstream" in out.stdout and "fold-rule plugin fake" in out.stderr and "broken" in out.stderr

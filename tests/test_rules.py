@@ -30,10 +30,10 @@ SAMPLES = inspector.samples.names()
 @pytest.fixture(autouse=True)
 def _forget_new_rules():
     """Every rule a test registers (a file's NAME, an @inspector.rule) is unregistered after it."""
-    before = set(inspector.POLICIES)
+    before = set(inspector.rules)
     yield
-    for name in set(inspector.POLICIES) - before:
-        inspector.unregister_policy(name)
+    for name in set(inspector.rules) - before:
+        inspector.rules.unregister(name)
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +103,7 @@ def test_a_guard_changes_exactly_the_sites_it_skips(stage_analyses, guard, stage
     for name in SAMPLES:
         upstream = stage_analyses(name, stage)
         names_before = nodes_of(upstream)
-        mine = upstream.with_policy(spec)
+        mine = upstream.with_rule(spec)
         assert mine.policy == guard and mine.rule.origin == f"{RULES.resolve()}:{guard}"
         assert mine.rule.check is not None and mine.rule.pass_class is None
         guarded = {s.mul for s in upstream.sites if skips(upstream, s)}
@@ -135,19 +135,19 @@ def test_a_rule_leaves_the_callers_model_untouched(pass_copy, stage):
     model = inspector.samples.get("stateful_wide_scale")
     before = state_of(model)
     for policy in (WIDE, OUTPUTS, f"{pass_copy}:{PASS}"):
-        analysis = inspector.analyze(model, stage=stage, policy=policy)
+        analysis = inspector.analyze(model, stage=stage, rule=policy)
         assert analysis.sites, policy
         analysis.after  # the whole after-graph too (the pass writes scaled weights in place at tfa)
         assert_bit_identical(before, model)
-    assert inspector.analyze(model, stage=stage, policy=WIDE).sites[0].reason_codes == ("rule:wide-scale",)
+    assert inspector.analyze(model, stage=stage, rule=WIDE).sites[0].reason_codes == ("rule:wide-scale",)
 
 
 def test_a_guard_file_registers_nothing_on_import():
     from inspector._targets.load import import_file
 
-    before = list(inspector.POLICIES)
+    before = list(inspector.rules)
     module = import_file(RULES)
-    assert list(inspector.POLICIES) == before
+    assert list(inspector.rules) == before
     assert callable(module.keep_wide_scales) and callable(module.skip_reaching_outputs)
     assert module.keep_wide_scales.__doc__ and module.skip_reaching_outputs.__doc__
 
@@ -161,7 +161,7 @@ def test_a_copy_of_the_installed_pass_decides_like_upstream(stage_analyses, pass
     for name in SAMPLES:
         upstream = stage_analyses(name, stage)
         names_before = nodes_of(upstream)
-        mine = upstream.with_policy(spec)
+        mine = upstream.with_rule(spec)
         assert mine.policy == PASS and mine.rule.pass_class is not None and mine.rule.check is None
         assert [s.to_dict() for s in mine.sites] == [s.to_dict() for s in upstream.sites], (name, stage)
         assert nodes_of(upstream) == names_before, (name, stage)
@@ -191,7 +191,7 @@ def test_a_patched_copy_skips_where_it_does_not_fold(stage_analyses, pass_copy, 
     seen = {"rule-pass-skipped": 0, "both fold": 0}
     for name in SAMPLES:
         upstream = stage_analyses(name, stage)
-        mine = upstream.with_policy(spec)
+        mine = upstream.with_rule(spec)
         assert mine.rule.pass_class is not None
         # conv(x) * a * b with only a folded: a's conv reads a weight scaled once, not twice
         rescaled = {up.conv for up, site in zip(upstream.sites, mine.sites) if up.decision != site.decision}
@@ -300,7 +300,7 @@ def bad_passes(tmp_path_factory):
 def _assert_recovers(analysis: inspector.Analysis, names_before: list[str]) -> None:
     """After a broken rule: the stage graph is as it was and upstream still answers as before."""
     assert nodes_of(analysis) == names_before
-    again = analysis.with_policy("upstream")
+    again = analysis.with_rule("upstream")
     assert [s.to_dict() for s in again.sites] == [s.to_dict() for s in analysis.sites]
     assert again.after is not None
 
@@ -314,13 +314,13 @@ def test_a_broken_guard_is_one_line_naming_it(stage_analyses, monkeypatch, bad, 
     analysis = stage_analyses(BAD_TARGET, stage)
     names_before = nodes_of(analysis)
     with pytest.raises(InspectorError) as info:
-        analysis.with_policy(bad)
+        analysis.with_rule(bad)
     message = str(info.value)
     assert "\n" not in message and f"'{bad}'" in message and says in message, message
     assert analysis.sites[0].id in message, message  # the site it failed on
     _assert_recovers(analysis, names_before)
     with pytest.raises(InspectorError) as info:  # and through analyze, as a registered name
-        inspector.analyze("sample:" + BAD_TARGET, stage=stage, policy=bad)
+        inspector.analyze("sample:" + BAD_TARGET, stage=stage, rule=bad)
     assert "\n" not in str(info.value) and f"'{bad}'" in str(info.value)
 
 
@@ -344,7 +344,7 @@ def test_a_broken_pass_class_is_one_line_naming_it(stage_analyses, bad_passes, b
     analysis = stage_analyses(BAD_TARGET, stage)
     names_before = nodes_of(analysis)
     with pytest.raises(InspectorError) as info:
-        analysis.with_policy(f"{bad_passes}:{bad}")
+        analysis.with_rule(f"{bad_passes}:{bad}")
     message = str(info.value)
     assert "\n" not in message and f"'{bad}'" in message, message
     for part in BAD_PASS_SAYS[bad](analysis):
@@ -357,7 +357,7 @@ def test_a_guard_of_the_wrong_shape_is_refused_in_one_line():
         inspector.Skip("Not A Slug")
     assert "\n" not in str(info.value)
     with pytest.raises(InspectorError) as info:
-        inspector.load_rule(f"{RULES}:no_such_guard")
+        inspector.rules.get(f"{RULES}:no_such_guard")
     assert "\n" not in str(info.value) and "keep_wide_scales" in str(info.value)
 
 

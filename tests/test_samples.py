@@ -24,10 +24,10 @@ MATRIX = [(n, s) for n in sample_models.names() for s in STAGES]
 def test_decisions_and_reasons_match_expectations(stage_analyses, name, stage):
     base = stage_analyses(name, stage)
     model = sample_models.get(name)
-    for policy in inspector.POLICIES:
+    for policy in inspector.rules:
         with warnings.catch_warnings():
             warnings.simplefilter("error", inspector.ExplanationMismatchWarning)
-            result = base.with_policy(policy)
+            result = base.with_rule(policy)
         got = tuple((s.decision, s.reason_codes) for s in result.sites)
         assert got == model.expected(stage, policy), f"{policy}: {result.summary()}"
         assert result.mismatches == ()
@@ -70,7 +70,7 @@ def test_tfa_decisions_equal_the_pass_inside_the_quantizer_pipeline(stage_analys
 @pytest.mark.parametrize("name,stage", MATRIX)
 def test_after_graph_computes_the_same_float_outputs(stage_analyses, name, stage):
     for policy in ("upstream", "state-aware-strict"):
-        result = stage_analyses(name, stage).with_policy(policy)
+        result = stage_analyses(name, stage).with_rule(policy)
         before, after = flat(result.run_before()), flat(result.run_after())
         reused = any(r.code == "folded-weight-reused" for s in result.sites for r in s.risks)
         if reused:
@@ -107,7 +107,7 @@ def test_every_sample_declares_itself():
         assert type(model).__doc__ and sample_models.describe(name)
         assert isinstance(model.example_inputs(), tuple)
         for stage in STAGES:
-            for policy in inspector.POLICIES:
+            for policy in inspector.rules:
                 assert all(d in ("fold", "skip") for d, _ in model.expected(stage, policy))
     with pytest.raises(KeyError, match="unknown sample"):
         sample_models.get("nope")

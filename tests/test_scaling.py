@@ -10,7 +10,7 @@ from sample_models.generated import tfa_blocks
 def test_ten_thousand_node_graph_is_decided_site_by_site():
     gm = tfa_blocks(1850)
     assert len(gm.graph.nodes) >= 10_000
-    result = inspector.analyze_graph(gm, policy="state-aware-strict", name="tfa_blocks")
+    result = inspector.analyze_graph(gm, rule="state-aware-strict", name="tfa_blocks")
     assert len(result.sites) == 1850
     for i, site in enumerate(result.sites):
         if i % 5 == 4:
@@ -20,7 +20,7 @@ def test_ten_thousand_node_graph_is_decided_site_by_site():
         else:
             assert site.decision == "fold", (i, site.reason_codes)
     assert result.mismatches == ()
-    upstream = result.with_policy("upstream")
+    upstream = result.with_rule("upstream")
     assert sum(s.folded for s in upstream.sites) == sum(1 for i in range(1850) if i % 5 != 4)
 
 

@@ -93,7 +93,7 @@ def test_state_aware_is_the_pr_on_every_sample(stage_analyses, stage):
         upstream = stage_analyses(name, stage)
         if stage == "tfa":
             assert upstream.stage_graph.program is None
-        state_aware = upstream.with_policy("state-aware")
+        state_aware = upstream.with_rule("state-aware")
         kept += check(state_aware, upstream, guard_fires(state_aware), (name, stage, "no markers"))
     # Only edge's signature lists the buffer writes: at aten (torch.export's IR) and tfa they are in-place
     # copy_ nodes, which the PR does not read, so without a marker it keeps nothing there.
@@ -106,7 +106,7 @@ def test_state_aware_is_the_pr_with_a_marker_on_each_site(stage_analyses, stage)
     kept = 0
     for name in SAMPLES:
         upstream = stage_analyses(name, stage)
-        state_aware = upstream.with_policy("state-aware")
+        state_aware = upstream.with_rule("state-aware")
         for site in upstream.sites:
             marked_sa = state_aware.with_markers([site.id])
             marked_up = upstream.with_markers([site.id])
@@ -161,7 +161,7 @@ def hand_marked(stage: str, placement: str) -> tuple[inspector.Analysis, inspect
         program = torch.export.export(Tiny(), INPUTS)
         place(program.graph, placement)
         upstream = inspector.analyze(program, INPUTS, stage=stage)
-    return upstream, upstream.with_policy("state-aware")
+    return upstream, upstream.with_rule("state-aware")
 
 
 @pytest.mark.parametrize("stage", inspector.STAGES)

@@ -22,7 +22,8 @@ import torch
 
 import inspector
 from inspector.errors import InspectorError
-from inspector import ModelSpec, Sweep, models_from, read_models_toml, sweep
+from inspector import ModelSpec, Sweep, models_from, sweep
+from inspector._sweep.sweep import read_models_toml
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ("upstream", "state-aware", "state-aware-strict")
@@ -161,7 +162,7 @@ def test_rows_are_what_analyze_decides(reference):
     result, _, _ = reference
     assert len(result.rows) == len(SAMPLES) * 2 * len(RULES)
     for row in result.rows:
-        analysis = inspector.analyze(row["target"], stage=row["stage"], policy=row["policy"])
+        analysis = inspector.analyze(row["target"], stage=row["stage"], rule=row["policy"])
         assert row["error"] is None
         assert row["folded"] == [s.id for s in analysis.sites if s.folded]
         assert row["skipped"] == [s.id for s in analysis.sites if not s.folded]
@@ -173,7 +174,7 @@ def test_changed_sites_are_the_sites_the_rules_decide_differently(reference):
     expected = set()
     for target in SAMPLES:
         for stage in ("tfa", "edge"):
-            decided = {p: {s.id: s.decision for s in inspector.analyze(target, stage=stage, policy=p).sites}
+            decided = {p: {s.id: s.decision for s in inspector.analyze(target, stage=stage, rule=p).sites}
                        for p in RULES}
             for site in decided["upstream"]:
                 if len({decided[p][site] for p in RULES}) > 1:
@@ -219,9 +220,9 @@ def test_rules_users_write(tmp_path):
     from_file = f"{rules_file}:skip_reaching_outputs"
     try:
         result = sweep(["sample:conv_mul_scalar", "sample:conv_mul_chain"], ("upstream", from_file), workers=2)
-        rows = [(r, inspector.analyze(r["target"], stage="tfa", policy=r["policy"])) for r in result.rows]
+        rows = [(r, inspector.analyze(r["target"], stage="tfa", rule=r["policy"])) for r in result.rows]
     finally:
-        inspector.unregister_policy("skip_reaching_outputs")  # a rule loaded here stays for other tests otherwise
+        inspector.rules.unregister("skip_reaching_outputs")  # a rule loaded here stays for other tests otherwise
     assert result.executor == "local" and not result.notes  # a rule in a file runs in the workers
     for row, analysis in rows:
         assert row["folded"] == [s.id for s in analysis.sites if s.folded]
@@ -234,7 +235,7 @@ def test_rules_users_write(tmp_path):
     try:
         here = sweep(["sample:conv_mul_scalar"], ("upstream", "test-sweep-never"), workers=2)
     finally:
-        inspector.unregister_policy("test-sweep-never")
+        inspector.rules.unregister("test-sweep-never")
     assert here.executor == "inline" and "lives in this process only" in here.notes[0]
     assert [len(r["folded"]) for r in here.rows] == [1, 0]
 
@@ -394,7 +395,7 @@ def test_a_worker_killed_in_a_variant_loses_only_that_variant(tmp_path):
     try:
         result = sweep(["sample:conv_mul_scalar"], ("upstream", deadly), steps=1, workers=2)
     finally:
-        inspector.unregister_policy("dies_in_the_quantized_flow")
+        inspector.rules.unregister("dies_in_the_quantized_flow")
     assert [r["error"] for r in result.rows] == [None, None]  # deciding it is fine
     by_rule = {v["policy"]: v for v in result.variants}
     assert by_rule["upstream"]["error"] is None and by_rule["upstream"]["sqnr_db_last"] > 20
@@ -441,7 +442,7 @@ def test_cli_formats(tmp_path, capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0] == "target,stage,policy,sites,folded,skipped,error,sqnr_db_last,sqnr_db_worst"
     assert len(lines) == 1 + 2 * 2
-    for bad, message in [(["--policies", "nope"], "unknown policy 'nope'"), (["--stages", "tfa,late"], "'late'"),
+    for bad, message in [(["--policies", "nope"], "unknown rule 'nope'"), (["--stages", "tfa,late"], "'late'"),
                          (["--steps", "-1"], "--steps"), (["--executor", "dask"], "invalid choice"),
                          (["--models", str(tmp_path / "none.toml")], "no such file")]:
         assert main(["sweep", "sample:conv_mul_scalar", *bad]) == 2

@@ -160,7 +160,7 @@ def test_user_frames_drop_library_frames():
 def test_the_widget_exports_the_same_markdown(tmp_path):
     from widgets import FoldInspector
 
-    app = FoldInspector("sample:stateful_conv_mul", stage="edge", policy="upstream")
+    app = FoldInspector("sample:stateful_conv_mul", stage="edge", rule="upstream")
     path = app.export_report(tmp_path / "r.md", format="md")
     expected = inspector.analyze("sample:stateful_conv_mul", stage="edge").report(format="md")
     assert path.read_text() == expected

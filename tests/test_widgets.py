@@ -42,7 +42,7 @@ def decision_of(row) -> str:
 
 @pytest.fixture()
 def stateful():
-    return FoldInspector("sample:stateful_conv_mul", stage="tfa", policy="upstream")
+    return FoldInspector("sample:stateful_conv_mul", stage="tfa", rule="upstream")
 
 
 def test_header_sites_and_pickers(stateful):
@@ -52,19 +52,19 @@ def test_header_sites_and_pickers(stateful):
     assert app.summary.value.count("1 site, 1 folded") == 1
     (row,) = rows(app)
     assert decision_of(row) == "fold" and "fi-site-fold" in row._dom_classes
-    app.policy_picker.value = "state-aware-strict"
+    app.rule_picker.value = "state-aware-strict"
     (row,) = rows(app)
     assert decision_of(row) == "skip" and "feeds-buffer-mutation" in row.children[1].value
     assert "feeds-buffer-mutation: 1" in app.summary.value
     app.stage_picker.value = "edge"
-    app.policy_picker.value = "state-aware"
+    app.rule_picker.value = "state-aware"
     assert app.analysis.stage == "edge" and decision_of(rows(app)[0]) == "skip"
     assert app.steps_input.value == 10  # a state-carrying model defaults to several steps
 
 
 @pytest.mark.requires_tosa
 def test_marker_toggle_redecides_and_marks_results_stale():
-    app = FoldInspector("sample:functional_recurrent_conv_mul", stage="tfa", policy="state-aware",
+    app = FoldInspector("sample:functional_recurrent_conv_mul", stage="tfa", rule="state-aware",
                         variants=("state-aware",), steps=2)
     site = app.sites[0].id
     assert app.sites[0].decision == "fold"
@@ -115,7 +115,7 @@ def test_reference_run_in_background_and_single_flight(monkeypatch, stateful):
         time.sleep(0.01)
     assert app.running and app.run_button.disabled
     app.run_button.click()  # a second click while running starts nothing
-    app.policy_picker.value = "off"  # the UI stays responsive while the run goes on
+    app.rule_picker.value = "off"  # the UI stays responsive while the run goes on
     assert app.analysis.policy == "off"
     release.set()
     app.wait(120)
@@ -132,12 +132,12 @@ def test_errors_show_in_the_widget_and_it_keeps_working(monkeypatch, stateful):
     def broken(self, policy):
         raise InspectorError("the policy engine broke")
 
-    monkeypatch.setattr(inspector.Analysis, "with_policy", broken)
-    app.policy_picker.value = "off"
+    monkeypatch.setattr(inspector.Analysis, "with_rule", broken)
+    app.rule_picker.value = "off"
     assert "the policy engine broke" in app.error.value and app.last_error
-    assert app.policy_picker.value == "upstream"  # the picker goes back to what the screen shows
+    assert app.rule_picker.value == "upstream"  # the picker goes back to what the screen shows
     monkeypatch.undo()
-    app.policy_picker.value = "state-aware-strict"
+    app.rule_picker.value = "state-aware-strict"
     assert app.error.value == "" and app.analysis.policy == "state-aware-strict"
     app.variant_picker.value = ()
     app.run_button.click()
@@ -149,7 +149,7 @@ def test_errors_show_in_the_widget_and_it_keeps_working(monkeypatch, stateful):
 
 @pytest.mark.requires_tosa
 def test_session_round_trip_restores_the_same_screen(tmp_path):
-    app = FoldInspector("sample:functional_recurrent_conv_mul", stage="tfa", policy="state-aware",
+    app = FoldInspector("sample:functional_recurrent_conv_mul", stage="tfa", rule="state-aware",
                         variants=("upstream", "state-aware"), steps=3)
     app.toggle_marker(app.sites[0].id)
     app.select_site(app.sites[0].id)
@@ -218,8 +218,8 @@ def test_model_picker_switches_samples_and_back_to_your_model():
 
 def test_programmatic_api_mirrors_controls(stateful):
     app = stateful
-    app.set_policy("state-aware-strict")
-    assert app.policy_picker.value == "state-aware-strict" and app.sites[0].decision == "skip"
+    app.set_rule("state-aware-strict")
+    assert app.rule_picker.value == "state-aware-strict" and app.sites[0].decision == "skip"
     app.set_stage("aten")
     assert app.stage_picker.value == "aten" and app.analysis.stage == "aten"
     with pytest.raises(InspectorError, match="no site"):
@@ -281,7 +281,7 @@ def test_bad_sessions_show_one_line_in_the_widget(tmp_path, stateful):
     app.session_path.value = str(tmp_path / "missing.json")
     app.load_button.click()
     assert "no such session file" in app.last_error and "no such session file" in app.error.value
-    app.policy_picker.value = "off"
+    app.rule_picker.value = "off"
     assert app.error.value == "" and app.sites[0].decision == "skip"
 
 
@@ -391,8 +391,8 @@ def test_a_job_outcome_waits_for_the_main_thread_to_finish_its_change(monkeypatc
 
         return drawing
 
-    monkeypatch.setattr(inspector, "site_rows", tracked(inspector.site_rows))
-    monkeypatch.setattr(inspector, "comparison_html", tracked(inspector.comparison_html))
+    monkeypatch.setattr(inspector, "site_rows", tracked(inspector.present.site_rows))
+    monkeypatch.setattr(inspector, "comparison_html", tracked(inspector.present.comparison_html))
     compare, _ = _ticking_compare(one_comparison, until=inside)
     monkeypatch.setattr(inspector.Analysis, "compare", compare)
     app.run_reference()
@@ -445,7 +445,7 @@ def test_in_a_kernel_the_outcome_is_applied_on_the_main_thread(monkeypatch, one_
     compare, _ = _ticking_compare(one_comparison)
     monkeypatch.setattr(inspector.Analysis, "compare", compare)
     drawers = []
-    real_rows = inspector.site_rows
+    real_rows = inspector.present.site_rows
     monkeypatch.setattr(inspector, "site_rows", lambda *a, **k: drawers.append(threading.current_thread())
                         or real_rows(*a, **k))
     app.run_reference()
@@ -489,7 +489,7 @@ def test_a_job_can_be_cancelled_and_a_failing_job_leaves_a_working_widget(monkey
     assert app.last_error == "RuntimeError: the reference broke" and "<details>" in app.error.value
     assert app.attr_progress_label.value == "failed" and app.attr_progress.bar_style == "danger"
     assert not app.running and not app.attr_button.disabled and app.attribution is None
-    app.policy_picker.value = "off"  # and it keeps working
+    app.rule_picker.value = "off"  # and it keeps working
     assert app.error.value == "" and app.sites[0].decision == "skip"
 
 

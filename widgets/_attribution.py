@@ -7,7 +7,7 @@ from typing import Callable
 import ipywidgets as W
 
 import inspector
-from inspector import InspectorError
+from inspector import InspectorError, present
 
 from ._common import graph_error, scrolled
 from ._jobs import JobView
@@ -66,14 +66,14 @@ class AttributionPanel:
         if result is None:
             raise InspectorError("no attribution yet: press 'Where does the error enter?' first")
         if node not in result.order:
-            raise InspectorError(f"no node {inspector.quoted(node)}; nodes: {', '.join(result.order[:12])}")
+            raise InspectorError(f"no node {present.quoted(node)}; nodes: {', '.join(result.order[:12])}")
         self.attr_node.value = node
 
     def render_table(self, result: inspector.Attribution | None, result_for: tuple | None, current: tuple) -> None:
         if result is None:
             return
-        banner = inspector.stale_html(result_for) if result_for != current else ""
-        self.attr_table.value = banner + inspector.attribution_html(result)
+        banner = present.stale_html(result_for) if result_for != current else ""
+        self.attr_table.value = banner + present.attribution_html(result)
 
     def render(self, result: inspector.Attribution | None, result_for: tuple | None,
                analysis: inspector.Analysis) -> None:
@@ -85,10 +85,10 @@ class AttributionPanel:
         if label is None:
             return
         variant = result.variant(label)
-        policy = variant.policy if variant.policy in inspector.POLICIES else analysis.policy
-        shown = analysis if analysis.policy == policy else analysis.with_policy(policy)
+        policy = variant.policy if variant.policy in inspector.rules else analysis.policy
+        shown = analysis if analysis.policy == policy else analysis.with_rule(policy)
         try:
-            svg = inspector.svg(shown.render("after", errors=variant))
+            svg = present.svg(shown.render("after", errors=variant))
         except InspectorError as exc:
             self.attr_graph.value = graph_error(str(exc))
         else:
@@ -99,7 +99,7 @@ class AttributionPanel:
         if result is None or not self.attr_node.value:
             self.attr_curve.value = ""
             return
-        self.attr_curve.value = inspector.figure_img(result.plot("steps", node=self.attr_node.value),
+        self.attr_curve.value = present.figure_img(result.plot("steps", node=self.attr_node.value),
                                                      css_class="fi-plot fi-attr-curve-img")
 
     def errors_of_picked(self, result: inspector.Attribution | None, result_for: tuple | None, current: tuple):

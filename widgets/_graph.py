@@ -7,7 +7,7 @@ from typing import Callable
 import ipywidgets as W
 
 import inspector
-from inspector import InspectorError
+from inspector import InspectorError, present
 
 from ._common import graph_error, scrolled
 
@@ -35,7 +35,7 @@ class GraphPanel:
                 digraph = analysis.render_pair(focus=focus)
             else:
                 digraph = analysis.render(which, focus=focus)
-            svg = inspector.svg(digraph)
+            svg = present.svg(digraph)
         except InspectorError as exc:
             self.graph.value = graph_error(str(exc))
             return

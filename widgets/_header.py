@@ -1,4 +1,4 @@
-"""The header panel: title, model/stage/policy pickers, the one-line summary and the error line."""
+"""The header panel: title, model/stage/rule pickers, the one-line summary and the error line."""
 
 from __future__ import annotations
 
@@ -12,24 +12,24 @@ from ._common import esc, set_quietly
 
 
 class Header:
-    """Owns the title, the stage and policy pickers, the summary and the error line; lays out the
+    """Owns the title, the stage and rule pickers, the summary and the error line; lays out the
     model picker (owned by ``ModelPicker``) beside them."""
 
-    exposed = ("title", "stage_picker", "policy_picker", "summary", "error")
+    exposed = ("title", "stage_picker", "rule_picker", "summary", "error")
 
     def __init__(self, stage: str, policy: str, model_picker: W.Dropdown, *, on_stage: Callable,
                  on_policy: Callable) -> None:
         self.title = W.HTML().add_class("fi-title")
         self.stage_picker = W.Dropdown(options=list(inspector.STAGES), value=stage, description="stage",
                                        layout=W.Layout(width="180px")).add_class("fi-stage")
-        self.policy_picker = W.Dropdown(options=list(inspector.POLICIES), value=policy, description="policy",
+        self.rule_picker = W.Dropdown(options=list(inspector.rules), value=policy, description="rule",
                                         layout=W.Layout(width="260px"), tooltip=rules_tooltip()).add_class("fi-policy")
         self.summary = W.HTML().add_class("fi-summary")
         self.error = W.HTML().add_class("fi-error")
         self._on_stage, self._on_policy = on_stage, on_policy
         self.stage_picker.observe(on_stage, names="value")
-        self.policy_picker.observe(on_policy, names="value")
-        self.view = W.VBox([self.title, W.HBox([model_picker, self.stage_picker, self.policy_picker]),
+        self.rule_picker.observe(on_policy, names="value")
+        self.view = W.VBox([self.title, W.HBox([model_picker, self.stage_picker, self.rule_picker]),
                             self.summary, self.error])
 
     def show(self, analysis: inspector.Analysis) -> None:
@@ -47,22 +47,22 @@ class Header:
     def set_stage_quietly(self, stage: str) -> None:
         set_quietly(self.stage_picker, stage, self._on_stage)
 
-    def set_policy_quietly(self, policy: str) -> None:
-        set_quietly(self.policy_picker, policy, self._on_policy)
+    def set_rule_quietly(self, rule: str) -> None:
+        set_quietly(self.rule_picker, rule, self._on_policy)
 
     def offer_rules(self) -> None:
         """Offer every registered rule (its help and where it comes from in the tooltip)."""
-        if tuple(self.policy_picker.options) != tuple(inspector.POLICIES):
-            value = self.policy_picker.value
-            self.policy_picker.unobserve(self._on_policy, names="value")
+        if tuple(self.rule_picker.options) != tuple(inspector.rules):
+            value = self.rule_picker.value
+            self.rule_picker.unobserve(self._on_policy, names="value")
             try:
-                self.policy_picker.options = list(inspector.POLICIES)
-                self.policy_picker.value = value
+                self.rule_picker.options = list(inspector.rules)
+                self.rule_picker.value = value
             finally:
-                self.policy_picker.observe(self._on_policy, names="value")
-        self.policy_picker.tooltip = rules_tooltip()
+                self.rule_picker.observe(self._on_policy, names="value")
+        self.rule_picker.tooltip = rules_tooltip()
 
 
 def rules_tooltip() -> str:
     """Every rule on a line of its own: name, what it does, and where it comes from."""
-    return "\n".join(f"{name}: {inspector.POLICY_HELP[name]}" for name in inspector.POLICIES)
+    return "\n".join(f"{name}: {inspector.rules.describe(name)}" for name in inspector.rules)

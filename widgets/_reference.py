@@ -8,7 +8,7 @@ from typing import Callable
 import ipywidgets as W
 
 import inspector
-from inspector import InspectorError
+from inspector import InspectorError, present
 
 from ._header import rules_tooltip
 from ._jobs import JobView
@@ -24,15 +24,15 @@ class ReferencePanel:
 
     def __init__(self, variants: tuple[str, ...], *, on_run: Callable, on_bits: Callable,
                  quantizations: tuple[str, ...] = ("a8w8",)) -> None:
-        self.variant_picker = W.SelectMultiple(options=list(inspector.POLICIES), value=tuple(variants),
+        self.variant_picker = W.SelectMultiple(options=list(inspector.rules), value=tuple(variants),
                                                description="variants", rows=4,
                                                tooltip=rules_tooltip()).add_class("fi-variants")
         self.quantization_picker = W.SelectMultiple(
-            options=list(inspector.QUANTIZATIONS), value=tuple(q for q in quantizations if q in inspector.QUANTIZATIONS),
+            options=list(inspector.quantizations), value=tuple(q for q in quantizations if q in inspector.quantizations),
             description="quantization", rows=4,
-            tooltip="\n".join(f"{q.name}: {q.help}" for q in inspector.QUANTIZATIONS.values()),
+            tooltip=quantizations_tooltip(),
         ).add_class("fi-quantizations")
-        self.steps_input = W.BoundedIntText(value=1, min=1, max=inspector.MAX_STEPS, description="steps",
+        self.steps_input = W.BoundedIntText(value=1, min=1, max=present.MAX_STEPS, description="steps",
                                             layout=W.Layout(width="160px")).add_class("fi-steps")
         self.run_button = W.Button(description="Run TOSA INT reference", icon="play", button_style="primary",
                                    layout=W.Layout(width="220px")).add_class("fi-run")
@@ -40,7 +40,7 @@ class ReferencePanel:
                                         layout=W.Layout(width="300px")).add_class("fi-progress")
         self.progress_label = W.Label("").add_class("fi-progress-label")
         self.bits_button = W.Button(description="Is it the fold or the bits?", icon="balance-scale",
-                                    tooltip="from the policy picked above at the first quantization picked: the "
+                                    tooltip="from the rule picked above at the first quantization picked: the "
                                             "fold off, 16-bit activations, each site and entry point kept in float",
                                     layout=W.Layout(width="220px")).add_class("fi-bits-run")
         self.results = W.HTML(NOT_RUN).add_class("fi-results")
@@ -79,7 +79,7 @@ class ReferencePanel:
         if bits is None:
             self.bits_results.value = ""
             return
-        self.bits_results.value = inspector.figure_img(bits.plot()) + inspector.bits_html(bits)
+        self.bits_results.value = present.figure_img(bits.plot()) + present.bits_html(bits)
 
     @property
     def steps(self) -> int:
@@ -90,18 +90,24 @@ class ReferencePanel:
             self.results.value = NOT_RUN
             self.plots.value = ""
             return
-        banner = inspector.stale_html(comparison_for) if stale else ""
-        self.results.value = banner + inspector.comparison_html(comparison)
-        self.plots.value = "".join(inspector.figure_img(comparison.plot(kind)) for kind in ("drift", "channels"))
+        banner = present.stale_html(comparison_for) if stale else ""
+        self.results.value = banner + present.comparison_html(comparison)
+        self.plots.value = "".join(present.figure_img(comparison.plot(kind)) for kind in ("drift", "channels"))
 
     def offer_rules(self) -> None:
         """Offer every registered rule as a variant (keeping the ones chosen)."""
-        if tuple(self.variant_picker.options) != tuple(inspector.POLICIES):
+        if tuple(self.variant_picker.options) != tuple(inspector.rules):
             chosen = tuple(self.variant_picker.value)
-            self.variant_picker.options = list(inspector.POLICIES)
-            self.variant_picker.value = tuple(v for v in chosen if v in inspector.POLICIES)
+            self.variant_picker.options = list(inspector.rules)
+            self.variant_picker.value = tuple(v for v in chosen if v in inspector.rules)
         self.variant_picker.tooltip = rules_tooltip()
-        if tuple(self.quantization_picker.options) != tuple(inspector.QUANTIZATIONS):
+        if tuple(self.quantization_picker.options) != tuple(inspector.quantizations):
             chosen = self.quantizations
-            self.quantization_picker.options = list(inspector.QUANTIZATIONS)
-            self.quantization_picker.value = tuple(q for q in chosen if q in inspector.QUANTIZATIONS)
+            self.quantization_picker.options = list(inspector.quantizations)
+            self.quantization_picker.value = tuple(q for q in chosen if q in inspector.quantizations)
+        self.quantization_picker.tooltip = quantizations_tooltip()
+
+
+def quantizations_tooltip() -> str:
+    """Every quantization on a line of its own: name and what it is (a registered one too)."""
+    return "\n".join(f"{name}: {inspector.quantizations.describe(name)}" for name in inspector.quantizations)

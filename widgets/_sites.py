@@ -7,6 +7,7 @@ from typing import Callable
 import ipywidgets as W
 
 import inspector
+from inspector import present
 
 HEADER = ("<div style='display:grid;grid-template-columns:260px 90px 1fr 120px;font-weight:600'>"
           "<span>site</span><span>decision</span><span>reasons / risks / scale</span><span>carried state</span></div>")
@@ -45,7 +46,7 @@ class SiteTable:
         marked = set(analysis.marker_ids)
         shown = {s.id: (s, s.id in marked, s.id == selected) for s in analysis.sites}
         changed = [s for s in analysis.sites if self._shown.get(s.id) != shown[s.id]]
-        for r in inspector.site_rows(analysis, comparison, sites=changed, where=self._where[1]):
+        for r in present.site_rows(analysis, comparison, sites=changed, where=self._where[1]):
             self._update_row(r, shown[r.site][1], shown[r.site][2])
             self._shown[r.site] = shown[r.site]
 
@@ -62,7 +63,7 @@ class SiteTable:
         self._shown.pop(site_id, None)  # the box now shows what the user clicked: the next render writes the row
         self._on_marker(site_id, change)
 
-    def _update_row(self, r: inspector.SiteRow, marked: bool, selected: bool) -> None:
+    def _update_row(self, r: present.SiteRow, marked: bool, selected: bool) -> None:
         row = self._rows[r.site]
         select, info, marker = row.children
         select.button_style = "info" if selected else ""

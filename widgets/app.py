@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable
 import ipywidgets as W
 
 import inspector
+from inspector import present
 from inspector import Comparison, InspectorError, Session
 
 from ._attribution import AttributionPanel
@@ -38,25 +39,25 @@ from ._sites import SiteTable
 
 
 def _rule_name(rule: Any) -> str:
-    """The registered name of a rule given by name, as a ``Policy``, or as ``path/to/rules.py:NAME``."""
-    if isinstance(rule, inspector.Policy):
-        return inspector.register_policy(rule, replace=True).name
+    """The registered name of a rule given by name, as a ``Rule``, or as ``path/to/rules.py:NAME``."""
+    if isinstance(rule, inspector.Rule):
+        return inspector.rules.register(rule, replace=True).name
     if not isinstance(rule, str):
-        raise InspectorError(f"a rule is a name ({', '.join(inspector.POLICIES)}), an inspector.Policy or "
-                             f"path/to/rules.py:NAME, got {inspector.quoted(rule)}")
-    return inspector.get_policy(rule).name
+        raise InspectorError(f"a rule is a name ({', '.join(inspector.rules)}), an inspector.Rule or "
+                             f"path/to/rules.py:NAME, got {present.quoted(rule)}")
+    return inspector.rules.get(rule).name
 
 
 def _rule_ref(name: str) -> str:
     """How a session names the rule ``name``: its file when it came from one (imported again when
     the session is opened, after asking), else its name."""
-    rule = inspector.get_policy(name)
+    rule = inspector.rules.get(name)
     return rule.origin or rule.name
 
 
 def _check_choice(what: str, value: Any, choices: Iterable[str]) -> None:
     if not isinstance(value, str) or value not in choices:
-        raise InspectorError(f"unknown {what} {inspector.quoted(value)}; choose one of: {', '.join(choices)}")
+        raise InspectorError(f"unknown {what} {present.quoted(value)}; choose one of: {', '.join(choices)}")
 
 
 def _on_screen(method: Callable) -> Callable:
@@ -70,18 +71,18 @@ def _on_screen(method: Callable) -> Callable:
 
 
 class FoldInspector(W.VBox):
-    """Pick a stage and policy, see every conv->mul site and why, toggle markers, run the TOSA reference.
+    """Pick a stage and rule, see every conv->mul site and why, toggle markers, run the TOSA reference.
 
     ``target`` is anything ``inspector.analyze`` takes (a sample name such as
     ``"sample:stateful_conv_mul"``, an ``nn.Module`` with ``example_inputs``, an
     ``ExportedProgram``, a ``.pt2`` path, ``"file.py:Class"``), or an existing
-    ``inspector.Analysis`` (its stage, policy and markers are used). Display it as a cell's value.
+    ``inspector.Analysis`` (its stage, rule and markers are used). Display it as a cell's value.
     The methods mirror the controls, for scripts and tests; the panels' controls are attributes
     of the app too (``steps_input``, ``model_picker``, ``run_button``, ...). ``isolate`` (default on)
     runs the native work of reference, attribution and bits runs in worker processes.
     """
 
-    def __init__(self, target: Any, example_inputs: Any = None, *, stage: str = "tfa", policy: Any = "upstream",
+    def __init__(self, target: Any, example_inputs: Any = None, *, stage: str = "tfa", rule: Any = "upstream",
                  markers: Iterable[str] = (), variants: Iterable[Any] = inspector.DEFAULT_VARIANTS, steps: int | None = None,
                  graph_view: str = "side by side", focus_selected: bool = True, rules: Iterable[Any] = (),
                  isolate: bool = True) -> None:
@@ -94,11 +95,11 @@ class FoldInspector(W.VBox):
         if self.isolate:
             inspector.start_workers()  # the workers' fork server warms up while the user looks at the graph
         _check_choice("stage", stage, inspector.STAGES)
-        for extra in ([rules] if isinstance(rules, (str, inspector.Policy)) else list(rules)):
+        for extra in ([rules] if isinstance(rules, (str, inspector.Rule)) else list(rules)):
             _rule_name(extra)  # registered: the pickers offer it (a rule file is imported: code you run)
-        policy = _rule_name(policy)
-        _check_choice("graph_view", graph_view, inspector.GRAPH_VIEWS)
-        variants = (variants,) if isinstance(variants, (str, inspector.Policy)) else tuple(variants)
+        policy = _rule_name(rule)
+        _check_choice("graph_view", graph_view, present.GRAPH_VIEWS)
+        variants = (variants,) if isinstance(variants, (str, inspector.Rule)) else tuple(variants)
         variants = tuple(_rule_name(v) for v in variants)
         if isinstance(target, os.PathLike):
             target = os.fspath(target)
@@ -119,11 +120,11 @@ class FoldInspector(W.VBox):
         if isinstance(target, inspector.Analysis):
             self.analysis = target
         else:
-            self.analysis = inspector.analyze(target, example_inputs, stage=stage, policy=policy,
+            self.analysis = inspector.analyze(target, example_inputs, stage=stage, rule=policy,
                                               markers=tuple(markers))
         self._picker.start(self.analysis, self._target_ref)
         is_recurrent = bool(self.analysis.target.recurrent) or any(s.state_path for s in self.analysis.sites)
-        self.steps_input.value = inspector.check_steps(steps) if steps is not None else (10 if is_recurrent else 1)
+        self.steps_input.value = present.check_steps(steps) if steps is not None else (10 if is_recurrent else 1)
         self._refresh()
 
     # ------------------------------------------------------------------ layout
@@ -188,8 +189,8 @@ class FoldInspector(W.VBox):
         self._refresh()
 
     @_on_screen
-    def set_policy(self, policy: str) -> None:
-        self.policy_picker.value = policy  # the observer re-decides
+    def set_rule(self, rule: str) -> None:
+        self.rule_picker.value = rule  # the observer re-decides
 
     @_on_screen
     def set_stage(self, stage: str) -> None:
@@ -201,7 +202,7 @@ class FoldInspector(W.VBox):
 
     @property
     def stale(self) -> bool:
-        """The shown reference results were computed for other markers, policy or stage."""
+        """The shown reference results were computed for other markers, rule or stage."""
         return self.comparison is not None and self._comparison_for != self._current_config()
 
     @property
@@ -227,7 +228,7 @@ class FoldInspector(W.VBox):
         def compute(analysis, variants, steps, config, progress):
             comparison = analysis.compare(variants, markers=config[2], steps=steps,
                                           progress=lambda p, f: progress(p, 0.6 * f), isolate=self.isolate)
-            return comparison, inspector.attribute(comparison, progress=lambda p, f: progress(p, 0.6 + 0.4 * f),
+            return comparison, inspector.attribution(comparison, progress=lambda p, f: progress(p, 0.6 + 0.4 * f),
                                                    isolate=self.isolate)
 
         def show(result, config):
@@ -242,7 +243,7 @@ class FoldInspector(W.VBox):
         self._start(self._attribution.job_view, "attribution", compute, show, "a run is already going", wait)
 
     def run_bits(self, wait: bool = False) -> None:
-        """Is it the fold or the bits? From the policy picked above at the first quantization picked:
+        """Is it the fold or the bits? From the rule picked above at the first quantization picked:
         what the fold off, 16-bit activations and each node kept in float recover, in the background."""
         def compute(analysis, variants, steps, config, progress):
             quantization = (self._reference.quantizations or ("a8w8",))[0]
@@ -297,8 +298,8 @@ class FoldInspector(W.VBox):
         )
 
     def save_session(self, path: str | Path) -> Path:
-        """Write target reference, stage, policy, markers, selection, variants, steps and results to JSON."""
-        path = inspector.save_session(self.session(), path)
+        """Write target reference, stage, rule, markers, selection, variants, steps and results to JSON."""
+        path = self.session().save(path)
         note = "" if self._target_ref else " (the model was passed as an object: give target= to load_session)"
         self._session.say(f"saved {path.name}{note}")
         return path
@@ -312,14 +313,14 @@ class FoldInspector(W.VBox):
         ``rules.py:NAME``) is refused unless ``trust=True``, because building them runs the file's code
         (a ``target`` given here stands for the session's own, whose file is then not imported).
         """
-        session = inspector.read_session(path, trust=True)  # checked; nothing is imported yet
+        session = Session.read(path, trust=True)  # checked; nothing is imported yet
         needed = [f for f in session.code_files if target is None or f != (session.target or "").rpartition(":")[0]]
         if needed and not trust:
-            raise InspectorError(inspector.session_trust_message(session, path, needed[0]))
+            raise InspectorError(session.untrusted_message(path, needed[0]))
         target = target if target is not None else session.target
         if target is None:
             raise InspectorError(f"{Path(path).name} was saved from an in-memory model: pass target= to load_session")
-        app = cls(target, example_inputs, stage=session.stage, policy=session.policy, markers=session.markers,
+        app = cls(target, example_inputs, stage=session.stage, rule=session.policy, markers=session.markers,
                   variants=session.variants, steps=session.steps, graph_view=session.graph_view,
                   focus_selected=session.graph_scope == "focus")
         app.quantization_picker.value = session.quantizations
@@ -335,7 +336,7 @@ class FoldInspector(W.VBox):
         if self.running:
             raise InspectorError("a reference run is going; load the session when it has finished")
         try:
-            session = inspector.read_session(path, trust=trust)
+            session = Session.read(path, trust=trust)
         except InspectorError as exc:
             if not trust and "trust=True" in str(exc):
                 self._session.ask_trust(str(exc), lambda: self._safely(lambda: self.open_session(path, trust=True)))
@@ -344,14 +345,14 @@ class FoldInspector(W.VBox):
         self._session.clear_trust()
         if session.target is None:
             raise InspectorError(f"{path.name} was saved from an in-memory model; it cannot be opened here")
-        analysis = inspector.analyze(session.target, stage=session.stage, policy=session.policy,
+        analysis = inspector.analyze(session.target, stage=session.stage, rule=session.policy,
                                      markers=session.markers)
         for v in session.variants:
             _rule_name(v)  # a rule file the session names is imported now (the user trusted it)
         self._refresh_rules()
         self._switch_to(analysis, session.target)
         self._header.set_stage_quietly(session.stage)
-        self._header.set_policy_quietly(analysis.policy)
+        self._header.set_rule_quietly(analysis.policy)
         self.variant_picker.value = tuple(_rule_name(v) for v in session.variants)
         self.quantization_picker.value = session.quantizations
         self.steps_input.value = session.steps
@@ -415,12 +416,12 @@ class FoldInspector(W.VBox):
         def go():
             value = change["new"]
             if value == "own":
-                analysis = self._picker.own_analysis.with_policy(self.analysis.policy)
+                analysis = self._picker.own_analysis.with_rule(self.analysis.policy)
                 if analysis.stage != self.analysis.stage:
                     analysis = analysis.with_stage(self.analysis.stage)
                 self._target_ref = self._picker.own_ref
             else:
-                analysis = inspector.analyze(value, stage=self.analysis.stage, policy=self.analysis.policy)
+                analysis = inspector.analyze(value, stage=self.analysis.stage, rule=self.analysis.policy)
                 self._target_ref = value
             self._show_model(analysis)
             self._refresh()
@@ -457,9 +458,9 @@ class FoldInspector(W.VBox):
     def _on_policy(self, change) -> None:
         def go():
             try:
-                self.analysis = self.analysis.with_policy(change["new"])
+                self.analysis = self.analysis.with_rule(change["new"])
             except Exception:
-                self._header.set_policy_quietly(change["old"])
+                self._header.set_rule_quietly(change["old"])
                 raise
             self._refresh()
 

@@ -17,7 +17,7 @@ WIDE_RANGE_RATIO = 1e3
 
 from .._targets import load as _load
 from . import stages as _stages
-from .._rules.rules import DEFAULT_VARIANTS, Policy, marker_tuple
+from .._rules.rules import DEFAULT_VARIANTS, Rule, marker_tuple
 from .._sites.scale import ScaleSummary
 from ..errors import InspectorError, listing, quoted
 from .._sites.reasons import Reason, Risk
@@ -84,14 +84,14 @@ class Site:
 class Analysis:
     """The sites of one model at one stage under one rule and markers: a frozen answer.
 
-    Cheap to re-decide: ``with_policy``, ``with_markers`` and ``toggle_marker`` ask the same
+    Cheap to re-decide: ``with_rule``, ``with_markers`` and ``toggle_marker`` ask the same
     decider (which keeps the exported stage graph); ``with_stage`` reuses the export. The graphs
     before and after the pass are built on first use.
     """
 
     target: _load.Target = field(repr=False)  # the private model, inputs and export
     decider: Any = field(repr=False)  # the _decide.Decider that decided it, and decides it again
-    rule: Policy  # the fold rule that decided (``policy`` is its name)
+    rule: Rule  # the fold rule that decided (``policy`` is its name)
     markers: tuple[str, ...]  # the markers as given (site ids or node names)
     sites: tuple[Site, ...]  # every conv->mul site, in graph order
     marked: tuple[str, ...] = ()  # the node names the markers resolved to
@@ -195,8 +195,9 @@ class Analysis:
         return text
 
     # -- re-deciding
-    def with_policy(self, policy: "str | Policy") -> "Analysis":
-        return self.decider.decide(policy, self.markers)
+    def with_rule(self, rule: "str | Rule") -> "Analysis":
+        """The same model, stage and markers under another rule."""
+        return self.decider.decide(rule, self.markers)
 
     def with_markers(self, markers: Iterable[str]) -> "Analysis":
         return self.decider.decide(self.rule, marker_tuple(markers), base=self)

@@ -41,7 +41,7 @@ from . import region as _region, stages as _stages
 from .._base.cache import BoundedCache
 from .._base.copies import private_copy
 from .._sites.explain import Context, explain
-from .._rules.rules import Policy, get_policy, marker_tuple, resolve_markers, rule_skips, run_pass, unknown_marker
+from .._rules.rules import Rule, get_rule, marker_tuple, resolve_markers, rule_skips, run_pass, unknown_marker
 from .._sites.scale import scale_summary
 from .analysis import WIDE_RANGE_RATIO, Analysis, Site
 from ..errors import ExplanationMismatchWarning, InspectorError, quoted
@@ -194,12 +194,12 @@ class Decider:
 
     # ---------------------------------------------------------------- deciding
 
-    def decide(self, policy: "str | Policy", markers: Iterable[str] = (), base=None):
+    def decide(self, policy: "str | Rule", markers: Iterable[str] = (), base=None):
         """Every site under ``policy`` with ``markers`` (site ids or node names): an ``Analysis``.
 
         ``base``: an earlier answer of this decider; with the same rule, only the sites whose
         guard changed are decided again."""
-        rule = get_policy(policy)
+        rule = get_rule(policy)
         markers = marker_tuple(markers)
         with _no_gc_pauses():
             t0 = time.perf_counter()
@@ -235,7 +235,7 @@ class Decider:
         return Analysis(self.target, self, rule, markers, tuple(sites), marked_names, guard,
                         from_regions=redo is not None and base is not None, timings=timings)
 
-    def _changed_sites(self, rule: Policy, base, guard: Guard, lay, toggled: list[Node]) -> list[int] | None:
+    def _changed_sites(self, rule: Rule, base, guard: Guard, lay, toggled: list[Node]) -> list[int] | None:
         """The sites to decide again from ``base`` (None: decide every site on the whole graph);
         ``toggled``: the nodes marked in one of the two answers only."""
         if base is None or base.decider is not self or base.rule != rule or not rule.folds or rule.is_users:
@@ -254,7 +254,7 @@ class Decider:
         nodes = moved(base.guard.state, guard.state, lay.order) | _ending_at(toggled, (base.guard.state, guard.state))
         return {lay.site_of[n] for n in nodes if n in lay.site_of}
 
-    def _explain(self, rule: Policy, reach, skips, lay, indices: list[int]) -> dict[int, list]:
+    def _explain(self, rule: Rule, reach, skips, lay, indices: list[int]) -> dict[int, list]:
         ctx = Context(self.stage, rule, self.stage_graph.program, reach, set(), lay.order, skips)
         return dict(zip(indices, explain(ctx, [lay.cands[i] for i in indices])))
 
@@ -263,7 +263,7 @@ class Decider:
             self._ids = {c.mul.name: i for c, i in zip(lay.cands, lay.ids)}
         return self._ids
 
-    def _on_whole_graph(self, rule: Policy, reach, skips, guard: Guard, lay, marked_names) -> _Outcome:
+    def _on_whole_graph(self, rule: Rule, reach, skips, guard: Guard, lay, marked_names) -> _Outcome:
         """Explain every site and run the installed pass on a private copy of the whole graph."""
         explained = self._explain(rule, reach, skips, lay, list(range(len(lay.cands))))
         gm, program = self.stage_graph.fresh_copy()
@@ -275,7 +275,7 @@ class Decider:
         self._afters.put((rule, marked_names), (gm, program))
         return _Outcome(explained, frozenset(run.folded), _conv_reads(gm))
 
-    def _on_region(self, rule: Policy, reach, skips, guard: Guard, lay, redo: list[int],
+    def _on_region(self, rule: Rule, reach, skips, guard: Guard, lay, redo: list[int],
                    marked_names) -> _Outcome | None:
         """Explain the sites ``redo`` and run the pass on the region of their clusters (None: it cannot
         stand in for the whole graph, or the pass raised there: the whole graph runs and says so)."""
@@ -436,7 +436,7 @@ def decider_of(target, stage: str) -> Decider:
 # ---------------------------------------------------------------- sites
 
 
-def _build_sites(statics, lay, rule: Policy, outcome: _Outcome, all_reach, recurrent: dict, marked: set,
+def _build_sites(statics, lay, rule: Rule, outcome: _Outcome, all_reach, recurrent: dict, marked: set,
                  base_sites, program, rebuild: set[int] | None = None) -> list:
     """The ``Site`` records of one decide: the sites in ``outcome.explained`` as the pass just
     decided them, every other one as in ``base_sites``; state, markers and risks for all.
@@ -478,7 +478,7 @@ def _build_sites(statics, lay, rule: Policy, outcome: _Outcome, all_reach, recur
     return _flag_reused_weights(sites, indices, lay, program)
 
 
-def _pass_rule_reasons(rule: Policy, decision: str, reasons: list) -> list:
+def _pass_rule_reasons(rule: Rule, decision: str, reasons: list) -> list:
     """Why a rule's own pass class skipped a site: the installed rules' reasons where they skip it
     too, else ``rule-pass-skipped`` (never an explanation mismatch: it is another pass)."""
     if decision == "fold" or reasons:
@@ -501,7 +501,7 @@ def _conv_reads(gm) -> dict[str, tuple[str | None, str | None]]:
             for n in gm.graph.nodes if _graph.is_conv(n)}
 
 
-def _every_boundary(rule: Policy, guard: _graph.StateReach, graph, signature, also_marked=(),
+def _every_boundary(rule: Rule, guard: _graph.StateReach, graph, signature, also_marked=(),
                     memo=None) -> _graph.StateReach:
     """Which nodes reach any state boundary, in-place writes included: for risks and for drawing the
     path to state, whatever the rule (a guard that reads in-place writes has read exactly this)."""
@@ -600,20 +600,20 @@ def analyze(
     example_inputs: Any = None,
     *,
     stage: str = "edge",
-    policy: "str | Policy" = "upstream",
+    rule: "str | Rule" = "upstream",
     markers: Iterable[str] = (),
 ) -> Analysis:
-    """Find, decide and explain every conv->mul site of ``target`` at ``stage`` under ``policy``.
+    """Find, decide and explain every conv->mul site of ``target`` at ``stage`` under ``rule``.
 
     ``target`` is an ``nn.Module`` (with ``example_inputs``, or its own
     ``example_inputs()``), an ``ExportedProgram``, a sample name (``"sample:NAME"``),
-    a path to a ``.pt2`` file, or ``"path/to/file.py:ClassName"``. ``policy`` is a rule's
-    name (``inspector.POLICIES``) or a ``Policy``. ``markers`` are site ids or node names to
+    a path to a ``.pt2`` file, or ``"path/to/file.py:ClassName"``. ``rule`` is a rule's
+    name (``inspector.rules``) or a ``Rule``. ``markers`` are site ids or node names to
     mark ``carried_quant_state``. The decision at every site is what the installed
     ``FoldScalarMulIntoConvPass`` did on a private copy. The caller's model is never modified.
     """
     _stages.check_stage(stage)
-    rule = get_policy(policy)
+    rule = get_rule(rule)
     markers = marker_tuple(markers)
     t0 = time.perf_counter()
     loaded = _load.load(target, example_inputs)
@@ -624,7 +624,7 @@ def analyze(
     return replace(result, timings={"load": t1 - t0, "stage": t2 - t1, **result.timings})
 
 
-def analyze_graph(graph_module, *, policy: "str | Policy" = "upstream", markers: Iterable[str] = (),
+def analyze_graph(graph_module, *, rule: "str | Rule" = "upstream", markers: Iterable[str] = (),
                   name: str = "graph") -> Analysis:
     """Decide the sites of ``graph_module`` exactly as the pass receives it at ``tfa`` (weights as
     ``get_attr``), without exporting: for graphs built or transformed by hand. The caller's graph
@@ -632,7 +632,7 @@ def analyze_graph(graph_module, *, policy: "str | Policy" = "upstream", markers:
     ``analyze`` for those."""
     if not isinstance(graph_module, GraphModule):
         raise InspectorError(f"analyze_graph takes a torch.fx.GraphModule, got a {type(graph_module).__name__}")
-    rule = get_policy(policy)
+    rule = get_rule(rule)
     target = _load.Target(name, None, ())
     stage_graph = _stages.StageGraph.of_tfa_graph(private_copy(graph_module))
     return Decider(target, stage_graph).decide(rule, marker_tuple(markers))

@@ -62,7 +62,7 @@ def _workers(text: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from .._rules.rules import DEFAULT_VARIANTS, POLICY_HELP
+    from .._rules.rules import DEFAULT_VARIANTS, rules
     from .._decide.stages import STAGES, STAGE_HELP
     from .._base.limits import MAX_STEPS
 
@@ -73,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
 
     def model_command(name: str, help: str, *, stage_and_policy: bool = True, mark_help: str = "",
                       markers: bool = True):
-        """A subcommand that takes a model: TARGET, --input-shape, --mark, and usually --stage/--policy."""
+        """A subcommand that takes a model: TARGET, --input-shape, --mark, and usually --stage/--rule."""
         cmd = sub.add_parser(name, help=help, description="TARGET is sample:NAME, path/to/file.py:ClassName, or model.pt2.")
         cmd.add_argument("target", metavar="TARGET")
         cmd.add_argument("--input-shape", action="append", default=[], metavar="1,3,8,8",
@@ -81,10 +81,10 @@ def _parser() -> argparse.ArgumentParser:
         if stage_and_policy:
             cmd.add_argument("--stage", choices=STAGES, default="edge",
                              help="; ".join(f"{k}: {v}" for k, v in STAGE_HELP.items()) + " (default: edge)")
-            cmd.add_argument("--policy", default="upstream", metavar="POLICY",
-                             help="; ".join(f"{k}: {v}" for k, v in POLICY_HELP.items())
+            cmd.add_argument("--rule", "--policy", dest="rule", default="upstream", metavar="RULE",
+                             help="; ".join(f"{k}: {v}" for k, v in rules.help().items())
                              + "; or path/to/rules.py:NAME, a rule of your own (a guard or a pass class: the file "
-                             "is code you run, as a model file is) (default: upstream)")
+                             "is code you run, as a model file is) (default: upstream; --policy is the same flag)")
         if markers:
             cmd.add_argument("--mark", action="append", default=[], metavar="ID",
                              help=mark_help or "mark a site id or node name as carried state (repeatable)")
@@ -97,7 +97,7 @@ def _parser() -> argparse.ArgumentParser:
                       stage_and_policy=False,
                       mark_help="mark a site id or node name as carried state in every variant (repeatable)")
     c.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), metavar="P[@Q],...",
-                   help=f"comma-separated policies to compare, each optionally @QUANTIZATION "
+                   help=f"comma-separated rules to compare, each optionally @QUANTIZATION "
                         f"(upstream@a16w8) (default: {','.join(DEFAULT_VARIANTS)})")
     quantization_arguments(c)
     c.add_argument("--steps", type=int, default=1, help=f"recurrent steps to run, 1 to {MAX_STEPS} (default: 1)")
@@ -109,14 +109,14 @@ def _parser() -> argparse.ArgumentParser:
                       stage_and_policy=False,
                       mark_help="mark a site id or node name as carried state in every variant (repeatable)")
     t.add_argument("--variants", default="off,upstream", metavar="P[@Q],...",
-                   help="comma-separated policies to compare, each optionally @QUANTIZATION (default: off,upstream)")
+                   help="comma-separated rules to compare, each optionally @QUANTIZATION (default: off,upstream)")
     quantization_arguments(t)
     t.add_argument("--steps", type=int, default=1, help=f"recurrent steps to run, 1 to {MAX_STEPS} (default: 1)")
     t.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
     rep = model_command("report", "a report for an issue thread: self-contained HTML, a Markdown reply, or JSON")
     rep.add_argument("--variants", default=None, metavar="P,P,...",
-                   help="also run these policies on the TOSA INT reference and add the comparison")
+                   help="also run these rules on the TOSA INT reference and add the comparison")
     rep.add_argument("--steps", type=int, default=1, help=f"recurrent steps for --variants, 1 to {MAX_STEPS} (default: 1)")
     rep.add_argument("--format", choices=("html", "md", "json"), default="md", help="default: md")
     rep.add_argument("--out", default=None, metavar="FILE", help="write it here (default: stdout)")
@@ -151,7 +151,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--port", type=int, default=8080, help="the port --serve listens on (default: 8080)")
     e.add_argument("--json", action="store_true", help="print what was written as JSON")
 
-    d = sub.add_parser("demo", help="analyze the default sample under each policy; write an HTML report")
+    d = sub.add_parser("demo", help="analyze the default sample under each rule; write an HTML report")
     d.add_argument("--sample", default=None, help="sample name (default: the default sample)")
     d.add_argument("--stage", choices=STAGES, default="tfa")
     d.add_argument("--html", default="demo-report.html", metavar="FILE", help="where to write the report")
@@ -169,9 +169,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="leave this model out (a sample name or a model's label; repeatable)")
     w.add_argument("--input-shape", action="append", default=[], metavar="1,3,8,8",
                    help="shape of one example input for the TARGETs given here (repeat per input)")
-    w.add_argument("--policies", default="upstream,state-aware", metavar="P,Q",
+    w.add_argument("--rules", "--policies", dest="rules", default="upstream,state-aware", metavar="R,S",
                    help="comma-separated rules, the first the baseline; names or path/to/rules.py:NAME "
-                   "(default: upstream,state-aware)")
+                   "(default: upstream,state-aware; --policies is the same flag)")
     w.add_argument("--stages", default="tfa", metavar="S,S",
                    help=f"comma-separated stages to decide, of {', '.join(STAGES)} (default: tfa)")
     w.add_argument("--steps", type=int, default=0,
@@ -220,7 +220,7 @@ def _analyze(args) -> int:
     from .._present.tables import analysis_text
 
     result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage,
-                     policy=args.policy, markers=args.mark)
+                     rule=args.rule, markers=args.mark)
     if args.json:
         _print_json(result.to_dict())
     else:
@@ -286,11 +286,11 @@ def _compare(args) -> int:
 
 def quantization_arguments(cmd) -> None:
     """``--quantization NAME`` (every variant that names none) and ``--keep KEY=VALUE`` overrides."""
-    from .._numbers.quantization import QUANTIZATION_HELP
+    from .._numbers.quantization import quantizations
 
     cmd.add_argument("--quantization", default=None, metavar="NAME",
                      help="quantization of the variants that name none: "
-                          + "; ".join(f"{k}: {v}" for k, v in QUANTIZATION_HELP.items()) + " (default: a8w8)")
+                          + "; ".join(f"{k}: {v}" for k, v in quantizations.help().items()) + " (default: a8w8)")
     cmd.add_argument("--keep", action="append", default=[], metavar="KEY=float|NAME",
                      help="in every variant, keep a node name, module path or site id in float (KEY=float) or at "
                           "another quantization (KEY=a16w8) (repeatable)")
@@ -335,7 +335,7 @@ def _report(args) -> int:
     check_steps(args.steps, "--steps")
     out = check_writable(args.out) if args.out else None
     result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage,
-                     policy=args.policy, markers=args.mark)
+                     rule=args.rule, markers=args.mark)
     comparison = None
     if args.variants:
         comparison = result.compare(args.variants, steps=args.steps, progress=_ProgressBar())
@@ -354,7 +354,7 @@ def _repro(args) -> int:
     from .repro import reproducer
 
     out = check_writable(args.out)
-    result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage, policy="upstream")
+    result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage, rule="upstream")
     repro = reproducer(result, args.site, file=out.name)
     repro.write(out)
     verb = "folds" if repro.decision == "fold" else "skips"
@@ -373,7 +373,7 @@ def _render(args) -> int:
     out = check_writable(args.out)
     fmt = args.format or {".png": "png", ".dot": "dot", ".gv": "dot"}.get(out.suffix.lower(), "svg")
     result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage,
-                     policy=args.policy, markers=args.mark)
+                     rule=args.rule, markers=args.mark)
     kw = {"focus": args.focus, "hops": args.hops}
     graph = result.render_pair(**kw) if args.which == "both" else result.render(args.which, **kw)
     if fmt == "dot":
@@ -398,7 +398,7 @@ def _explorer(args) -> int:
     if args.serve:
         explorer.check_port(args.host, args.port)
     inputs = _inputs_from_shapes(args.input_shape)
-    result = analyze(args.target, inputs, stage=args.stage, policy=args.policy, markers=args.mark)
+    result = analyze(args.target, inputs, stage=args.stage, rule=args.rule, markers=args.mark)
     errors = None
     if args.errors:
         from .._numbers.attribution import attribution
@@ -425,9 +425,9 @@ def _explorer(args) -> int:
 def _demo(args) -> int:
     import html
 
-    from .._targets import samples
+    from .._targets.samples import default, samples
     from .._decide.decide import analyze
-    from .._rules.rules import POLICIES
+    from .._rules.rules import rules
     from .._present.formats import page
     from .._present.render import svg
     from .._present.tables import analysis_html, analysis_text
@@ -435,10 +435,10 @@ def _demo(args) -> int:
     from .._base.files import check_writable, write_text
 
     check_writable(args.html)
-    name = args.sample or samples.default()
+    name = args.sample or default()
     print(f"sample:{name}: {samples.describe(name)}\n")
-    first = analyze("sample:" + name, stage=args.stage, policy="upstream")
-    results = [first] + [first.with_policy(p) for p in POLICIES if p != "upstream"]
+    first = analyze("sample:" + name, stage=args.stage, rule="upstream")
+    results = [first] + [first.with_rule(p) for p in rules if p != "upstream"]
     for r in results:
         print(analysis_text(r), end="\n\n")
     strict = next(r for r in results if r.policy == "state-aware-strict")
@@ -497,7 +497,7 @@ def _sweep(args) -> int:
     if args.input_shape:
         shapes = [tuple(x.shape) for x in _inputs_from_shapes(args.input_shape)]
     try:
-        result = sweep([*args.targets, *args.models], args.policies, stages=args.stages, steps=steps,
+        result = sweep([*args.targets, *args.models], args.rules, stages=args.stages, steps=steps,
                        variants=args.variants,
                        workers=args.workers, executor=args.executor, out=args.out, samples=args.samples, exclude=args.exclude,
                        input_shapes=shapes, ray_address=args.ray_address, progress=_SweepBars())
@@ -514,7 +514,7 @@ def _sweep(args) -> int:
 
 
 def _samples(args) -> int:
-    from .._targets import samples
+    from .._targets.samples import samples
 
     for name in samples.names():
         print(f"{name:36} {samples.describe(name)}")

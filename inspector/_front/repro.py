@@ -441,7 +441,7 @@ def reproducer(analysis, site_id: str, *, command: str | None = None, file: str 
 
     site = analysis.site(site_id)
     plan = _plan(analysis, site)
-    upstream = site if analysis.policy == "upstream" else analysis.with_policy("upstream").site(site_id)
+    upstream = site if analysis.policy == "upstream" else analysis.with_rule("upstream").site(site_id)
     decision = upstream.decision
     model = analysis.target.source or analysis.name
     command = command or (reproduce_command(analysis).replace(" report ", " repro ", 1)
@@ -457,7 +457,7 @@ def reproducer(analysis, site_id: str, *, command: str | None = None, file: str 
         _, site_line = _module_source(plan)
         header_lines = source.split("class Repro(nn.Module):")[0].count("\n")
         location = f"{path.name}:{header_lines + site_line}"
-        repro = analyze(module.Repro().eval(), module._inputs(), stage=plan.stage, policy="upstream")
+        repro = analyze(module.Repro().eval(), module._inputs(), stage=plan.stage, rule="upstream")
         match = next((s for s in repro.sites if s.location == location), None)
         if plan.stage == "tfa" and match is not None:
             # The test runs the pass on ep.module() without the quantizer's pipeline around it: that

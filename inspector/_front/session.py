@@ -3,7 +3,7 @@
 A session file is data that may come from a stranger (docs/design.md, "What is trusted"):
 reading one never runs code. Its target may name a Python file (``model.py:Net``), and
 so may its rule and variants (``rules.py:no_wide_scale``, a rule of the user's); building the
-target or the rule imports the file, so ``read_session`` refuses such a session unless the
+target or the rule imports the file, so ``Session.read`` refuses such a session unless the
 caller says it trusts it. Every field is checked against the schema and
 a bad one is reported in one line that names the field.
 """
@@ -22,8 +22,8 @@ from .._base.limits import MAX_STEPS
 from .._decide.stages import STAGES
 from .._numbers.results import Comparison
 from ..errors import InspectorError
-from .._rules.rules import DEFAULT_VARIANTS, POLICIES
-from .._numbers.quantization import QUANTIZATIONS
+from .._rules.rules import DEFAULT_VARIANTS, rules
+from .._numbers.quantization import quantizations
 
 SESSION_VERSION = 1
 GRAPH_VIEWS = ("before", "after", "side by side")
@@ -42,12 +42,26 @@ class Session:
     markers: tuple[str, ...] = ()  # site ids or node names marked carried state
     selected: str | None = None  # the selected site id
     variants: tuple[str, ...] = DEFAULT_VARIANTS  # rules to run on the reference (names or rule files)
-    quantizations: tuple[str, ...] = ("a8w8",)  # the quantizations each variant runs under (inspector.QUANTIZATIONS)
+    quantizations: tuple[str, ...] = ("a8w8",)  # the quantizations each variant runs under (inspector.quantizations)
     steps: int = 1  # recurrent steps of a reference run
     graph_view: str = "side by side"  # before | after | side by side
     graph_scope: str = "focus"  # focus | whole
     results: Comparison | None = None  # the last reference results
     results_for: tuple[str, str, tuple[str, ...]] | None = None  # (stage, policy, markers) they were computed for
+
+    @classmethod
+    def read(cls, path: str | os.PathLike, *, trust: bool = False) -> "Session":
+        """Read and check a session file. It never runs code: a session whose target or rules name a
+        Python file is refused unless ``trust=True`` (building it imports the file)."""
+        return read_session(path, trust=trust)
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write this session as JSON to ``path`` (atomically; one-line error if it cannot)."""
+        return save_session(self, path)
+
+    def untrusted_message(self, path: str | os.PathLike, file: str | None = None) -> str:
+        """The one line refusing this session (read from ``path``) until the caller trusts ``file``."""
+        return untrusted_message(self, path, file)
 
     @property
     def runs_code(self) -> bool:
@@ -104,7 +118,7 @@ class Session:
             markers=check.texts(data, "markers", default=()),
             selected=check.text(data, "selected", optional=True, default=None),
             variants=check.rules(data, "variants", default=cls.variants),
-            quantizations=check.texts(data, "quantizations", default=cls.quantizations, choices=tuple(QUANTIZATIONS),
+            quantizations=check.texts(data, "quantizations", default=cls.quantizations, choices=tuple(quantizations),
                                       nonempty=True, kind="quantization names"),
             steps=check.steps(data, "steps", default=1),
             graph_view=check.choice(data, "graph_view", GRAPH_VIEWS, default=cls.graph_view),
@@ -204,7 +218,7 @@ class _Checker:
         """A registered rule's name, or a rule file ``path.py:NAME`` (imported only once trusted)."""
         if not isinstance(value, str) or not value or len(value) > _MAX_TEXT or "\x00" in value:
             return False
-        if value in POLICIES:
+        if value in rules:
             return True
         file, _, name = value.rpartition(":")
         return file.endswith(".py") and name.isidentifier()
@@ -213,7 +227,7 @@ class _Checker:
         if field not in data:
             raise InspectorError(f"{self.source}: missing field '{field}'")
         if not self.is_rule(data[field]):
-            raise self.fail(field, "one of " + ", ".join(POLICIES) + ", or a rule file path/to/rules.py:NAME",
+            raise self.fail(field, "one of " + ", ".join(rules) + ", or a rule file path/to/rules.py:NAME",
                             data[field])
         return data[field]
 
@@ -221,7 +235,7 @@ class _Checker:
         if field not in data:
             return tuple(default)
         value = data[field]
-        what = "a non-empty list of rules (" + ", ".join(POLICIES) + ", or path/to/rules.py:NAME)"
+        what = "a non-empty list of rules (" + ", ".join(rules) + ", or path/to/rules.py:NAME)"
         if not isinstance(value, list) or not value or len(value) > 10_000:
             raise self.fail(field, what, value)
         for item in value:
@@ -272,7 +286,7 @@ class _Checker:
         for r in comparison.results:
             self.finite(r)
             if not self.is_rule(r.variant.policy):
-                raise self.fail("results.variants.policy", "one of " + ", ".join(POLICIES) + " or a rule file",
+                raise self.fail("results.variants.policy", "one of " + ", ".join(rules) + " or a rule file",
                                 r.variant.policy)
             steps = {m.step for m in r.metrics}
             if steps and (min(steps) < 0 or max(steps) >= comparison.steps):

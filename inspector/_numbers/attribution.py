@@ -30,6 +30,7 @@ from .._sites import graph as _graph
 from .._base import quiet as _quiet
 from .._decide import stages as _stages
 from .compare import compare
+from .results import Comparison
 from .flow import is_qdq, quantize, sqnr, stepped
 from .._doors.fold_swap import swapped_fold_pass
 from .._rules.rules import FoldLog, policy_pass_class
@@ -234,11 +235,18 @@ def errors_by_node(graph, variant: VariantAttribution, sites, *, after: bool,
 
 def attribution(target: Any, variants=("off", "upstream"), *, steps: int = 1, progress=None,
                 isolate: bool = False, **compare_kw) -> Attribution:
-    """From a model: runs ``compare(target, variants, steps=steps, ...)``, then ``attribute`` on it (one call).
+    """Per-node error of each variant at every step: where the quantization error enters.
 
-    ``attribute`` starts from a comparison you already have instead. ``isolate=True`` runs both in
+    ``target`` is a ``Comparison`` you already have (its variants are quantized again as they were
+    compared; ``variants``, ``steps`` and the ``compare`` arguments do not apply), or a model: then
+    ``compare(target, variants, steps=steps, ...)`` runs first. ``isolate=True`` runs the work in
     worker processes (see ``compare``).
     """
+    if isinstance(target, Comparison):
+        if compare_kw:
+            raise InspectorError(f"attribution of a comparison takes no compare arguments, got {', '.join(compare_kw)}")
+        return attribute(target, progress=progress, isolate=isolate)
+
     def part(start: float, width: float):
         return None if progress is None else (lambda phase, f: progress(phase, start + width * f))
 
@@ -248,10 +256,10 @@ def attribution(target: Any, variants=("off", "upstream"), *, steps: int = 1, pr
 
 def attribute(comparison, progress: Callable[[str, float], None] | None = None, *,
               isolate: bool = False) -> Attribution:
-    """From a comparison you already have: per-node error of each of its variants at every step.
+    """``attribution`` of a comparison you already have: per-node error of each of its variants at every step.
 
     Each variant is quantized again as it was compared; the TOSA reference does not run again (see the
-    module docstring). ``attribution`` starts from a model instead: it runs ``compare`` first.
+    module docstring).
     ``isolate=True`` does it in a worker process: a crash there is one line, this process lives on.
     """
     if isolate:
@@ -512,7 +520,7 @@ def _site_errors(records, sites, folded, label: str, steps: int) -> list[SiteErr
     return out
 
 
-__all__ = ["Attribution", "NodeError", "OutputAgreement", "SiteError", "VariantAttribution", "attribute"]
+__all__ = ["Attribution", "NodeError", "OutputAgreement", "SiteError", "VariantAttribution", "attribution"]
 
 
 def _attribute_in_worker(comparison, progress) -> Attribution:

@@ -132,7 +132,7 @@ def bits(
                     workers=1, isolate=isolate)
     loaded = first.run.target
     entries = _entry_nodes(attribute(first, progress=part(0.2, 0.1), isolate=isolate), entry_points)
-    sites = analyze(loaded, stage="tfa", policy=rule, markers=baseline.markers).sites
+    sites = analyze(loaded, stage="tfa", rule=rule, markers=baseline.markers).sites
     notes = []
     if len(sites) > max_sites:
         notes.append(f"{len(sites)} sites: the first {max_sites} in graph order are measured one by one "

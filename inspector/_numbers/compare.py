@@ -24,9 +24,9 @@ from .._workers import parallel as _parallel, pool as _pool
 from .._decide import stages as _stages
 from .._base.cache import BoundedCache
 from .._base.limits import available_memory, check_memory, check_steps, memory_estimate
-from .._rules.rules import (DEFAULT_VARIANTS, Policy, check_policy, ensure_rules, get_policy, marker_tuple, register,
+from .._rules.rules import (DEFAULT_VARIANTS, Rule, check_rule, ensure_rules, get_rule, marker_tuple, register,
                             rule_origins)
-from .quantization import DEFAULT, Plan, Quantization, get_quantization, quantization_of, resolve_overrides
+from .quantization import DEFAULT, Plan, Quantization, quantizations, quantization_of, resolve_overrides
 from .results import Comparison, Run, Variant, VariantResult
 from .variant_cache import RESULTS, answered, base_key, can_predict, predicted_decisions
 from ..errors import InspectorError, describe, quoted
@@ -43,18 +43,17 @@ def compare(
     steps: int = 1,
     calibration: Sequence[Sequence[torch.Tensor]] | None = None,
     quantization: Any = None,
-    quantization_config: Any = None,
     progress: Progress | None = None,
     workers: int | None = None,
     isolate: bool = False,
 ) -> Comparison:
     """Quantize, lower and run each variant on the TOSA INT reference model; compare with float.
 
-    ``variants`` are policies (``"upstream"``), ``"policy@quantization"`` (``"upstream@a16w8"``),
-    ``Variant`` records (with per-node ``overrides``), or ``(policy, markers)`` pairs; ``markers``
-    applies to the variants given as plain policies. ``quantization`` is what variants that name
-    none run under: a name (``inspector.QUANTIZATIONS``; default ``a8w8``), or a
-    ``QuantizationConfig`` (``quantization_config`` is the same argument under its old name).
+    ``variants`` are rules (``"upstream"``), ``"rule@quantization"`` (``"upstream@a16w8"``),
+    ``Variant`` records (with per-node ``overrides``), or ``(rule, markers)`` pairs; ``markers``
+    applies to the variants given as plain rules. ``quantization`` is what variants that name
+    none run under: a name (``inspector.quantizations``; default ``a8w8``), or a
+    ``QuantizationConfig``.
     ``steps > 1`` runs recurrent models step after step: mutable buffers start from the model's
     initial state; functional state is fed back per the model's ``RECURRENT`` declaration
     (output index -> input index). ``calibration`` is a list of input tuples (default: the
@@ -73,9 +72,7 @@ def compare(
     every variant fails, the first one's error is raised.
     """
     check_steps(steps)
-    if quantization is not None and quantization_config is not None:
-        raise InspectorError("give quantization= or quantization_config=, not both (they are the same argument)")
-    default = quantization_of(quantization if quantization is not None else quantization_config)
+    default = quantization_of(quantization)
     wanted = variants_of(variants, markers)
     n_workers = workers_of(workers)
     if isolate or (n_workers > 1 and len(wanted) > 1):
@@ -111,7 +108,7 @@ def compare(
         _flow.check_recurrent(loaded)
         reference = _flow.float_reference(loaded, steps)
         RESULTS.put_reference(base, reference)
-    if any(get_policy(wanted[i].policy).is_users and not get_policy(wanted[i].policy).origin for i in to_run):
+    if any(get_rule(wanted[i].policy).is_users and not get_rule(wanted[i].policy).origin for i in to_run):
         n_workers, isolate = 1, False  # a rule defined in this session only: a worker would not know it
     at_once = side_by_side(loaded, steps, len(to_run), n_workers)
     if to_run:
@@ -148,7 +145,7 @@ def compare(
 def plan_of(target: _load.Target, variant: Variant, default: Quantization) -> Plan:
     """How ``variant`` quantizes ``target``: its quantization (or the comparison's), and the nodes
     of the exported program its overrides reach (one line if one names nothing)."""
-    quantization = get_quantization(variant.quantization) if variant.quantization is not None else default
+    quantization = quantizations.get(variant.quantization) if variant.quantization is not None else default
     nodes = resolve_overrides(target, variant.overrides, variant.label)
     return Plan.of(quantization, nodes)
 
@@ -166,7 +163,7 @@ def decision_notes(target: _load.Target, wanted: list[Variant], results: list[Va
     for variant, result in zip(wanted, results):
         if result.error is not None or (result.quantization == DEFAULT and not variant.overrides):
             continue
-        if get_policy(variant.policy).pass_class is not None:
+        if get_rule(variant.policy).pass_class is not None:
             continue  # a rule's own pass class: the installed pass's prediction does not apply
         try:
             expected = set(predicted_decisions(target, Variant(variant.policy, variant.markers))[0][1])
@@ -192,7 +189,7 @@ def variants_of(variants, markers) -> list[Variant]:
         raise InspectorError(f"cannot read variants {quoted(variants)}; give policy names, e.g. ('off', 'upstream')") from None
     out = []
     for v in items:
-        if isinstance(v, Policy):
+        if isinstance(v, Rule):
             variant = Variant(register(v, replace=True).name, default_markers)
         elif isinstance(v, Variant):
             variant = v
@@ -203,9 +200,9 @@ def variants_of(variants, markers) -> list[Variant]:
             variant = Variant(v[0], marker_tuple(v[1]))
         else:
             raise InspectorError(f"cannot read variant {quoted(v)}; give a policy name, a Variant, or (policy, markers)")
-        name = check_policy(variant.policy)  # "rules.py:NAME" imports the file and becomes NAME
+        name = check_rule(variant.policy)  # "rules.py:NAME" imports the file and becomes NAME
         if variant.quantization is not None:
-            get_quantization(variant.quantization)  # an unknown name fails here, before anything runs
+            quantizations.get(variant.quantization)  # an unknown name fails here, before anything runs
         out.append(variant if name == variant.policy else replace(variant, policy=name))
     if not out:
         raise InspectorError("no variants to compare; give at least one policy")
@@ -277,7 +274,7 @@ def _run_parallel(target, wanted, plans, to_run, results, base, calibrated, step
     # folds when one is asked for, then the rest in order.
     groups = dict(sorted(groups.items(), key=lambda item: (
         _fold_count(item[0][1]) if item[0][0] != "variant" else
-        (0 if not get_policy(wanted[item[1][0]].policy).folds else 1))))
+        (0 if not get_rule(wanted[item[1][0]].policy).folds else 1))))
     firsts = [members[0] for members in groups.values()]
     fractions = {i: 0.0 for i in firsts}
 

@@ -3,7 +3,7 @@
 A *quantization* is a named ``QuantizationConfig`` of the installed Arm quantizer together with
 the TOSA specification that can lower it: ``a8w8`` (symmetric, per-channel weights: the
 default), ``a8w8-per-tensor``, ``a16w8`` (16-bit activations: ``TOSA-1.0+INT+int16``) and
-``a8w4`` (4-bit weights: ``TOSA-1.0+INT+int4``), plus any a user registers with a name (``register_quantization``). Configs are built
+``a8w4`` (4-bit weights: ``TOSA-1.0+INT+int4``), plus any a user registers with a name (``quantizations.register``). Configs are built
 only when a variant runs (the quantizer imports executorch's Arm backend).
 
 An *override* keeps some nodes of the model out of the variant's quantization: ``"float"``
@@ -25,7 +25,8 @@ import torch
 
 from .._doors import executorch as _executorch
 from .._base.hashing import digest
-from ..errors import InspectorError, listing, quoted
+from .._base.registry import Registry
+from ..errors import InspectorError, quoted
 
 INT = "TOSA-1.0+INT"
 INT16 = "TOSA-1.0+INT+int16"
@@ -63,7 +64,7 @@ class Quantization:
     def __reduce__(self):
         # A built-in travels by name (its factory is code); a user's travels with its config.
         if self.builtin:
-            return (get_quantization, (self.name,))
+            return (_named, (self.name,))
         return (Quantization, (self.name, self.help, self.spec, None, self.config, False))
 
 
@@ -81,54 +82,45 @@ BUILTIN = (
     Quantization("a8w4", "8-bit activations, 4-bit per-channel weights, range -7..7 (needs TOSA-1.0+INT+int4)",
                  INT4, _arm("get_symmetric_a8w4_quantization_config", is_qat=False), builtin=True),
 )
-QUANTIZATIONS: dict[str, Quantization] = {q.name: q for q in BUILTIN}
-QUANTIZATION_HELP = {q.name: q.help for q in BUILTIN}
-
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 
 
-def register_quantization(name: str, config: Any, *, spec: str | None = None, help: str = "",
-                          replace: bool = False) -> Quantization:
-    """Name a ``QuantizationConfig`` of your own, so variants can say ``"upstream@NAME"``.
-
-    ``spec`` is the TOSA specification to lower it for (default: ``TOSA-1.0+INT+int16`` when any
-    activation is 16-bit, else ``TOSA-1.0+INT``).
-    """
+def _quantization(name: "str | Quantization", config: Any = None, *, spec: str | None = None,
+                  help: str = "") -> Quantization:
+    """A built-in as it is, or a user's ``QuantizationConfig`` with a name (``spec``: the TOSA
+    specification to lower it for; default ``TOSA-1.0+INT+int16`` when any activation is 16-bit,
+    else ``TOSA-1.0+INT``)."""
+    if isinstance(name, Quantization):
+        return name
     if not isinstance(name, str) or not _NAME.match(name) or name == FLOAT:
         raise InspectorError(f"cannot name a quantization {quoted(name)}; use letters, digits, '-', '_' or '.' "
                              f"(not {FLOAT!r})")
-    if name in QUANTIZATIONS and (QUANTIZATIONS[name].builtin or not replace):
-        raise InspectorError(f"a quantization named {quoted(name)} exists; choose another name"
-                             + ("" if QUANTIZATIONS[name].builtin else " or pass replace=True"))
     _check_config(config, name)
-    quantization = Quantization(name, help or describe_config(config), spec or needed_spec(config), config=config)
-    QUANTIZATIONS[name] = quantization
-    return quantization
+    return Quantization(name, help or describe_config(config), spec or needed_spec(config), config=config)
 
 
-def unregister_quantization(name: str) -> None:
-    """Forget a quantization registered with ``register_quantization`` (built-ins stay)."""
-    if name in QUANTIZATIONS and not QUANTIZATIONS[name].builtin:
-        del QUANTIZATIONS[name]
+# Every quantization by name, the built-ins first; ``quantizations.register(NAME, config)`` names
+# one of the user's, so variants can say ``"upstream@NAME"`` (built-ins cannot be replaced).
+quantizations = Registry("quantization", make=_quantization, line=lambda q: q.help, fixed=lambda q: q.builtin,
+                         hint="or name your own with inspector.quantizations.register(NAME, config)")
+for _builtin in BUILTIN:
+    quantizations.register(_builtin)
 
 
-def get_quantization(name: str) -> Quantization:
-    try:
-        return QUANTIZATIONS[name]
-    except (KeyError, TypeError):
-        raise InspectorError(f"unknown quantization {quoted(name)}; choose one of: {listing(QUANTIZATIONS)}, "
-                             "or name your own with inspector.register_quantization(NAME, config)") from None
+def _named(name: str) -> Quantization:
+    """The registered quantization ``name`` (how a built-in is unpickled in a worker)."""
+    return quantizations.get(name)
 
 
 def quantization_of(value: Any) -> Quantization:
     """A comparison's default quantization from what the user gave: None (``a8w8``), a name, a
     ``Quantization`` or a ``QuantizationConfig`` (then called ``custom``)."""
     if value is None:
-        return QUANTIZATIONS[DEFAULT]
+        return quantizations.get(DEFAULT)
     if isinstance(value, Quantization):
         return value
     if isinstance(value, str):
-        return get_quantization(value)
+        return quantizations.get(value)
     _check_config(value, "quantization_config")
     return Quantization("custom", describe_config(value), needed_spec(value), config=value)
 
@@ -189,7 +181,7 @@ def override_pairs(overrides: Mapping[str, str] | Iterable[tuple[str, str]] | No
             raise InspectorError(f"cannot read override {quoted(item)}; give 'key': 'float' or a quantization name")
         key, value = item
         if value != FLOAT:
-            get_quantization(value)
+            quantizations.get(value)
         pairs[key] = value
     return tuple(sorted(pairs.items()))
 
@@ -205,7 +197,7 @@ class Plan:
     @classmethod
     def of(cls, quantization: Quantization, nodes: tuple[tuple[str, str], ...] = ()) -> "Plan":
         names = sorted({v for _, v in nodes if v != FLOAT})
-        return cls(quantization, nodes, tuple(get_quantization(n) for n in names))
+        return cls(quantization, nodes, tuple(quantizations.get(n) for n in names))
 
     def _width(self, name: str) -> Quantization:
         return next(q for q in self.widths if q.name == name)

@@ -21,13 +21,13 @@ class Variant:
     """One configuration to quantize and run: a fold rule, carried-state markers, a quantization
     and per-node overrides.
 
-    ``quantization`` names one (``inspector.QUANTIZATIONS``: a8w8, a8w8-per-tensor, a16w8, a8w4, or
-    one registered with ``register_quantization``); None runs the comparison's own (a8w8 unless
+    ``quantization`` names one (``inspector.quantizations``: a8w8, a8w8-per-tensor, a16w8, a8w4, or
+    one registered with ``inspector.quantizations.register``); None runs the comparison's own (a8w8 unless
     ``compare(quantization=...)`` says otherwise). ``overrides`` maps a node name, module path or
     site id to ``"float"`` (left unquantized: it runs outside the delegate) or a quantization name.
     """
 
-    policy: str  # a registered rule's name (inspector.POLICIES): off, upstream, state-aware, ...
+    policy: str  # a registered rule's name (inspector.rules): off, upstream, state-aware, ...
     markers: tuple[str, ...] = ()  # site ids or node names marked carried_quant_state
     quantization: str | None = None  # a quantization's name; None: the comparison's
     overrides: tuple[tuple[str, str], ...] = ()  # sorted (key, "float" or quantization name)
@@ -246,12 +246,12 @@ class Comparison:
 def _rules_of(results) -> dict:
     """Each variant's rule: what it does and where it comes from (a rule not registered in this
     process, as from a saved session, is left out)."""
-    from .._rules.rules import POLICIES, get_policy
+    from .._rules.rules import rules, get_rule
 
     out = {}
     for r in results:
-        if r.variant.policy in POLICIES and r.variant.policy not in out:
-            rule = get_policy(r.variant.policy)
+        if r.variant.policy in rules and r.variant.policy not in out:
+            rule = get_rule(r.variant.policy)
             out[rule.name] = {"help": rule.help, "source": rule.source, "origin": rule.origin}
     return out
 

@@ -27,7 +27,7 @@ from .._targets import load as _load
 from .._decide import stages as _stages
 from .._base.cache import BoundedCache
 from .._base.hashing import digest as _digest
-from .._rules.rules import folded_site_ids, get_policy
+from .._rules.rules import folded_site_ids, get_rule
 from .results import Variant, VariantResult
 
 
@@ -52,7 +52,7 @@ def predicted_decisions(target: _load.Target, variant: Variant) -> tuple:
         folded = folded_site_ids(_stages.stage_graph_of(target, "tfa"), variant.policy, variant.markers)
         return (("tfa", tuple(sorted(folded))), ("lowering", ()))
 
-    return target.memo.get_or_compute(("decisions", get_policy(variant.policy).identity, variant.markers), decide)
+    return target.memo.get_or_compute(("decisions", get_rule(variant.policy).identity, variant.markers), decide)
 
 
 def can_predict(target: _load.Target, plan) -> bool:
@@ -74,13 +74,13 @@ class VariantCache:
 
     @staticmethod
     def _variant_key(base: tuple, variant: Variant, plan) -> tuple:
-        return base + ("variant", get_policy(variant.policy).identity, variant.markers, plan.identity)
+        return base + ("variant", get_rule(variant.policy).identity, variant.markers, plan.identity)
 
     @staticmethod
     def _shares_decisions(variant: Variant) -> bool:
         """Variants with the same fold decisions give the same result when the installed pass does
         every fold; a rule's own pass class may fold differently (so it is keyed by itself only)."""
-        return get_policy(variant.policy).pass_class is None
+        return get_rule(variant.policy).pass_class is None
 
     @staticmethod
     def _decisions_key(base: tuple, plan, decisions: tuple) -> tuple:

@@ -45,7 +45,7 @@ def _warm_up() -> None:
     from .._base import quiet as _quiet  # noqa: F401
     from .._doors import tosa as _tosa  # noqa: F401
     from .._workers.parallel import program_bytes
-    from .quantization import DEFAULT, Plan, get_quantization
+    from .quantization import DEFAULT, Plan, quantizations
     from .results import Variant
 
     _quiet.install_warning_filters()
@@ -64,7 +64,7 @@ def _warm_up() -> None:
         _pt2.load_pt2_bytes(program_bytes(target.exported))
         calibrated = _flow.choose_calibration(target, None, 1)
         reference = _flow.float_reference(target, 1)
-        _flow.run_variant(target, Variant("upstream"), calibrated, Plan.of(get_quantization(DEFAULT), {}), 1,
+        _flow.run_variant(target, Variant("upstream"), calibrated, Plan.of(quantizations.get(DEFAULT), {}), 1,
                           reference, lambda phase, fraction: None)
     _load.clear_targets()
     import threading

@@ -1,4 +1,4 @@
-"""Fold rules (``Policy``), their one registry, and the installed pass wrapped to apply one.
+"""Fold rules (``Rule``), their one registry, and the installed pass wrapped to apply one.
 
 A rule is a small frozen object: a name, a help line, where it comes from, whether it folds at
 all and its state guard. Every rule runs as a subclass of the REAL installed
@@ -11,15 +11,15 @@ guard such as the one executorch PR #21234 proposes: an open pull request, in no
 from __future__ import annotations
 
 import re
-import threading
 import time
 from dataclasses import dataclass, field
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Callable, Iterable
 
 from torch.fx import GraphModule, Node
 
+from .._base.registry import Registry
 from .._doors import executorch as _executorch
 from .._sites import graph as _graph
 from .fold_runs import FoldLog, FoldRun, resolve_markers, start_run, unknown_marker
@@ -79,16 +79,16 @@ class RuleContext:
 
 
 @dataclass(frozen=True)
-class Policy:
+class Rule:
     """One fold rule: what decides whether the installed pass may fold a site.
 
     A built-in rule or a guard of the user's keeps the installed pass's own code doing every fold;
     it can only keep the pass from running (``folds=False``) or hide muls from its matcher (a
-    ``guard``, a user's ``check``). A rule made from a whole pass class (``Policy.from_pass``)
+    ``guard``, a user's ``check``). A rule made from a whole pass class (``Rule.from_pass``)
     runs that class where the installed one would run. All are registered the same way
     (``register``), and nothing else in the inspector branches on a rule's name.
     """
-
+    name: str  # what users type: --rule NAME, analyze(rule=NAME), a variant's label
     name: str  # what users type: --policy NAME, analyze(policy=NAME), a variant's label
     help: str  # one line: what the rule does
     source: str  # where the rule comes from (the installed pass, an open upstream PR, this project, a file)
@@ -142,13 +142,13 @@ class Policy:
         return hash((self.name, self.source, id(self.check), id(self.pass_class)))
 
     def __eq__(self, other) -> bool:
-        return (isinstance(other, Policy) and (self.name, self.help, self.source, self.folds, self.guard, self.origin)
+        return (isinstance(other, Rule) and (self.name, self.help, self.source, self.folds, self.guard, self.origin)
                 == (other.name, other.help, other.source, other.folds, other.guard, other.origin)
                 and self.check is other.check and self.pass_class is other.pass_class)
 
     @classmethod
     def from_pass(cls, pass_class: type, *, name: str | None = None, help: str | None = None,
-                  source: str | None = None, register_it: bool = True) -> "Policy":
+                  source: str | None = None, register_it: bool = True) -> "Rule":
         """A rule that runs ``pass_class`` (with the installed pass's constructor:
         ``pass_class(exported_program)`` / ``pass_class(tfa_pass=True)``) wherever the installed
         pass would run, at every stage and in a comparison's quantize -> lower flow."""
@@ -162,21 +162,18 @@ class Policy:
         return register(rule, replace=True) if register_it else rule
 
 
-Rule = Policy  # what users write a rule as: ``inspector.Rule.from_pass(cls)``
-
-
-def rule(name: str, *, help: str = "", base: "str | Policy" = "upstream", source: str | None = None):
+def rule(name: str, *, help: str = "", base: "str | Rule" = "upstream", source: str | None = None):
     """Decorate a guard ``fn(site: RuleContext) -> None | Skip(code, detail)``: the rule ``name``,
     which is ``base`` (default: the installed pass as it is) with ``fn`` hiding the sites it skips
     from the installed pass's matcher. The rule is registered: every entry point offers it."""
     def make(fn):
         if not callable(fn):
             raise InspectorError(f"inspector.rule decorates a function of a RuleContext, got {quoted(fn)}")
-        parent = get_policy(base)
+        parent = get_rule(base)
         if parent.is_users:
             raise InspectorError(f"a guard's base is a built-in rule, not the user's rule {quoted(parent.name)}")
         where = source or f"the user's guard {getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
-        return register(Policy(name, help or (fn.__doc__ or "").strip().split("\n")[0] or f"{parent.name} and {name}",
+        return register(Rule(name, help or (fn.__doc__ or "").strip().split("\n")[0] or f"{parent.name} and {name}",
                                where, folds=parent.folds, guard=parent.guard, check=fn), replace=True)
 
     return make
@@ -186,24 +183,17 @@ def _qualname(obj) -> str | None:
     return None if obj is None else f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(obj))}"
 
 
-_REGISTRY: dict[str, Policy] = {}  # the one registry of rules, by name (not a cache: never evicted)
-_REGISTRY_LOCK = threading.RLock()
-ENTRY_POINT_GROUP = "fold_inspector.rules"  # plugins: a callable that receives ``register``, or a Policy
-_DISCOVERED: list[bool] = []  # set once the entry points were read
+ENTRY_POINT_GROUP = "fold_inspector.rules"  # plugins: a callable that receives ``register``, or a Rule
 
 
-def _discover() -> None:
+def _discover(registry) -> None:
     """Register the rules plugins offer through the ``fold_inspector.rules`` entry points (once)."""
-    with _REGISTRY_LOCK:
-        if _DISCOVERED:
-            return
-        _DISCOVERED.append(True)
     from importlib.metadata import entry_points
 
     for point in entry_points(group=ENTRY_POINT_GROUP):
         try:
             loaded = point.load()
-            if isinstance(loaded, Policy):
+            if isinstance(loaded, Rule):
                 register(loaded, replace=True)
             else:
                 loaded(register)
@@ -214,77 +204,38 @@ def _discover() -> None:
                           stacklevel=2)
 
 
-def register(policy: Policy, *, replace: bool = False) -> Policy:
-    """Add ``policy`` to the rules every entry point offers (CLI, widget, compare, sessions)."""
-    if not isinstance(policy, Policy):
-        raise InspectorError(f"a rule is a Policy, got a {type(policy).__name__}")
-    if not policy.name or not isinstance(policy.name, str) or any(ch in policy.name for ch in ",@ \n"):
-        raise InspectorError(f"a rule's name is one word without ',', '@' or spaces, got {quoted(policy.name)}")
-    with _REGISTRY_LOCK:
-        if policy.name in _REGISTRY and not replace and _REGISTRY[policy.name] != policy:
-            raise InspectorError(f"a rule named {quoted(policy.name)} is registered already; give another name")
-        _REGISTRY[policy.name] = policy
-    return policy
+def _checked(rule: Rule) -> Rule:
+    if not isinstance(rule, Rule):
+        raise InspectorError(f"a rule is an inspector.Rule, got a {type(rule).__name__}")
+    if not rule.name or not isinstance(rule.name, str) or any(ch in rule.name for ch in ",@ \n"):
+        raise InspectorError(f"a rule's name is one word without ',', '@' or spaces, got {quoted(rule.name)}")
+    return rule
 
 
-def unregister(name: str) -> None:
-    """Remove the rule ``name`` (tests and plugins that registered one for a while)."""
-    with _REGISTRY_LOCK:
-        _REGISTRY.pop(name, None)
+def _from_file(name: str) -> "Rule | None":
+    return load_rule(name) if ".py:" in name else None
 
 
-class _Names(Sequence):
-    """The registered rules' names, in registration order, read live (a rule registered later
-    appears in every list built from it)."""
-
-    def _names(self) -> tuple[str, ...]:
-        _discover()
-        with _REGISTRY_LOCK:
-            return tuple(_REGISTRY)
-
-    def __getitem__(self, i):
-        return self._names()[i]
-
-    def __len__(self) -> int:
-        return len(self._names())
-
-    def __contains__(self, name) -> bool:
-        _discover()
-        with _REGISTRY_LOCK:
-            return isinstance(name, str) and name in _REGISTRY
-
-    def __repr__(self) -> str:
-        return repr(self._names())
+# The one registry of rules, by name: every entry point (CLI, widget, compare, sessions) offers what it holds.
+rules = Registry("rule", make=_checked, line=lambda r: f"{r.help} [{r.source}]", discover=_discover,
+                 missing=_from_file, hint="or give path/to/rules.py:NAME")
 
 
-class _Help(Mapping):
-    """Each registered rule's one-line help with where it comes from, by name, read live."""
+def register(rule: Rule, *, replace: bool = False) -> Rule:
+    """Add ``rule`` to the rules every entry point offers (CLI, widget, compare, sessions)."""
+    return rules.register(rule, replace=replace)
 
-    def __getitem__(self, name: str) -> str:
-        with _REGISTRY_LOCK:
-            rule = _REGISTRY[name]
-        return f"{rule.help} [{rule.source}]"
-
-    def __iter__(self):
-        return iter(POLICIES._names())
-
-    def __len__(self) -> int:
-        return len(POLICIES)
-
-
-POLICIES: Sequence[str] = _Names()
-POLICY_HELP: Mapping[str, str] = _Help()
 
 _INSTALLED = f"the installed pass (executorch {_executorch.SUPPORTED})"
-OFF = register(Policy("off", "never fold", "this project: the fold turned off, for comparison", folds=False))
-UPSTREAM = register(Policy("upstream", "the installed pass as it is", _INSTALLED))
-STATE_AWARE = register(Policy(
+OFF = register(Rule("off", "never fold", "this project: the fold turned off, for comparison", folds=False))
+UPSTREAM = register(Rule("upstream", "the installed pass as it is", _INSTALLED))
+STATE_AWARE = register(Rule(
     "state-aware",
     "upstream, but skip muls that reach a BUFFER_MUTATION / USER_INPUT_MUTATION output of the graph signature "
     "or a node marked carried_quant_state",
     "executorch PR #21234 as proposed (an open pull request, in no release)",
     guard=StateGuard(top_level_markers=True)))
-STATE_AWARE_STRICT = register(Policy(
+STATE_AWARE_STRICT = register(Rule(
     "state-aware-strict",
     "state-aware, and also treat in-place writes into a buffer or an input (copy_ into a get_attr buffer, "
     "as at tfa) as state boundaries",
@@ -293,26 +244,16 @@ STATE_AWARE_STRICT = register(Policy(
 DEFAULT_VARIANTS = (OFF.name, UPSTREAM.name, STATE_AWARE_STRICT.name)
 
 
-def get_policy(policy: "str | Policy") -> Policy:
-    """The registered rule ``policy`` names (a Policy is returned as it is, registered or not);
+def get_rule(rule: "str | Rule") -> Rule:
+    """The registered rule ``rule`` names (a Rule is returned as it is, registered or not);
     ``"path/to/rules.py:NAME"`` imports that file (code the user chose to run) and registers NAME."""
-    if isinstance(policy, Policy):
-        return policy
-    _discover()
-    with _REGISTRY_LOCK:
-        rule = _REGISTRY.get(policy) if isinstance(policy, str) else None
-    if rule is None and isinstance(policy, str) and ".py:" in policy:
-        return load_rule(policy)
-    if rule is None:
-        raise InspectorError(f"unknown policy {quoted(policy)}; choose one of: {', '.join(POLICIES)}, "
-                             "or give path/to/rules.py:NAME")
-    return rule
+    return rule if isinstance(rule, Rule) else rules.get(rule)
 
 
-def load_rule(spec: str) -> Policy:
+def load_rule(spec: str) -> Rule:
     """``path/to/file.py:NAME``: import the file and register what NAME is: a rule made with
     ``@inspector.rule``, a guard function of a ``RuleContext``, or a pass class with the installed
-    pass's constructor (``Policy.from_pass``). The rule keeps its file as ``origin``."""
+    pass's constructor (``Rule.from_pass``). The rule keeps its file as ``origin``."""
     from pathlib import Path
 
     from .._targets.load import import_file
@@ -324,16 +265,16 @@ def load_rule(spec: str) -> Policy:
     obj = getattr(module, attr, None)
     origin = f"{Path(file).resolve()}:{attr}"
     shown = f"{Path(file).name}:{attr}"
-    if isinstance(obj, Policy):
+    if isinstance(obj, Rule):
         rule = obj
     elif isinstance(obj, type):
-        rule = Policy.from_pass(obj, name=attr, source=f"the user's pass class {shown}", register_it=False)
+        rule = Rule.from_pass(obj, name=attr, source=f"the user's pass class {shown}", register_it=False)
     elif callable(obj):
         doc = (getattr(obj, "__doc__", None) or "").strip().split("\n")[0]
-        rule = Policy(attr, doc or f"upstream, and the guard {attr}", f"the user's guard {shown}",
+        rule = Rule(attr, doc or f"upstream, and the guard {attr}", f"the user's guard {shown}",
                       guard=UPSTREAM.guard, check=obj)
     else:
-        found = sorted(n for n, v in vars(module).items() if isinstance(v, Policy) or
+        found = sorted(n for n, v in vars(module).items() if isinstance(v, Rule) or
                        (callable(v) and getattr(v, "__module__", None) == module.__name__))
         raise InspectorError(f"{Path(file).name} has no rule, guard function or pass class {quoted(attr)}; "
                              f"found: {listing(found) or 'none'}")
@@ -342,9 +283,9 @@ def load_rule(spec: str) -> Policy:
     return register(_replace(rule, origin=origin), replace=True)
 
 
-def check_policy(policy: "str | Policy") -> str:
-    """The name of the rule ``policy`` (raises one line if it names none)."""
-    return get_policy(policy).name
+def check_rule(rule: "str | Rule") -> str:
+    """The name of the rule ``rule`` (raises one line if it names none)."""
+    return get_rule(rule).name
 
 
 def marker_tuple(markers) -> tuple[str, ...]:
@@ -368,7 +309,7 @@ def marker_tuple(markers) -> tuple[str, ...]:
 GUARD_SECONDS = 1.0
 
 
-def rule_skips(rule: Policy, graph, program, stage: str, cands, ids, reach: _graph.StateReach,
+def rule_skips(rule: Rule, graph, program, stage: str, cands, ids, reach: _graph.StateReach,
                marked: Iterable[Node] = ()) -> dict[str, tuple[str, Skip]]:
     """mul name -> (site id, Skip) for every site the user's guard of ``rule`` keeps from the pass.
 
@@ -408,7 +349,7 @@ def rule_skips(rule: Policy, graph, program, stage: str, cands, ids, reach: _gra
     return out
 
 
-def policy_pass_class(policy: "str | Policy", markers: Iterable[str] = (), log: FoldLog | None = None,
+def policy_pass_class(policy: "str | Rule", markers: Iterable[str] = (), log: FoldLog | None = None,
                       hidden: frozenset[str] | None = None, site_ids: dict[str, str] | None = None) -> type:
     """A subclass of the installed pass that applies ``policy`` and ``markers`` and reports to ``log``.
 
@@ -420,7 +361,7 @@ def policy_pass_class(policy: "str | Policy", markers: Iterable[str] = (), log: 
     The subclass is made by the door (``_executorch.fold_pass_subclass``): the fold itself
     is always the installed code.
     """
-    policy = get_policy(policy)
+    policy = get_rule(policy)
     markers = tuple(markers)
     if policy.pass_class is not None:
         from .user_pass import user_pass_class
@@ -433,7 +374,7 @@ def policy_pass_class(policy: "str | Policy", markers: Iterable[str] = (), log: 
 class _PolicyCall:
     """One call of a policy pass: marks the graph, hides guarded muls, records what folded."""
 
-    def __init__(self, policy: Policy, markers: tuple[str, ...], log: FoldLog | None, graph_module: GraphModule,
+    def __init__(self, policy: Rule, markers: tuple[str, ...], log: FoldLog | None, graph_module: GraphModule,
                  program, hidden: frozenset[str] | None = None, site_ids: dict[str, str] | None = None) -> None:
         graph = graph_module.graph
         run = start_run(graph_module, program, markers, log, site_ids)
@@ -472,19 +413,19 @@ class _PolicyCall:
             self.log.add(self.run)
 
 
-def guard_reach(policy: "str | Policy", graph, signature, also_marked: Iterable[Node] = ()) -> _graph.StateReach:
+def guard_reach(policy: "str | Rule", graph, signature, also_marked: Iterable[Node] = ()) -> _graph.StateReach:
     """What ``policy``'s state guard reads on ``graph``: which nodes reach which state boundary
     (nothing for the policies without a guard)."""
-    return get_policy(policy).reach(graph, signature, also_marked)
+    return get_rule(policy).reach(graph, signature, also_marked)
 
 
-def guarded_muls(policy: "str | Policy", graph, program) -> dict[Node, list[str]]:
+def guarded_muls(policy: "str | Rule", graph, program) -> dict[Node, list[str]]:
     """Muls the state guard hides from the pass, with the boundary kinds each one reaches."""
     reach = guard_reach(policy, graph, program.graph_signature if program is not None else None)
     return {n: list(reach.kinds(n)) for n in graph.nodes if _graph.is_mul(n) and reach.kinds(n)}
 
 
-def run_pass(graph_module: GraphModule, program, policy: "str | Policy", markers: tuple[str, ...] = (),
+def run_pass(graph_module: GraphModule, program, policy: "str | Rule", markers: tuple[str, ...] = (),
              stage: str = "", hidden: frozenset[str] | None = None,
              site_ids: dict[str, str] | None = None) -> FoldRun:
     """Run ``policy``'s pass on ``graph_module`` (rewritten in place: give it a private copy);
@@ -507,7 +448,7 @@ def run_pass(graph_module: GraphModule, program, policy: "str | Policy", markers
     return log.runs[-1]
 
 
-def folded_site_ids(stage_graph, policy: "str | Policy", markers: tuple[str, ...] = ()) -> tuple[str, ...]:
+def folded_site_ids(stage_graph, policy: "str | Rule", markers: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The ids of the sites ``policy``'s pass folds on ``stage_graph`` (a private copy is rewritten)."""
     gm, program = stage_graph.fresh_copy()
     _, unknown = resolve_markers(gm.graph, markers)
@@ -523,7 +464,7 @@ def rule_identity(name: str) -> str:
     """A rule's identity in a few characters (a user's rule: by its source)."""
     from .._base.hashing import digest
 
-    return digest(get_policy(name).identity)[:20]
+    return digest(get_rule(name).identity)[:20]
 
 
 def ensure_rules(rules) -> None:
@@ -545,4 +486,4 @@ def ensure_rules(rules) -> None:
 
 def rule_origins(names) -> list[tuple[str, str, str]]:
     """What a worker needs to know each rule as this process does: name, file (if any), identity."""
-    return [(name, get_policy(name).origin, rule_identity(name)) for name in dict.fromkeys(names)]
+    return [(name, get_rule(name).origin, rule_identity(name)) for name in dict.fromkeys(names)]

@@ -1,6 +1,6 @@
 """A pass class of the user's, run where the installed fold pass would run, and held to the fold.
 
-A rule made with ``Policy.from_pass(cls)`` runs ``cls`` (a patched copy of the pass from a fork
+A rule made with ``Rule.from_pass(cls)`` runs ``cls`` (a patched copy of the pass from a fork
 or from an open pull request) instead of the installed ``FoldScalarMulIntoConvPass``: in every
 stage the inspector decides and inside a comparison's quantize -> lower flow. It has the
 installed pass's constructor (``cls(exported_program)`` / ``cls(tfa_pass=True)``) and is run

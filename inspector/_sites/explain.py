@@ -24,7 +24,7 @@ class Context:
     """What every check may read: the graph as the pass receives it, and the policy."""
 
     stage: str
-    policy: Any  # the rule deciding (a _policies.Policy)
+    policy: Any  # the rule deciding (a _policies.Rule)
     program: Any  # ExportedProgram or None (tfa)
     reach: _graph.StateReach  # the state guard's view for this policy (empty for upstream/off)
     predicted_fold: set  # muls the explainer already predicts folded (earlier in graph order)

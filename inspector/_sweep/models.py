@@ -45,7 +45,7 @@ def _content_of(target: str) -> str:
     """A digest of the bytes a target is built from (edited files give another key)."""
     import inspect
 
-    from .._targets import samples
+    from .._targets.samples import samples
 
     if target.startswith("sample:"):
         try:
@@ -71,7 +71,7 @@ def models_from(models: Iterable[Any] = (), *, samples: bool = False,
     listing models (``[[model]]`` tables), ``ModelSpec`` records; ``samples`` adds every built-in sample.
     ``input_shapes`` applies to the targets given here (not to those in TOML files, which say their own).
     ``exclude`` drops models by label or sample name (``--samples --exclude generated_blocks``)."""
-    from .._targets import samples as sample_registry
+    from .._targets.samples import samples as sample_registry
 
     shapes = _shapes(input_shapes, "input shape") if input_shapes else None
     out: list[ModelSpec] = []
@@ -164,7 +164,7 @@ def _spec(target: str, label: str, shapes, steps, root: Path) -> ModelSpec:
         return ModelSpec(f"{(root / file).resolve()}:{cls}", label, shapes, steps)
     if target.endswith(".pt2"):
         return ModelSpec(str((root / target).resolve()), label, shapes, steps)
-    from .._targets import samples
+    from .._targets.samples import samples
 
     if target in samples.names():
         return ModelSpec(f"sample:{target}", label, shapes, steps)

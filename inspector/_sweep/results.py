@@ -16,6 +16,10 @@ class Sweep:
     """What a sweep found: per model, stage and rule the decisions; the sites they differ on; the
     numbers of each variant on the TOSA INT reference model."""
 
+    FORMATS = FORMATS  # the formats a sweep is written in: md, html, json, csv
+    NUMBERS_STAGE = NUMBERS_STAGE  # the stage whose decisions the quantized numbers follow
+    UNCHANGED_DB = UNCHANGED_DB  # an SQNR difference below this is "unchanged"
+
     policies: tuple[str, ...]  # the rules, the first one the baseline deltas are taken against
     stages: tuple[str, ...]  # the stages decided
     steps: int  # recurrent steps compared (0: decisions only)

@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 
 from .._base.hashing import digest
-from .._rules.rules import get_policy
-from .._numbers.quantization import get_quantization
+from .._rules.rules import get_rule
+from .._numbers.quantization import quantizations
 from .._numbers.results import Variant
 from .._present.formats import jsonable
 from ..errors import InspectorError
@@ -61,7 +61,7 @@ def rule_key(policy: str) -> str:
 def variant_key(variant: Variant, steps: int) -> str:
     quantization = variant.quantization or "a8w8"
     if quantization == "a8w8" and not variant.overrides:  # the key files written before quantizations had
-        return digest(get_policy(variant.policy).identity, variant.markers, steps, "default quantization")[:24]
-    identity = get_quantization(quantization).identity
-    return digest(get_policy(variant.policy).identity, variant.markers, steps, identity, variant.overrides)[:24]
+        return digest(get_rule(variant.policy).identity, variant.markers, steps, "default quantization")[:24]
+    identity = quantizations.get(quantization).identity
+    return digest(get_rule(variant.policy).identity, variant.markers, steps, identity, variant.overrides)[:24]
 

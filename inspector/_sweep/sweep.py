@@ -31,7 +31,7 @@ from typing import Any, Iterable, Sequence
 
 from .._workers import pool as _pool
 from .._base.limits import check_steps
-from .._rules.rules import check_policy, get_policy
+from .._rules.rules import check_rule, get_rule
 from .._numbers.results import Variant
 from ..errors import InspectorError, listing, quoted
 from .formats import FORMATS
@@ -43,7 +43,7 @@ from .store import Store, rule_key, variant_key
 
 def sweep(
     models: Iterable[Any] = (),
-    policies: Sequence[Any] = ("upstream", "state-aware"),
+    rules: Sequence[Any] = ("upstream", "state-aware"),
     stages: Sequence[str] = ("tfa",),
     steps: int = 0,
     variants: Sequence[Any] | None = None,
@@ -61,8 +61,8 @@ def sweep(
     run each rule (or each of ``variants``) on the TOSA INT reference model for ``steps`` steps.
 
     ``models``: ``sample:NAME``, ``path/to/file.py:Class``, ``model.pt2``, a ``.toml`` list, or
-    ``ModelSpec``; ``samples=True`` adds every built-in sample; ``exclude`` drops models by name. ``policies``: rule names,
-    ``path/to/rules.py:NAME`` or ``Policy`` objects; the first is the baseline. ``workers``: worker
+    ``ModelSpec``; ``samples=True`` adds every built-in sample; ``exclude`` drops models by name. ``rules``: rule names,
+    ``path/to/rules.py:NAME`` or ``Rule`` objects; the first is the baseline. ``workers``: worker
     processes (default: the cores available). ``executor``: ``"local"`` or ``"ray"``
     (``ray_address``: a running cluster; default: a local one). ``out``: a folder where each result
     is written as it finishes and read back by the next sweep. ``progress(bars)`` receives one
@@ -72,7 +72,7 @@ def sweep(
 
     t_start = time.perf_counter()
     specs = models_from(models, samples=samples, input_shapes=input_shapes, exclude=exclude)
-    rules = _rules(policies)
+    rules = _rules(rules)
     stage_list = _stage_list(stages)
     if steps:
         check_steps(steps)
@@ -85,7 +85,7 @@ def sweep(
     store = Store(out)
     origins = _origins([*rules, *(v.policy for v in compare_variants)])
     notes = []
-    local_only = [name for name, origin, _ in origins if get_policy(name).is_users and not origin]
+    local_only = [name for name, origin, _ in origins if get_rule(name).is_users and not origin]
     if local_only:
         notes.append(f"rule {listing(local_only)} lives in this process only (not in a file), so every task ran "
                      "here, one after another: save it in a file and name it path/to/rules.py:NAME to use workers")
@@ -107,20 +107,20 @@ def sweep(
 
 
 def _rules(policies) -> list[str]:
-    from .._rules.rules import Policy, register
+    from .._rules.rules import Rule, register
 
-    if isinstance(policies, (str, Policy)):
+    if isinstance(policies, (str, Rule)):
         policies = [p.strip() for p in policies.split(",")] if isinstance(policies, str) else [policies]
     names = []
     for p in policies:
-        if isinstance(p, Policy):
+        if isinstance(p, Rule):
             names.append(register(p, replace=True).name)
         elif isinstance(p, str) and p.strip():
-            names.append(check_policy(p.strip()))
+            names.append(check_rule(p.strip()))
         else:
             raise InspectorError(f"cannot read rule {quoted(p)}; give rule names such as upstream,state-aware")
     if not names:
-        raise InspectorError("no rules to sweep; give at least one, e.g. --policies upstream,state-aware")
+        raise InspectorError("no rules to sweep; give at least one, e.g. --rules upstream,state-aware")
     return list(dict.fromkeys(names))
 
 

@@ -17,7 +17,7 @@ from .._targets import load as _load
 from .._workers import parallel as _parallel
 from .._decide import stages as _stages
 from .._decide.decide import decider_of
-from .._rules.rules import check_policy, ensure_rules, get_policy
+from .._rules.rules import check_rule, ensure_rules, get_rule
 from .._numbers.compare import plan_of, run_in_worker, worker_target
 from .._numbers.quantization import quantization_of
 from .._numbers.variant_cache import base_key, can_predict, predicted_decisions
@@ -65,7 +65,7 @@ def prepare_model(payload: dict, report) -> dict:
                 continue
             t2 = time.perf_counter()
             try:
-                analysis = decider.decide(get_policy(policy), ())
+                analysis = decider.decide(get_rule(policy), ())
             except InspectorError as exc:
                 rows.append({"target": label, "stage": stage, "policy": policy, "error": str(exc)})
                 continue
@@ -99,7 +99,7 @@ def _for_variants(target, asked: dict, timings: dict) -> dict:
         _stages.stage_graph_of(target, "tfa")
         for label, variant in asked["variants"].items():
             if (can_predict(target, plan_of(target, variant, quantization_of(None)))
-                    and get_policy(variant.policy).pass_class is None):
+                    and get_rule(variant.policy).pass_class is None):
                 decisions[label] = predicted_decisions(target, variant)
     except InspectorError:
         decisions = {}  # no prediction: every variant runs
@@ -120,7 +120,7 @@ def run_variant(payload: dict, report) -> dict:
     worker entry as compare's: ``_compare.run_in_worker``)."""
     ensure_rules(payload["rules"])
     variant = payload["variant"]
-    check_policy(variant.policy)
+    check_rule(variant.policy)
     plan = plan_of(worker_target(payload["model"]), variant, quantization_of(None))
     result, _, cached = run_in_worker(payload["model"], variant, plan, report)
     return {**summary_of(result), "cached": cached, **({"timings": {}} if cached else {})}

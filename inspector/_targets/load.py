@@ -111,13 +111,13 @@ def _load(target: Any, example_inputs: Any) -> Target:
 
 
 def _is_sample(name: str) -> bool:
-    from . import samples
+    from .samples import samples
 
     return name in samples.names()
 
 
 def _from_sample(name: str, example_inputs: Any) -> Target:
-    from . import samples
+    from .samples import samples
 
     model = samples.get(name)
     return _from_module(model, example_inputs, SAMPLE_PREFIX + name)

@@ -9,11 +9,11 @@ directly, e.g. from a notebook.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Callable
 
-from ..errors import InspectorError, listing, quoted
+from .._base.registry import Registry
+from ..errors import InspectorError, quoted
 
 ENTRY_POINT_GROUP = "fold_inspector.samples"
 
@@ -27,65 +27,39 @@ class SampleEntry:
     description: str  # one line: what it teaches
 
 
-_ENTRIES: dict[str, SampleEntry] = {}
-_DEFAULT: list[str] = []
-_LOCK = threading.RLock()
-_DISCOVERED = False
+_DEFAULT: list[str] = []  # the demo's sample, once one was registered with default=True
+
+
+def _entry(name: str, factory: Callable, description: str = "", *, default: bool = False) -> SampleEntry:
+    if not isinstance(name, str) or not name.isidentifier():
+        raise InspectorError(f"a sample name is an identifier, got {quoted(name)}")
+    if default:
+        _DEFAULT[:] = [name]
+    return SampleEntry(name, factory, description)
+
+
+def _discover(registry) -> None:
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        point.load()(register)
+
+
+# Every sample by name; ``samples.get(name)`` is a fresh instance of it.
+samples = Registry("sample", make=_entry, line=lambda e: e.description, build=lambda e: e.factory(),
+                   discover=_discover)
 
 
 def register(name: str, factory: Callable, description: str = "", *, default: bool = False) -> None:
     """Make ``factory()`` available as ``sample:NAME``; ``default`` makes it the demo's sample."""
-    if not isinstance(name, str) or not name.isidentifier():
-        raise InspectorError(f"a sample name is an identifier, got {quoted(name)}")
-    with _LOCK:
-        _ENTRIES[name] = SampleEntry(name, factory, description)
-        if default:
-            _DEFAULT[:] = [name]
-
-
-def _discover() -> None:
-    global _DISCOVERED
-    with _LOCK:
-        if _DISCOVERED:
-            return
-        _DISCOVERED = True
-        from importlib.metadata import entry_points
-
-        for point in entry_points(group=ENTRY_POINT_GROUP):
-            point.load()(register)
-
-
-def names() -> list[str]:
-    """Every registered sample name, in registration (teaching) order."""
-    _discover()
-    with _LOCK:
-        return list(_ENTRIES)
-
-
-def entry(name: str) -> SampleEntry:
-    _discover()
-    with _LOCK:
-        found = _ENTRIES.get(name)
-    if found is None:
-        raise InspectorError(f"unknown sample {quoted(name)}; known samples: {listing(names()) or 'none'}")
-    return found
-
-
-def get(name: str):
-    """A fresh instance of sample ``name``."""
-    return entry(name).factory()
-
-
-def describe(name: str) -> str:
-    return entry(name).description
+    samples.register(name, factory, description, default=default, replace=True)
 
 
 def default() -> str:
     """The sample the demo shows."""
-    _discover()
-    with _LOCK:
-        if _DEFAULT:
-            return _DEFAULT[0]
-    if not names():
+    names = samples.names()
+    if _DEFAULT:
+        return _DEFAULT[0]
+    if not names:
         raise InspectorError("no sample models are installed; pip install -e . registers the built-in ones")
-    return names()[0]
+    return names[0]
