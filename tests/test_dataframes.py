@@ -8,7 +8,8 @@ import math
 import pytest
 
 import inspector
-from inspector import Bits, BitsChange, Sweep
+from inspector import Bits, Sweep
+from inspector._numbers.bits import BitsChange
 from inspector._present.formats import jsonable
 
 
@@ -67,7 +68,7 @@ def test_sweep():
 @pytest.fixture(scope="module")
 def compared():
     comparison = inspector.compare("sample:conv_mul_scalar", ("off", "upstream"), steps=1, workers=1)
-    return comparison, inspector.attribute(comparison)
+    return comparison, inspector.attribution(comparison)
 
 
 @pytest.mark.requires_tosa
