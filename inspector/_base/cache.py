@@ -50,13 +50,19 @@ def also_clear(stop) -> None:
         _ALSO_CLEARED.append(stop)
 
 
-def clear_all() -> None:
+def clear_all(disk: bool = False) -> None:
     """Empty every cache of the core (comparison results, loaded targets, stage graphs, ...), and stop
-    the warm worker processes, whose caches would otherwise answer the next sweep."""
+    the warm worker processes, whose caches would otherwise answer the next sweep. ``disk=True``
+    also empties the result store on disk (``_base.store``), which other processes and later
+    sessions read."""
     for cache in caches():
         cache.clear()
     for stop in list(_ALSO_CLEARED):
         stop()
+    if disk:
+        from .store import clear_store
+
+        clear_store()
 
 
 class _Locked:
