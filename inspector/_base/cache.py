@@ -50,6 +50,16 @@ def also_clear(stop) -> None:
         _ALSO_CLEARED.append(stop)
 
 
+# What empties the result store on disk (``_base.store`` registers it at import), for ``disk=True``.
+_DISK: list = []
+
+
+def also_clear_disk(clear) -> None:
+    """Have ``clear_all(disk=True)`` call ``clear()`` too (for results kept on disk)."""
+    if clear not in _DISK:
+        _DISK.append(clear)
+
+
 def clear_all(disk: bool = False) -> None:
     """Empty every cache of the core (comparison results, loaded targets, stage graphs, ...), and stop
     the warm worker processes, whose caches would otherwise answer the next sweep. ``disk=True``
@@ -59,10 +69,8 @@ def clear_all(disk: bool = False) -> None:
         cache.clear()
     for stop in list(_ALSO_CLEARED):
         stop()
-    if disk:
-        from .store import clear_store
-
-        clear_store()
+    for clear in list(_DISK) if disk else ():
+        clear()
 
 
 class _Locked:

@@ -36,7 +36,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .cache import BoundedCache
+from .cache import BoundedCache, also_clear_disk
 
 ENV = "FOLD_INSPECTOR_STORE"  # a folder, or "off"
 ENV_MB = "FOLD_INSPECTOR_STORE_MB"  # the size bound in megabytes
@@ -334,3 +334,6 @@ def clear_store() -> None:
     found = store()
     if found is not None:
         found.clear()
+
+
+also_clear_disk(clear_store)  # inspector.clear_cache(disk=True)
