@@ -68,7 +68,8 @@ class ModelSpec:
     def content_key(self) -> str:
         """What the model's results depend on before it is even loaded: the target, the bytes of its
         file (a sample: its package's sources), the input shapes and the stack's versions. A second
-        sweep finds its results in ``out/`` by this key without loading anything."""
+        sweep finds its results in ``out/`` by this key without loading anything, while the files the
+        model was built from (its record's ``sources``: the helpers its file imports) are unchanged."""
         from importlib.metadata import version
 
         import torch
@@ -685,6 +686,19 @@ class _Store:
         write_text(path, json.dumps(_jsonable({**data, "format": FORMAT_VERSION}), allow_nan=False))
 
 
+def _unchanged(sources) -> bool:
+    """The files a model's record was built from (``work.user_sources``) are all as they were then."""
+    if not isinstance(sources, dict):
+        return False  # a record that does not say: computed again
+    for path, was in sources.items():
+        try:
+            if digest(Path(path).read_bytes()) != was:
+                return False
+        except (OSError, TypeError):
+            return False
+    return True
+
+
 def _rule_key(policy: str) -> str:
     from .._rules.rules import rule_identity
 
@@ -760,7 +774,8 @@ def sweep(
     cached = sum(1 for v in state.results.values() if v.get("cached"))
     if cached:
         notes.append(f"{cached} variant{'s' * (cached != 1)} answered by warm worker processes from an earlier sweep "
-                     "of the same model (same numbers, no time spent); inspector.clear_cache() stops those workers")
+                     "of the same model, or from the result store (same numbers, no time spent); "
+                     "inspector.clear_cache(disk=True) stops those workers and empties the store")
     return Sweep(tuple(rules), tuple(stage_list), steps, tuple(state.model_rows()), tuple(state.rows_in_order()),
                  tuple(state.variants_in_order()), executor="inline" if local_only else executor,
                  seconds=time.perf_counter() - t_start, reused=state.reused,
@@ -852,6 +867,8 @@ class _State:
         key = spec.content_key()
         self.keys[spec.label] = key
         record = self.store.read("models", f"{key}.json")
+        if record is not None and not record.get("error") and not _unchanged(record.get("sources")):
+            record = None  # a file the model was built from (a helper its file imports) changed: so may its program
         if record is not None and record.get("error"):
             self.models[spec.label] = {"target": spec.label, "error": record["error"],
                                        "fingerprint": None, "timings": {}}
@@ -954,7 +971,8 @@ class _State:
             if row.get("error") is None:
                 self.store.write({"row": row}, "rows", fingerprint, f"{row['stage']}.{_rule_key(row['policy'])}.json")
         self.store.write({"target": spec.label, "error": None, "fingerprint": fingerprint,
-                          "timings": value["timings"]}, "models", f"{self.keys[spec.label]}.json")
+                          "timings": value["timings"], "sources": value.get("sources")},
+                         "models", f"{self.keys[spec.label]}.json")
         if not variants:
             return
         prepared = value["compare"]
