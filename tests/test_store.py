@@ -316,3 +316,36 @@ def test_a_sweeps_out_folder_does_not_answer_for_a_model_whose_imported_helper_c
     assert run() == {"reused": 1, "sites": [1]}  # unchanged: read back
     (tmp_path / "helper.py").write_text("def scaled(y):\n    return y + 0.5\n")  # net.py's bytes do not change
     assert run() == {"reused": 0, "sites": [0]}
+
+
+def test_a_variant_result_and_a_reference_read_back_equal(tmp_path, monkeypatch):
+    """What compare keeps (``_numbers/result_store``): every field, the outputs bit for bit, inf SQNR."""
+    import torch
+
+    from inspector._numbers import result_store
+    from inspector._numbers.results import Metrics, NotDelegated, QParams, SiteOutcome, Variant, VariantResult
+
+    monkeypatch.setenv(_store.ENV, str(tmp_path))
+    metrics = tuple(Metrics(o, s, 0.5, 0.25, 0.125, float("inf") if s else 12.5, (1.0, float("inf")), 0.0)
+                    for s in range(2) for o in range(2))
+    outputs = tuple((torch.randn(1, 2, 3), torch.arange(4, dtype=torch.int32)) for _ in range(2))
+    result = VariantResult(Variant("upstream", ("conv2d:mul",), "a16w8", (("conv", "float"),)), {"tfa": 1, "lowering": 0},
+                           (SiteOutcome("conv2d:mul", "tfa", QParams(0.1, -3), None),), metrics,
+                           (NotDelegated("n", "aten.add", "why"),), {"lower": 1.5}, quantization="a16w8",
+                           outputs=outputs, log="the stack said <this>")
+    key = ("fingerprint", "inputs", 2, "variant", ("upstream",), ("conv2d:mul",), ("a16w8", "INT", ""))
+    assert result_store.load_result(key) is None
+    result_store.keep_result(key, result)
+    back = result_store.load_result(key)
+    assert back == result and back.log == result.log
+    assert all(torch.equal(a, b) and a.dtype == b.dtype for sa, sb in zip(back.outputs, outputs) for a, b in zip(sa, sb))
+    assert result_store.load_result(key[:-1] + (("a8w8", "INT", ""),)) is None
+    result_store.keep_result(key + ("failed",), VariantResult(result.variant, {}, (), (), (), {}, error="no"))
+    assert result_store.load_result(key + ("failed",)) is None  # an error is not an answer: never kept
+    unstable = key + (("mine", "", "<no source: id 1234>"),)
+    result_store.keep_result(unstable, result)
+    assert result_store.load_result(unstable) is None  # a rule known by an object's id: not kept
+    reference = [[torch.randn(2, 3)], [torch.randn(2, 3)]]
+    result_store.keep_reference(("reference",) + key, reference)
+    got = result_store.load_reference(("reference",) + key)
+    assert [[t.tolist() for t in step] for step in got] == [[t.tolist() for t in step] for step in reference]
