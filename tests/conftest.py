@@ -54,6 +54,9 @@ OWN_GROUP = {
     "test_cli.py::test_compare_json_is_exactly_one_document_and_debug_shows_the_backend_output": 34,
     "test_house.py::test_no_module_keeps_a_cache_of_its_own": 45,
     "test_compare.py::test_workers_give_bit_identical_results_and_name_each_variant": 34,
+    # three new processes each (measured here, 2 busy cores)
+    "test_store.py::test_compare_in_a_new_process_answers_from_the_store_and_an_edited_helper_is_computed_again": 148,
+    "test_store.py::test_a_sweeps_out_folder_does_not_answer_for_a_model_whose_imported_helper_changed": 118,
 }
 # Files and tests that build the same expensive things in the session fixture ``stage_analyses``: every
 # sample at every stage (about 90 s of CPU, 51 s of it the 200-site generated_blocks). A worker process

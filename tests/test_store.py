@@ -271,6 +271,7 @@ def _child(tmp_path: Path, store: Path, mode: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.requires_tosa
 def test_compare_in_a_new_process_answers_from_the_store_and_an_edited_helper_is_computed_again(tmp_path):
     """The key is the exported program, not the model file's bytes: editing a module the model file
@@ -299,6 +300,7 @@ print(json.dumps({"reused": s.reused, "sites": [r["sites"] for r in s.rows]}))
 """
 
 
+@pytest.mark.slow
 def test_a_sweeps_out_folder_does_not_answer_for_a_model_whose_imported_helper_changed(tmp_path):
     """The sweep's out/ finds a model's record by its file's bytes; the record is trusted only while
     every file the model was built from (the helper its file imports) is unchanged."""
