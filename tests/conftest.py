@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -14,6 +15,9 @@ import torch
 import inspector
 
 ROOT = Path(__file__).resolve().parent.parent
+STORE_ENV = "FOLD_INSPECTOR_STORE"
+_STORE_ROOT: Path | None = None  # this run's stores, removed at its end
+_STORE_TESTS = 0
 _TOOLS = {
     "requires_dot": (lambda: shutil.which("dot") is not None, "graphviz's dot: apt-get install -y graphviz"),
     "browser": (lambda: Path("/usr/bin/chromium").exists(), "Chromium: apt-get install -y chromium"),
@@ -24,6 +28,12 @@ _TOOLS = {
 
 def pytest_configure(config):
     warnings.filterwarnings("ignore", category=FutureWarning)
+    # The result store on disk: never the user's. Every test gets a fresh folder of this run's (below),
+    # so the first use of an answer in a test is always computed, as before the store existed.
+    global _STORE_ROOT, _STORE_TESTS
+    _STORE_ROOT = Path(tempfile.mkdtemp(prefix="fold-inspector-store-"))
+    _STORE_TESTS = 0
+    os.environ[STORE_ENV] = str(_STORE_ROOT / "session")
     if config.getoption("dist", "no") == "loadgroup":
         # The groups are handed out in the order of the collection (sorted longest first, below), not by
         # their number of tests (xdist's default), which would leave the longest, the one-test notebooks, last.
@@ -44,6 +54,9 @@ OWN_GROUP = {
     "test_cli.py::test_compare_json_is_exactly_one_document_and_debug_shows_the_backend_output": 34,
     "test_house.py::test_no_module_keeps_a_cache_of_its_own": 45,
     "test_compare.py::test_workers_give_bit_identical_results_and_name_each_variant": 34,
+    # three new processes each (measured here, 2 busy cores)
+    "test_store.py::test_compare_in_a_new_process_answers_from_the_store_and_an_edited_helper_is_computed_again": 148,
+    "test_store.py::test_a_sweeps_out_folder_does_not_answer_for_a_model_whose_imported_helper_changed": 118,
 }
 # Files and tests that build the same expensive things in the session fixture ``stage_analyses``: every
 # sample at every stage (about 90 s of CPU, 51 s of it the 200-site generated_blocks). A worker process
@@ -136,7 +149,16 @@ def pytest_collection_modifyitems(config, items):
     items[:] = [i for g in sorted(groups, key=lambda g: -weight[g]) for i in groups[g]]
 
 
+def pytest_unconfigure(config):
+    if _STORE_ROOT is not None:
+        shutil.rmtree(_STORE_ROOT, ignore_errors=True)
+
+
+@pytest.hookimpl(tryfirst=True)  # before the test's fixtures: a module fixture's compare uses it too
 def pytest_runtest_setup(item):
+    global _STORE_TESTS
+    _STORE_TESTS += 1
+    os.environ[STORE_ENV] = str(_STORE_ROOT / f"test-{_STORE_TESTS}")
     for marker, (available, install) in _TOOLS.items():
         if item.get_closest_marker(marker) and not available():
             if os.environ.get("CI"):

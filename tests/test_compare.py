@@ -95,7 +95,7 @@ def test_cache_answers_the_same_variants_again_with_the_same_metrics(stateful20)
 def test_seeded_runs_give_identical_numbers():
     clear_cache()
     a = compare("sample:conv_mul_wide_dynamic_range_scale", ("upstream",))
-    clear_cache()
+    clear_cache(disk=True)  # computed again, not read back from the result store
     b = compare("sample:conv_mul_wide_dynamic_range_scale", ("upstream",))
     assert not b.results[0].cached
     assert a.results[0].metrics == b.results[0].metrics
@@ -293,7 +293,7 @@ def test_workers_give_bit_identical_results_and_name_each_variant():
     events = []
     parallel = compare("sample:stateful_wide_scale", ("off", "upstream", "state-aware-strict"), steps=3, workers=2,
                        progress=lambda phase, fraction: events.append(phase))
-    clear_cache()
+    clear_cache(disk=True)  # computed again, not read back from the result store
     sequential = compare("sample:stateful_wide_scale", ("off", "upstream", "state-aware-strict"), steps=3, workers=1)
     for p, s in zip(parallel.results, sequential.results):
         assert p.variant == s.variant and p.metrics == s.metrics and p.folds == s.folds

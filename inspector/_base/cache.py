@@ -50,13 +50,27 @@ def also_clear(stop) -> None:
         _ALSO_CLEARED.append(stop)
 
 
-def clear_all() -> None:
+# What empties the result store on disk (``_base.store`` registers it at import), for ``disk=True``.
+_DISK: list = []
+
+
+def also_clear_disk(clear) -> None:
+    """Have ``clear_all(disk=True)`` call ``clear()`` too (for results kept on disk)."""
+    if clear not in _DISK:
+        _DISK.append(clear)
+
+
+def clear_all(disk: bool = False) -> None:
     """Empty every cache of the core (comparison results, loaded targets, stage graphs, ...), and stop
-    the warm worker processes, whose caches would otherwise answer the next sweep."""
+    the warm worker processes, whose caches would otherwise answer the next sweep. ``disk=True``
+    also empties the result store on disk (``_base.store``), which other processes and later
+    sessions read."""
     for cache in caches():
         cache.clear()
     for stop in list(_ALSO_CLEARED):
         stop()
+    for clear in list(_DISK) if disk else ():
+        clear()
 
 
 class _Locked:

@@ -17,6 +17,10 @@ Decisions are predicted with the real pass on the tfa graph that a first run on 
 captured from its own quantization pipeline (the default a8w8 quantizer, no overrides); on a
 model nothing has run on yet, or under another quantization (which can change which nodes the
 quantizer lets fold: a node kept in float is never folded), only the variant itself is a key. Storage is a ``_cache.BoundedCache``: the least recently used go first.
+
+Behind it, the result store on disk (``result_store``): a variant's result and a float reference
+this process does not have are read from there (written by another process or session), and what
+is kept here is kept there too.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from .._decide import stages as _stages
 from .._base.cache import BoundedCache
 from .._base.hashing import digest as _digest
 from .._rules.rules import folded_site_ids, get_rule
+from . import result_store as _disk
 from .results import Variant, VariantResult
 
 
@@ -93,24 +98,32 @@ class VariantCache:
     def get(self, target: _load.Target, base: tuple, variant: Variant, plan) -> VariantResult | None:
         """A result computed before for this variant under ``plan``, or for another one with the same
         fold decisions, relabelled as ``variant``'s (``cached``, no time spent); None if there is none."""
-        hit = self._entries.get(self._variant_key(base, variant, plan))
+        key = self._variant_key(base, variant, plan)
+        hit = self._entries.get(key)
         if hit is None and can_predict(target, plan) and self._shares_decisions(variant):
             hit = self._entries.get(self._decisions_key(base, plan, predicted_decisions(target, variant)))
+        if hit is None and (hit := _disk.load_result(key)) is not None:
+            self._entries.put(key, hit)
         return answered(hit, variant) if hit is not None else None
 
     def put(self, base: tuple, variant: Variant, plan, result: VariantResult, decisions: tuple | None = None) -> None:
         """Keep ``result`` for ``variant`` under ``plan``, and for the fold ``decisions`` it really led
         to when known (None: answered from a worker's cache, whose run is not this one's to describe)."""
         self._entries.put(self._variant_key(base, variant, plan), result)
+        _disk.keep_result(self._variant_key(base, variant, plan), result)
         if decisions is not None and self._shares_decisions(variant):
             self._entries.put(self._decisions_key(base, plan, decisions), result)
 
     def reference(self, base: tuple):
         """The float reference computed before for ``base``, or None."""
-        return self._entries.get(self._reference_key(base))
+        found = self._entries.get(self._reference_key(base))
+        if found is None and (found := _disk.load_reference(self._reference_key(base))) is not None:
+            self._entries.put(self._reference_key(base), found)
+        return found
 
     def put_reference(self, base: tuple, reference) -> None:
         self._entries.put(self._reference_key(base), reference)
+        _disk.keep_reference(self._reference_key(base), reference)
 
     def clear(self) -> None:
         self._entries.clear()

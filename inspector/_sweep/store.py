@@ -52,6 +52,19 @@ class Store:
         write_text(path, json.dumps(jsonable({**data, "format": FORMAT_VERSION}), allow_nan=False))
 
 
+def unchanged(sources) -> bool:
+    """The files a model's record was built from (``work.user_sources``) are all as they were then."""
+    if not isinstance(sources, dict):
+        return False  # a record that does not say: computed again
+    for path, was in sources.items():
+        try:
+            if digest(Path(path).read_bytes()) != was:
+                return False
+        except (OSError, TypeError):
+            return False
+    return True
+
+
 def rule_key(policy: str) -> str:
     from .._rules.rules import rule_identity
 

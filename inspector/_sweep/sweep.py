@@ -38,7 +38,7 @@ from .formats import FORMATS
 from .models import ModelSpec, models_from, read_models_toml
 from .records import NUMBERS_STAGE, UNCHANGED_DB, Progress, SweepBar
 from .results import Sweep
-from .store import Store, rule_key, variant_key
+from .store import Store, rule_key, unchanged, variant_key
 
 
 def sweep(
@@ -99,7 +99,8 @@ def sweep(
     cached = sum(1 for v in state.results.values() if v.get("cached"))
     if cached:
         notes.append(f"{cached} variant{'s' * (cached != 1)} answered by warm worker processes from an earlier sweep "
-                     "of the same model (same numbers, no time spent); inspector.clear_cache() stops those workers")
+                     "of the same model, or from the result store (same numbers, no time spent); "
+                     "inspector.clear_cache(disk=True) stops those workers and empties the store")
     return Sweep(tuple(rules), tuple(stage_list), steps, tuple(state.model_rows()), tuple(state.rows_in_order()),
                  tuple(state.variants_in_order()), executor="inline" if local_only else executor,
                  seconds=time.perf_counter() - t_start, reused=state.reused,
@@ -191,6 +192,8 @@ class _State:
         key = spec.content_key()
         self.keys[spec.label] = key
         record = self.store.read("models", f"{key}.json")
+        if record is not None and not record.get("error") and not unchanged(record.get("sources")):
+            record = None  # a file the model was built from (a helper its file imports) changed: so may its program
         if record is not None and record.get("error"):
             self.models[spec.label] = {"target": spec.label, "error": record["error"],
                                        "fingerprint": None, "timings": {}}
@@ -293,7 +296,8 @@ class _State:
             if row.get("error") is None:
                 self.store.write({"row": row}, "rows", fingerprint, f"{row['stage']}.{rule_key(row['policy'])}.json")
         self.store.write({"target": spec.label, "error": None, "fingerprint": fingerprint,
-                          "timings": value["timings"]}, "models", f"{self.keys[spec.label]}.json")
+                          "timings": value["timings"], "sources": value.get("sources")},
+                         "models", f"{self.keys[spec.label]}.json")
         if not variants:
             return
         prepared = value["compare"]

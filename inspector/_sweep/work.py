@@ -74,12 +74,39 @@ def prepare_model(payload: dict, report) -> dict:
             rows.append(row_of(label, stage, policy, analysis, seconds))
         report("analysed", (n + 1) / (len(stages) + bool(payload["compare"])))
     out = {"name": target.name, "fingerprint": target.key, "rows": rows, "timings": timings, "compare": None,
-           "compare_error": None}
+           "compare_error": None, "sources": user_sources()}
     if payload["compare"]:
         try:
             out["compare"] = _for_variants(target, payload["compare"], timings)
         except InspectorError as exc:
             out["compare_error"] = str(exc)
+    return out
+
+
+def user_sources() -> dict[str, str]:
+    """The Python files of this process's modules outside the installed stack and the inspector, by
+    digest: the user's code a model was built from (its file and the helpers that file imports; more
+    at worst). A sweep's ``out/`` trusts a model's record only while they are unchanged."""
+    import sys
+    import sysconfig
+    from pathlib import Path
+
+    from .._base.hashing import digest
+
+    installed = {Path(p).resolve() for p in (*sysconfig.get_paths().values(), sys.prefix, sys.base_prefix)}
+    inspector_folder = Path(__file__).resolve().parent.parent
+    out = {}
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if not isinstance(file, str) or not file.endswith(".py"):
+            continue
+        path = Path(file).resolve()
+        if path.is_relative_to(inspector_folder) or any(path.is_relative_to(p) for p in installed):
+            continue
+        try:
+            out[str(path)] = digest(path.read_bytes())
+        except OSError:
+            continue
     return out
 
 

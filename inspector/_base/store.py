@@ -1,0 +1,339 @@
+"""The result store: answers kept on disk, so that a new kernel, CLI run or notebook session reads them back.
+
+An entry is data, never code: a JSON document and, optionally, arrays in one ``.npz`` (read with
+``allow_pickle=False``). Its file is ``MAGIC``, an HMAC-SHA256 and the payload; the HMAC covers the
+entry's name and payload under a per-user secret kept in the store (created ``0600``, checked to
+be the user's own and private before use), and is verified before anything else is parsed. So an
+entry that is corrupt, truncated, written by another version of the inspector or its stack
+(another name: ``environment()`` is part of every name, and the header says it again) or planted
+by someone without the secret is ignored, and the caller computes the answer again.
+
+Entries are written whole or not at all (a temporary file renamed into place): two processes
+writing the same entry at once leave one of their two equal copies, never a mix. Reading an
+entry marks it used (its modification time); past the size bound the least recently used go first.
+
+Where: ``FOLD_INSPECTOR_STORE`` names a folder, or ``off`` turns the store off; by default the
+platform's cache folder (``platformdirs.user_cache_dir("fold-inspector")``). The bound is
+``FOLD_INSPECTOR_STORE_MB`` megabytes (default ``DEFAULT_MB``). ``inspector.clear_cache(disk=True)``
+empties it (``clear_store``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import io
+import json
+import os
+import secrets
+import stat
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from .cache import BoundedCache, also_clear_disk
+
+ENV = "FOLD_INSPECTOR_STORE"  # a folder, or "off"
+ENV_MB = "FOLD_INSPECTOR_STORE_MB"  # the size bound in megabytes
+DEFAULT_MB = 1024
+FORMAT = 1  # of the entries: another format is another name, and is refused by the header too
+MAGIC = b"FISTORE1"
+_MAC_BYTES = 32
+_SECRET_BYTES = 32
+_SUFFIX = ".entry"
+_STALE_TEMP_SECONDS = 3600  # a temporary file this old was left by a process that died mid-write
+
+
+# This process's environment and its stores (their secrets read once): a few folders at most.
+_KEPT = BoundedCache(8, "result stores")
+
+
+def environment() -> str:
+    """What every stored answer also depends on: the stack's versions and the inspector's own source
+    (an edited inspector is another environment: its entries are never read by this one)."""
+    return _KEPT.get_or_compute("environment", _environment)
+
+
+def _environment() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    from .version import __version__
+
+    def installed(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "absent"
+
+    package = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        h.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return "|".join((f"format {FORMAT}", f"inspector {__version__} {h.hexdigest()[:20]}", f"torch {torch.__version__}",
+                     f"executorch {installed('executorch')}", f"tosa-tools {installed('tosa-tools')}",
+                     f"numpy {np.__version__}"))
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One answer read back from the store."""
+
+    data: dict  # the JSON document the writer gave
+    arrays: dict = field(default_factory=dict, repr=False)  # name -> numpy array
+
+
+class Store:
+    """Entries on disk under ``root``, at most ``max_bytes`` of them (least recently used go first)."""
+
+    def __init__(self, root: str | os.PathLike, max_bytes: int = DEFAULT_MB << 20) -> None:
+        self.root = Path(root)
+        self.max_bytes = max_bytes
+        self._entries = self.root / "entries"
+        self._secret: bytes | None = None
+        self._broken: str | None = None  # why this store cannot be used (said once)
+
+    # ------------------------------------------------------------ names and the secret
+
+    @staticmethod
+    def name(kind: str, *parts: Any) -> str:
+        """The entry name of ``parts`` (strings, numbers, tuples of them) under ``kind``, in this environment."""
+        from .hashing import digest
+
+        return f"{kind}-{digest(FORMAT, kind, environment(), *parts)}"
+
+    def _key(self) -> bytes | None:
+        """The per-user secret that signs entries, created on first use; None if the store is unusable."""
+        if self._secret is not None or self._broken is not None:
+            return self._secret
+        try:
+            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)  # the user's own, as the secret is
+            self._entries.mkdir(exist_ok=True, mode=0o700)
+            path = self.root / "secret"
+            if not path.exists():
+                fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".secret.")  # 0600 from the start
+                try:
+                    os.write(fd, secrets.token_bytes(_SECRET_BYTES))
+                    os.close(fd)
+                    os.link(tmp, path)  # atomic, and fails if another process made one first: theirs is kept
+                except FileExistsError:
+                    pass
+                finally:
+                    os.unlink(tmp)
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            try:
+                info = os.fstat(fd)
+                secret = os.read(fd, _SECRET_BYTES + 1)
+            finally:
+                os.close(fd)
+            if hasattr(os, "getuid") and info.st_uid != os.getuid():
+                return self._refuse(f"its secret {path} belongs to another user")
+            if stat.S_IMODE(info.st_mode) & 0o077:
+                return self._refuse(f"its secret {path} can be read by others (mode {stat.S_IMODE(info.st_mode):o})")
+            if len(secret) != _SECRET_BYTES:
+                return self._refuse(f"its secret {path} is not {_SECRET_BYTES} bytes")
+        except OSError as exc:
+            return self._refuse(exc.strerror or str(exc))
+        self._secret = secret
+        return secret
+
+    def _refuse(self, why: str) -> None:
+        self._broken = why
+        warnings.warn(f"the result store {self.root} is not used: {why}; answers are computed, not kept",
+                      RuntimeWarning, stacklevel=3)
+        return None
+
+    @staticmethod
+    def _mac(secret: bytes, name: str, payload: bytes) -> bytes:
+        return hmac.new(secret, MAGIC + name.encode() + b"\0" + payload, hashlib.sha256).digest()
+
+    # ------------------------------------------------------------ reading and writing
+
+    def get(self, name: str) -> Entry | None:
+        """The entry ``name``, or None when there is none or it cannot be trusted (then it is computed again)."""
+        path = self._entries / (name + _SUFFIX)
+        if not path.exists():
+            return None
+        secret = self._key()
+        if secret is None:
+            return None
+        try:
+            raw = path.read_bytes()
+        except OSError:
+            return None
+        entry = decode(raw, name, secret)
+        if entry is not None:
+            try:
+                os.utime(path)  # used now: the last to go when the store is trimmed
+            except OSError:
+                pass
+        return entry
+
+    def put(self, name: str, data: Mapping, arrays: Mapping[str, np.ndarray] | None = None) -> bool:
+        """Keep ``data`` (JSON-ready) and ``arrays`` as entry ``name``; False if it cannot be kept."""
+        secret = self._key()
+        if secret is None:
+            return False
+        try:
+            raw = encode(name, data, arrays or {}, secret)
+        except (TypeError, ValueError):
+            return False  # not data (an object JSON or numpy cannot write without pickles): not kept
+        try:
+            fd, tmp = tempfile.mkstemp(dir=self._entries, prefix=".", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(raw)
+                os.replace(tmp, self._entries / (name + _SUFFIX))
+            except BaseException:
+                with _quiet():
+                    os.unlink(tmp)
+                raise
+        except OSError:
+            return False
+        self.trim()
+        return True
+
+    def _files(self) -> list[tuple[float, int, Path]]:
+        """(last use, size, path) of every entry; temporary files left by a dead writer are removed."""
+        out = []
+        now = time.time()
+        try:
+            scan = list(os.scandir(self._entries))
+        except OSError:
+            return out
+        for item in scan:
+            try:
+                info = item.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if item.name.endswith(_SUFFIX):
+                out.append((info.st_mtime, info.st_size, Path(item.path)))
+            elif item.name.endswith(".tmp") and now - info.st_mtime > _STALE_TEMP_SECONDS:
+                with _quiet():
+                    os.unlink(item.path)
+        return out
+
+    def size(self) -> int:
+        """Bytes the entries take."""
+        return sum(size for _, size, _ in self._files())
+
+    def __len__(self) -> int:
+        return len(self._files())
+
+    def trim(self) -> int:
+        """Remove the least recently used entries until the store is within its bound; how many went."""
+        files = self._files()
+        total = sum(size for _, size, _ in files)
+        removed = 0
+        for _, size, path in sorted(files):
+            if total <= self.max_bytes:
+                break
+            with _quiet():
+                path.unlink()
+            total -= size
+            removed += 1
+        return removed
+
+    def clear(self) -> None:
+        """Remove every entry (the secret stays: it is the user's, not an answer)."""
+        for _, _, path in self._files():
+            with _quiet():
+                path.unlink()
+
+    def __repr__(self) -> str:
+        return f"<Store {self.root}: {len(self)} entries, bound {self.max_bytes >> 20} MB>"
+
+
+def encode(name: str, data: Mapping, arrays: Mapping[str, np.ndarray], secret: bytes) -> bytes:
+    """The bytes of entry ``name``: MAGIC, HMAC, header length, JSON header, npz."""
+    header = json.dumps({"format": FORMAT, "name": name, "environment": environment(), "data": dict(data),
+                         "arrays": sorted(arrays)}, allow_nan=False, sort_keys=True).encode()
+    buffer = io.BytesIO()
+    if arrays:
+        for a in arrays.values():
+            if not isinstance(a, np.ndarray) or a.dtype.hasobject:
+                raise TypeError("only plain numeric arrays are kept")
+        np.savez(buffer, **arrays)
+    payload = len(header).to_bytes(8, "big") + header + buffer.getvalue()
+    return MAGIC + Store._mac(secret, name, payload) + payload
+
+
+def decode(raw: bytes, name: str, secret: bytes) -> Entry | None:
+    """The entry in ``raw`` if it is entry ``name``, signed with ``secret``, of this environment; else None."""
+    start = len(MAGIC) + _MAC_BYTES
+    if len(raw) < start + 8 or not raw.startswith(MAGIC):
+        return None
+    payload = raw[start:]
+    if not hmac.compare_digest(raw[len(MAGIC):start], Store._mac(secret, name, payload)):
+        return None  # nothing unsigned is parsed
+    try:
+        size = int.from_bytes(payload[:8], "big")
+        header = json.loads(payload[8:8 + size].decode())
+        if not isinstance(header, dict) or header.get("format") != FORMAT or header.get("name") != name \
+                or header.get("environment") != environment() or not isinstance(header.get("data"), dict):
+            return None
+        arrays = {}
+        if header.get("arrays"):
+            with np.load(io.BytesIO(payload[8 + size:]), allow_pickle=False) as npz:
+                arrays = {k: npz[k] for k in npz.files}
+            if sorted(arrays) != header["arrays"]:
+                return None
+        return Entry(header["data"], arrays)
+    except Exception:  # noqa: BLE001 - a signed entry we cannot read is still only a miss
+        return None
+
+
+class _quiet:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return exc[0] is not None and issubclass(exc[0], OSError)
+
+
+# ------------------------------------------------------------ the store of this process
+
+
+def location() -> Path | None:
+    """Where answers are kept now: ``FOLD_INSPECTOR_STORE`` (a folder; ``off``: nowhere), else the
+    platform's cache folder. Read at every use, so a test or a notebook can move it."""
+    chosen = os.environ.get(ENV, "").strip()
+    if chosen.lower() == "off":
+        return None
+    if chosen:
+        return Path(chosen).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("fold-inspector"))
+
+
+def _bound() -> int:
+    try:
+        return max(1, int(float(os.environ.get(ENV_MB, DEFAULT_MB)) * (1 << 20)))
+    except ValueError:
+        return DEFAULT_MB << 20
+
+
+def store() -> Store | None:
+    """The store answers are kept in now, or None when it is off."""
+    root = location()
+    if root is None:
+        return None
+    bound = _bound()
+    return _KEPT.get_or_compute(("store", str(root), bound), lambda: Store(root, bound))
+
+
+def clear_store() -> None:
+    """Remove every entry of the store in use now (``inspector.clear_cache(disk=True)``)."""
+    found = store()
+    if found is not None:
+        found.clear()
+
+
+also_clear_disk(clear_store)  # inspector.clear_cache(disk=True)

@@ -1,0 +1,353 @@
+"""The result store on disk (inspector/_base/store.py): entries are data, signed, whole, bounded, never stale.
+
+Each test here uses a folder of its own; the rest of the suite runs with a fresh store per test
+(tests/conftest.py), so no test ever reads the user's store.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import random
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import inspector
+from inspector._base import store as _store
+
+ROOT = Path(__file__).resolve().parent.parent
+ARRAYS = {"a": np.arange(12, dtype=np.float32).reshape(3, 4), "b": np.array([1, -2, 3], dtype=np.int8)}
+
+
+def _equal(entry, data, arrays) -> bool:
+    return entry is not None and entry.data == data and sorted(entry.arrays) == sorted(arrays) and \
+        all(np.array_equal(entry.arrays[k], v) and entry.arrays[k].dtype == v.dtype for k, v in arrays.items())
+
+
+def test_an_entry_reads_back_as_written_and_a_missing_one_is_none(tmp_path):
+    s = _store.Store(tmp_path)
+    name = s.name("variant", ("fingerprint", 3), "upstream")
+    assert name == s.name("variant", ("fingerprint", 3), "upstream") != s.name("variant", ("fingerprint", 4), "upstream")
+    assert s.get(name) is None
+    assert s.put(name, {"x": [1, "two", None]}, ARRAYS)
+    assert _equal(s.get(name), {"x": [1, "two", None]}, ARRAYS)
+    assert s.put(name + "-json", {"only": "json"}) and _equal(s.get(name + "-json"), {"only": "json"}, {})
+    secret = tmp_path / "secret"
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600 and len(secret.read_bytes()) == 32
+    assert stat.S_IMODE(tmp_path.joinpath("entries").stat().st_mode) == 0o700
+
+
+def test_what_is_not_data_is_not_kept(tmp_path):
+    s = _store.Store(tmp_path)
+    assert not s.put("objects", {"x": 1}, {"o": np.array([object()], dtype=object)})
+    assert not s.put("nan", {"x": float("nan")})  # JSON has no NaN: the caller writes "nan"
+    assert not s.put("code", {"x": print})
+    assert len(s) == 0
+
+
+def test_an_entry_that_cannot_be_trusted_is_ignored(tmp_path, monkeypatch):
+    s = _store.Store(tmp_path)
+    name = s.name("variant", "k")
+    s.put(name, {"x": 1}, ARRAYS)
+    path = tmp_path / "entries" / f"{name}.entry"
+    good = path.read_bytes()
+    # planted: a well-formed entry signed with another secret
+    path.write_bytes(_store.encode(name, {"x": 666}, ARRAYS, b"\x01" * 32))
+    assert s.get(name) is None
+    # another entry's bytes under this name (each entry's signature covers its name)
+    other = s.name("variant", "other")
+    s.put(other, {"x": 2})
+    path.write_bytes((tmp_path / "entries" / f"{other}.entry").read_bytes())
+    assert s.get(name) is None
+    # truncated, or one bit flipped
+    path.write_bytes(good[: len(good) // 2])
+    assert s.get(name) is None
+    path.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))
+    assert s.get(name) is None
+    # written by another version of the stack or the inspector: signed by us, still not read
+    path.write_bytes(good)
+    assert s.get(name) is not None
+    monkeypatch.setattr(_store, "environment", lambda: "format 1|inspector 0.0.1 edited|torch 0")
+    assert s.get(name) is None and s.name("variant", "k") != name
+
+
+def test_a_secret_others_could_read_or_write_turns_the_store_off(tmp_path):
+    s = _store.Store(tmp_path)
+    s.put("a", {"x": 1})
+    os.chmod(tmp_path / "secret", 0o644)
+    fresh = _store.Store(tmp_path)
+    with pytest.warns(RuntimeWarning, match="can be read by others"):
+        assert fresh.get("a") is None
+    assert not fresh.put("b", {"x": 1})
+
+
+def test_past_its_bound_the_least_recently_used_go_first(tmp_path):
+    s = _store.Store(tmp_path)
+    for n, name in enumerate(("probe", "a", "b", "c")):
+        s.put(name, {"pad": "x" * 2000})
+        os.utime(tmp_path / "entries" / f"{name}.entry", (1000 + n, 1000 + n))  # used in this order
+    s.max_bytes = s.size() * 7 // 8  # room for three and a half entries
+    s.put("d", {"pad": "x" * 2000})
+    assert s.get("probe") is None and s.get("a") is None
+    assert all(s.get(n) is not None for n in ("b", "c", "d"))
+    for n, name in enumerate(("b", "c", "d")):
+        os.utime(tmp_path / "entries" / f"{name}.entry", (2000 + n, 2000 + n))
+    assert s.get("b") is not None  # reading b marks it used now: c is the least recently used
+    s.put("e", {"pad": "x" * 2000})
+    assert s.get("c") is None and all(s.get(n) is not None for n in ("b", "d", "e"))
+    assert s.size() <= s.max_bytes
+
+
+def test_where_the_store_is_and_how_to_turn_it_off(tmp_path, monkeypatch):
+    import platformdirs
+
+    monkeypatch.setenv(_store.ENV, "off")
+    assert _store.location() is None and _store.store() is None
+    monkeypatch.setenv(_store.ENV, str(tmp_path / "mine"))
+    assert _store.store().root == tmp_path / "mine"
+    monkeypatch.setenv(_store.ENV_MB, "2")
+    assert _store.store().max_bytes == 2 << 20
+    monkeypatch.delenv(_store.ENV)
+    assert _store.location() == Path(platformdirs.user_cache_dir("fold-inspector"))  # only asked, nothing made
+
+
+def test_clear_cache_empties_the_disk_only_when_asked(tmp_path, monkeypatch):
+    monkeypatch.setenv(_store.ENV, str(tmp_path))
+    s = _store.store()
+    s.put("a", {"x": 1})
+    inspector.clear_cache()
+    assert _store.store().get("a") is not None
+    inspector.clear_cache(disk=True)
+    assert _store.store().get("a") is None and len(_store.store()) == 0
+    assert (tmp_path / "secret").exists()  # the user's secret stays
+
+
+def _write_many(root: str, name: str, n: int, seed: int, queue) -> None:
+    s = _store.Store(root)
+    rng = np.random.default_rng(seed)
+    same = {"big": np.arange(200_000, dtype=np.float32)}
+    for i in range(n):
+        ok = s.put(name, {"same": True}, same)  # both processes write the same entry ...
+        ok &= s.put(f"{name}-{seed}-{i}", {"i": i}, {"r": rng.standard_normal(100)})  # ... and their own
+        if not ok:
+            queue.put(f"put failed in {seed} at {i}")
+    queue.put("done")
+
+
+def _read_many(root: str, name: str, seconds: float, queue) -> None:
+    s = _store.Store(root)
+    end = time.monotonic() + seconds
+    seen = 0
+    while time.monotonic() < end:
+        entry = s.get(name)
+        if entry is not None:
+            seen += 1
+            if entry.data != {"same": True} or not np.array_equal(entry.arrays["big"], np.arange(200_000, dtype=np.float32)):
+                queue.put("a reader saw a mixed or partial entry")
+    queue.put(f"read {seen}")
+
+
+def test_two_processes_writing_the_same_entry_lose_nothing(tmp_path):
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    name = "shared"
+    writers = [ctx.Process(target=_write_many, args=(str(tmp_path), name, 40, seed, queue)) for seed in (1, 2)]
+    reader = ctx.Process(target=_read_many, args=(str(tmp_path), name, 3.0, queue))
+    for p in (*writers, reader):
+        p.start()
+    for p in (*writers, reader):
+        p.join(60)
+        assert p.exitcode == 0
+    said = []
+    while not queue.empty() or len(said) < 3:
+        said.append(queue.get(timeout=10))
+    said.sort()
+    assert len(said) == 3 and said[:2] == ["done", "done"] and said[2].startswith("read "), said
+    s = _store.Store(tmp_path)
+    assert _equal(s.get(name), {"same": True}, {"big": np.arange(200_000, dtype=np.float32)})
+    for seed in (1, 2):
+        for i in range(40):
+            assert s.get(f"{name}-{seed}-{i}").data == {"i": i}
+    assert len(s) == 81 and not list((tmp_path / "entries").glob("*.tmp"))
+
+
+@pytest.mark.fuzz
+def test_fuzzed_entries_are_ignored_never_raised(tmp_path):
+    """Random byte flips, truncations, insertions and splices of real entries: each is a miss (or,
+    when the mutation gave back the very bytes, the entry itself), never an exception."""
+    s = _store.Store(tmp_path)
+    names = []
+    for n in range(4):
+        name = s.name("variant", n)
+        s.put(name, {"n": n, "text": "x" * (n * 50), "numbers": [1.5, "inf", None]}, {"a": np.arange(n * 30 + 1)})
+        names.append(name)
+    originals = {name: (tmp_path / "entries" / f"{name}.entry").read_bytes() for name in names}
+    rng = random.Random(31)
+    for case in range(1500):
+        name = rng.choice(names)
+        raw = bytearray(originals[name])
+        kind = rng.randrange(5)
+        if kind == 0:
+            for _ in range(rng.randint(1, 8)):
+                raw[rng.randrange(len(raw))] ^= 1 << rng.randrange(8)
+        elif kind == 1:
+            raw = raw[: rng.randrange(len(raw))]
+        elif kind == 2:
+            at = rng.randrange(len(raw))
+            raw[at:at] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 64)))
+        elif kind == 3:
+            other = originals[rng.choice(names)]
+            cut = rng.randrange(len(raw))
+            raw = raw[:cut] + other[cut:]
+        else:
+            raw = bytearray(rng.randbytes(rng.randrange(200)))
+        (tmp_path / "entries" / f"{name}.entry").write_bytes(bytes(raw))
+        got = s.get(name)
+        assert got is None or bytes(raw) == originals[name], case
+    # and the reader below the signature, fed bytes signed with the right secret but not an entry
+    secret = (tmp_path / "secret").read_bytes()
+    for case in range(300):
+        payload = rng.randbytes(rng.randrange(300))
+        if rng.random() < 0.5:  # a header length and a JSON header that lie
+            header = json.dumps({"format": 1, "name": "x", "environment": _store.environment(), "data": {},
+                                 "arrays": ["a"]}).encode()
+            payload = rng.randrange(2 ** 64).to_bytes(8, "big") + header + payload
+        raw = _store.MAGIC + _store.Store._mac(secret, "x", payload) + payload
+        assert _store.decode(raw, "x", secret) is None, case
+
+
+# ---------------------------------------------------------------- compare, from disk, in a new process
+
+NET = """
+import torch
+from torch import nn
+
+import helper
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        return helper.scaled(self.conv(x))
+
+    def example_inputs(self):
+        return (torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(1)),)
+"""
+HELPER = "SCALE = {}\n\ndef scaled(y):\n    return y * SCALE\n"
+CHILD = """
+import json, sys, time
+t0 = time.perf_counter()
+import inspector
+from inspector._numbers import flow
+if sys.argv[2] == "forbid":  # the answer must come from the store: the flow may not run
+    def ran(*args, **kwargs):
+        raise AssertionError("the flow ran")
+    flow.run_variant = flow.float_reference = ran
+t1 = time.perf_counter()
+c = inspector.compare(sys.argv[1], ("upstream",), workers=1)
+t2 = time.perf_counter()
+print(json.dumps({"seconds": t2 - t1, "cached": [r.cached for r in c.results],
+                  "metrics": [[m.sqnr_db, m.max_abs_error] for r in c.results for m in r.metrics],
+                  "outputs": [[t.tolist() for step in r.outputs for t in step] for r in c.results]}))
+"""
+
+
+def _child(tmp_path: Path, store: Path, mode: str) -> dict:
+    env = {**os.environ, _store.ENV: str(store), "PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"}
+    out = subprocess.run([sys.executable, "-c", CHILD, f"{tmp_path / 'net.py'}:Net", mode], env=env,
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.requires_tosa
+def test_compare_in_a_new_process_answers_from_the_store_and_an_edited_helper_is_computed_again(tmp_path):
+    """The key is the exported program, not the model file's bytes: editing a module the model file
+    imports gives another program, which is computed, never answered with the old numbers."""
+    (tmp_path / "net.py").write_text(NET)
+    (tmp_path / "helper.py").write_text(HELPER.format(0.5))
+    store = tmp_path / "store"
+    first = _child(tmp_path, store, "run")
+    assert first["cached"] == [False]
+    again = _child(tmp_path, store, "forbid")  # raises in the child if the flow runs
+    assert again["cached"] == [True]
+    assert again["metrics"] == first["metrics"] and again["outputs"] == first["outputs"]
+    print(f"compare: computed {first['seconds']:.2f} s, from the store in a new process {again['seconds']:.2f} s "
+          f"({again['seconds'] / first['seconds']:.3f}x)")
+    (tmp_path / "helper.py").write_text(HELPER.format(4.0))  # net.py's own bytes do not change
+    edited = _child(tmp_path, store, "run")
+    assert edited["cached"] == [False]
+    assert edited["outputs"] != first["outputs"]
+
+
+SWEEP_CHILD = """
+import json, sys
+import inspector
+s = inspector.sweep([sys.argv[1]], ("upstream",), stages=("tfa",), workers=1, out=sys.argv[2])
+print(json.dumps({"reused": s.reused, "sites": [r["sites"] for r in s.rows]}))
+"""
+
+
+@pytest.mark.slow
+def test_a_sweeps_out_folder_does_not_answer_for_a_model_whose_imported_helper_changed(tmp_path):
+    """The sweep's out/ finds a model's record by its file's bytes; the record is trusted only while
+    every file the model was built from (the helper its file imports) is unchanged."""
+    (tmp_path / "net.py").write_text(NET)
+    (tmp_path / "helper.py").write_text("def scaled(y):\n    return y * 0.5\n")  # a conv-mul site
+
+    def run() -> dict:
+        env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"}
+        out = subprocess.run([sys.executable, "-c", SWEEP_CHILD, f"{tmp_path / 'net.py'}:Net", str(tmp_path / "out")],
+                             env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    assert run() == {"reused": 0, "sites": [1]}
+    assert run() == {"reused": 1, "sites": [1]}  # unchanged: read back
+    (tmp_path / "helper.py").write_text("def scaled(y):\n    return y + 0.5\n")  # net.py's bytes do not change
+    assert run() == {"reused": 0, "sites": [0]}
+
+
+def test_a_variant_result_and_a_reference_read_back_equal(tmp_path, monkeypatch):
+    """What compare keeps (``_numbers/result_store``): every field, the outputs bit for bit, inf SQNR."""
+    import torch
+
+    from inspector._numbers import result_store
+    from inspector._numbers.results import Metrics, NotDelegated, QParams, SiteOutcome, Variant, VariantResult
+
+    monkeypatch.setenv(_store.ENV, str(tmp_path))
+    metrics = tuple(Metrics(o, s, 0.5, 0.25, 0.125, float("inf") if s else 12.5, (1.0, float("inf")), 0.0)
+                    for s in range(2) for o in range(2))
+    outputs = tuple((torch.randn(1, 2, 3), torch.arange(4, dtype=torch.int32)) for _ in range(2))
+    result = VariantResult(Variant("upstream", ("conv2d:mul",), "a16w8", (("conv", "float"),)), {"tfa": 1, "lowering": 0},
+                           (SiteOutcome("conv2d:mul", "tfa", QParams(0.1, -3), None),), metrics,
+                           (NotDelegated("n", "aten.add", "why"),), {"lower": 1.5}, quantization="a16w8",
+                           outputs=outputs, log="the stack said <this>")
+    key = ("fingerprint", "inputs", 2, "variant", ("upstream",), ("conv2d:mul",), ("a16w8", "INT", ""))
+    assert result_store.load_result(key) is None
+    result_store.keep_result(key, result)
+    back = result_store.load_result(key)
+    assert back == result and back.log == result.log
+    assert all(torch.equal(a, b) and a.dtype == b.dtype for sa, sb in zip(back.outputs, outputs) for a, b in zip(sa, sb))
+    assert result_store.load_result(key[:-1] + (("a8w8", "INT", ""),)) is None
+    result_store.keep_result(key + ("failed",), VariantResult(result.variant, {}, (), (), (), {}, error="no"))
+    assert result_store.load_result(key + ("failed",)) is None  # an error is not an answer: never kept
+    unstable = key + (("mine", "", "<no source: id 1234>"),)
+    result_store.keep_result(unstable, result)
+    assert result_store.load_result(unstable) is None  # a rule known by an object's id: not kept
+    reference = [[torch.randn(2, 3)], [torch.randn(2, 3)]]
+    result_store.keep_reference(("reference",) + key, reference)
+    got = result_store.load_reference(("reference",) + key)
+    assert [[t.tolist() for t in step] for step in got] == [[t.tolist() for t in step] for step in reference]
