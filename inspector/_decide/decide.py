@@ -426,10 +426,10 @@ def _holds(region, step) -> bool:
 def decider_of(target, stage: str) -> Decider:
     """The decider of ``target``'s graph at ``stage`` (one per target and stage, kept with the target)."""
     stage_graph = _stages.stage_graph_of(target, stage)
-    decider = target.memo.get_or_compute(("decider", stage), lambda: Decider(target, stage_graph))
+    decider = target.facts.decider(stage, lambda: Decider(target, stage_graph))
     if decider.stage_graph is not stage_graph:  # the stage graph was captured again (a compare's own run)
         decider = Decider(target, stage_graph)
-        target.memo.put(("decider", stage), decider)
+        target.facts.keep_decider(stage, decider)
     return decider
 
 

@@ -262,7 +262,7 @@ def _run_parallel(target, wanted, plans, to_run, results, base, calibrated, step
     worker forked from the warm server starts at once, and a crash there costs that variant only).
     Variants known to lead to the same fold decisions run once; with ``isolate`` off, a comparison
     left with one computation runs it here."""
-    if sum(plans[i].plain for i in to_run) > 1 and ("stage", "tfa") not in target.memo:
+    if sum(plans[i].plain for i in to_run) > 1 and not target.facts.has_stage_graph("tfa"):
         # Two runs of the same computation on two workers would cost twice: the tfa graph (a fraction
         # of one variant, while the fork server warms up) tells which variants fold alike.
         with contextlib.suppress(InspectorError):
