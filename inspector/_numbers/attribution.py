@@ -98,6 +98,11 @@ class VariantAttribution:
             return None
         return records[-1] if step is None else next((n for n in records if n.step == step), None)
 
+    def by_node(self, graph, sites, *, after: bool, step: int | None = None) -> dict[str, NodeError]:
+        """This variant's records at ``step`` keyed by the node names of ``graph`` (``errors_by_node``):
+        the measured-error layer of a picture."""
+        return errors_by_node(graph, self, sites, after=after, step=step)
+
     def curve(self, node: str) -> list[float]:
         """SQNR of ``node`` per step."""
         return [n.sqnr_db for n in self.nodes if n.node == node]
