@@ -27,7 +27,6 @@ LAYERS = ("_base", "_workers", "_targets", "_doors", "_sites", "_present", "_rul
 # imported inside the function that needs it (never at import time).
 CLIMBS = {
     ("_decide.analysis", "_numbers.compare"): "Analysis.compare() is inspector.compare(analysis)",
-    ("_decide.decide", "_numbers.attribution"): "a picture coloured by errors reads Attribution's per-node errors",
 }
 
 

@@ -105,7 +105,7 @@ def test_compare_gives_the_longest_variant_a_core_and_the_others_the_background(
                 nice = os.getpriority(os.PRIO_PROCESS, process.pid)
             except OSError:
                 continue
-            label = job.payload["variant"].label
+            label = job.payload.variant.label  # a tasks.VariantTask
             seen.setdefault(label, set()).add((job.background, nice))
 
     model = ConvStack(convs=2, channels=4, size=8, seed=3)

@@ -11,7 +11,7 @@ Three kinds, all bounded, registered here when made, so that ``inspector.clear_c
   constant table), living exactly as long as that object. Its values must not refer to their
   key, or the entry would never die: ``put`` checks it.
 
-The registry holds its caches weakly: a cache owned by an object (a target's memo, a decider's
+The registry holds its caches weakly: a cache owned by an object (a target's facts, a decider's
 after-graphs) dies with its owner.
 """
 

@@ -97,10 +97,17 @@ class Analysis:
     marked: tuple[str, ...] = ()  # the node names the markers resolved to
     guard: Any = field(default=None, repr=False)  # what the state guard hid: the base of a re-decide
     from_regions: bool = False  # decided on regions from an earlier answer (the after-graph is built when asked)
-    timings: Mapping[str, float] = field(default_factory=dict)  # seconds per step
+    timings: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # seconds per step, read-only
+    headline: str = field(default="", repr=False)  # summary(), made once by ``of`` (asked for by every caption)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "timings", MappingProxyType(dict(self.timings)))
+    @classmethod
+    def of(cls, target, decider, rule: Rule, markers: tuple[str, ...], sites: tuple[Site, ...],
+           marked: tuple[str, ...] = (), guard: Any = None, *, from_regions: bool = False,
+           timings: Mapping[str, float] | None = None) -> "Analysis":
+        """The answer of one decide, with what it would otherwise compute again and again made now:
+        its timings read-only, its one-line summary."""
+        return cls(target, decider, rule, markers, sites, marked, guard, from_regions,
+                   MappingProxyType(dict(timings or {})), summarize(sites))
 
     # -- what it is about
     @property
@@ -176,23 +183,7 @@ class Analysis:
 
     def summary(self) -> str:
         """One line: "3 sites, 1 folded, 2 skipped (conv-has-other-users: 2)"."""
-        text = self.__dict__.get("_summary")
-        if text is None:  # asked for by every caption and the widget's header: made once per answer
-            text = self._summarize()
-            object.__setattr__(self, "_summary", text)
-        return text
-
-    def _summarize(self) -> str:
-        by_reason: dict[str, int] = {}
-        for s in self.skipped:
-            code = s.reasons[0].code if s.reasons else "?"
-            by_reason[code] = by_reason.get(code, 0) + 1
-        text = f"{len(self.sites)} site{'s' * (len(self.sites) != 1)}, {len(self.folded)} folded, {len(self.skipped)} skipped"
-        if by_reason:
-            text += " (" + ", ".join(f"{k}: {v}" for k, v in by_reason.items()) + ")"
-        if self.mismatches:
-            text += f"; {len(self.mismatches)} EXPLANATION MISMATCH"
-        return text
+        return self.headline or summarize(self.sites)
 
     # -- re-deciding
     def with_rule(self, rule: "str | Rule") -> "Analysis":
@@ -293,7 +284,9 @@ class Analysis:
         records by node name. With ``focus`` (a site id) and ``hops``, the after graph may be just
         the part of it that a picture focused there shows (drawn the same as the whole graph).
         """
-        return self.decider.picture(self, which, errors=errors, step=step, focus=focus, hops=hops, hide=hide)
+        from .._present.pictures import picture
+
+        return picture(self.decider, self, which, errors=errors, step=step, focus=focus, hops=hops, hide=hide)
 
     def caption(self, which: str | None) -> list[str]:
         """The lines above a picture of this analysis (``which`` None: the before | after pair)."""
@@ -325,3 +318,20 @@ class Analysis:
         from .._present.render import svg
 
         return svg(self.render(which, **kw))
+
+
+def summarize(sites: Iterable[Site]) -> str:
+    """One line for ``sites``: "3 sites, 1 folded, 2 skipped (conv-has-other-users: 2)"."""
+    sites = tuple(sites)
+    skipped = [s for s in sites if not s.folded]
+    by_reason: dict[str, int] = {}
+    for s in skipped:
+        code = s.reasons[0].code if s.reasons else "?"
+        by_reason[code] = by_reason.get(code, 0) + 1
+    text = f"{len(sites)} site{'s' * (len(sites) != 1)}, {len(sites) - len(skipped)} folded, {len(skipped)} skipped"
+    if by_reason:
+        text += " (" + ", ".join(f"{k}: {v}" for k, v in by_reason.items()) + ")"
+    mismatches = sum(1 for s in sites if s.mismatch)
+    if mismatches:
+        text += f"; {mismatches} EXPLANATION MISMATCH"
+    return text

@@ -44,7 +44,7 @@ from .._sites.explain import Context, explain
 from .._rules.rules import Rule, get_rule, marker_tuple, resolve_markers, rule_skips, run_pass, unknown_marker
 from .._sites.scale import scale_summary
 from .analysis import WIDE_RANGE_RATIO, Analysis, Site
-from ..errors import ExplanationMismatchWarning, InspectorError, quoted
+from ..errors import ExplanationMismatchWarning, InspectorError
 from .._sites.reasons import Reason, ReasonCode, Risk, RiskCode
 
 # A re-decide whose changed clusters hold more nodes than this and a third of the graph runs the whole graph.
@@ -232,8 +232,8 @@ class Decider:
                                  set(marked), base.sites if base is not None else None, self.stage_graph.program,
                                  rebuild)
             timings = {"explain": t1 - t0, "fold": t2 - t1, "sites": time.perf_counter() - t2}
-        return Analysis(self.target, self, rule, markers, tuple(sites), marked_names, guard,
-                        from_regions=redo is not None and base is not None, timings=timings)
+        return Analysis.of(self.target, self, rule, markers, tuple(sites), marked_names, guard,
+                           from_regions=redo is not None and base is not None, timings=timings)
 
     def _changed_sites(self, rule: Rule, base, guard: Guard, lay, toggled: list[Node]) -> list[int] | None:
         """The sites to decide again from ``base`` (None: decide every site on the whole graph);
@@ -320,55 +320,10 @@ class Decider:
         """Whether the whole after-graph of ``analysis`` is at hand (no run needed to draw from it)."""
         return (analysis.rule, analysis.marked) in self._afters
 
-    def picture(self, analysis, which: str, *, errors=None, step: int | None = None, focus: str | None = None,
-                hops: int = 2, hide: Iterable[str] = ("constants",)):
-        """(graph, ``Verdicts``) to draw ``which`` graph of ``analysis``: a focused picture from the
-        region around the site (the pass run on it for the after side, the pristine graph's part for
-        the before side) when that region holds everything the picture walks through, else from the
-        whole graph. The renderer is never told which."""
-        from .._present.render import WHICH, Border, Verdicts, focus_walk
-
-        if which not in WHICH:
-            raise InspectorError(f"unknown graph {quoted(which)}; choose one of: {', '.join(WHICH)}")
-        caption = tuple(analysis.caption(which))
-        marked = frozenset(analysis.marked)
-        region = None
-        # A focused picture comes from the part of the graph it shows, also when the whole after-graph
-        # is at hand: drawing reads every node of the graph it is given.
-        if which == "after" and focus is not None and errors is None \
-                and not analysis.rule.is_users:  # a user's pass or guard is not known to be local
-            region = self.focus_region(analysis, focus, hops)
-        elif which == "before" and focus is not None and errors is None:
-            region = self.pristine_region(focus, hops)
-        if region is not None:
-            border = Border(region.outside_users, self.layout.held)
-            signature = region.program.graph_signature if region.program is not None else None
-            verdicts = Verdicts(analysis.sites, which == "after", signature, caption, marked=marked, border=border)
-            walk = focus_walk(region.graph_module, verdicts, focus, hops=hops, hide=hide)
-            if all(_holds(region, step_) for step_ in walk):
-                return region.graph_module, verdicts
-        if which == "after":
-            gm, program = self.after(analysis)
-        else:  # the pristine stage graph; the markers the pass saw are named in the verdicts
-            gm, program = self.stage_graph.graph_module, self.stage_graph.program
-        signature = program.graph_signature if program is not None else None
-        layer = {}
-        if errors is not None and not isinstance(errors, dict):
-            from .._numbers.attribution import errors_by_node
-
-            layer = errors_by_node(gm, errors, analysis.sites, after=which == "after", step=step)
-        elif errors:
-            layer = dict(errors)
-        if errors is not None and hasattr(errors, "label"):
-            caption += (f"coloured by SQNR of variant {errors.label}"
-                        + (f" at step {step + 1}" if step is not None else ", last step"),)
-        return gm, Verdicts(analysis.sites, which == "after", signature, caption, layer, marked=marked)
-
     def focus_region(self, analysis, site_id: str, hops: int):
         """The installed pass's run on the region a focused picture of ``site_id`` shows (None: draw
-        from the whole graph). Its decisions must be ``analysis``'s, or it is not used."""
-        from .._present.render import HUB_DEGREE
-
+        from the whole graph; ``_present/pictures.py`` draws). Its decisions must be ``analysis``'s,
+        or it is not used."""
         key = (analysis.rule, analysis.marked, site_id, hops)
         if key in self._regions:
             return self._regions.get(key)
@@ -377,7 +332,7 @@ class Decider:
         i = next((s.index for s in analysis.sites if s.id == site_id), None)
         if i is not None and isinstance(hops, int) and not isinstance(hops, bool) and hops >= 0:
             c = lay.cands[i]
-            names = _region.around(lay, (c.mul, c.conv), hops, HUB_DEGREE)
+            names = _region.around(lay, (c.mul, c.conv), hops, _graph.HUB_DEGREE)
             try:
                 region = _region.run(self.stage_graph, lay, names, analysis.rule, analysis.guard.hidden,
                                      analysis.marked, site_ids=self._site_ids(lay))
@@ -392,12 +347,9 @@ class Decider:
         self._regions.put(key, region)
         return region
 
-
     def pristine_region(self, site_id: str, hops: int):
         """The part of the pristine stage graph a focused picture of ``site_id`` shows, copied out as
         it is (None: draw from the whole graph). Whatever the rule and markers: kept by site and hops."""
-        from .._present.render import HUB_DEGREE
-
         key = ("before", site_id, hops)
         if key in self._regions:
             return self._regions.get(key)
@@ -407,29 +359,21 @@ class Decider:
         if i is not None and isinstance(hops, int) and not isinstance(hops, bool) and hops >= 0:
             c = lay.cands[i]
             try:
-                region = _region.pristine(self.stage_graph, lay, _region.around(lay, (c.mul, c.conv), hops, HUB_DEGREE))
+                names = _region.around(lay, (c.mul, c.conv), hops, _graph.HUB_DEGREE)
+                region = _region.pristine(self.stage_graph, lay, names)
             except _region.RegionUnavailable:
                 region = None
         self._regions.put(key, region)
         return region
 
 
-def _holds(region, step) -> bool:
-    """A region draws a focused picture's node as the whole graph would: the node does not stand
-    for the outside, and unless all its neighbours are in the region, the walk stops at it and it
-    is not a constant (a fold outside the region may take users from a constant)."""
-    if step.name in region.stand_ins:
-        return False
-    return step.name in region.complete or not (step.walks_on or step.constant)
-
-
 def decider_of(target, stage: str) -> Decider:
     """The decider of ``target``'s graph at ``stage`` (one per target and stage, kept with the target)."""
     stage_graph = _stages.stage_graph_of(target, stage)
-    decider = target.memo.get_or_compute(("decider", stage), lambda: Decider(target, stage_graph))
+    decider = target.facts.decider(stage, lambda: Decider(target, stage_graph))
     if decider.stage_graph is not stage_graph:  # the stage graph was captured again (a compare's own run)
         decider = Decider(target, stage_graph)
-        target.memo.put(("decider", stage), decider)
+        target.facts.keep_decider(stage, decider)
     return decider
 
 

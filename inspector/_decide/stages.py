@@ -98,7 +98,7 @@ def stage_graph_of(target, stage: str) -> StageGraph:
                 f"building the {stage} graph of {target.name} failed: {describe(exc)}; try another stage"
             ) from None
 
-    return target.memo.get_or_compute(("stage", stage), make)
+    return target.facts.stage_graph(stage, make)
 
 
 def build(exported: torch.export.ExportedProgram, stage: str) -> StageGraph:

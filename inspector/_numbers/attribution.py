@@ -32,6 +32,7 @@ from .._decide import stages as _stages
 from .compare import compare
 from .results import Comparison
 from .flow import is_qdq, quantize, sqnr, stepped
+from .tasks import AttributionTask, model_task, worker_target
 from .._doors.fold_swap import swapped_fold_pass
 from .._rules.rules import FoldLog, policy_pass_class
 from ..errors import InspectorError, describe, quoted
@@ -97,6 +98,11 @@ class VariantAttribution:
         if not records:
             return None
         return records[-1] if step is None else next((n for n in records if n.step == step), None)
+
+    def by_node(self, graph, sites, *, after: bool, step: int | None = None) -> dict[str, NodeError]:
+        """This variant's records at ``step`` keyed by the node names of ``graph`` (``errors_by_node``):
+        the measured-error layer of a picture."""
+        return errors_by_node(graph, self, sites, after=after, step=step)
 
     def curve(self, node: str) -> list[float]:
         """SQNR of ``node`` per step."""
@@ -525,19 +531,15 @@ __all__ = ["Attribution", "NodeError", "OutputAgreement", "SiteError", "VariantA
 
 def _attribute_in_worker(comparison, progress) -> Attribution:
     """``attribute`` in a worker of the warm pool, from the comparison's program archive."""
-    from .._workers import parallel as _parallel, pool as _pool
+    from .._workers import pool as _pool
     from .compare import died_message
 
     run = getattr(comparison, "run", None)
     if run is None:
         raise InspectorError("this comparison was read from a file: run inspector.compare again to look inside it")
-    target = run.target
-    model = {"program": _parallel.program_bytes(target.exported), "name": target.name, "source": target.source,
-             "inputs": target.inputs, "recurrent": dict(target.recurrent), "key": target.key}
-    payload = {"model": model, "comparison": replace(comparison, run=None), "calibration": run.calibration,
-               "plans": run.plans}
+    task = AttributionTask(model_task(run.target), replace(comparison, run=None), run.calibration, run.plans)
     with _pool.warm_pool(1) as pool:
-        pool.submit(("attribution", 0), "inspector._numbers.attribution:attribute_task", payload)
+        pool.submit(("attribution", 0), "inspector._numbers.attribution:attribute_task", task)
         for event in pool.events():
             kind = event[0]
             if kind == "progress":
@@ -553,11 +555,10 @@ def _attribute_in_worker(comparison, progress) -> Attribution:
     raise InspectorError("the attribution's worker gave no answer")  # not reached: the pool reports every task
 
 
-def attribute_task(payload: dict, report) -> Attribution:
+def attribute_task(task: AttributionTask, report) -> Attribution:
     """The pool task of ``attribute``: the comparison rebuilt around the worker's copy of the target."""
-    from .compare import worker_target
     from .results import Run
 
-    target = worker_target(payload["model"])
-    comparison = replace(payload["comparison"], run=Run(target, payload["calibration"], payload["plans"]))
+    target = worker_target(task.model)
+    comparison = replace(task.comparison, run=Run(target, task.calibration, task.plans))
     return attribute(comparison, report)

@@ -4,8 +4,9 @@ This module orchestrates the call: it reads the variants asked for, loads the ta
 the calibration, resolves each variant's quantization plan (``_quantization``), answers what it
 can from the cache (``_variant_cache``), computes the float reference once, and runs the rest
 (``_flow.run_variant``) one after another or side by side: variants known to lead to the same
-fold decisions are grouped and run once, on the process's warm worker pool (``_pool``;
-``variant_task`` is what a worker runs, ``run_in_worker`` its body, shared with the sweep). The
+fold decisions are grouped (``tasks.group_by_decisions``) and run once, on the process's warm
+worker pool (``_pool``; ``variant_task`` runs a ``tasks.VariantTask``, with ``tasks.run_in_worker``
+as its body, shared with the sweep). The
 pool's fork server is started as the call begins, so its warm-up overlaps this process's own
 export and float reference. The records it returns are ``_results``'.
 """
@@ -22,12 +23,12 @@ from . import flow as _flow
 from .._targets import load as _load
 from .._workers import parallel as _parallel, pool as _pool
 from .._decide import stages as _stages
-from .._base.cache import BoundedCache
 from .._base.limits import available_memory, check_memory, check_steps, memory_estimate
 from .._rules.rules import (DEFAULT_VARIANTS, Rule, check_rule, ensure_rules, get_rule, marker_tuple, register,
                             rule_origins)
 from .quantization import DEFAULT, Plan, Quantization, quantizations, quantization_of, resolve_overrides
 from .results import Comparison, Run, Variant, VariantResult
+from .tasks import VariantTask, group_by_decisions, model_run, run_in_worker
 from .variant_cache import RESULTS, answered, base_key, can_predict, predicted_decisions
 from ..errors import InspectorError, describe, quoted
 
@@ -247,9 +248,7 @@ def workers_of(workers: int | None) -> int:
 
 
 def _fold_count(decisions) -> int:
-    """How many sites a group's variants fold (a variant-keyed group: unknown, counted as none)."""
-    if decisions and decisions[0] == "variant":
-        return 0
+    """How many sites a group's variants fold."""
     return sum(len(ids) for _, ids in decisions)
 
 
@@ -260,22 +259,20 @@ def _run_parallel(target, wanted, plans, to_run, results, base, calibrated, step
     worker forked from the warm server starts at once, and a crash there costs that variant only).
     Variants known to lead to the same fold decisions run once; with ``isolate`` off, a comparison
     left with one computation runs it here."""
-    if sum(plans[i].plain for i in to_run) > 1 and ("stage", "tfa") not in target.memo:
+    if sum(plans[i].plain for i in to_run) > 1 and not target.facts.has_stage_graph("tfa"):
         # Two runs of the same computation on two workers would cost twice: the tfa graph (a fraction
         # of one variant, while the fork server warms up) tells which variants fold alike.
         with contextlib.suppress(InspectorError):
             _stages.stage_graph_of(target, "tfa")
-    groups: dict[Any, list[int]] = {}
-    for i in to_run:
-        predictable = can_predict(target, plans[i])  # cheap only once the tfa graph exists
-        key = (plans[i].identity, predicted_decisions(target, wanted[i])) if predictable else ("variant", i)
-        groups.setdefault(key, []).append(i)
+    # The fold decisions each variant leads to, where they are cheap to know (once the tfa graph exists).
+    known = {i: (plans[i].identity, predicted_decisions(target, wanted[i])) for i in to_run
+             if can_predict(target, plans[i])}
     # The variant that folds least first (the most ops to lower: likely the longest), a rule that never
     # folds when one is asked for, then the rest in order.
-    groups = dict(sorted(groups.items(), key=lambda item: (
-        _fold_count(item[0][1]) if item[0][0] != "variant" else
-        (0 if not get_rule(wanted[item[1][0]].policy).folds else 1))))
-    firsts = [members[0] for members in groups.values()]
+    groups = sorted(group_by_decisions(to_run, known.get), key=lambda members: (
+        _fold_count(known[members[0]][1]) if members[0] in known else
+        (0 if not get_rule(wanted[members[0]].policy).folds else 1)))
+    firsts = [members[0] for members in groups]
     fractions = {i: 0.0 for i in firsts}
 
     def report(index: int, phase: str, fraction: float) -> None:
@@ -294,20 +291,17 @@ def _run_parallel(target, wanted, plans, to_run, results, base, calibrated, step
             return failed(wanted[i], plans[i].quantization, exc, plans[i].spec), None
 
     try:
-        program = _parallel.program_bytes(target.exported)
+        run = model_run(target, calibrated, steps, reference, base)
     except Exception as exc:  # noqa: BLE001 - a program torch cannot save cannot travel to a worker
         if isolate:
             raise InspectorError(f"torch.export.save cannot write {target.name}'s program, so it cannot run in a "
                                  f"worker process: {describe(exc)}; run it with isolate=False") from None
-        program = None
+        run = None
     outcomes: list[Any] = [None] * len(firsts)
-    if program is None or (len(firsts) == 1 and not isolate):
+    if run is None or (len(firsts) == 1 and not isolate):
         outcomes = [run_here(n) for n in range(len(firsts))]
     else:
-        model = {"program": program, "name": target.name, "source": target.source, "inputs": target.inputs,
-                 "recurrent": dict(target.recurrent), "key": target.key, "calibration": calibrated, "steps": steps,
-                 "reference": reference, "base_key": base}
-        rules = rule_origins(wanted[i].policy for i in firsts)
+        rules = tuple(rule_origins(wanted[i].policy for i in firsts))
         running = max(1, min(at_once, len(firsts)))
         with _pool.warm_pool(running, n_workers) as pool:
             for n in range(len(firsts)):
@@ -315,7 +309,7 @@ def _run_parallel(target, wanted, plans, to_run, results, base, calibrated, step
                 # share the last core (and take the others' when they end). Every core stays busy to the
                 # end, and the longest variant is not slowed down by the short ones.
                 pool.submit(("variant", n), "inspector._numbers.compare:variant_task",
-                            {"model": model, "variant": wanted[firsts[n]], "plan": plans[firsts[n]], "rules": rules},
+                            VariantTask(run, wanted[firsts[n]], plans[firsts[n]], rules),
                             priority=n, background=running > n_workers and n >= n_workers - 1)
             for event in pool.events():
                 kind, (_, n) = event[0], event[1]
@@ -332,7 +326,7 @@ def _run_parallel(target, wanted, plans, to_run, results, base, calibrated, step
                     else:  # died: that variant alone is lost
                         error = InspectorError(died_message(f"variant {label}", event[2]))
                     outcomes[n] = (failed(wanted[i], plans[i].quantization, error, plans[i].spec), None)
-    for members, (result, decisions) in zip(groups.values(), outcomes):
+    for members, (result, decisions) in zip(groups, outcomes):
         first = members[0]
         if result.error is not None:
             for i in members:
@@ -356,41 +350,8 @@ def died_message(what: str, how: str) -> str:
     return f"{what}: the worker process running it died ({how}); the other results are kept; {hint}"
 
 
-# In a worker process: the target it rebuilt (its tasks share it and its memo).
-_WORKER_TARGETS = BoundedCache(1, "worker target")
-
-
-def worker_target(model: dict) -> _load.Target:
-    """The target a worker rebuilds from the parent's archive (through the safe loader), kept for its
-    next tasks on the same model."""
-    target = _WORKER_TARGETS.get(model["key"])
-    if target is None:
-        from .._targets import pt2 as _pt2
-
-        program = _pt2.load_pt2_bytes(model["program"])
-        target = _load.Target(model["name"], program, model["inputs"], None, dict(model["recurrent"]),
-                              model["source"], model["key"])
-        _WORKER_TARGETS.put(model["key"], target)
-    return target
-
-
-def run_in_worker(model: dict, variant: Variant, plan: Plan, report) -> tuple[VariantResult, tuple | None, bool]:
-    """One variant in a worker process, exactly as in this one: ``(result, decisions, cached)``. A variant
-    that leads to the same fold decisions as one this worker ran is the same computation (the first
-    run captured the tfa graph that tells); its decisions are then None (not this run's to describe)."""
-    target = worker_target(model)
-    hit = RESULTS.get(target, model["base_key"], variant, plan)
-    if hit is not None:
-        report("cached", 1.0)
-        return hit, None, True
-    result, decisions = _flow.run_variant(target, variant, model["calibration"], plan, model["steps"],
-                                          model["reference"], report)
-    RESULTS.put(model["base_key"], variant, plan, result, decisions)
-    return result, decisions, False
-
-
-def variant_task(payload: dict, report):
+def variant_task(task: VariantTask, report):
     """The pool task of one of compare's variants (see ``_pool``)."""
-    ensure_rules(payload["rules"])  # a rule from a file is loaded here as the parent knows it
-    result, decisions, _ = run_in_worker(payload["model"], payload["variant"], payload["plan"], report)
+    ensure_rules(task.rules)  # a rule from a file is loaded here as the parent knows it
+    result, decisions, _ = run_in_worker(task.run, task.variant, task.plan, report)
     return result, decisions

@@ -278,7 +278,7 @@ def run_variant(target: _load.Target, variant: Variant, calibrated: Calibration,
         report(phase, (index + 1) / len(PHASES))
 
     # The run captures the tfa graph for later predictions (the default quantizer's graph only).
-    log.snapshots = plan.plain and ("stage", "tfa") not in target.memo
+    log.snapshots = plan.plain and not target.facts.has_stage_graph("tfa")
     initial = target.initial_buffers()
     # Everything the stack prints on the way (the reference model's C++ warnings on fd 1
     # among it) goes into the variant's log, shown under --debug, never into stdout.
@@ -322,7 +322,7 @@ def run_variant(target: _load.Target, variant: Variant, calibrated: Calibration,
     if log.snapshots:
         graph = _stages.tfa_graph_of(log)
         if graph is not None:
-            target.memo.put(("stage", "tfa"), _stages.StageGraph("tfa", graph, None))
+            target.facts.keep_stage_graph("tfa", _stages.StageGraph("tfa", graph, None))
     decisions = tuple((stage, tuple(sorted(s.site_id for s in sites if s.folded_at == stage)))
                       for stage in ("tfa", "lowering"))
     result = VariantResult(variant, folds, sites, measured, _not_delegated(program, rejected), timings,

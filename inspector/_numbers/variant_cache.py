@@ -57,13 +57,13 @@ def predicted_decisions(target: _load.Target, variant: Variant) -> tuple:
         folded = folded_site_ids(_stages.stage_graph_of(target, "tfa"), variant.policy, variant.markers)
         return (("tfa", tuple(sorted(folded))), ("lowering", ()))
 
-    return target.memo.get_or_compute(("decisions", get_rule(variant.policy).identity, variant.markers), decide)
+    return target.facts.decisions(get_rule(variant.policy).identity, variant.markers, decide)
 
 
 def can_predict(target: _load.Target, plan) -> bool:
     """Fold decisions can be predicted cheaply: the default quantizer without overrides (``plan``:
     a ``_quantization.Plan``), and its tfa graph captured."""
-    return plan.plain and ("stage", "tfa") in target.memo
+    return plan.plain and target.facts.has_stage_graph("tfa")
 
 
 def answered(result: VariantResult, variant: Variant) -> VariantResult:

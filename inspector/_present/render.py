@@ -50,7 +50,7 @@ _CAPTION_CLIP = 400  # longest line of a graph or cluster caption
 _MAX_STRING = 8000  # longest label or tooltip: dot refuses strings over 16,384 characters
 _MAX_ID = 200  # longer node names get a short, stable DOT id (the full name is in the tooltip)
 _LEGEND_ROW = 4  # legend entries per row
-HUB_DEGREE = 10  # a node with more neighbours ends a neighbourhood walk (see _neighbourhood)
+HUB_DEGREE = _graph.HUB_DEGREE  # a node with more neighbours ends a neighbourhood walk (see _neighbourhood)
 
 
 # ---------------------------------------------------------------- public API

@@ -17,6 +17,9 @@ from .._doors import executorch as _executorch
 from .._base.cache import FactTable, WeakCache
 
 CARRIED_STATE_KEY = "carried_quant_state"
+# A node with more neighbours ends a neighbourhood walk: a focused picture and the region it is drawn
+# from stop at the same hubs (the input every block reads).
+HUB_DEGREE = 10
 
 _MUL_OPS = {"mul.Tensor", "mul.Scalar", "mul_.Tensor", "mul_.Scalar"}
 _CONV_PACKETS = {

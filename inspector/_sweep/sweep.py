@@ -33,6 +33,7 @@ from .._workers import pool as _pool
 from .._base.limits import check_steps
 from .._rules.rules import check_rule, get_rule
 from .._numbers.results import Variant
+from .._numbers.tasks import VariantTask, group_by_decisions
 from ..errors import InspectorError, listing, quoted
 from .formats import FORMATS
 from .models import ModelSpec, models_from, read_models_toml
@@ -306,19 +307,14 @@ class _State:
                 self._put_variant(spec, v, {"error": value["compare_error"]}, write=True)
             self.compared.total -= len(variants)
             return
-        groups: dict[Any, list[Variant]] = {}
-        for v in variants:
-            key = prepared["decisions"].get(v.label)
-            groups.setdefault(key if key is not None else ("alone", v.label), []).append(v)
-        model = {k: prepared[k] for k in ("program", "name", "source", "inputs", "recurrent", "key", "calibration",
-                                          "steps", "reference", "base_key")}
+        groups = group_by_decisions(variants, lambda v: prepared["decisions"].get(v.label))
         if self.compared.started is None:
             self.compared.started = time.perf_counter()
-        for members in groups.values():
+        for members in groups:
             first = members[0]
             self.waiting.setdefault(spec.label, []).append(members)
             pool.submit(("variant", spec.label, first.label), "inspector._sweep.work:run_variant",
-                        {"model": model, "variant": first, "rules": self.origins},
+                        VariantTask(prepared["run"], first, None, tuple(self.origins)),
                         # ... then the variants, biggest program first: the last to finish are short ones,
                         # so no worker idles at the end while another lowers a big model.
                         priority=1 + 1 / (1 + prepared.get("nodes", 0)))

@@ -1,7 +1,7 @@
 """What a sweep's workers run: one model's analysis, and one variant of one model.
 
-Both are module-level functions of ``(payload, report)`` (``_pool`` runs them by name) taking and
-returning plain picklable data, so the same call runs in a spawned process, a Ray task or this
+Both are module-level functions of ``(task, report)`` (``_pool`` runs them by name) taking and
+returning plain picklable data (a variant is a ``tasks.VariantTask``, as compare's are), so the same call runs in a spawned process, a Ray task or this
 process. A model is loaded and exported once, in ``prepare_model``; the variants get its exported
 program as a ``torch.export.save`` archive, loaded back through the safe ``.pt2`` loader, with the
 float reference and the calibration computed beside it, so every executor computes exactly the
@@ -14,11 +14,11 @@ import time
 
 from .._numbers import flow as _flow
 from .._targets import load as _load
-from .._workers import parallel as _parallel
 from .._decide import stages as _stages
 from .._decide.decide import decider_of
 from .._rules.rules import check_rule, ensure_rules, get_rule
-from .._numbers.compare import plan_of, run_in_worker, worker_target
+from .._numbers.compare import plan_of
+from .._numbers.tasks import VariantTask, model_run, run_in_worker, worker_target
 from .._numbers.quantization import quantization_of
 from .._numbers.variant_cache import base_key, can_predict, predicted_decisions
 from ..errors import InspectorError, describe
@@ -132,24 +132,21 @@ def _for_variants(target, asked: dict, timings: dict) -> dict:
         decisions = {}  # no prediction: every variant runs
     timings["predict"] = time.perf_counter() - t1
     try:
-        program = _parallel.program_bytes(target.exported)
+        run = model_run(target, calibrated, steps, reference, base)
     except Exception as exc:  # noqa: BLE001
         raise InspectorError(f"torch.export.save cannot write {target.name}'s program, so no worker can run it: "
                              f"{describe(exc)}") from None
-    return {"program": program, "name": target.name, "source": target.source, "inputs": target.inputs,
-            "recurrent": dict(target.recurrent), "key": target.key, "calibration": calibrated, "steps": steps,
-            "reference": reference, "base_key": base, "decisions": decisions,
-            "nodes": len(target.exported.graph.nodes)}
+    return {"run": run, "decisions": decisions, "nodes": len(target.exported.graph.nodes)}
 
 
-def run_variant(payload: dict, report) -> dict:
+def run_variant(task: VariantTask, report) -> dict:
     """One variant of one model on the TOSA INT reference model, from the prepared program (the same
-    worker entry as compare's: ``_compare.run_in_worker``)."""
-    ensure_rules(payload["rules"])
-    variant = payload["variant"]
+    worker body as compare's: ``tasks.run_in_worker``)."""
+    ensure_rules(task.rules)
+    variant = task.variant
     check_rule(variant.policy)
-    plan = plan_of(worker_target(payload["model"]), variant, quantization_of(None))
-    result, _, cached = run_in_worker(payload["model"], variant, plan, report)
+    plan = task.plan or plan_of(worker_target(task.run.model), variant, quantization_of(None))
+    result, _, cached = run_in_worker(task.run, variant, plan, report)
     return {**summary_of(result), "cached": cached, **({"timings": {}} if cached else {})}
 
 

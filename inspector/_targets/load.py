@@ -26,6 +26,7 @@ from .._base.copies import private_copy
 from .._base.cache import BoundedCache
 from .._base.hashing import digest, program_fingerprint
 from ..errors import InspectorError, describe, first_line, listing, quoted
+from .facts import Facts
 
 SAMPLE_PREFIX = "sample:"
 
@@ -43,13 +44,12 @@ class Target:
     # What every derived result depends on: the exported program's fingerprint, the inputs,
     # the recurrence and the name (results carry it). Set by ``load``.
     key: str = ""
-    # Derived data computed once per target (stage graphs, predicted decisions), bounded.
-    memo: BoundedCache = field(default_factory=lambda: BoundedCache(64, "target memo"), repr=False, compare=False)
+    # What is derived from it once (stage graphs, deciders, predicted decisions), asked for by name; bounded.
+    facts: Facts = field(default_factory=Facts, repr=False, compare=False)
 
     def initial_buffers(self) -> dict[str, torch.Tensor]:
         """Every buffer's initial value by module path (state starts from these in every run)."""
-        return self.memo.get_or_compute(
-            "initial buffers", lambda: {k: v.detach().clone() for k, v in self.eager().named_buffers()})
+        return self.facts.initial_buffers(lambda: {k: v.detach().clone() for k, v in self.eager().named_buffers()})
 
     def eager(self) -> nn.Module:
         """A fresh private module computing the model in float (eager copy, or the program's module)."""

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import heapq
 import importlib
 import io
 import multiprocessing
@@ -58,6 +59,27 @@ class _Job:
     function: str = field(compare=False)  # "module:name"
     payload: Any = field(compare=False)
     background: bool = field(default=False, compare=False)  # gives way on a shared core (see BACKGROUND_NICE)
+
+
+class _Queued:
+    """What every executor shares: the tasks waiting for a worker, lowest priority first, then in
+    submission order."""
+
+    def __init__(self) -> None:
+        self._jobs: list[_Job] = []  # a heap
+        self._serial = 0
+
+    def submit(self, key, function: str, payload, *, priority: float = 0, background: bool = False) -> None:
+        """Queue a task (lower ``priority`` first); a ``background`` one runs nicer while it shares the cores."""
+        self._serial += 1
+        heapq.heappush(self._jobs, _Job(priority, self._serial, key, function, payload, background))
+
+    def _next_job(self) -> _Job:
+        return heapq.heappop(self._jobs)
+
+    def _put_back(self, job: _Job) -> None:
+        """A job taken out that could not start (its worker was gone): first again, in its place."""
+        heapq.heappush(self._jobs, job)
 
 
 # A background task's worker runs this much nicer than the others for the task's duration: when a pool runs
@@ -202,26 +224,14 @@ def run_one(key, function: str, payload, report) -> Event:
 # ---------------------------------------------------------------- executors
 
 
-class InlinePool:
+class InlinePool(_Queued):
     """Runs every task in this process, one after another (for rules that live in this process only)."""
 
     name = "inline"
 
-    def __init__(self) -> None:
-        self._jobs: list[_Job] = []
-        self._serial = 0
-
-    def submit(self, key, function: str, payload, *, priority: float = 0, background: bool = False) -> None:
-        import heapq
-
-        self._serial += 1
-        heapq.heappush(self._jobs, _Job(priority, self._serial, key, function, payload))
-
     def events(self) -> Iterator[Event]:
-        import heapq
-
         while self._jobs:
-            job = heapq.heappop(self._jobs)
+            job = self._next_job()
             progress: list[Event] = []
             yield run_one(job.key, job.function, job.payload,
                           lambda phase, fraction, key=job.key: progress.append(("progress", key, phase, fraction)))
@@ -230,19 +240,18 @@ class InlinePool:
         self._jobs.clear()
 
 
-class LocalPool:
+class LocalPool(_Queued):
     """``workers`` spawned processes, one task each at a time; a dead worker costs its task only."""
 
     name = "local"
 
     def __init__(self, workers: int, cores: int | None = None) -> None:
+        super().__init__()
         self._ctx = _context()
         self._idle: list = []  # (process, conn) ready for a task
         self._busy: dict = {}  # conn -> (process, job)
-        self._jobs: list[_Job] = []
         self._ended: list[Event] = []  # tasks that ended before a worker took them in
         self._retiring: set = set()  # connections of workers that exit after their answer
-        self._serial = 0
         self.started = 0  # workers started so far (replacements included)
         self.resize(workers, cores)
 
@@ -269,13 +278,6 @@ class LocalPool:
                 _stop_worker(process, conn)
             self._busy.clear()
 
-    def submit(self, key, function: str, payload, *, priority: float = 0, background: bool = False) -> None:
-        """Queue a task (lower ``priority`` first); a ``background`` one runs nicer while it shares the cores."""
-        import heapq
-
-        self._serial += 1
-        heapq.heappush(self._jobs, _Job(priority, self._serial, key, function, payload, background))
-
     def _start(self) -> None:
         from .parallel import main_not_imported
 
@@ -295,14 +297,12 @@ class LocalPool:
         self._idle.append((process, parent))
 
     def _dispatch(self) -> None:
-        import heapq
-
         while self._jobs and (self._idle or len(self._busy) < self.workers):
             fresh = not self._idle
             if fresh:
                 self._start()
             process, conn = self._idle.pop()
-            job = heapq.heappop(self._jobs)
+            job = self._next_job()
             try:
                 _send(conn, (job.key, job.function, job.payload, self.threads, job.background))
             except (BrokenPipeError, OSError):
@@ -311,7 +311,7 @@ class LocalPool:
                     process.join(5)
                     self._ended.append(("died", job.key, signal_text(process.exitcode)))
                 else:  # it died while idle: put the job back, start another
-                    heapq.heappush(self._jobs, job)
+                    self._put_back(job)
                 continue
             self._busy[conn] = (process, job)
 
@@ -599,7 +599,7 @@ def _ray_entry(function: str, payload):
     return run_one(None, function, payload, lambda phase, fraction: None)
 
 
-class RayPool:
+class RayPool(_Queued):
     """The same tasks as Ray tasks, on the cluster at ``address`` or a local one started here."""
 
     name = "ray"
@@ -628,10 +628,9 @@ class RayPool:
                                      "or use --executor local") from None
             global _RAY_STARTED
             _RAY_STARTED = True  # kept for the next sweep; stopped at exit or by inspector.clear_cache()
+        super().__init__()
         self._remote = ray.remote(max_retries=0, num_cpus=1)(_ray_entry)
         self._pending: dict = {}  # object ref -> key
-        self._queued: list[_Job] = []
-        self._serial = 0
         # Ray runs what it is given in the order given, so tasks wait here, by priority, until a CPU of
         # the cluster is free (the same order as the local pool's: big variants first).
         try:
@@ -639,17 +638,9 @@ class RayPool:
         except Exception:  # noqa: BLE001
             self._slots = max(1, workers or 1)
 
-    def submit(self, key, function: str, payload, *, priority: float = 0, background: bool = False) -> None:
-        import heapq
-
-        self._serial += 1
-        heapq.heappush(self._queued, _Job(priority, self._serial, key, function, payload))
-
     def _fill(self) -> None:
-        import heapq
-
-        while self._queued and len(self._pending) < self._slots:
-            job = heapq.heappop(self._queued)
+        while self._jobs and len(self._pending) < self._slots:
+            job = self._next_job()
             self._pending[self._remote.remote(job.function, job.payload)] = job.key
 
     def events(self) -> Iterator[Event]:
@@ -674,7 +665,7 @@ class RayPool:
 
     def close(self) -> None:
         ray = self._ray
-        self._queued.clear()
+        self._jobs.clear()
         for ref in list(self._pending):
             with contextlib.suppress(Exception):
                 ray.cancel(ref, force=True)

@@ -1,0 +1,126 @@
+"""What a worker process is handed: frozen, picklable task records, built here and nowhere else.
+
+A loaded model travels as a ``ModelTask`` (its exported program as a ``torch.export.save``
+archive, read back in the worker through the safe ``.pt2`` loader, and what rebuilds the same
+``Target`` around it); a model's variants share a ``ModelRun`` (the model, its calibration, the
+float reference and the cache key of all three). ``VariantTask`` is one variant of compare or of
+the sweep, ``AttributionTask`` one isolated attribution. In the worker, ``worker_target`` rebuilds
+the target once for all the tasks of one model, and ``run_in_worker`` runs a variant exactly as
+the parent would. ``group_by_decisions`` is how compare and the sweep run once the variants that
+lead to the same fold decisions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable, Sequence, TypeVar
+
+from . import flow as _flow
+from .._targets import load as _load
+from .._workers import parallel as _parallel
+from .._base.cache import BoundedCache
+from .quantization import Plan
+from .results import Comparison, Variant, VariantResult
+from .variant_cache import RESULTS
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ModelTask:
+    """A loaded target as it travels to a worker: enough to rebuild the same ``Target`` there."""
+
+    program: bytes  # the exported program as a torch.export.save archive
+    name: str  # the target's name
+    source: str | None  # the target as given on a command line (None for objects)
+    inputs: tuple  # its example inputs
+    recurrent: tuple[tuple[int, int], ...]  # (output index, input index fed on the next call) pairs
+    key: str  # the target's content key (the worker keeps its rebuilt target under it)
+
+
+@dataclass(frozen=True)
+class ModelRun:
+    """What every variant of one model shares: the model, its calibration, steps and float reference."""
+
+    model: ModelTask
+    calibration: Any  # the _flow.Calibration the variants quantize with
+    steps: int  # how many recurrent steps each variant runs
+    reference: Any  # the float outputs per step
+    base_key: tuple  # variant_cache.base_key of the above: the results' cache key but the variant
+
+
+@dataclass(frozen=True)
+class VariantTask:
+    """One variant of one model, for a worker (compare's and the sweep's)."""
+
+    run: ModelRun
+    variant: Variant
+    plan: Plan | None  # how it quantizes; None: the default quantization, resolved in the worker
+    rules: tuple  # rules.rule_origins of the rules it names: the worker loads them as the parent knows them
+
+
+@dataclass(frozen=True)
+class AttributionTask:
+    """One attribution of a comparison, for a worker."""
+
+    model: ModelTask
+    comparison: Comparison  # without its Run (the worker rebuilds it around its own target)
+    calibration: Any  # the comparison's _flow.Calibration
+    plans: tuple  # per result, the Plan it ran under
+
+
+def model_task(target: _load.Target) -> ModelTask:
+    """``target`` as a worker receives it (raises what ``torch.export.save`` raises on its program)."""
+    return ModelTask(_parallel.program_bytes(target.exported), target.name, target.source, target.inputs,
+                     tuple(target.recurrent.items()), target.key)
+
+
+def model_run(target: _load.Target, calibration, steps: int, reference, base_key: tuple) -> ModelRun:
+    """What the variants of ``target`` share, as a worker receives it."""
+    return ModelRun(model_task(target), calibration, steps, reference, base_key)
+
+
+def group_by_decisions(items: Sequence[T], decisions_of: Callable[[T], Hashable | None]) -> list[list[T]]:
+    """``items`` (variants) grouped by the fold decisions they lead to, in order of first appearance:
+    one of a group runs, the others share its result. An item whose decisions are not known
+    (``None``) is a group of its own."""
+    groups: dict[Any, list[T]] = {}
+    for n, item in enumerate(items):
+        key = decisions_of(item)
+        groups.setdefault(("decisions", key) if key is not None else ("alone", n), []).append(item)
+    return list(groups.values())
+
+
+# In a worker process: the target it rebuilt (its tasks share it and what it keeps).
+_WORKER_TARGETS = BoundedCache(1, "worker target")
+
+
+def worker_target(model: ModelTask) -> _load.Target:
+    """The target a worker rebuilds from the parent's archive (through the safe loader), kept for its
+    next tasks on the same model."""
+    target = _WORKER_TARGETS.get(model.key)
+    if target is None:
+        from .._targets import pt2 as _pt2
+
+        program = _pt2.load_pt2_bytes(model.program)
+        target = _load.Target(model.name, program, model.inputs, None, dict(model.recurrent), model.source, model.key)
+        _WORKER_TARGETS.put(model.key, target)
+    return target
+
+
+def run_in_worker(run: ModelRun, variant: Variant, plan: Plan, report) -> tuple[VariantResult, tuple | None, bool]:
+    """One variant in a worker process, exactly as in this one: ``(result, decisions, cached)``. A variant
+    that leads to the same fold decisions as one this worker ran is the same computation (the first
+    run captured the tfa graph that tells); its decisions are then None (not this run's to describe)."""
+    target = worker_target(run.model)
+    hit = RESULTS.get(target, run.base_key, variant, plan)
+    if hit is not None:
+        report("cached", 1.0)
+        return hit, None, True
+    result, decisions = _flow.run_variant(target, variant, run.calibration, plan, run.steps, run.reference, report)
+    RESULTS.put(run.base_key, variant, plan, result, decisions)
+    return result, decisions, False
+
+
+__all__ = ["AttributionTask", "ModelRun", "ModelTask", "VariantTask", "group_by_decisions", "model_run", "model_task",
+           "run_in_worker", "worker_target"]
