@@ -18,7 +18,8 @@ from torch import nn
 
 import inspector
 from inspector._front.cli import main
-from inspector._present.report import GITHUB_LIMIT, md_code, user_frames
+from inspector._present.formats import GITHUB_COMMENT_LIMIT
+from inspector._present.report import md_code, user_frames
 from inspector._front.repro import reproducer
 from conftest import ROOT
 
@@ -96,7 +97,7 @@ def test_markdown_stays_under_the_github_limit_and_valid():
     analysis = inspector.analyze(Many(), (torch.ones(1, 2, 4, 4),), stage="aten")
     assert len(analysis.sites) == 250
     text = analysis.report(format="md")
-    assert len(text) < GITHUB_LIMIT
+    assert len(text) < GITHUB_COMMENT_LIMIT
     assert "left out to stay under GitHub's comment limit" in text or "left out (see `--format json`)" in text
     assert text.count("<details>") == text.count("</details>") and text.count("```") % 2 == 0
     rows = [line for line in text.splitlines() if line.startswith("| `convs.")]
