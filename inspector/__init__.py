@@ -34,6 +34,8 @@ from ._present.report import figure_img, report_html
 from ._front.repro import Reproducer, reproducer
 from ._front.session import GRAPH_SCOPES, GRAPH_VIEWS, Session, read_session, save_session
 from ._front.session import untrusted_message as session_trust_message
+from ._journey.journey import journey
+from ._journey.records import Journey
 
 __all__ = [
     # analyze: sites, decisions, reasons
@@ -62,6 +64,8 @@ __all__ = [
     "Session", "read_session", "save_session", "session_trust_message", "GRAPH_VIEWS", "GRAPH_SCOPES", "samples",
     # errors
     "InspectorError", "FoldPassCrash", "ExplanationMismatchWarning", "quoted",
+    # a site's journey through the Arm pipeline
+    "journey", "Journey",
 ]
 from ._base.version import __version__  # noqa: F401
 

@@ -21,7 +21,7 @@ CORE = ROOT / "inspector"
 
 # The folders of the core, lowest first: a module imports only from its own folder and the folders
 # below it (``errors`` is below them all). docs/design.md's folder map says what each one does.
-LAYERS = ("_base", "_workers", "_targets", "_doors", "_sites", "_present", "_rules", "_decide", "_numbers",
+LAYERS = ("_base", "_workers", "_targets", "_doors", "_sites", "_present", "_rules", "_decide", "_numbers", "_journey",
           "_sweep", "_front")
 # The few imports that climb, each a convenience of a record that hands the work to the verb above it,
 # imported inside the function that needs it (never at import time).

@@ -27,7 +27,6 @@ from .._doors import executorch as _executorch, pipeline as _pipeline, tosa as _
 from .._doors.fold_swap import swapped_fold_pass
 from .._numbers import flow as _flow
 from .._numbers.quantization import DEFAULT, Plan, get_quantization
-from .._numbers.results import Variant
 from .._rules.rules import FoldLog, get_policy, policy_pass_class
 from .._targets import load as _load
 from ..errors import InspectorError, describe, listing, quoted
@@ -61,7 +60,6 @@ def journey(target: Any, site: "str | int | None" = None, variant: str = "upstre
     loaded = _load.load(target, example_inputs)
     chosen = _find_site(analyze(loaded, stage=stage, policy=rule.name), site)
     plan = Plan.of(get_quantization(DEFAULT))
-    variant_record = Variant(rule.name)
     follower = Follower({chosen.conv: ("conv",), chosen.mul: ("mul", "output")}, all_passes=all_passes)
     notes: list[str] = []
     module = copy.deepcopy(loaded.exported).module(check_guards=False)
@@ -115,7 +113,22 @@ def journey(target: Any, site: "str | int | None" = None, variant: str = "upstre
     ending = _ending(follower, program, rejected)
     return Journey(loaded.name, chosen.id, rule.name, chosen.decision, chosen.conv, chosen.mul,
                    tuple(follower.passes), tuple(follower.steps), follower.untouched, ending, tuple(points),
-                   _moved(points, follower.steps), tuple(notes), time.perf_counter() - started, site_record=chosen)
+                   _moved(points, follower.steps), tuple(notes), time.perf_counter() - started,
+                   program_digest=program_digest(lowered), site_record=chosen)
+
+
+def program_digest(lowered) -> str:
+    """A digest of a lowered program: every TOSA delegate's flatbuffer and the program around them."""
+    import hashlib
+
+    program = lowered.exported_program()
+    h = hashlib.sha256(program.graph_module.code.encode())
+    for name, module in sorted(program.graph_module.named_children()):
+        data = getattr(module, "processed_bytes", None)
+        if isinstance(data, (bytes, bytearray)):
+            h.update(name.encode())
+            h.update(bytes(data))
+    return h.hexdigest()
 
 
 def _find_site(analysis, site):

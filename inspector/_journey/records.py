@@ -135,6 +135,7 @@ class Journey:
     moved: tuple[str, ...]  # which step moved the numbers, one sentence per boundary
     notes: tuple[str, ...] = ()  # what the reader must know (an observer that failed, a number missing)
     seconds: float = 0.0  # how long the journey took
+    program_digest: str = ""  # sha256 of the lowered program (its TOSA flatbuffers and the graph around them)
     site_record: Any = field(default=None, repr=False, compare=False)  # the Site, for the pictures
 
     # ---------------------------------------------------------------- questions
@@ -230,7 +231,8 @@ class Journey:
                 "conv": self.conv, "mul": self.mul, "passes": [{"phase": p, "name": n} for p, n in self.passes],
                 "steps": [s.to_dict() for s in self.steps], "untouched": self.untouched,
                 "ending": self.ending.to_dict(), "numbers": [p.to_dict() for p in self.numbers],
-                "moved": list(self.moved), "notes": list(self.notes), "seconds": self.seconds}
+                "moved": list(self.moved), "notes": list(self.notes), "seconds": self.seconds,
+                "program_digest": self.program_digest}
 
     def to_dataframe(self):
         """One row per change: the step's fields (index, run, phase, name) and the change's."""
