@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
 import threading
 from typing import Any, Iterator, Protocol
 
@@ -110,7 +109,6 @@ def _tell(observer: Observer, what: str, *args) -> None:
             pass
 
 
-@functools.cache
 def _classes() -> tuple[type, type, type]:
     _executorch.check_required(REQUIRED)
     return (getattr(_executorch._import(_PASS_BASE), "PassBase"), getattr(_executorch._import(_ARM_PASS), "ArmPass"),
