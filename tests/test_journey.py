@@ -162,3 +162,15 @@ def test_one_line_errors():
         inspector.journey("sample:conv_mul_chain", "no-such-site")
     with pytest.raises(inspector.InspectorError):
         inspector.journey("sample:stateful_conv_mul", 0, "no-such-rule")
+
+
+def test_cli_prints_the_timeline_and_json(capsys):
+    from inspector._front.cli import main
+
+    assert main(["journey", "sample:conv_mul_scalar", "--site", "0", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["variant"] == "upstream" and data["ending"]["where"] == "delegate"
+    assert any(s["name"] == FOLD and s["phase"] == TFA for s in data["steps"])
+    assert main(["journey", "sample:conv_mul_scalar", "--site", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: no site 'nope'") and err.count("\n") == 1
