@@ -174,3 +174,20 @@ def test_cli_prints_the_timeline_and_json(capsys):
     assert main(["journey", "sample:conv_mul_scalar", "--site", "nope"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: no site 'nope'") and err.count("\n") == 1
+
+
+@pytest.mark.requires_dot
+def test_widget_journey_panel():
+    from widgets import FoldInspector
+
+    app = FoldInspector("sample:conv_mul_scalar", stage="tfa", policy="upstream")
+    assert app.journey is None and "not run yet" in app.journey_text.value
+    app.journey_variant.value = "off"
+    app.run_journey(wait=True)
+    assert app.last_error is None, app.last_error
+    assert app.journey.variant == "off" and app.journey.site == app.analysis.sites[0].id
+    assert app.journey_step.options and "Journey of site" in app.journey_text.value
+    assert "<svg" in app.journey_graph.value
+    last = app.journey_step.options[-1][1]
+    app.journey_step.value = last
+    assert f"step {last}: " in app.journey_graph.value  # the picture's caption names the picked step
