@@ -191,3 +191,18 @@ def test_widget_journey_panel():
     last = app.journey_step.options[-1][1]
     app.journey_step.value = last
     assert f"step {last}: " in app.journey_graph.value  # the picture's caption names the picked step
+
+
+def test_the_report_can_include_journeys(conv_bn):
+    import html
+
+    from inspector._present.report import report
+
+    analysis = inspector.analyze("sample:conv_bn_mul", stage="tfa")
+    page = inspector.report_html(analysis, journeys=[conv_bn])
+    assert "Journeys through the Arm pipeline" in page and html.escape(conv_bn.site) in page
+    assert "Journeys through the Arm pipeline" not in inspector.report_html(analysis)
+    md = report(analysis, format="md", journeys=[conv_bn])
+    assert f"Journey of site `{conv_bn.site}`" in md and FOLD in md
+    data = json.loads(report(analysis, format="json", journeys=[conv_bn]))
+    assert data["journeys"][0]["site"] == conv_bn.site
