@@ -37,6 +37,7 @@ class _Snap:
     names: set[str]
     roles: dict[str, tuple[str, ...]]  # node name -> roles (conv, mul, output)
     facts: dict[str, tuple]  # node name -> (op name, argument names, qparams) for the site's nodes
+    ids: dict[str, int]  # node name -> id() of the Node object (a pass that edits in place keeps it)
     users: dict[str, tuple[tuple[str, int], ...]]  # site node -> (user, argument position)
     constants: dict[str, tuple[str, Any]]  # weight/bias/scale -> (node name, tensor or None)
     size: int  # nodes in the graph
@@ -170,7 +171,7 @@ class Follower:
         snap_before, _, graph_before = before
         snap_after = self.snap(out)
         if snap_after is None:  # the site's nodes are all gone without a trace
-            snap_after = _Snap(set(n.name for n in out.graph.nodes), {}, {}, {}, {}, len(out.graph.nodes))
+            snap_after = _Snap(set(n.name for n in out.graph.nodes), {}, {}, {}, {}, {}, len(out.graph.nodes))
         self._diff_step(name, phase, snap_before, snap_after, graph_before, out, index=len(self.passes) - 1)
 
     def failed(self, exc: Exception) -> None:
@@ -210,9 +211,10 @@ class Follower:
             roles = self._heirs(graph_module.graph)
             if not roles:
                 return None
-        facts, users = {}, {}
+        facts, users, ids = {}, {}, {}
         for name in roles:
             n = nodes[name]
+            ids[name] = id(n)
             facts[name] = (_target(n), _arg_names(n), _qparams(n))
             users[name] = tuple((u.name, i) for u in n.users for i, a in enumerate(u.all_input_nodes) if a is n)
         constants = {}
@@ -228,14 +230,19 @@ class Follower:
                 constants["scale"] = self._constant(_through(other[-1]), graph_module)
             elif len(mul.args) > 1 and isinstance(mul.args[1], (int, float)):
                 constants["scale"] = (repr(mul.args[1]), torch.tensor(float(mul.args[1])))
-        return _Snap(set(nodes), roles, facts, users, constants, len(nodes))
+        return _Snap(set(nodes), roles, facts, ids, users, constants, len(nodes))
 
     def _heirs(self, graph: Graph) -> dict[str, tuple[str, ...]]:
         out: dict[str, tuple[str, ...]] = {}
         taken: set[str] = set()
-        for n in graph.nodes:
-            if n.op != "call_function" or _is_qdq(n):
-                continue
+        computed = [n for n in graph.nodes if n.op == "call_function" and not _is_qdq(n)]
+        for n in computed:  # the nearest provenance first
+            for old in set(from_names(n)) & set(self.roles):
+                if old not in taken:
+                    taken.add(old)
+                    out[n.name] = tuple(dict.fromkeys((*out.get(n.name, ()), *self.roles[old])))
+                    self.aliases.setdefault(n.name, {n.name}).update(self.aliases.get(old, {old}))
+        for n in computed:
             history = ancestry(n)
             for old in (o for o in self.roles if self.aliases.get(o, {o}) & history):
                 if old not in taken:
@@ -293,11 +300,15 @@ class Follower:
     def _changes(self, b: _Snap, a: _Snap, graph_after: GraphModule) -> list[Change]:
         changes: list[Change] = []
         nodes = {n.name: n for n in graph_after.graph.nodes}
-        new = a.names - b.names
+        # A name is the same node if the Node object is (an edit in place) or the new node was made from
+        # it (a retrace); a retrace may give a site's name to another node (layer_norm's mul is "mul" now).
+        reused = {name for name in b.roles if name in nodes and id(nodes[name]) != b.ids.get(name)
+                  and ancestry(nodes[name]) and not (self.aliases.get(name, {name}) & ancestry(nodes[name]))}
+        new = (a.names - b.names) | reused
         new_in_order = [n.name for n in graph_after.graph.nodes if n.name in new]
         moved: dict[str, set[str]] = {}  # node name -> roles it takes over
         for name, roles in b.roles.items():
-            if name in a.names:
+            if name in a.names and name not in reused:
                 op_b, args_b, q_b = b.facts[name]
                 n = nodes[name]
                 op_a, args_a, q_a = _target(n), _arg_names(n), _qparams(n)
@@ -318,7 +329,10 @@ class Follower:
                 if pos < len(inputs) and inputs[pos].name != name:
                     heirs.append(inputs[pos].name)
             known = self.aliases.get(name, {name})
-            made = [m for m in new_in_order if known & ancestry(nodes[m])]
+            # Made from it: by the nearest provenance first (a name may have been given to another node
+            # before, so the whole history can point at two nodes), else by every name it has had.
+            made = [m for m in new_in_order if name in from_names(nodes[m]) and m != name] or \
+                [m for m in new_in_order if known & ancestry(nodes[m]) and m != name]
             computed = [m for m in made if not _is_qdq(nodes[m]) and nodes[m].op == "call_function"]
             heirs = list(dict.fromkeys(heirs))
             shown = heirs or computed[:1] or made[:1]
@@ -327,7 +341,8 @@ class Follower:
                 if role == "output":  # what the users read now
                     heir = (heirs or computed or made)[:1]
                 else:  # the node made from it that does its job (conv -> tosa CONV2D), else what took its place
-                    heir = [m for m in computed if role in _target(nodes[m]).lower()][:1] or heirs[:1] or computed[:1]
+                    heir = ([h for h in heirs if role in _target(nodes[h]).lower()][:1]
+                            or [m for m in computed if role in _target(nodes[m]).lower()][:1] or heirs[:1] or computed[:1])
                 if role == "mul" and heir and ("conv" in self.roles.get(heir[0], ()) or "conv" in moved.get(heir[0], ())):
                     continue  # the mul folded into its conv: no node is the mul any more
                 for h in heir:
@@ -346,8 +361,9 @@ class Follower:
                 changes.append(Change("created", "neighbour", name, f"{_target(n)} {detail}"))
         # The roles move before the constants are compared: a new conv reads the new weight.
         for name in list(self.roles):
-            if name not in a.names:
+            if name not in a.names or name in reused:
                 del self.roles[name]
+                self.aliases.pop(name, None)
         for name, roles in moved.items():
             self.roles[name] = tuple(dict.fromkeys((*self.roles.get(name, ()), *sorted(roles))))
         after = self.snap(graph_after) or a
