@@ -46,7 +46,7 @@ class JourneyPanel:
 
     def show(self, result: inspector.Journey) -> None:
         """A new journey: its steps in the list (the first that changed the site picked), its timeline."""
-        self.journey_text.value = result._repr_mimebundle_()["text/html"]
+        self.journey_text.value = result.html()
         options = [(f"{s.index}: {s.phase} / {s.name}", s.index) for s in result.steps if s.touched]
         self.journey_step.options = options
         if options:
