@@ -151,16 +151,6 @@ def pass_name(pass_: Any) -> str:
     return type(pass_).__name__
 
 
-def is_arm_pass(pass_: Any) -> bool:
-    """The pass is one of the Arm backend's (``ArmPass``)."""
-    return isinstance(pass_, _classes()[1])
-
-
-def is_tfa_pass(pass_: Any) -> bool:
-    """An Arm pass built for transform-for-annotation (``tfa_pass=True``)."""
-    return bool(getattr(pass_, "is_tfa_pass", False))
-
-
 def program_of(pass_: Any) -> Any:
     """The exported program a lowering pass holds (the Arm pass manager hands it the current one), or None."""
     return getattr(pass_, "exported_program", None)

@@ -281,8 +281,7 @@ def _moved(points: list[Point], steps) -> tuple[str, ...]:
 
 
 def _ending(follower: Follower, program, rejected: dict[str, str]) -> Ending:
-    lowered_run = any(s.phase == "lowering" for s in follower.steps) or any(
-        p == "lowering" for p, _ in follower.passes) and follower.final
+    lowered_run = any(phase == "lowering" for phase, _ in follower.passes)
     ops = tuple((role, node, op) for role, (node, op) in sorted(follower.final.items()))
     outside = {n.name: n for n in program.graph.nodes if n.op == "call_function"}
     left = [(name, r) for name, r in follower.roles.items() if name in outside]
@@ -291,7 +290,7 @@ def _ending(follower: Follower, program, rejected: dict[str, str]) -> Ending:
         why = "; ".join(f"{n}: {rejected[n]}" for n, _ in left if n in rejected)
         return Ending("outside", ops, follower.final_around,
                       f"left the delegate: {names} run outside it" + (f" ({why})" if why else ""))
-    if lowered_run and ops and any(p == "lowering" for p, _ in follower.passes):
+    if lowered_run and ops:
         tosa_ops = ", ".join(f"{role} -> {op} ({node})" for role, node, op in ops)
         around = f"; next to it: {', '.join(follower.final_around)}" if follower.final_around else ""
         return Ending("delegate", ops, follower.final_around, f"in the TOSA program: {tosa_ops}{around}")
