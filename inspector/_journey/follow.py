@@ -359,6 +359,8 @@ class Follower:
             elif sources or touching:
                 detail = (f"from {', '.join(sorted(sources))}" if sources else f"next to {', '.join(sorted(touching)[:3])}")
                 changes.append(Change("created", "neighbour", name, f"{_target(n)} {detail}"))
+        lost_output = any("output" in r for n, r in b.roles.items() if n not in a.names or n in reused) and \
+            not any("output" in r for r in moved.values())
         # The roles move before the constants are compared: a new conv reads the new weight.
         for name in list(self.roles):
             if name not in a.names or name in reused:
@@ -366,6 +368,13 @@ class Follower:
                 self.aliases.pop(name, None)
         for name, roles in moved.items():
             self.roles[name] = tuple(dict.fromkeys((*self.roles.get(name, ()), *sorted(roles))))
+        if lost_output:  # no node took its place: the site's output is what its mul (or, folded, its conv) computes
+            holder = next((n for n, r in self.roles.items() if "mul" in r), None) or \
+                next((n for n, r in self.roles.items() if "conv" in r), None)
+            if holder is not None:
+                self.roles[holder] = (*self.roles[holder], "output")
+                changes.append(Change("created", "output", holder,
+                                      "no node took the output's place: the site's output is read here again"))
         after = self.snap(graph_after) or a
         for role in CONSTANT_ROLES:
             was, now = b.constants.get(role), after.constants.get(role)
