@@ -23,6 +23,8 @@ from .errors import ExplanationMismatchWarning, InspectorError
 from ._sites.reasons import Reason
 from ._front.repro import reproducer
 from ._front.session import Session
+from ._journey.journey import journey
+from ._journey.records import Journey
 
 __all__ = [
     # analyze: sites, decisions, reasons
@@ -40,6 +42,8 @@ __all__ = [
     "reproducer", "explorer", "Session", "samples",
     # errors
     "InspectorError", "ExplanationMismatchWarning",
+    # a site's journey through the Arm pipeline
+    "journey", "Journey",
 ]
 from ._base.version import __version__  # noqa: F401
 from . import present as present  # what a screen draws with: inspector.present, with its own __all__

@@ -30,6 +30,9 @@ EXPECTED = {
                               "upstream's variant, +0.00 dB by construction", "sqnr_db_last (float64): a number on the",
                               "Folded sites out of all sites at tfa; SQNR (dB) at the last step",
                               "the same tables: True", "the command line's comment is the notebook's: True"],
+    "07_the_arm_pipeline.ipynb": ["the conv's weight first changes in: prepare_pt2e: fuse conv + BatchNorm",
+                                  "stateful_conv_mul / upstream: FoldScalarMulIntoConvPass",
+                                  "the mul becomes: tosa.MUL.default"],
 }
 
 

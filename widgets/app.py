@@ -27,6 +27,7 @@ from inspector import present
 from inspector import Comparison, InspectorError, Session
 
 from ._attribution import AttributionPanel
+from ._journey import JourneyPanel
 from ._common import describe
 from ._explorer import ExplorerPanel
 from ._graph import GraphPanel
@@ -111,6 +112,7 @@ class FoldInspector(W.VBox):
         self._comparison_for: tuple | None = None  # (stage, policy, markers) the results were computed for
         self.attribution = None  # the last attribution (inspector.Attribution)
         self._attribution_for: tuple | None = None
+        self.journey = None  # the last journey (inspector.Journey)
         self.selected: str | None = None  # the selected site id
         self.last_error: str | None = None
 
@@ -143,17 +145,19 @@ class FoldInspector(W.VBox):
                                              on_variant=lambda _: safely(self._render_attribution),
                                              on_node=lambda _: safely(self._render_curve))
         self._explorer = ExplorerPanel(on_open=lambda _: safely(self.open_model_explorer))
+        self._journey = JourneyPanel(on_run=lambda _: safely(self.run_journey),
+                                     on_step=lambda _: safely(lambda: self._journey.render_step(self.journey)))
         self._session = SessionPanel(
             on_save=lambda _: safely(lambda: self.save_session(self.session_path.value)),
             on_load=lambda _: safely(lambda: self.open_session(self.session_path.value)),
             on_report=lambda _: safely(lambda: self.export_report(self._session.report_path(),
                                                                   format=self.report_format.value)))
         for panel in (self._picker, self._header, self._sites, self._graphs, self._reference, self._attribution,
-                      self._explorer, self._session):
+                      self._journey, self._explorer, self._session):
             for name in panel.exposed:  # the controls stay reachable as app.steps_input, app.model_picker, ...
                 setattr(self, name, getattr(panel, name))
         self.children = [self._header.view, self.sites_box, self._graphs.view, self._reference.view,
-                         self._attribution.view, self._explorer.view, self._session.view]
+                         self._attribution.view, self._journey.view, self._explorer.view, self._session.view]
 
     # ------------------------------------------------------------------ the programmatic API
 
@@ -255,6 +259,23 @@ class FoldInspector(W.VBox):
             self._reference.render_bits(bits)
 
         self._start(self._reference.bits_view, "bits", compute, show, "a run is already going", wait)
+
+    def run_journey(self, wait: bool = False) -> None:
+        """Follow the selected site (or the first) through the Arm pipeline under the rule picked in the
+        journey panel, in the background."""
+        rule = self._journey.journey_variant.value
+
+        def compute(analysis, variants, steps, config, progress):
+            site = self.selected or (analysis.sites[0].id if analysis.sites else None)
+            progress("following the site", 0.1)
+            return inspector.journey(analysis.target, site, rule)  # found at tfa: site ids hold across stages
+
+        def show(result, config):
+            self.journey = result
+            self._journey.show(result)
+            self._journey.render_step(result)
+
+        self._start(self._journey.job_view, "journey", compute, show, "a run is already going", wait)
 
     def _start(self, view: JobView, name: str, compute: Callable, show: Callable, busy: str, wait: bool) -> None:
         """Run ``compute`` on what the screen shows now, in the background; ``show`` its result when done."""
@@ -441,6 +462,8 @@ class FoldInspector(W.VBox):
         self.comparison = self._comparison_for = None
         self.attribution = self._attribution_for = None
         self._attribution.forget()
+        self.journey = None
+        self._journey.forget()
 
     def _on_stage(self, change) -> None:
         def go():

@@ -139,6 +139,14 @@ def _parser() -> argparse.ArgumentParser:
                    help="output format (default: from the --out suffix, else svg); dot needs no graphviz install")
     r.add_argument("--out", required=True, metavar="FILE", help="where to write the picture")
 
+    j = model_command("journey", "follow one site through the installed Arm pipeline: every pass that touched it",
+                      stage_and_policy=False, markers=False)
+    j.add_argument("--site", required=True, metavar="ID", help="the site id, its index, or its mul's name (see analyze)")
+    j.add_argument("--variant", default="upstream", metavar="RULE", help="the fold rule to follow it under (default: upstream)")
+    j.add_argument("--tosa", action="store_true", help="also run the lowered program on the TOSA reference model")
+    j.add_argument("--all-passes", action="store_true", help="list every pass, not only those that touched the site")
+    j.add_argument("--json", action="store_true", help="print JSON instead of the timeline")
+
     e = model_command("explorer", "write the whole graph and its overlays for Google's Model Explorer (big graphs)")
     e.add_argument("--out", required=True, metavar="DIR", help="folder to write graph.json and the node data into")
     e.add_argument("--which", choices=("before", "after"), default="before",
@@ -365,6 +373,15 @@ def _repro(args) -> int:
     return 0
 
 
+def _journey(args) -> int:
+    from .._journey.journey import journey
+
+    result = journey(args.target, args.site, args.variant, example_inputs=_inputs_from_shapes(args.input_shape),
+                     tosa=args.tosa, all_passes=args.all_passes)
+    print(json.dumps(result.to_dict(), indent=2) if args.json else result.text())
+    return 0
+
+
 def _render(args) -> int:
     from .._base.files import check_writable, write_bytes
     from .._decide.decide import analyze
@@ -529,7 +546,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     _quiet_imports()
     handler = {"analyze": _analyze, "compare": _compare, "attribute": _attribute, "report": _report, "repro": _repro,
-               "render": _render, "explorer": _explorer, "demo": _demo,
+               "render": _render, "explorer": _explorer, "demo": _demo, "journey": _journey,
                "samples": _samples, "sweep": _sweep}[args.command]
     try:
         return handler(args)

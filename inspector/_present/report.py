@@ -170,23 +170,26 @@ def summary(analysis, comparison=None) -> str:
 
 
 def report(analysis, comparison=None, *, format: str = "html", results_for=None, full_traces: bool = False,
-           command: str | None = None) -> str:
-    """The report of ``analysis`` (and ``comparison``, if given) as text in ``format`` (html, md, json)."""
+           command: str | None = None, journeys=()) -> str:
+    """The report of ``analysis`` (and ``comparison``, if given) as text in ``format`` (html, md, json);
+    ``journeys`` (``inspector.journey`` results) add a section each."""
     if format not in FORMATS:
         raise InspectorError(f"unknown report format {quoted(format)}; choose one of: {', '.join(FORMATS)}")
     redact = Redactor(model_file_of(analysis.target), html=format == "html")
     command = command or reproduce_command(analysis, comparison, format)
     if format == "html":
         return redact(report_html(analysis, comparison, results_for=results_for, full_traces=full_traces,
-                                  command=command))
+                                  command=command, journeys=journeys))
     if format == "md":
-        return redact(report_markdown(analysis, comparison, command=command))
-    return json.dumps(redact.value(report_dict(analysis, comparison, command=command)), indent=2, allow_nan=False)
+        return redact(report_markdown(analysis, comparison, command=command, journeys=journeys))
+    return json.dumps(redact.value(report_dict(analysis, comparison, command=command, journeys=journeys)), indent=2,
+                      allow_nan=False)
 
 
-def report_dict(analysis, comparison=None, *, command: str = "") -> dict:
-    """The report's facts, JSON-ready."""
-    return {
+def report_dict(analysis, comparison=None, *, command: str = "", journeys=()) -> dict:
+    """The report's facts, JSON-ready (with ``journeys``, a "journeys" list)."""
+    extra = {"journeys": [j.to_dict() for j in journeys]} if journeys else {}
+    return {**extra,
         "summary": summary(analysis, comparison),
         "analysis": analysis.to_dict(),
         "comparison": comparison.to_dict() if comparison is not None else None,
@@ -206,7 +209,7 @@ _BODY = """<h1>fold inspector report: {title}</h1>
 
 
 def report_html(analysis, comparison=None, *, results_for=None, full_traces: bool = False,
-                command: str | None = None) -> str:
+                command: str | None = None, journeys=()) -> str:
     """The self-contained report page. ``results_for`` is the ``(stage, policy, markers)`` the
     comparison was computed for, when that may differ from ``analysis.configuration``."""
     from .render import render_pair, svg
@@ -228,7 +231,12 @@ def report_html(analysis, comparison=None, *, results_for=None, full_traces: boo
         results = banner + comparison_html(comparison) + "".join(
             figure_img(comparison.plot(kind)) for kind in ("drift", "channels"))
     env = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in environment().items())
-    body = _BODY.format(title=html.escape(analysis.name), stage=html.escape(analysis.stage),
+    template = _BODY
+    if journeys:  # an optional section: the page is unchanged without it (each journey escapes its own names)
+        section = "<h2>Journeys through the Arm pipeline</h2>" + "".join(
+            j.html().replace("{", "{{").replace("}", "}}") for j in journeys)
+        template = template.replace("<h2>Environment</h2>", section + "\n<h2>Environment</h2>")
+    body = template.format(title=html.escape(analysis.name), stage=html.escape(analysis.stage),
                         policy=html.escape(analysis.policy), source=html.escape(analysis.rule.source),
                         summary=html.escape(summary(analysis, comparison)),
                         sites=analysis_html(analysis, comparison), graphs=graphs, results=results,
@@ -249,7 +257,7 @@ def md_code(text, *, cell: bool = False, limit: int = 300) -> str:
     return span.replace("|", "\\|") if cell else span
 
 
-def report_markdown(analysis, comparison=None, *, command: str | None = None) -> str:
+def report_markdown(analysis, comparison=None, *, command: str | None = None, journeys=()) -> str:
     """A GitHub comment: summary, site table, comparison table, versions, the command, details."""
     command = command or reproduce_command(analysis, comparison, "md")
     env = environment()
@@ -280,6 +288,9 @@ def report_markdown(analysis, comparison=None, *, command: str | None = None) ->
             lines.append(f"  - reaches {md_code(s.state_boundary)}: {md_code(' -> '.join(s.state_path))}")
         details.append("\n".join(lines))
     notes = [f"- {md_code(n)}" for n in analysis.notes]
+    for j in journeys:  # an optional block each; the Markdown is unchanged without them
+        blocks.append(["", f"<details><summary>Journey of site {md_code(j.site)} under {md_code(j.variant)}</summary>",
+                       "", "```text", j.text().replace("```", "` ` `"), "```", "", "</details>"])
 
     def document(n_rows: int, n_details: int, with_blocks: bool) -> str:
         table = markdown_table(header, rows[:n_rows])

@@ -1,0 +1,1 @@
+"""A site's journey through the Arm pipeline: every pass that touched it, where it ended, its numbers."""

@@ -1,0 +1,297 @@
+"""``journey``: one site followed through the installed Arm pipeline, pass by pass.
+
+The run is the flow's own (``_numbers.flow``): on a private copy of the target, ``prepare_pt2e``
+with the variant's TOSA quantizer (its own steps fuse conv + BatchNorm, then the Arm
+transform-for-annotation pipeline runs), calibration, ``convert_pt2e``, re-export and
+``to_edge_transform_and_lower`` with the TOSA partitioner, under the variant's fold rule. The
+pipeline is the installed one, unchanged: the ``Follower`` only watches it through the pipeline
+door (``_doors.pipeline``). Numbers are read where they can be had without another run of the
+pipeline: float eager, the prepared graph in float (observers passed through), the converted
+program (quantize/dequantize simulation in PyTorch) and, with ``tosa=True``, the TOSA reference
+model on the lowered program.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from typing import Any, Iterable
+
+import torch
+from torch.fx import GraphModule, Interpreter
+
+from .._base import quiet as _quiet
+from .._decide.decide import analyze
+from .._doors import executorch as _executorch, pipeline as _pipeline, tosa as _tosa
+from .._doors.fold_swap import swapped_fold_pass
+from .._numbers import flow as _flow
+from .._numbers.quantization import DEFAULT, Plan, quantizations
+from .._rules.rules import FoldLog, get_rule, policy_pass_class
+from .._targets import load as _load
+from ..errors import InspectorError, describe, listing, quoted
+from .follow import Follower
+from .records import Ending, Journey, Point
+
+FUSE = "prepare_pt2e: fuse conv + BatchNorm"
+ANNOTATE = "prepare_pt2e: annotate, insert observers"
+CONVERT = "convert_pt2e: observers become quantize/dequantize"
+FOLD_WEIGHTS = "convert_pt2e: quantized weights folded into constants"
+REEXPORT = "torch.export: re-export"
+TO_EDGE = "to_edge: edge dialect"
+PARTITION = "partition: the TOSA delegate's part"
+
+
+def journey(target: Any, site: "str | int | None" = None, variant: str = "upstream", *,
+            example_inputs: Any = None, stage: str = "tfa", tosa: bool = False,
+            all_passes: bool = False) -> Journey:
+    """Follow one site of ``target`` through the installed Arm pipeline under the fold rule ``variant``.
+
+    ``site`` is a site id, its index, or its mul's name (``None``: the model's only site); the
+    site is found at ``stage`` (``tfa``: the graph the fold sees in transform-for-annotation).
+    Every pass the pipeline runs is listed in ``Journey.passes``; the steps that touched the site
+    (its conv, mul, scale, weight, bias, or what stands for them later) in ``Journey.steps``, with
+    what each did (every pass with ``all_passes=True``). ``tosa=True`` also runs the lowered
+    program on the TOSA reference model for the last number. The pipeline is the installed one:
+    observing it changes nothing it runs.
+    """
+    started = time.perf_counter()
+    rule = get_rule(variant)
+    loaded = _load.load(target, example_inputs)
+    chosen = _find_site(analyze(loaded, stage=stage, rule=rule.name), site)
+    plan = Plan.of(quantizations.get(DEFAULT))
+    follower = Follower({chosen.conv: ("conv",), chosen.mul: ("mul", "output")}, all_passes=all_passes)
+    notes: list[str] = []
+    module = copy.deepcopy(loaded.exported).module(check_guards=False)
+    if not ({chosen.conv, chosen.mul} & {n.name for n in module.graph.nodes}):
+        raise InspectorError(f"site {quoted(chosen.id)} has no node in the exported program "
+                             f"(conv {chosen.conv}, mul {chosen.mul} at {stage}); try stage='aten'")
+    initial = loaded.initial_buffers()
+    calibration = _flow.choose_calibration(loaded, None, 1)
+    eager_site, eager_out = _values(module, loaded.inputs, (chosen.mul,))
+    _flow.reset_state(module, initial)
+    points: list[Point] = [Point("float eager", "torch (float)", 0.0 if eager_site else None,
+                                 math.inf if eager_site else None, 0.0, math.inf)]
+    error = None
+    lowered = None
+    with _quiet.captured_fds() as captured, _quiet.quiet_loggers(*_executorch.ARM_PASS_LOGGERS):
+        try:
+            with swapped_fold_pass(policy_pass_class(rule, (), FoldLog())), _pipeline.observing(follower):
+                follower.start(module)
+                follower.phase = "prepare"
+                follower.expect(FUSE, "prepare")
+                prepared = _phase("prepare", lambda: _tosa.prepare_pt2e(module, plan.quantizer()))
+                follower.settle(ANNOTATE, "prepare", prepared)
+                points.append(_point("after transform-for-annotation", "torch (float, observers passed through)",
+                                     prepared, loaded, follower, eager_site, eager_out, skip_observers=True))
+                _flow.reset_state(prepared, initial)
+                _phase("calibrate", lambda: _flow._calibrate(prepared, calibration, loaded))
+                follower.phase = "convert"
+                follower.expect(CONVERT, "convert")
+                converted = _phase("convert", lambda: _tosa.convert_pt2e(prepared))
+                follower.settle(FOLD_WEIGHTS, "convert", converted)
+                _flow.reset_state(converted, initial)
+                points.append(_point("simulation", "torch (quantize/dequantize simulation)", converted, loaded,
+                                     follower, eager_site, eager_out, through_qdq=True))
+                _flow.reset_state(converted, initial)
+                reexported = _phase("re-export", lambda: torch.export.export(converted, copy.deepcopy(loaded.inputs)))
+                follower.settle(REEXPORT, "re-export", reexported.graph_module)
+                follower.program = reexported
+                follower.phase = "to_edge"
+                follower.expect(TO_EDGE, "to_edge")
+                with _tosa.partition_rejections() as rejected:
+                    lowered = _phase("lower", lambda: _tosa.lower(reexported, plan.spec))
+            program = lowered.exported_program()
+            if tosa:
+                points.append(_tosa_point(program, loaded, eager_out, initial))
+        except InspectorError as exc:
+            error = exc
+    if error is not None:
+        error.details = "\n".join(filter(None, (error.details, captured.text)))
+        raise error
+    notes.extend(follower.notes)
+    ending = _ending(follower, program, rejected)
+    return Journey(loaded.name, chosen.id, rule.name, chosen.decision, chosen.conv, chosen.mul,
+                   tuple(follower.passes), tuple(follower.steps), follower.untouched, ending, tuple(points),
+                   _moved(points, follower.steps), tuple(notes), time.perf_counter() - started,
+                   program_digest=program_digest(lowered), site_record=chosen)
+
+
+def program_digest(lowered) -> str:
+    """A digest of a lowered program: every TOSA delegate's flatbuffer and the program around them."""
+    import hashlib
+
+    program = lowered.exported_program()
+    h = hashlib.sha256(program.graph_module.code.encode())
+    for name, module in sorted(program.graph_module.named_children()):
+        data = getattr(module, "processed_bytes", None)
+        if isinstance(data, (bytes, bytearray)):
+            h.update(name.encode())
+            h.update(bytes(data))
+    return h.hexdigest()
+
+
+def _find_site(analysis, site):
+    sites = analysis.sites
+    if not sites:
+        raise InspectorError(f"{analysis.target} has no conv->mul site")
+    if site is None:
+        if len(sites) == 1:
+            return sites[0]
+        raise InspectorError(f"{analysis.target} has {len(sites)} sites; name one: {listing(s.id for s in sites)}")
+    if isinstance(site, int) and not isinstance(site, bool):
+        if 0 <= site < len(sites):
+            return sites[site]
+        raise InspectorError(f"no site {site}: {analysis.target} has {len(sites)} (0 to {len(sites) - 1})")
+    for s in sites:
+        if site in (s.id, s.mul):
+            return s
+    if isinstance(site, str) and site.isdigit():
+        return _find_site(analysis, int(site))
+    raise InspectorError(f"no site {quoted(site)}; sites: {listing(s.id for s in sites)}")
+
+
+def _phase(name: str, fn):
+    try:
+        return fn()
+    except InspectorError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise InspectorError(f"{name} failed: {describe(exc)}") from None
+
+
+# ---------------------------------------------------------------- numbers
+
+
+class _Recorder(Interpreter):
+    """Runs a graph module and keeps the values of the named nodes; observers pass values through."""
+
+    def __init__(self, module: GraphModule, wanted: Iterable[str], skip_observers: bool = False) -> None:
+        super().__init__(module)
+        self.wanted = set(wanted)
+        self.values: dict[str, Any] = {}
+        self.skip_observers = skip_observers
+
+    def run_node(self, n):
+        value = super().run_node(n)
+        if n.name in self.wanted and isinstance(value, torch.Tensor):
+            self.values[n.name] = value.detach().clone()
+        return value
+
+    def call_module(self, target, args, kwargs):
+        if self.skip_observers and hasattr(self.fetch_attr(target), "calculate_qparams"):
+            return args[0]  # an observer: the value as it is, its statistics untouched
+        return super().call_module(target, args, kwargs)
+
+
+def _values(module: GraphModule, inputs: tuple, wanted: Iterable[str], skip_observers: bool = False):
+    recorder = _Recorder(module, wanted, skip_observers)
+    with torch.no_grad():
+        out = recorder.run(*copy.deepcopy(inputs))
+    return recorder.values, _flow.flat_outputs(out)
+
+
+def _point(name: str, engine: str, module: GraphModule, target, follower: Follower, eager_site: dict,
+           eager_out: list, *, skip_observers: bool = False, through_qdq: bool = False) -> Point:
+    output_node = next((n for n, r in follower.roles.items() if "output" in r), None)
+    wanted = {output_node} if output_node else set()
+    if through_qdq and output_node:
+        wanted |= _qdq_after(module, output_node)
+    try:
+        values, outs = _values(module, target.inputs, wanted, skip_observers)
+    except Exception as exc:  # noqa: BLE001 - a number missing is said, the journey goes on
+        return Point(name, engine, None, None, None, None, f"could not run: {describe(exc)}")
+    reference = next(iter(eager_site.values()), None)
+    value = None
+    note = f"site output is {output_node}" if output_node else "no node stands for the site's output"
+    if through_qdq and output_node:
+        after = [n for n in _qdq_after(module, output_node) if n in values]
+        if after:
+            value, note = values[after[-1]], f"site output is {after[-1]} (after quantize/dequantize of {output_node})"
+    if value is None and output_node:
+        value = values.get(output_node)
+    site_max, site_db = _compare(value, reference)
+    out_max, out_db = _compare(outs[0] if outs else None, eager_out[0] if eager_out else None)
+    return Point(name, engine, site_max, site_db, out_max, out_db, note)
+
+
+def _qdq_after(module: GraphModule, name: str) -> set[str]:
+    """The quantize and the dequantize right after node ``name`` (what the next op reads)."""
+    node = next((n for n in module.graph.nodes if n.name == name), None)
+    out: list[str] = []
+    while node is not None:
+        nxt = next((u for u in node.users if u.op == "call_function"
+                    and any(q in str(u.target) for q in ("quantize_per_tensor", "dequantize_per_tensor"))), None)
+        if nxt is None or len(out) >= 2:
+            break
+        out.append(nxt.name)
+        node = nxt
+    return set(out[-1:]) if out else set()
+
+
+def _compare(value, reference) -> tuple[float | None, float | None]:
+    if value is None or reference is None or value.shape != reference.shape:
+        return None, None
+    err = value.double() - reference.double()
+    return float(err.abs().max()) if err.numel() else 0.0, _flow.sqnr(reference.double(), err)
+
+
+def _tosa_point(program, target, eager_out: list, initial) -> Point:
+    try:
+        module = program.module()
+        _flow.reset_state(module, initial)
+        with torch.no_grad(), _tosa.reference_dispatch():
+            outs = _flow.flat_outputs(module(*copy.deepcopy(target.inputs)))
+    except Exception as exc:  # noqa: BLE001
+        return Point("TOSA", "TOSA reference model", None, None, None, None, f"could not run: {describe(exc)}")
+    out_max, out_db = _compare(outs[0] if outs else None, eager_out[0] if eager_out else None)
+    return Point("TOSA", "TOSA reference model", None, None, out_max, out_db,
+                 "the delegate runs whole: the site's own output is not visible, the model's is")
+
+
+def _moved(points: list[Point], steps) -> tuple[str, ...]:
+    """For each boundary between two points, how far the numbers moved and which steps lay between."""
+    spans = {"after transform-for-annotation": ("prepare", "transform-for-annotation"),
+             "simulation": ("prepare", "convert"),
+             "TOSA": ("re-export", "to_edge", "lowering")}
+    out = []
+    for prev, cur in zip(points, points[1:]):
+        a, b = (prev.site_sqnr_db, cur.site_sqnr_db) if cur.site_sqnr_db is not None else \
+            (prev.output_sqnr_db, cur.output_sqnr_db)
+        what = "site output" if cur.site_sqnr_db is not None else "model output"
+        if a is None or b is None:
+            continue
+        phases = spans.get(cur.point, ())
+        changed = [s.name for s in steps if s.phase in phases and any(
+            c.kind in ("constant-changed", "removed") for c in s.changes)]
+        if cur.point == "simulation":
+            changed = ["quantization (observers, convert_pt2e)"]
+        if b == a or (math.isinf(a) and math.isinf(b)):
+            out.append(f"{prev.point} -> {cur.point}: {what} unchanged")
+            continue
+        by = ", ".join(dict.fromkeys(changed)) or "no step that changed the site's constants"
+        err = cur.site_max_abs if cur.site_sqnr_db is not None else cur.output_max_abs
+        out.append(f"{prev.point} -> {cur.point}: {what} "
+                   + ("exact" if b == math.inf else f"{b:.1f} dB against float (max |err| {err:.3g})")
+                   + f"; moved by {by}")
+    return tuple(out)
+
+
+# ---------------------------------------------------------------- the ending
+
+
+def _ending(follower: Follower, program, rejected: dict[str, str]) -> Ending:
+    lowered_run = any(phase == "lowering" for phase, _ in follower.passes)
+    ops = tuple((role, node, op) for role, (node, op) in sorted(follower.final.items()))
+    outside = {n.name: n for n in program.graph.nodes if n.op == "call_function"}
+    left = [(name, r) for name, r in follower.roles.items() if name in outside]
+    if left:
+        names = ", ".join(f"{n} ({_flow.is_qdq(outside[n]) and 'q/dq' or outside[n].target})" for n, _ in left)
+        why = "; ".join(f"{n}: {rejected[n]}" for n, _ in left if n in rejected)
+        return Ending("outside", ops, follower.final_around,
+                      f"left the delegate: {names} run outside it" + (f" ({why})" if why else ""))
+    if lowered_run and ops:
+        tosa_ops = ", ".join(f"{role} -> {op} ({node})" for role, node, op in ops)
+        around = f"; next to it: {', '.join(follower.final_around)}" if follower.final_around else ""
+        return Ending("delegate", ops, follower.final_around, f"in the TOSA program: {tosa_ops}{around}")
+    return Ending("unknown", ops, follower.final_around, "the site's nodes could not be followed to the end")

@@ -1,0 +1,273 @@
+"""A journey's records: what each pass did to the site, where the site ended, its numbers.
+
+Frozen like every result (``Change``, ``Step``, ``Point``, ``Ending``, ``Journey``); ``to_dict``
+writes JSON-ready dicts, ``to_dataframe`` one row per change. Nothing here runs a model: the
+verb that fills them is ``journey`` (``_journey.journey``), the reading of graphs ``follow``.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+# What a pass can do to one of the site's nodes (the ``kind`` of a ``Change``).
+KINDS = ("created", "removed", "op-changed", "inputs-changed", "constant-changed", "constant-renamed",
+         "constant-removed", "qparams-attached", "qparams-changed")
+
+
+def _json_float(v):
+    if v is None:
+        return None
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return v
+
+
+@dataclass(frozen=True)
+class Change:
+    """One thing one pass did to one of the site's nodes."""
+
+    kind: str  # one of KINDS
+    role: str  # conv, mul, output, weight, bias, scale, or neighbour (a node created next to the site)
+    node: str  # the node's name (after the pass; the removed node's name for "removed")
+    detail: str  # in words: "replaced by conv2d", "largest |change| 0.031", "(x, w) -> (x, w_1)"
+    largest_change: float | None = None  # constants: the largest absolute change of a value
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "role": self.role, "node": self.node, "detail": self.detail,
+                "largest_change": _json_float(self.largest_change)}
+
+    def text(self) -> str:
+        return f"{self.kind} {self.role} {self.node}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One pass (or one of ``prepare_pt2e``'s and ``convert_pt2e``'s own steps) and what it did to the site."""
+
+    index: int  # position among the steps listed
+    run: int | None  # position among every pass run (``Journey.passes``); None for a step between passes
+    phase: str  # prepare, transform-for-annotation, convert, re-export, to_edge, lowering
+    name: str  # the pass's class name, or what ran between two passes ("prepare_pt2e: fuse conv + BatchNorm")
+    changes: tuple[Change, ...]  # what it did to the site (empty: it ran but did not touch it)
+    nodes_before: int  # nodes in the graph it received
+    nodes_after: int  # nodes in the graph it returned
+    synthetic: bool = False  # a step between observed passes (its name says what ran)
+    graph_before: Any = field(default=None, repr=False, compare=False)  # for the picture (touched steps only)
+    graph_after: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def touched(self) -> bool:
+        return bool(self.changes)
+
+    def kinds(self, role: str | None = None) -> tuple[str, ...]:
+        """The kinds of change this step made (to ``role`` only, if given)."""
+        return tuple(c.kind for c in self.changes if role is None or c.role == role)
+
+    def largest_change(self, role: str = "weight") -> float | None:
+        """The largest absolute change this step made to the constant of ``role``, if it changed one."""
+        values = [c.largest_change for c in self.changes if c.role == role and c.largest_change is not None]
+        return max(values) if values else None
+
+    def to_dict(self) -> dict:
+        return {"index": self.index, "run": self.run, "phase": self.phase, "name": self.name,
+                "synthetic": self.synthetic, "nodes_before": self.nodes_before, "nodes_after": self.nodes_after,
+                "changes": [c.to_dict() for c in self.changes]}
+
+    def text(self) -> str:
+        head = f"{self.phase:<24} {self.name}"
+        if not self.changes:
+            return head + "  (did not touch the site)"
+        return head + "".join(f"\n{'':27}{c.text()}" for c in self.changes)
+
+
+@dataclass(frozen=True)
+class Point:
+    """The site's output (and the model's first output) against float eager at one point of the pipeline."""
+
+    point: str  # float eager, after transform-for-annotation, simulation, TOSA
+    engine: str  # what computed it: "torch (float)", "torch (quantize/dequantize simulation)", "TOSA reference model"
+    site_max_abs: float | None  # max |site output - float eager site output| (None where it cannot be had)
+    site_sqnr_db: float | None  # SQNR of the site output against float eager, dB
+    output_max_abs: float | None  # the same for the model's first output
+    output_sqnr_db: float | None
+    note: str = ""  # why a number is missing, or what the site's output is here
+
+    def to_dict(self) -> dict:
+        return {"point": self.point, "engine": self.engine, "site_max_abs": _json_float(self.site_max_abs),
+                "site_sqnr_db": _json_float(self.site_sqnr_db), "output_max_abs": _json_float(self.output_max_abs),
+                "output_sqnr_db": _json_float(self.output_sqnr_db), "note": self.note}
+
+
+@dataclass(frozen=True)
+class Ending:
+    """What the site became at the end of the pipeline."""
+
+    where: str  # "delegate" (in the TOSA program), "outside" (left the delegate), "unknown"
+    ops: tuple[tuple[str, str, str], ...]  # (role, node, op) standing for the site at the end: TOSA ops by name
+    around: tuple[str, ...]  # the ops next to them (RESCALE, ...)
+    detail: str  # in words
+
+    def to_dict(self) -> dict:
+        return {"where": self.where, "ops": [{"role": r, "node": n, "op": o} for r, n, o in self.ops],
+                "around": list(self.around), "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class Journey:
+    """One site followed through the installed Arm pipeline under one fold rule."""
+
+    target: str  # model name
+    site: str  # the site's id
+    variant: str  # the fold rule followed (off, upstream, ...)
+    decision: str  # the site's decision at its stage under that rule (fold / skip)
+    conv: str  # the site's conv and mul as the journey started
+    mul: str
+    passes: tuple[tuple[str, str], ...]  # (phase, pass) of every pass run, in order
+    steps: tuple[Step, ...]  # the steps that touched the site (every step with all_passes=True)
+    untouched: int  # passes run that did not touch the site
+    ending: Ending  # what the site became
+    numbers: tuple[Point, ...]  # the site's numbers at the points where they can be had
+    moved: tuple[str, ...]  # which step moved the numbers, one sentence per boundary
+    notes: tuple[str, ...] = ()  # what the reader must know (an observer that failed, a number missing)
+    seconds: float = 0.0  # how long the journey took
+    program_digest: str = ""  # sha256 of the lowered program (its TOSA flatbuffers and the graph around them)
+    site_record: Any = field(default=None, repr=False, compare=False)  # the Site, for the pictures
+
+    # ---------------------------------------------------------------- questions
+
+    def touched(self) -> tuple[Step, ...]:
+        """The steps that touched the site."""
+        return tuple(s for s in self.steps if s.touched)
+
+    def step(self, name: str, phase: str | None = None) -> Step | None:
+        """The first touched step named ``name`` (in ``phase``, if given), or None."""
+        return next((s for s in self.steps if s.name == name and (phase is None or s.phase == phase)
+                     and s.touched), None)
+
+    def first(self, kind: str, role: str) -> Step | None:
+        """The first step that made a change of ``kind`` to ``role`` (``first("constant-changed", "weight")``)."""
+        return next((s for s in self.steps if any(c.kind == kind and c.role == role for c in s.changes)), None)
+
+    def point(self, name: str) -> Point | None:
+        return next((p for p in self.numbers if p.point == name), None)
+
+    # ---------------------------------------------------------------- pictures
+
+    def picture(self, step: "int | Step"):
+        """The site's neighbourhood before and after ``step`` (a touched step or its index), drawn by
+        the inspector's renderer with the site's marks: a ``graphviz.Digraph``."""
+        from dataclasses import replace
+
+        from .._present.render import Verdicts, render_pair
+        from ..errors import InspectorError
+
+        chosen = self.steps[step] if isinstance(step, int) else step
+        if chosen.graph_before is None or chosen.graph_after is None or self.site_record is None:
+            raise InspectorError(f"no picture of step {chosen.index} ({chosen.name}): it did not touch the site, "
+                                 "or the journey was read from JSON")
+        names = _names_at(self.steps, chosen, self.conv, self.mul)
+        before = replace(self.site_record, conv=names[0][0], mul=names[0][1], decision="skip", reasons=())
+        after = replace(self.site_record, conv=names[1][0], mul=names[1][1], decision="skip", reasons=())
+        caption = (f"{self.target}, site {self.site}, rule {self.variant}",
+                   f"step {chosen.index}: {chosen.phase} / {chosen.name}")
+        return render_pair(chosen.graph_before, chosen.graph_after, (Verdicts((before,)), Verdicts((after,))),
+                           caption=caption, focus=self.site, hops=2)
+
+    # ---------------------------------------------------------------- presentation
+
+    def text(self) -> str:
+        """A compact timeline: every step that touched the site, the ending, the numbers."""
+        lines = [f"journey of site {self.site} in {self.target} under {self.variant} "
+                 f"({self.decision}; conv {self.conv}, mul {self.mul})",
+                 f"{len(self.passes)} passes ran; {len(self.touched())} steps touched the site, "
+                 f"{self.untouched} passes did not"]
+        for s in self.steps:
+            lines.append(f"[{s.index:>3}] " + s.text())
+        lines.append(f"end: {self.ending.detail}")
+        for p in self.numbers:
+            lines.append(f"  {p.point:<32} site {_db(p.site_sqnr_db)} (max |err| {_num(p.site_max_abs)}), "
+                         f"output {_db(p.output_sqnr_db)}  [{p.engine}]" + (f"  {p.note}" if p.note else ""))
+        lines.extend(f"moved: {m}" for m in self.moved)
+        lines.extend(f"note: {n}" for n in self.notes)
+        return "\n".join(lines)
+
+    __str__ = text
+
+    def html(self) -> str:
+        """The timeline as an HTML fragment (every name from the model escaped)."""
+        e = html.escape
+        rows = []
+        for s in self.steps:
+            changes = "<br>".join(e(c.text()) for c in s.changes) or "<i>did not touch the site</i>"
+            rows.append(f"<tr><td>{s.index}</td><td>{e(s.phase)}</td><td><code>{e(s.name)}</code></td>"
+                        f"<td>{changes}</td></tr>")
+        points = "".join(f"<tr><td>{e(p.point)}</td><td>{e(_db(p.site_sqnr_db))}</td><td>{e(_num(p.site_max_abs))}</td>"
+                         f"<td>{e(_db(p.output_sqnr_db))}</td><td>{e(p.engine)}</td><td>{e(p.note)}</td></tr>"
+                         for p in self.numbers)
+        notes = "".join(f"<li>{e(n)}</li>" for n in (*self.moved, *self.notes))
+        return (f"<div class='journey'><h3>Journey of site <code>{e(self.site)}</code> in {e(self.target)} "
+                f"under <code>{e(self.variant)}</code></h3>"
+                f"<p>{len(self.passes)} passes ran; {len(self.touched())} steps touched the site, "
+                f"{self.untouched} passes did not.</p>"
+                f"<table><tr><th>#</th><th>phase</th><th>pass</th><th>what it did to the site</th></tr>{''.join(rows)}"
+                f"</table><p><b>End:</b> {e(self.ending.detail)}</p>"
+                f"<table><tr><th>point</th><th>site SQNR</th><th>site max |err|</th><th>output SQNR</th>"
+                f"<th>engine</th><th>note</th></tr>{points}</table><ul>{notes}</ul></div>")
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return {"text/plain": self.text(), "text/html": self.html()}
+
+    def __repr__(self) -> str:
+        return (f"<Journey {self.target} site {self.site} under {self.variant}: {len(self.touched())} of "
+                f"{len(self.passes)} passes touched it; {self.ending.where}>")
+
+    def to_dict(self) -> dict:
+        return {"target": self.target, "site": self.site, "variant": self.variant, "decision": self.decision,
+                "conv": self.conv, "mul": self.mul, "passes": [{"phase": p, "name": n} for p, n in self.passes],
+                "steps": [s.to_dict() for s in self.steps], "untouched": self.untouched,
+                "ending": self.ending.to_dict(), "numbers": [p.to_dict() for p in self.numbers],
+                "moved": list(self.moved), "notes": list(self.notes), "seconds": self.seconds,
+                "program_digest": self.program_digest}
+
+    def to_dataframe(self):
+        """One row per change: the step's fields (index, run, phase, name) and the change's."""
+        import pandas as pd
+
+        columns = ["index", "run", "phase", "name", "kind", "role", "node", "detail", "largest_change"]
+        rows = [{"index": s.index, "run": s.run, "phase": s.phase, "name": s.name, **c.to_dict()}
+                for s in self.steps for c in s.changes]
+        return pd.DataFrame(rows, columns=columns)
+
+
+def _names_at(steps, chosen: Step, conv: str, mul: str) -> tuple[tuple[str, str], tuple[str, str]]:
+    """The conv and mul names before and after ``chosen``, replaying the steps' removals and creations."""
+    now = [conv, mul]
+    before = tuple(now)
+    for s in steps:
+        if s.index == chosen.index:
+            before = tuple(now)
+        for c in s.changes:
+            if c.kind == "created" and c.role in ("conv", "mul"):
+                now[0 if c.role == "conv" else 1] = c.node
+            if c.kind == "removed" and c.role == "mul" and c.node == now[1]:
+                now[1] = ""
+        if s.index == chosen.index:
+            return before, tuple(now)  # type: ignore[return-value]
+    return before, tuple(now)  # type: ignore[return-value]
+
+
+def _db(v) -> str:
+    if v is None:
+        return "-"
+    if math.isinf(v):
+        return "exact" if v > 0 else "-inf dB"
+    return f"{v:.1f} dB"
+
+
+def _num(v) -> str:
+    return "-" if v is None else f"{v:.3g}"
