@@ -104,6 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true", help="print JSON instead of a table")
     c.add_argument("--workers", type=_workers, default=None, metavar="N",
                    help="processes running variants side by side (default: the cores available; 1: one after another)")
+    engine_argument(c)
 
     t = model_command("attribute", "where the quantization error enters: per-node error of each variant and step",
                       stage_and_policy=False,
@@ -113,6 +114,7 @@ def _parser() -> argparse.ArgumentParser:
     quantization_arguments(t)
     t.add_argument("--steps", type=int, default=1, help=f"recurrent steps to run, 1 to {MAX_STEPS} (default: 1)")
     t.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    engine_argument(t)
 
     rep = model_command("report", "a report for an issue thread: self-contained HTML, a Markdown reply, or JSON")
     rep.add_argument("--variants", default=None, metavar="P,P,...",
@@ -269,7 +271,7 @@ def _compare(args) -> int:
     check_steps(args.steps, "--steps")
     result = compare(args.target, _variants_arg(args), example_inputs=_inputs_from_shapes(args.input_shape),
                      markers=args.mark, steps=args.steps, progress=_ProgressBar(), workers=args.workers,
-                     quantization=args.quantization)
+                     quantization=args.quantization, engine=args.engine)
     if args.debug:
         for r in result.results:
             if r.log.strip():
@@ -282,6 +284,15 @@ def _compare(args) -> int:
     for r in result.errors:  # the others' numbers are printed; this one is named, and the exit says so
         print(f"error: {r.error}", file=sys.stderr)
     return 1 if result.errors else 0
+
+
+def engine_argument(cmd) -> None:
+    """``--engine tosa|simulation``: what computes the quantized numbers."""
+    from .._numbers.engines import ENGINE_HELP, ENGINES
+
+    cmd.add_argument("--engine", choices=ENGINES, default="tosa",
+                     help="what computes the quantized numbers: "
+                          + "; ".join(f"{k}: {v}" for k, v in ENGINE_HELP.items()) + " (default: tosa)")
 
 
 def quantization_arguments(cmd) -> None:
@@ -319,7 +330,7 @@ def _attribute(args) -> int:
     check_steps(args.steps, "--steps")
     result = attribution(args.target, _variants_arg(args), steps=args.steps, markers=args.mark,
                          example_inputs=_inputs_from_shapes(args.input_shape), progress=_ProgressBar(),
-                         quantization=args.quantization)
+                         quantization=args.quantization, engine=args.engine)
     if args.json:
         _print_json(result.to_dict())
     else:

@@ -93,6 +93,6 @@ def plot_bits(bits):
     ax.invert_yaxis()
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_xlabel(f"dB recovered over {bits.baseline} ({bits.baseline_sqnr_db:.1f} dB), worst output, last step")
-    ax.set_title(f"{bits.target}: is it the fold or the bits? ({bits.steps} step(s))")
+    ax.set_title(f"{bits.target}: is it the fold or the bits? ({bits.steps} step(s)) [{getattr(bits, 'engine', 'tosa')}]")
     ax.grid(alpha=0.3, axis="x")
     return fig

@@ -271,6 +271,9 @@ def agreement_text(attribution) -> list[str]:
         worst = [a.max_steps for a in v.agreement if a.max_steps is not None]
         if worst:
             lines.append(f"{v.label}: simulation vs TOSA reference, max {max(worst):.2f} quantization step(s)")
+    if getattr(attribution, "engine", "tosa") != "tosa":
+        lines.append(f"compared on the {attribution.engine} engine: its agreement with the TOSA reference "
+                     "was not measured")
     return lines
 
 
