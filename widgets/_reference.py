@@ -3,6 +3,7 @@ progress, the results, and "is it the fold or the bits?"."""
 
 from __future__ import annotations
 
+import html
 from typing import Callable
 
 import ipywidgets as W
@@ -14,13 +15,26 @@ from ._header import rules_tooltip
 from ._jobs import JobView
 
 NOT_RUN = "<i>no reference run yet</i>"
+PREVIEW = ("<div class='fi-preview'><b>preview (simulation)</b>: numbers of the quantize/dequantize simulation "
+           "(no lowering), not of the TOSA INT reference; a run replaces them with the reference's when it ends</div>")
+
+
+def gap_html(gap) -> str:
+    """How far the preview was from the TOSA numbers that replaced it: one line, then per output and step."""
+    line = html.escape(f"the preview was {gap.text()}")
+    rows = "".join(
+        f"<tr><td>{html.escape(g.variant)}</td><td>{g.output}</td><td>{g.step + 1}</td><td>{g.db:.2f}</td>"
+        f"<td>{'-' if g.max_steps is None else f'{g.max_steps:.2f}'}</td></tr>" for g in gap.outputs)
+    return (f"<details class='fi-engine-gap'><summary>{line}</summary><table class='fi-table'><thead><tr>"
+            "<th>variant</th><th>output</th><th>step</th><th>SQNR difference dB</th><th>max steps apart</th>"
+            f"</tr></thead><tbody>{rows}</tbody></table></details>")
 
 
 class ReferencePanel:
     """Owns the variant picker, the steps input, the run button, its progress and the results."""
 
     exposed = ("variant_picker", "quantization_picker", "steps_input", "run_button", "bits_button", "progress",
-               "progress_label", "results", "plots", "bits_results")
+               "progress_label", "results", "gap_results", "plots", "bits_results")
 
     def __init__(self, variants: tuple[str, ...], *, on_run: Callable, on_bits: Callable,
                  quantizations: tuple[str, ...] = ("a8w8",)) -> None:
@@ -45,6 +59,7 @@ class ReferencePanel:
                                     layout=W.Layout(width="220px")).add_class("fi-bits-run")
         self.results = W.HTML(NOT_RUN).add_class("fi-results")
         self.plots = W.HTML().add_class("fi-plots")
+        self.gap_results = W.HTML().add_class("fi-gap")  # how far the preview was from TOSA
         self.bits_results = W.HTML().add_class("fi-bits")
         self.job_view = JobView(self.run_button, self.progress, self.progress_label)
         self.bits_view = JobView(self.bits_button, self.progress, self.progress_label)
@@ -55,7 +70,7 @@ class ReferencePanel:
             W.HBox([self.variant_picker, self.quantization_picker,
                     W.VBox([self.steps_input, self.run_button, self.bits_button])]),
             W.HBox([self.progress, self.progress_label]),
-            self.results, self.plots, self.bits_results,
+            self.results, self.gap_results, self.plots, self.bits_results,
         ]).add_class("fi-reference")
 
     @property
@@ -85,12 +100,15 @@ class ReferencePanel:
     def steps(self) -> int:
         return int(self.steps_input.value)
 
-    def render(self, comparison, comparison_for: tuple | None, stale: bool) -> None:
+    def render(self, comparison, comparison_for: tuple | None, stale: bool, gap=None) -> None:
         if comparison is None:
             self.results.value = NOT_RUN
-            self.plots.value = ""
+            self.plots.value = self.gap_results.value = ""
             return
         banner = inspector.stale_html(comparison_for) if stale else ""
+        if comparison.engine != "tosa":
+            banner += PREVIEW
+        self.gap_results.value = gap_html(gap) if gap is not None else ""
         self.results.value = banner + inspector.comparison_html(comparison)
         self.plots.value = "".join(inspector.figure_img(comparison.plot(kind)) for kind in ("drift", "channels"))
 
