@@ -56,9 +56,7 @@ class OutputGap:
     scale: float | None  # that quantization step
 
     def to_dict(self) -> dict:
-        from .results import json_float
-
-        return {k: json_float(v) if isinstance(v, float) else v for k, v in vars(self).items()}
+        return {k: _json(v) if isinstance(v, float) else v for k, v in vars(self).items()}
 
 
 @dataclass(frozen=True)
@@ -99,7 +97,7 @@ class EngineGap:
 
     def to_dict(self) -> dict:
         steps = self.largest_steps
-        return {"target": self.target, "engines": list(self.engines), "largest_db": self.largest_db,
+        return {"target": self.target, "engines": list(self.engines), "largest_db": _json(self.largest_db),
                 "largest_steps": steps, "outputs": [g.to_dict() for g in self.outputs]}
 
     def _repr_mimebundle_(self, include=None, exclude=None):
@@ -134,6 +132,13 @@ def gap(first, second) -> EngineGap:
                                  _db_difference(m.sqnr_db, other.sqnr_db),
                                  _steps_apart(a, b, m.step, m.output, scale), scale))
     return EngineGap(first.target, (first.engine, second.engine), tuple(out))
+
+
+def _json(v: float):
+    """JSON has no inf or NaN: written as "inf", "-inf", "nan" (as ``results.json_float``, which imports this module)."""
+    if math.isnan(v):
+        return "nan"
+    return ("inf" if v > 0 else "-inf") if math.isinf(v) else v
 
 
 def _escape(text: str) -> str:
