@@ -114,3 +114,22 @@ def test_cli_compare_engine(capsys):
     code = main(["compare", "sample:conv_mul_scalar", "--engine", "fast"])
     _, err = capsys.readouterr()
     assert code == 2 and "invalid choice: 'fast'" in err
+
+
+@pytest.mark.requires_tosa
+def test_sweep_rows_name_their_engine_and_never_answer_for_each_other(tmp_path):
+    simulated = inspector.sweep(["sample:conv_mul_scalar"], ("off", "upstream"), steps=1, engine="simulation",
+                                out=tmp_path, workers=1)
+    assert simulated.engine == "simulation" and simulated.to_dict()["engine"] == "simulation"
+    assert [v["engine"] for v in simulated.variants] == ["simulation", "simulation"]
+    assert all(v["error"] is None and v["not_delegated"] == 0 for v in simulated.variants)
+    assert SIMULATION_NOTE in simulated.notes
+    exact = inspector.sweep(["sample:conv_mul_scalar"], ("off", "upstream"), steps=1, out=tmp_path, workers=1)
+    assert exact.engine == "tosa" and [v["engine"] for v in exact.variants] == ["tosa", "tosa"]
+    assert exact.reused == 2  # the two decision rows; the variants' numbers were computed on TOSA
+    assert SIMULATION_NOTE not in exact.notes
+    again = inspector.sweep(["sample:conv_mul_scalar"], ("off", "upstream"), steps=1, engine="simulation",
+                            out=tmp_path, workers=1)
+    assert again.reused == 4 and [v["engine"] for v in again.variants] == ["simulation", "simulation"]
+    for a, b in zip(simulated.variants, exact.variants):  # 0.00 dB apart on this sample when written
+        assert abs(a["sqnr_db_last"] - b["sqnr_db_last"]) <= 1.0

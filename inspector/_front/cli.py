@@ -191,6 +191,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="worker processes (default: the cores available)")
     w.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="a running Ray cluster (default: start a local one)")
+    engine_argument(w)
     return p
 
 
@@ -514,7 +515,7 @@ def _sweep(args) -> int:
         result = sweep([*args.targets, *args.models], args.policies, stages=args.stages, steps=steps,
                        variants=args.variants,
                        workers=args.workers, executor=args.executor, out=args.out, samples=args.samples, exclude=args.exclude,
-                       input_shapes=shapes, ray_address=args.ray_address, progress=_SweepBars())
+                       input_shapes=shapes, ray_address=args.ray_address, progress=_SweepBars(), engine=args.engine)
     except KeyboardInterrupt:
         kept = f"the results finished so far are kept in {args.out}; run the same command again to go on" if args.out \
             else "nothing was kept (give --out DIR to keep results as they finish)"

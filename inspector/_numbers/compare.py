@@ -399,8 +399,8 @@ def run_in_worker(model: dict, variant: Variant, plan: Plan, report) -> tuple[Va
     if hit is not None:
         report("cached", 1.0)
         return hit, None, True
-    result, decisions = _flow.run_variant(target, variant, model["calibration"], plan, model["steps"],
-                                          model["reference"], report)
+    run = _flow.run_simulated if model.get("engine") == SIMULATION else _flow.run_variant
+    result, decisions = run(target, variant, model["calibration"], plan, model["steps"], model["reference"], report)
     RESULTS.put(model["base_key"], variant, plan, result, decisions)
     return result, decisions, False
 

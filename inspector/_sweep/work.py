@@ -89,7 +89,8 @@ def _for_variants(target, asked: dict, timings: dict) -> dict:
     _flow.check_recurrent(target)
     calibrated = _flow.choose_calibration(target, None, steps)
     reference = _flow.float_reference(target, steps)
-    base = base_key(target, calibrated, steps)
+    engine = asked.get("engine", "tosa")
+    base = base_key(target, calibrated, steps, engine)
     timings["float reference"] = time.perf_counter() - t0
     # The fold decisions each variant leads to, from the real pass on the tfa graph the quantizer
     # sees (a rule with its own pass class may fold otherwise: it is its own group).
@@ -111,7 +112,7 @@ def _for_variants(target, asked: dict, timings: dict) -> dict:
                              f"{describe(exc)}") from None
     return {"program": program, "name": target.name, "source": target.source, "inputs": target.inputs,
             "recurrent": dict(target.recurrent), "key": target.key, "calibration": calibrated, "steps": steps,
-            "reference": reference, "base_key": base, "decisions": decisions,
+            "reference": reference, "base_key": base, "decisions": decisions, "engine": engine,
             "nodes": len(target.exported.graph.nodes)}
 
 
@@ -148,5 +149,5 @@ def summary_of(result) -> dict:
         "last_step": last, "outputs": per_output, "folds": data["folds"],
         "folded": sorted(s.site_id for s in result.sites if s.folded_at),
         "not_delegated": len(result.not_delegated), "timings": data["timings"],
-        "quantization": result.quantization, "tosa_spec": result.spec,
+        "quantization": result.quantization, "tosa_spec": result.spec, "engine": result.engine,
     }
