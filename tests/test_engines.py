@@ -133,3 +133,14 @@ def test_sweep_rows_name_their_engine_and_never_answer_for_each_other(tmp_path):
     assert again.reused == 4 and [v["engine"] for v in again.variants] == ["simulation", "simulation"]
     for a, b in zip(simulated.variants, exact.variants):  # 0.00 dB apart on this sample when written
         assert abs(a["sqnr_db_last"] - b["sqnr_db_last"]) <= 1.0
+
+
+def test_a_report_of_simulated_numbers_says_so():
+    analysis = inspector.analyze("sample:conv_mul_scalar", stage="tfa")
+    comparison = analysis.compare(("off",), engine="simulation")
+    page = analysis.report(comparison, format="html")
+    assert "quantize/dequantize simulation (preview, not TOSA) vs float</h2>" in page
+    assert "--engine simulation" in page and "TOSA INT reference vs float" not in page
+    md = analysis.report(comparison, format="md")
+    assert f"engine: {SIMULATION_NOTE}" in md and "--engine simulation" in md
+    assert json.loads(analysis.report(comparison, format="json"))["comparison"]["engine"] == "simulation"

@@ -122,6 +122,7 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--steps", type=int, default=1, help=f"recurrent steps for --variants, 1 to {MAX_STEPS} (default: 1)")
     rep.add_argument("--format", choices=("html", "md", "json"), default="md", help="default: md")
     rep.add_argument("--out", default=None, metavar="FILE", help="write it here (default: stdout)")
+    engine_argument(rep)
     rep.add_argument("--full-traces", action="store_true",
                    help="keep every frame of stack traces (default: the user's frames only)")
 
@@ -350,7 +351,7 @@ def _report(args) -> int:
                      policy=args.policy, markers=args.mark)
     comparison = None
     if args.variants:
-        comparison = result.compare(args.variants, steps=args.steps, progress=_ProgressBar())
+        comparison = result.compare(args.variants, steps=args.steps, progress=_ProgressBar(), engine=args.engine)
     text = result.report(comparison, format=args.format, full_traces=args.full_traces)
     if out is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
