@@ -191,10 +191,18 @@ def test_quickstart_marker_toggle_and_reference_run(lab, page):
 
     expect(app.locator(".fi-results")).to_contain_text("no reference run yet")
     kernel.settle()
+    # the page notes every preview it is shown: Run answers first with the simulation, then with TOSA
+    page.evaluate("""() => { window.fiPreviews = 0; new MutationObserver(() => {
+        if (document.querySelector('.fi-app .fi-preview')) window.fiPreviews += 1;
+    }).observe(document.body, {childList: true, subtree: true}); }""")
     app.locator(".fi-run button, button.fi-run").first.click()
     expect(app.locator(".fi-results table")).to_be_visible(timeout=300_000)
+    expect(app.locator(".fi-progress-label")).to_have_text("done", timeout=300_000)
     expect(app.locator(".fi-results")).to_contain_text("state-aware")
-    expect(app.locator(".fi-progress-label")).to_have_text("done")
+    expect(app.locator(".fi-results")).to_contain_text("TOSA INT reference vs float")
+    assert page.evaluate("() => window.fiPreviews") > 0  # the simulation's numbers were on the page first
+    assert app.locator(".fi-results .fi-preview").count() == 0  # and TOSA's replaced them
+    expect(app.locator(".fi-gap")).to_contain_text("the preview was simulation vs tosa: SQNR within")
     app.scroll_into_view_if_needed()
     page.screenshot(path=OUT / "jupyterlab-quickstart.png", full_page=True)
     _readme_screenshot(page, app)

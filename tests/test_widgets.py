@@ -102,7 +102,7 @@ def test_reference_run_in_background_and_single_flight(monkeypatch, stateful):
     real = inspector.Analysis.compare
 
     def slow_compare(self, *args, **kwargs):
-        calls.append(1)
+        calls.append(kwargs.get("engine", "tosa"))
         release.wait(30)
         return real(self, *args, **kwargs)
 
@@ -119,7 +119,8 @@ def test_reference_run_in_background_and_single_flight(monkeypatch, stateful):
     assert app.analysis.policy == "off"
     release.set()
     app.wait(120)
-    assert len(calls) == 1 and not app.running and not app.run_button.disabled
+    # one run: the simulation's preview, then the TOSA reference
+    assert calls == ["simulation", "tosa"] and not app.running and not app.run_button.disabled
     assert app.progress.value == 1.0 and app.progress_label.value == "done"
     assert app.comparison.results[0].variant.policy == "upstream"
     assert "SQNR" in app.results.value and "<img" in app.plots.value
@@ -554,3 +555,46 @@ def test_the_widget_source_uses_no_private_ipywidgets_name():
     sources = {p.name: p.read_text() for p in sorted((ROOT / "widgets").glob("*.py"))}
     assert "app.py" in sources and "_jobs.py" in sources
     assert _private_uses(sources, theirs) == []
+
+
+# ---------------------------------------------------------------- a preview first, then TOSA
+
+
+@pytest.mark.requires_tosa
+def test_run_shows_the_simulation_first_and_never_waits_for_the_lowering(monkeypatch):
+    """While the lowering is held back, *Run* already shows the simulation's numbers, marked as a
+    preview; when TOSA ends its numbers replace them, with how far apart the two were."""
+    from inspector._doors import tosa as _tosa
+
+    inspector.clear_cache()
+    app = FoldInspector("sample:stateful_conv_mul", stage="tfa", variants=("upstream",), steps=3, isolate=False)
+    app.toggle_marker(app.sites[0].id)  # a toggle, then Run
+    lowering, release = threading.Event(), threading.Event()
+    real_lower = _tosa.lower
+
+    def held_lower(*args, **kwargs):
+        lowering.set()
+        assert release.wait(60), "the test never released the lowering"
+        return real_lower(*args, **kwargs)
+
+    monkeypatch.setattr(_tosa, "lower", held_lower)
+    app.run_button.click()
+    assert lowering.wait(120), "the TOSA run never reached the lowering"
+    # the lowering has not returned, and the first answer is on the screen
+    assert app.running and app.comparison is not None and app.comparison.engine == "simulation"
+    assert "preview (simulation)" in app.results.value and "fi-preview" in app.results.value
+    assert "quantize/dequantize simulation" in app.results.value and app.gap_results.value == ""
+    assert app.progress_label.value.startswith("TOSA: ")
+    preview = app.comparison
+    release.set()
+    app.wait(120)
+    assert not app.running and app.last_error is None and app.progress_label.value == "done"
+    assert app.comparison.engine == "tosa" and "fi-preview" not in app.results.value
+    assert "TOSA INT reference vs float" in app.results.value
+    gap = app.engine_gap
+    assert gap is not None and gap.engines == ("simulation", "tosa")
+    assert len(gap.outputs) == 3  # one output, three steps
+    # measured on this sample: 0.00 dB and 0 steps apart; a preview is held to 1 dB and 1 step
+    assert gap.largest_db <= 1.0 and gap.largest_steps is not None and gap.largest_steps <= 1.0
+    assert "the preview was simulation vs tosa: SQNR within" in app.gap_results.value
+    assert preview.results[0].engine == "simulation" and app.comparison.results[0].engine == "tosa"

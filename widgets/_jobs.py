@@ -37,6 +37,21 @@ class JobCancelled(Exception):
     """Raised inside a job's work by its progress callback once the job is cancelled."""
 
 
+class JobProgress:
+    """What a job's work reports through: ``progress(phase, fraction)``, and ``progress.show(apply)``
+    to put a first answer on the screen before the work ends (a preview); ``apply()`` runs like the
+    outcome does (main thread, screen lock), unless the job was cancelled or has ended."""
+
+    def __init__(self, report: Callable[[str, float], None], show: Callable[[Callable[[], None]], None]) -> None:
+        self._report, self._show = report, show
+
+    def __call__(self, phase: str, fraction: float) -> None:
+        self._report(phase, fraction)
+
+    def show(self, apply: Callable[[], None]) -> None:
+        self._show(apply)
+
+
 class JobView:
     """The controls of one kind of job: the button that starts it, a progress bar and its label."""
 
@@ -142,9 +157,10 @@ class BackgroundJob:
                     raise JobCancelled()
             self._soon(lambda: self._progress(generation, view, phase, fraction))
 
+        reporter = JobProgress(progress, lambda apply: self._soon(lambda: self._partial(generation, apply)))
         result = error = None
         try:
-            result = work(progress)
+            result = work(reporter)
         except JobCancelled:
             pass
         except BaseException as exc:  # noqa: BLE001 - shown in the panel, never a dead widget
@@ -172,6 +188,19 @@ class BackgroundJob:
             live = self._running and self._pending is None and generation == self._generation
         if live:  # a report that arrives after the outcome is dropped
             view.report(phase, fraction)
+
+    def _partial(self, generation: int, apply: Callable[[], None]) -> None:
+        """A first answer of the running job (``JobProgress.show``), if that job still runs."""
+        with self._screen:
+            with self._lock:
+                live = (self._running and self._pending is None and not self._cancelled
+                        and generation == self._generation)
+            if not live:
+                return
+            try:
+                apply()
+            except Exception as exc:  # noqa: BLE001 - the UI must survive anything; the job goes on
+                self._show_error(*describe(exc))
 
     def _finish(self) -> None:
         with self._screen:

@@ -14,13 +14,15 @@ from ._header import rules_tooltip
 from ._jobs import JobView
 
 NOT_RUN = "<i>no reference run yet</i>"
+PREVIEW = ("<div class='fi-preview'><b>preview (simulation)</b>: numbers of the quantize/dequantize simulation "
+           "(no lowering), not of the TOSA INT reference; a run replaces them with the reference's when it ends</div>")
 
 
 class ReferencePanel:
     """Owns the variant picker, the steps input, the run button, its progress and the results."""
 
     exposed = ("variant_picker", "quantization_picker", "steps_input", "run_button", "bits_button", "progress",
-               "progress_label", "results", "plots", "bits_results")
+               "progress_label", "results", "gap_results", "plots", "bits_results")
 
     def __init__(self, variants: tuple[str, ...], *, on_run: Callable, on_bits: Callable,
                  quantizations: tuple[str, ...] = ("a8w8",)) -> None:
@@ -45,6 +47,7 @@ class ReferencePanel:
                                     layout=W.Layout(width="220px")).add_class("fi-bits-run")
         self.results = W.HTML(NOT_RUN).add_class("fi-results")
         self.plots = W.HTML().add_class("fi-plots")
+        self.gap_results = W.HTML().add_class("fi-gap")  # how far the preview was from TOSA
         self.bits_results = W.HTML().add_class("fi-bits")
         self.job_view = JobView(self.run_button, self.progress, self.progress_label)
         self.bits_view = JobView(self.bits_button, self.progress, self.progress_label)
@@ -55,7 +58,7 @@ class ReferencePanel:
             W.HBox([self.variant_picker, self.quantization_picker,
                     W.VBox([self.steps_input, self.run_button, self.bits_button])]),
             W.HBox([self.progress, self.progress_label]),
-            self.results, self.plots, self.bits_results,
+            self.results, self.gap_results, self.plots, self.bits_results,
         ]).add_class("fi-reference")
 
     @property
@@ -85,12 +88,15 @@ class ReferencePanel:
     def steps(self) -> int:
         return int(self.steps_input.value)
 
-    def render(self, comparison, comparison_for: tuple | None, stale: bool) -> None:
+    def render(self, comparison, comparison_for: tuple | None, stale: bool, gap=None) -> None:
         if comparison is None:
             self.results.value = NOT_RUN
-            self.plots.value = ""
+            self.plots.value = self.gap_results.value = ""
             return
         banner = present.stale_html(comparison_for) if stale else ""
+        if comparison.engine != "tosa":
+            banner += PREVIEW
+        self.gap_results.value = present.gap_html(gap) if gap is not None else ""
         self.results.value = banner + present.comparison_html(comparison)
         self.plots.value = "".join(present.figure_img(comparison.plot(kind)) for kind in ("drift", "channels"))
 

@@ -38,6 +38,9 @@ from ._reference import ReferencePanel
 from ._session import SessionPanel
 from ._sites import SiteTable
 
+# The share of the reference run's progress bar that its simulation preview takes (it does no lowering).
+PREVIEW_SHARE = 0.2
+
 
 def _rule_name(rule: Any) -> str:
     """The registered name of a rule given by name, as a ``Rule``, or as ``path/to/rules.py:NAME``."""
@@ -107,7 +110,8 @@ class FoldInspector(W.VBox):
         self._target_ref = target if isinstance(target, str) else None
         self._screen = threading.RLock()  # held by every change to what the screen shows
         self._job = BackgroundJob(self._screen, self._show_error)
-        self.comparison: Comparison | None = None  # the last reference results
+        self.comparison: Comparison | None = None  # the last reference results (a preview while TOSA runs)
+        self._engine_gap: tuple = (None, None)  # (TOSA comparison, how far its preview was from it)
         self.bits = None  # the last "is it the fold or the bits?" (inspector.Bits)
         self._comparison_for: tuple | None = None  # (stage, policy, markers) the results were computed for
         self.attribution = None  # the last attribution (inspector.Attribution)
@@ -210,18 +214,46 @@ class FoldInspector(W.VBox):
         return self.comparison is not None and self._comparison_for != self._current_config()
 
     @property
+    def engine_gap(self):
+        """How far the preview (simulation) was from the TOSA results shown now (an ``EngineGap`` from
+        ``Comparison.gap``), or None when the shown results did not replace a preview."""
+        comparison, gap = self._engine_gap
+        return gap if comparison is not None and comparison is self.comparison else None
+
+    @property
     def running(self) -> bool:
         """A reference run or an attribution is going on in the background."""
         return self._job.running
 
     def run_reference(self, wait: bool = False) -> None:
-        """Start a reference run in the background (a second call while running does nothing)."""
-        def compute(analysis, variants, steps, config, progress):
-            return analysis.compare(variants, markers=config[2], steps=steps, progress=progress,
-                                    isolate=self.isolate)
+        """Start a reference run in the background (a second call while running does nothing).
 
-        def show(comparison, config):
+        It answers first, then exactly: the quantize/dequantize simulation's numbers (no lowering) are
+        shown as soon as they exist, marked *preview (simulation)*; the TOSA reference run goes on and
+        replaces them, with how far apart the two were (``engine_gap``)."""
+        def compute(analysis, variants, steps, config, progress):
+            preview = None
+            try:
+                preview = analysis.compare(variants, markers=config[2], steps=steps, engine="simulation",
+                                           progress=lambda p, f: progress(f"preview: {p}", PREVIEW_SHARE * f))
+            except InspectorError:
+                pass  # no preview: the TOSA run below says what is wrong, or answers anyway
+            if preview is not None:
+                progress.show(lambda: show_preview(preview, config))
+            exact = analysis.compare(variants, markers=config[2], steps=steps, isolate=self.isolate,
+                                     progress=lambda p, f: progress(f"TOSA: {p}",
+                                                                    PREVIEW_SHARE + (1 - PREVIEW_SHARE) * f))
+            return preview, exact
+
+        def show_preview(preview, config):
+            # the results panel only: the site table shows where each site folded, which the TOSA run says
+            self.comparison, self._comparison_for = preview, config
+            self._render_results()
+
+        def show(result, config):
+            preview, comparison = result
             self.comparison, self._comparison_for = comparison, config
+            self._engine_gap = (comparison, preview.gap(comparison) if preview is not None else None)
             self._render_results()
             self._render_sites()
 
@@ -514,7 +546,7 @@ class FoldInspector(W.VBox):
         self._graphs.render(self.analysis, self.selected)
 
     def _render_results(self) -> None:
-        self._reference.render(self.comparison, self._comparison_for, self.stale)
+        self._reference.render(self.comparison, self._comparison_for, self.stale, self.engine_gap)
 
     def _render_attribution(self) -> None:
         self._attribution.render(self.attribution, self._attribution_for, self.analysis)

@@ -306,7 +306,7 @@ class Analysis:
         return render(graph, verdicts, focus=focus, hops=hops, hide=hide, **kw)
 
     def render_pair(self, *, focus: str | None = None, hops: int = 2, hide: Iterable[str] = ("constants",), **kw):
-        """Before and after side by side in one ``graphviz.Digraph`` (see ``inspector.render_pair``)."""
+        """Before and after side by side in one ``graphviz.Digraph`` (see ``inspector.present.render_pair``)."""
         from .._present.render import WHICH, render_pair
 
         (before, v_before), (after, v_after) = (self.verdicts(w, focus=focus, hops=hops, hide=hide) for w in WHICH)

@@ -104,6 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true", help="print JSON instead of a table")
     c.add_argument("--workers", type=_workers, default=None, metavar="N",
                    help="processes running variants side by side (default: the cores available; 1: one after another)")
+    engine_argument(c)
 
     t = model_command("attribute", "where the quantization error enters: per-node error of each variant and step",
                       stage_and_policy=False,
@@ -113,6 +114,7 @@ def _parser() -> argparse.ArgumentParser:
     quantization_arguments(t)
     t.add_argument("--steps", type=int, default=1, help=f"recurrent steps to run, 1 to {MAX_STEPS} (default: 1)")
     t.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    engine_argument(t)
 
     rep = model_command("report", "a report for an issue thread: self-contained HTML, a Markdown reply, or JSON")
     rep.add_argument("--variants", default=None, metavar="P,P,...",
@@ -120,6 +122,7 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--steps", type=int, default=1, help=f"recurrent steps for --variants, 1 to {MAX_STEPS} (default: 1)")
     rep.add_argument("--format", choices=("html", "md", "json"), default="md", help="default: md")
     rep.add_argument("--out", default=None, metavar="FILE", help="write it here (default: stdout)")
+    engine_argument(rep)
     rep.add_argument("--full-traces", action="store_true",
                    help="keep every frame of stack traces (default: the user's frames only)")
 
@@ -197,6 +200,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="worker processes (default: the cores available)")
     w.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="a running Ray cluster (default: start a local one)")
+    engine_argument(w)
     return p
 
 
@@ -277,7 +281,7 @@ def _compare(args) -> int:
     check_steps(args.steps, "--steps")
     result = compare(args.target, _variants_arg(args), example_inputs=_inputs_from_shapes(args.input_shape),
                      markers=args.mark, steps=args.steps, progress=_ProgressBar(), workers=args.workers,
-                     quantization=args.quantization)
+                     quantization=args.quantization, engine=args.engine)
     if args.debug:
         for r in result.results:
             if r.log.strip():
@@ -290,6 +294,15 @@ def _compare(args) -> int:
     for r in result.errors:  # the others' numbers are printed; this one is named, and the exit says so
         print(f"error: {r.error}", file=sys.stderr)
     return 1 if result.errors else 0
+
+
+def engine_argument(cmd) -> None:
+    """``--engine tosa|simulation``: what computes the quantized numbers."""
+    from .._numbers.engines import ENGINE_HELP, ENGINES
+
+    cmd.add_argument("--engine", choices=ENGINES, default="tosa",
+                     help="what computes the quantized numbers: "
+                          + "; ".join(f"{k}: {v}" for k, v in ENGINE_HELP.items()) + " (default: tosa)")
 
 
 def quantization_arguments(cmd) -> None:
@@ -327,7 +340,7 @@ def _attribute(args) -> int:
     check_steps(args.steps, "--steps")
     result = attribution(args.target, _variants_arg(args), steps=args.steps, markers=args.mark,
                          example_inputs=_inputs_from_shapes(args.input_shape), progress=_ProgressBar(),
-                         quantization=args.quantization)
+                         quantization=args.quantization, engine=args.engine)
     if args.json:
         _print_json(result.to_dict())
     else:
@@ -346,7 +359,7 @@ def _report(args) -> int:
                      rule=args.rule, markers=args.mark)
     comparison = None
     if args.variants:
-        comparison = result.compare(args.variants, steps=args.steps, progress=_ProgressBar())
+        comparison = result.compare(args.variants, steps=args.steps, progress=_ProgressBar(), engine=args.engine)
     text = result.report(comparison, format=args.format, full_traces=args.full_traces)
     if out is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
@@ -517,7 +530,7 @@ def _sweep(args) -> int:
         result = sweep([*args.targets, *args.models], args.rules, stages=args.stages, steps=steps,
                        variants=args.variants,
                        workers=args.workers, executor=args.executor, out=args.out, samples=args.samples, exclude=args.exclude,
-                       input_shapes=shapes, ray_address=args.ray_address, progress=_SweepBars())
+                       input_shapes=shapes, ray_address=args.ray_address, progress=_SweepBars(), engine=args.engine)
     except KeyboardInterrupt:
         kept = f"the results finished so far are kept in {args.out}; run the same command again to go on" if args.out \
             else "nothing was kept (give --out DIR to keep results as they finish)"

@@ -151,6 +151,8 @@ class Attribution:
     variants: tuple[VariantAttribution, ...]
     sites: tuple[SiteError, ...]  # per site, variant and step
     order: tuple[str, ...] = ()  # aligned node ids in the exported program's topological order
+    # the engine of the comparison it looked inside: with "simulation" there are no TOSA outputs to agree with
+    engine: str = "tosa"
 
     def variant(self, label_or_policy: str) -> VariantAttribution:
         for v in self.variants:
@@ -165,6 +167,7 @@ class Attribution:
     def to_dict(self) -> dict:
         return {
             "target": self.target,
+            "engine": self.engine,
             "steps": self.steps,
             "calibration": self.calibration,
             "order": list(self.order),
@@ -240,13 +243,15 @@ def errors_by_node(graph, variant: VariantAttribution, sites, *, after: bool,
 
 
 def attribution(target: Any, variants=("off", "upstream"), *, steps: int = 1, progress=None,
-                isolate: bool = False, **compare_kw) -> Attribution:
+                isolate: bool = False, engine: str = "tosa", **compare_kw) -> Attribution:
     """Per-node error of each variant at every step: where the quantization error enters.
 
     ``target`` is a ``Comparison`` you already have (its variants are quantized again as they were
     compared; ``variants``, ``steps`` and the ``compare`` arguments do not apply), or a model: then
     ``compare(target, variants, steps=steps, ...)`` runs first. ``isolate=True`` runs the work in
-    worker processes (see ``compare``).
+    worker processes (see ``compare``). ``engine="simulation"`` compares on the quantize/dequantize
+    simulation (no lowering): the per-node errors are the same (attribution always looks inside the
+    converted program), but there is then no TOSA output to measure the simulation's agreement against.
     """
     if isinstance(target, Comparison):
         if compare_kw:
@@ -256,7 +261,8 @@ def attribution(target: Any, variants=("off", "upstream"), *, steps: int = 1, pr
     def part(start: float, width: float):
         return None if progress is None else (lambda phase, f: progress(phase, start + width * f))
 
-    comparison = compare(target, variants, steps=steps, progress=part(0.0, 0.6), isolate=isolate, **compare_kw)
+    comparison = compare(target, variants, steps=steps, progress=part(0.0, 0.6), isolate=isolate, engine=engine,
+                         **compare_kw)
     return attribute(comparison, progress=part(0.6, 0.4), isolate=isolate)
 
 
@@ -297,7 +303,8 @@ def attribute(comparison, progress: Callable[[str, float], None] | None = None, 
             progress(f"{variant.label}: per-node error", (i + 0.5) / len(comparison.results))
         records, sim_outputs, out_scales = _record(target, float_gm, quant_gm, comparison.steps, ids, meta,
                                                    sites, folded)
-        agreement = _agreement(sim_outputs, result.outputs, out_scales)
+        # on the simulation engine the comparison's outputs are this simulation's: nothing to agree with
+        agreement = _agreement(sim_outputs, result.outputs, out_scales) if result.engine == "tosa" else []
         entries = _entry_points(records)
         folded_ids = tuple(sorted({sites[m][0] for m in folded}))
         variants.append(VariantAttribution(variant.label, variant.policy, folded_ids, tuple(records),
@@ -307,7 +314,7 @@ def attribute(comparison, progress: Callable[[str, float], None] | None = None, 
         progress("done", 1.0)
     order = tuple(ids[n] for n in sorted(ids, key=lambda n: meta[n][2]))
     return Attribution(comparison.target, comparison.steps, comparison.calibration, tuple(variants),
-                       tuple(site_errors), order)
+                       tuple(site_errors), order, engine=getattr(comparison, "engine", "tosa"))
 
 
 def _entry_points(records: list[NodeError]) -> tuple[NodeError, ...]:

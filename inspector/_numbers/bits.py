@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from .attribution import attribute
 from .compare import compare, variants_of
+from .engines import check_engine
 from .._decide.decide import analyze
 from .quantization import resolve_overrides
 from .._present.formats import db, db_change
@@ -56,6 +57,7 @@ class Bits:
     changes: tuple[BitsChange, ...]  # ranked: most recovered first, failed ones last
     notes: tuple[str, ...] = ()
     comparison: Comparison | None = field(default=None, repr=False, compare=False)
+    engine: str = "tosa"  # what computed every number: "tosa" or "simulation" (engines.py)
 
     @property
     def best(self) -> BitsChange | None:
@@ -76,7 +78,7 @@ class Bits:
         return "; ".join(parts) + f". The most recovered: {lead} ({db_change(best.recovered_db)} dB)."
 
     def to_dict(self) -> dict:
-        return {"target": self.target, "steps": self.steps, "baseline": self.baseline,
+        return {"target": self.target, "engine": self.engine, "steps": self.steps, "baseline": self.baseline,
                 "baseline_sqnr_db": json_float(self.baseline_sqnr_db), "answer": self.answer(),
                 "changes": [c.to_dict() for c in self.changes], "notes": list(self.notes)}
 
@@ -119,17 +121,20 @@ def bits(
     workers: int | None = None,
     progress: Callable[[str, float], None] | None = None,
     isolate: bool = False,
+    engine: str = "tosa",
 ) -> Bits:
     """Is it the fold or the bits? The SQNR at the last step of ``target`` under ``rule`` at
     ``quantization`` (the baseline), and with each change: the fold off (rule ``off``),
     ``wide`` activations (16-bit), and each site's mul and each entry point of the error
     (attribution's, on the baseline) kept in float, ranked by the dB each recovers. ``isolate`` runs
-    the native work in worker processes (see ``compare``)."""
+    the native work in worker processes (see ``compare``). ``engine="simulation"`` measures every
+    change on the quantize/dequantize simulation (no lowering; a note says what it cannot show)."""
     check_bits_args(max_sites, entry_points)
+    engine = check_engine(engine)
     baseline = variants_of([f"{rule}@{quantization}"], markers)[0]
     part = (lambda start, width: None if progress is None else (lambda phase, f: progress(phase, start + width * f)))
     first = compare(target, [baseline], example_inputs=example_inputs, steps=steps, progress=part(0.0, 0.2),
-                    workers=1, isolate=isolate)
+                    workers=1, isolate=isolate, engine=engine)
     loaded = first.run.target
     entries = _entry_nodes(attribute(first, progress=part(0.2, 0.1), isolate=isolate), entry_points)
     sites = analyze(loaded, stage="tfa", rule=rule, markers=baseline.markers).sites
@@ -148,7 +153,7 @@ def bits(
     planned += [("keep in float", "entry point", name, Variant(rule, baseline.markers, quantization, {name: "float"}))
                 for name in entries if name not in site_muls]
     comparison = compare(loaded, [baseline, *(v for *_, v in planned)], steps=steps, progress=part(0.3, 0.7),
-                         workers=workers, isolate=isolate)
+                         workers=workers, isolate=isolate, engine=engine)
     base_db = _worst_last(comparison.results[0])
     changes = []
     for (change, kind, node, _), result in zip(planned, comparison.results[1:]):
@@ -156,8 +161,10 @@ def bits(
         changes.append(BitsChange(change, kind, node, result.variant.label, sqnr,
                                   None if sqnr is None else sqnr - base_db, result.error))
     changes.sort(key=lambda c: (c.recovered_db is None, -(c.recovered_db if c.recovered_db is not None else 0.0)))
+    if comparison.engine_note:
+        notes.append(comparison.engine_note)
     return Bits(loaded.name, steps, baseline.label, base_db, tuple(changes), tuple(notes) + comparison.notes,
-                comparison)
+                comparison, engine=engine)
 
 
 def _entry_nodes(attribution, limit: int) -> list[str]:

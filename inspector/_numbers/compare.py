@@ -29,6 +29,7 @@ from .._rules.rules import (DEFAULT_VARIANTS, Rule, check_rule, ensure_rules, ge
 from .quantization import DEFAULT, Plan, Quantization, quantizations, quantization_of, resolve_overrides
 from .results import Comparison, Run, Variant, VariantResult
 from .tasks import VariantTask, group_by_decisions, model_run, run_in_worker
+from .engines import SIMULATION, check_engine
 from .variant_cache import RESULTS, answered, base_key, can_predict, predicted_decisions
 from ..errors import InspectorError, describe, quoted
 
@@ -47,6 +48,7 @@ def compare(
     progress: Progress | None = None,
     workers: int | None = None,
     isolate: bool = False,
+    engine: str = "tosa",
 ) -> Comparison:
     """Quantize, lower and run each variant on the TOSA INT reference model; compare with float.
 
@@ -71,8 +73,17 @@ def compare(
     A variant that cannot run (a quantization its TOSA specification cannot lower, an override
     that names nothing) has an ``error`` and no numbers; the other variants' results stand. When
     every variant fails, the first one's error is raised.
+
+    ``engine="simulation"`` runs the converted program's quantize/dequantize simulation in PyTorch
+    instead (no lowering, no TOSA reference model; seconds where lowering takes minutes): the same
+    records, marked ``engine="simulation"``, with the one line of what it cannot show
+    (``Comparison.engine_note``). It runs in this process. ``Comparison.gap`` says how far it was
+    from the TOSA reference's answer.
     """
     check_steps(steps)
+    engine = check_engine(engine)
+    if engine == SIMULATION:
+        workers, isolate = 1, False  # no lowering and no reference model: nothing worth a worker
     default = quantization_of(quantization)
     wanted = variants_of(variants, markers)
     n_workers = workers_of(workers)
@@ -80,7 +91,7 @@ def compare(
         _pool.start_server()  # warms up in its own process while this one loads and exports
     loaded = _load.load(target, example_inputs)
     calibrated = _flow.choose_calibration(loaded, calibration, steps)
-    base = base_key(loaded, calibrated, steps)
+    base = base_key(loaded, calibrated, steps, engine)
     plans: list[Plan | None] = []
     results: list[VariantResult | None] = [None] * len(wanted)
     for i, variant in enumerate(wanted):
@@ -126,8 +137,9 @@ def compare(
                 report(i, "cached", 1.0)
                 continue
             try:
-                result, decisions = _flow.run_variant(loaded, variant, calibrated, plans[i], steps, reference,
-                                                      lambda phase, fraction, i=i: report(i, phase, fraction))
+                run = _flow.run_simulated if engine == SIMULATION else _flow.run_variant
+                result, decisions = run(loaded, variant, calibrated, plans[i], steps, reference,
+                                        lambda phase, fraction, i=i: report(i, phase, fraction))
             except InspectorError as exc:
                 results[i] = failed(variant, plans[i].quantization, exc, plans[i].spec)
                 continue
@@ -140,7 +152,8 @@ def compare(
         progress("done", 1.0)
     return Comparison(loaded.name, steps, calibrated.text, default.text, tuple(results),
                       reference=tuple(tuple(step) for step in reference),
-                      run=Run(loaded, calibrated, tuple(plans)), notes=decision_notes(loaded, wanted, results))
+                      run=Run(loaded, calibrated, tuple(plans)), notes=decision_notes(loaded, wanted, results),
+                      engine=engine)
 
 
 def plan_of(target: _load.Target, variant: Variant, default: Quantization) -> Plan:

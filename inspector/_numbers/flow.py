@@ -327,8 +327,81 @@ def run_variant(target: _load.Target, variant: Variant, calibrated: Calibration,
                       for stage in ("tfa", "lowering"))
     result = VariantResult(variant, folds, sites, measured, _not_delegated(program, rejected), timings,
                            quantization=plan.quantization.name, spec=plan.spec,
-                           outputs=tuple(tuple(step) for step in quantized), log=captured.text)
+                           outputs=tuple(tuple(step) for step in quantized), log=captured.text,
+                           output_scales=output_scales(converted))
     return result, decisions
+
+
+# The phases of one variant's run on the simulation engine: no re-export, lowering or reference run.
+SIMULATION_PHASES = ("export", "prepare", "calibrate", "convert", "simulate", "metrics")
+
+
+def run_simulated(target: _load.Target, variant: Variant, calibrated: Calibration, plan: Plan, steps: int, reference,
+                  report) -> tuple[VariantResult, tuple]:
+    """``run_variant`` on the simulation engine: the converted pt2e program (quantize/dequantize
+    simulation) run step after step in PyTorch, never lowered, never run on the TOSA reference model.
+
+    The same record (``engine="simulation"``), the same metrics; no nodes outside the delegate (there
+    is no delegate), and fold decisions only as far as the quantizer's graph shows them.
+    """
+    timings: dict[str, float] = {}
+    log = FoldLog()
+    clock = time.perf_counter()
+
+    def mark(phase: str, index: int) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        timings[phase] = now - clock
+        clock = now
+        report(phase, (index + 1) / len(SIMULATION_PHASES))
+
+    log.snapshots = plan.plain and ("stage", "tfa") not in target.memo
+    error = None
+    with _quiet.captured_fds() as captured:
+        try:
+            with swapped_fold_pass(policy_pass_class(variant.policy, variant.markers, log)):
+                _, converted = quantize(target, variant, calibrated, plan, mark=mark)
+            qparams = _site_qparams(converted, log)
+            mark("convert", 3)
+            try:
+                quantized = run_steps(converted, target, steps)
+            except InspectorError:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                raise InspectorError(
+                    f"the quantize/dequantize simulation failed for variant {variant.label}: {describe(exc)}") from None
+        except InspectorError as exc:
+            error = exc
+    if error is not None:
+        error.details = "\n".join(filter(None, (error.details, captured.text)))
+        raise error
+    mark("simulate", 4)
+    measured = tuple(
+        metrics(o, s, q, f)
+        for s, (q_outs, f_outs) in enumerate(zip(quantized, reference))
+        for o, (q, f) in enumerate(zip(q_outs, f_outs))
+    )
+    folds, sites = _site_outcomes(log, qparams)
+    mark("metrics", 5)
+    if log.snapshots:
+        graph = _stages.tfa_graph_of(log)
+        if graph is not None:
+            target.memo.put(("stage", "tfa"), _stages.StageGraph("tfa", graph, None))
+    decisions = tuple((stage, tuple(sorted(s.site_id for s in sites if s.folded_at == stage)))
+                      for stage in ("tfa", "lowering"))
+    result = VariantResult(variant, folds, sites, measured, (), timings, quantization=plan.quantization.name,
+                           spec=plan.spec, outputs=tuple(tuple(step) for step in quantized), log=captured.text,
+                           engine="simulation", output_scales=output_scales(converted))
+    return result, decisions
+
+
+def output_scales(gm) -> tuple[float | None, ...]:
+    """Per flat output of a converted graph, the quantization step of its final dequantize (or None)."""
+    scales = []
+    for v in _graph.output_values(gm.graph):
+        scale = v.args[1] if isinstance(v, Node) and "dequantize_per_tensor" in str(v.target) else None
+        scales.append(float(scale) if isinstance(scale, (int, float)) else None)
+    return tuple(scales)
 
 
 def _quant_args(node) -> QParams | None:

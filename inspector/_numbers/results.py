@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._present.formats import json_float
+from .engines import ENGINE_TEXT, ENGINES, SIMULATION, SIMULATION_NOTE, TOSA, gap as engine_gap
 from ..errors import InspectorError, listing, quoted
 
 
@@ -114,6 +115,9 @@ class VariantResult:
     error: str | None = None  # why this variant has no numbers (the others' results stand)
     outputs: tuple = field(default=(), repr=False, compare=False)  # quantized outputs per step (flat tuples)
     log: str = field(default="", repr=False, compare=False)  # what the stack printed during the run (--debug)
+    engine: str = "tosa"  # what produced the numbers: "tosa" (the reference model) or "simulation" (engines.py)
+    # per flat output, the quantization step of the converted program's last dequantize (None: not quantized)
+    output_scales: tuple = field(default=(), repr=False, compare=False)
 
     def at_step(self, step: int, output: int = 0) -> Metrics:
         return next(m for m in self.metrics if m.step == step and m.output == output)
@@ -129,6 +133,7 @@ class VariantResult:
     def to_dict(self) -> dict:
         return {
             "variant": self.variant.to_dict(),
+            "engine": self.engine,
             "quantization": self.quantization,
             "tosa_spec": self.spec,
             "error": self.error,
@@ -148,7 +153,8 @@ class VariantResult:
 
 @dataclass(frozen=True)
 class Comparison:
-    """Every variant's quantized outputs against float, on the TOSA INT reference model."""
+    """Every variant's quantized outputs against float, on the TOSA INT reference model (or, with
+    ``engine == "simulation"``, on the quantize/dequantize simulation: a preview)."""
 
     target: str  # model name
     steps: int  # recurrent steps run
@@ -159,6 +165,7 @@ class Comparison:
     # What produced it, kept to look inside later (attribution); absent in a comparison read from JSON.
     run: "Run | None" = field(default=None, repr=False, compare=False)
     notes: tuple[str, ...] = ()  # what the reader must know: a fold decision a quantization changed
+    engine: str = "tosa"  # what produced every number: "tosa" or "simulation" (see engines.py)
 
     @property
     def errors(self) -> tuple[VariantResult, ...]:
@@ -176,6 +183,21 @@ class Comparison:
                 return r
         raise InspectorError(f"no variant {quoted(policy_or_label)}; variants: {listing(r.variant.label for r in self.results)}")
 
+    @property
+    def engine_text(self) -> str:
+        """The engine in words, as tables and titles say it."""
+        return ENGINE_TEXT.get(self.engine, self.engine)
+
+    @property
+    def engine_note(self) -> str:
+        """What the engine cannot show, in one line ("" for the TOSA reference)."""
+        return SIMULATION_NOTE if self.engine == SIMULATION else ""
+
+    def gap(self, other: "Comparison"):
+        """How far this comparison and ``other`` (the same question, usually on the other engine) are
+        apart: an ``EngineGap`` (per variant, output and step: dB and quantization steps)."""
+        return engine_gap(self, other)
+
     def folded_where(self) -> dict[str, str]:
         """Per site id, where it folded in each variant: ``"off: not folded; upstream: tfa"``."""
         out: dict[str, list[str]] = {}
@@ -187,6 +209,7 @@ class Comparison:
     def to_dict(self) -> dict:
         return {
             "target": self.target,
+            "engine": self.engine,
             "steps": self.steps,
             "calibration": self.calibration,
             "quantization": self.quantization,
@@ -222,7 +245,8 @@ class Comparison:
         try:
             result = cls(_str(data["target"]), _int(data["steps"]), _str(data["calibration"]),
                          _str(data["quantization"]), tuple(_variant_result_from_dict(v) for v in data["variants"]),
-                         notes=tuple(_str(n) for n in data.get("notes", ())))
+                         notes=tuple(_str(n) for n in data.get("notes", ())),
+                         engine=_engine(data.get("engine", TOSA)))
         except KeyError as exc:
             raise InspectorError(f"not a saved comparison: missing field {exc}") from None
         except (TypeError, ValueError, AttributeError) as exc:
@@ -254,6 +278,12 @@ def _rules_of(results) -> dict:
             rule = get_rule(r.variant.policy)
             out[rule.name] = {"help": rule.help, "source": rule.source, "origin": rule.origin}
     return out
+
+
+def _engine(v) -> str:
+    if v not in ENGINES:
+        raise ValueError(f"unknown engine {quoted(v)}")
+    return v
 
 
 def _float(v) -> float:
@@ -302,6 +332,7 @@ def _variant_result_from_dict(d: dict) -> VariantResult:
         quantization=_str(d.get("quantization", "a8w8")),
         spec=_str(d.get("tosa_spec", "TOSA-1.0+INT")),
         error=_str(d.get("error"), True),
+        engine=_engine(d.get("engine", TOSA)),
     )
 
 

@@ -19,6 +19,7 @@ from . import flow as _flow
 from .._targets import load as _load
 from .._workers import parallel as _parallel
 from .._base.cache import BoundedCache
+from .engines import SIMULATION
 from .quantization import Plan
 from .results import Comparison, Variant, VariantResult
 from .variant_cache import RESULTS
@@ -47,6 +48,7 @@ class ModelRun:
     steps: int  # how many recurrent steps each variant runs
     reference: Any  # the float outputs per step
     base_key: tuple  # variant_cache.base_key of the above: the results' cache key but the variant
+    engine: str = "tosa"  # engines.TOSA or engines.SIMULATION: what computes the numbers
 
 
 @dataclass(frozen=True)
@@ -75,9 +77,10 @@ def model_task(target: _load.Target) -> ModelTask:
                      tuple(target.recurrent.items()), target.key)
 
 
-def model_run(target: _load.Target, calibration, steps: int, reference, base_key: tuple) -> ModelRun:
+def model_run(target: _load.Target, calibration, steps: int, reference, base_key: tuple,
+              engine: str = "tosa") -> ModelRun:
     """What the variants of ``target`` share, as a worker receives it."""
-    return ModelRun(model_task(target), calibration, steps, reference, base_key)
+    return ModelRun(model_task(target), calibration, steps, reference, base_key, engine)
 
 
 def group_by_decisions(items: Sequence[T], decisions_of: Callable[[T], Hashable | None]) -> list[list[T]]:
@@ -117,7 +120,8 @@ def run_in_worker(run: ModelRun, variant: Variant, plan: Plan, report) -> tuple[
     if hit is not None:
         report("cached", 1.0)
         return hit, None, True
-    result, decisions = _flow.run_variant(target, variant, run.calibration, plan, run.steps, run.reference, report)
+    flow = _flow.run_simulated if run.engine == SIMULATION else _flow.run_variant
+    result, decisions = flow(target, variant, run.calibration, plan, run.steps, run.reference, report)
     RESULTS.put(run.base_key, variant, plan, result, decisions)
     return result, decisions, False
 

@@ -4,7 +4,8 @@ One ``VariantCache`` (``RESULTS``) is read and written by every caller: ``compar
 process and each worker process (its own copy). Its keys are built here only:
 
 - the *base key*: everything but the variant (the target's fingerprint, its inputs, the
-  calibration batches and how they run, the steps);
+  calibration batches and how they run, the steps, the engine: a simulated result never answers
+  for TOSA);
 - a variant's result under ``(base key, "variant", rule identity, markers, plan identity)`` (a
   user's rule is identified by its source; the plan is the quantization and the nodes its
   overrides reach), and under ``(base key, "decisions", plan identity, fold decisions)``: the
@@ -41,10 +42,11 @@ def model_fingerprint(target: _load.Target) -> str:
     return target.key
 
 
-def base_key(target: _load.Target, calibrated, steps: int) -> tuple:
-    """Everything a comparison's results depend on but the variant (``calibrated``: a ``_flow.Calibration``)."""
+def base_key(target: _load.Target, calibrated, steps: int, engine: str = "tosa") -> tuple:
+    """Everything a comparison's results depend on but the variant (``calibrated``: a ``_flow.Calibration``),
+    the engine that computes them among it (``engines.ENGINES``)."""
     return (model_fingerprint(target), _digest(target.inputs), _digest(list(calibrated.batches)),
-            calibrated.sequence_steps, calibrated.reset, steps)
+            calibrated.sequence_steps, calibrated.reset, steps, engine)
 
 
 def predicted_decisions(target: _load.Target, variant: Variant) -> tuple:

@@ -20,7 +20,7 @@ def plot_comparison(comparison, kind: str = "drift", output: int = 0):
             ax.plot(range(1, len(values) + 1), values, marker="o", markersize=3, label=r.variant.label)
         ax.set_xlabel("step")
         ax.set_ylabel(f"SQNR of output {output} (dB)")
-        ax.set_title(f"{comparison.target}: drift over {comparison.steps} step(s)")
+        ax.set_title(f"{comparison.target}: drift over {comparison.steps} step(s) [{comparison.engine}]")
     else:
         width = 0.8 / max(1, len(comparison.measured))
         for i, r in enumerate(comparison.measured):
@@ -29,7 +29,7 @@ def plot_comparison(comparison, kind: str = "drift", output: int = 0):
             ax.bar(xs, [plot_db(v) for v in m.sqnr_per_channel_db], width=width, label=r.variant.label)
         ax.set_xlabel("output channel")
         ax.set_ylabel("SQNR (dB)")
-        ax.set_title(f"{comparison.target}: SQNR per channel, output {output}, last step")
+        ax.set_title(f"{comparison.target}: SQNR per channel, output {output}, last step [{comparison.engine}]")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
     return fig
@@ -88,6 +88,6 @@ def plot_bits(bits):
     ax.invert_yaxis()
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_xlabel(f"dB recovered over {bits.baseline} ({db(bits.baseline_sqnr_db)} dB), worst output, last step")
-    ax.set_title(f"{bits.target}: is it the fold or the bits? ({bits.steps} step(s))")
+    ax.set_title(f"{bits.target}: is it the fold or the bits? ({bits.steps} step(s)) [{getattr(bits, 'engine', 'tosa')}]")
     ax.grid(alpha=0.3, axis="x")
     return fig

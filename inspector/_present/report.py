@@ -136,6 +136,8 @@ def reproduce_command(analysis, comparison=None, fmt: str = "md") -> str:
     if comparison is not None:
         parts += ["--variants", ",".join(r.variant.policy + (f"@{r.variant.quantization}" if r.variant.quantization else "")
                                          for r in comparison.results), "--steps", str(comparison.steps)]
+        if comparison.engine != "tosa":
+            parts += ["--engine", comparison.engine]
     parts += ["--format", fmt]
     return " ".join(shlex.quote(p) for p in parts)
 
@@ -161,7 +163,8 @@ def summary(analysis, comparison=None) -> str:
     if comparison is not None:
         last = comparison.steps - 1
         parts = [f"{r.variant.label} {db(r.at_step(last).sqnr_db)} dB" for r in comparison.results if r.metrics]
-        text += (f" On the TOSA INT reference model, output 0 at step {comparison.steps} against float: "
+        engine = "TOSA INT reference model" if comparison.engine == "tosa" else comparison.engine_text
+        text += (f" On the {engine}, output 0 at step {comparison.steps} against float: "
                  + ", ".join(parts) + ".")
     return text
 
@@ -203,7 +206,7 @@ _BODY = """<h1>fold inspector report: {title}</h1>
 <p>stage <code>{stage}</code>, policy <code>{policy}</code> ({source}); executorch FoldScalarMulIntoConvPass as installed.</p>
 <h2>Sites</h2>{sites}
 <h2>Graphs (before | after)</h2>{graphs}
-<h2>TOSA INT reference vs float</h2>{results}
+<h2>{results_title} vs float</h2>{results}
 <h2>Environment</h2>{environment}
 <h2>Reproduce</h2><pre>{command}</pre>"""
 
@@ -240,6 +243,8 @@ def report_html(analysis, comparison=None, *, results_for=None, full_traces: boo
                         policy=html.escape(analysis.policy), source=html.escape(analysis.rule.source),
                         summary=html.escape(summary(analysis, comparison)),
                         sites=analysis_html(analysis, comparison), graphs=graphs, results=results,
+                        results_title=html.escape(comparison.engine_text if comparison is not None
+                                                  else "TOSA INT reference"),
                         environment=f"<table class='fi-table'>{env}</table>",
                         command=html.escape(command or reproduce_command(analysis, comparison, "html")))
     return page(f"fold inspector report: {analysis.name}", body, style=".fi-stale{background:#fff3cd;padding:4px}")
@@ -276,9 +281,10 @@ def report_markdown(analysis, comparison=None, *, command: str | None = None, jo
         crows = comparison_rows(comparison)
         if crows:
             cols = list(crows[0])
-            blocks.append(["", f"**TOSA INT reference vs float**, {comparison.steps} step(s), "
+            blocks.append(["", f"**{comparison.engine_text} vs float**, {comparison.steps} step(s), "
                                f"calibration: {md_code(comparison.calibration)}", ""]
-                          + markdown_table(cols, [[md_code(r[c], cell=True) for c in cols] for r in crows]))
+                          + markdown_table(cols, [[md_code(r[c], cell=True) for c in cols] for r in crows])
+                          + (["", f"engine: {comparison.engine_note}"] if comparison.engine_note else []))
     details = []
     for s in analysis.sites:
         lines = [f"- {md_code(s.id)}: **{s.decision}**, {md_code(s.conv)} ({md_code(s.conv_op)}) -> {md_code(s.mul)}"]

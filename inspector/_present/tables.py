@@ -198,23 +198,26 @@ def html_table(kind: str, head: str, rows: list[dict[str, str]], tail: str = "")
 
 
 def comparison_text(comparison) -> str:
-    head = (f"{comparison.target}: TOSA INT reference vs float, {comparison.steps} step(s)"
+    head = (f"{comparison.target}: {comparison.engine_text} vs float, {comparison.steps} step(s)"
             f"{' (metrics at the last step)' if comparison.steps > 1 else ''}")
     rows = comparison_rows(comparison)
     errors = [f"{r.variant.label}: not run: {r.error}" for r in comparison.errors]
     if not rows:
         return "\n".join([head, *errors])
     lines = [head, *text_table(rows), *errors, *(f"note: {n}" for n in comparison.notes),
+             *([f"engine: {comparison.engine_note}"] if comparison.engine_note else []),
              f"calibration: {comparison.calibration}", f"quantization: {comparison.quantization}"]
     return "\n".join(lines)
 
 
 def comparison_html(comparison) -> str:
-    head = (f"<b>{_esc(comparison.target)}</b>: TOSA INT reference vs float, {comparison.steps} step(s)"
+    head = (f"<b>{_esc(comparison.target)}</b>: {_esc(comparison.engine_text)} vs float, {comparison.steps} step(s)"
             f"<br><small>calibration: {_esc(comparison.calibration)}; quantization: {_esc(comparison.quantization)}</small>")
     tail = "".join(f"<div class='fi-error'>{_esc(r.variant.label)}: not run: {_esc(r.error)}</div>"
                    for r in comparison.errors)
     tail += "".join(f"<div class='fi-note'>note: {_esc(n)}</div>" for n in comparison.notes)
+    if comparison.engine_note:
+        tail += f"<div class='fi-note fi-engine'>engine: {_esc(comparison.engine_note)}</div>"
     return html_table("fi-comparison", head, comparison_rows(comparison), tail)
 
 
@@ -263,6 +266,9 @@ def agreement_text(attribution) -> list[str]:
         worst = [a.max_steps for a in v.agreement if a.max_steps is not None]
         if worst:
             lines.append(f"{v.label}: simulation vs TOSA reference, max {quantization_steps(max(worst))} quantization step(s)")
+    if getattr(attribution, "engine", "tosa") != "tosa":
+        lines.append(f"compared on the {attribution.engine} engine: its agreement with the TOSA reference "
+                     "was not measured")
     return lines
 
 
@@ -301,3 +307,12 @@ def attribution_html(attribution) -> str:
             f"{_esc(attribution.calibration)}</small><h4>Where the error enters</h4>"
             f"{_table_html(attribution_rows(attribution))}<h4>Sites (last step)</h4>"
             f"{_table_html(attribution_site_rows(attribution))}<ul class='fi-agreement'>{agreement}</ul></div>")
+
+
+def gap_html(gap) -> str:
+    """How far a preview (one engine's comparison) was from the numbers that replaced it (another's):
+    one line, then per variant, output and step."""
+    from html import escape
+
+    return (f"<details class='fi-engine-gap'><summary>{escape('the preview was ' + gap.text())}</summary>"
+            + html_table("fi-engine-gap-rows", "", gap.rows()) + "</details>")

@@ -31,6 +31,7 @@ class Sweep:
     reused: int = 0  # results read back from out/ instead of computed
     out: str | None = None  # the folder results were written to
     notes: tuple[str, ...] = ()  # what the user should know about how it ran
+    engine: str = "tosa"  # what computed the variants' numbers: "tosa" or "simulation" (_numbers/engines.py)
     # Every site whose decision differs between the rules, per model and stage (derived from rows
     # and variants when the record is made). Only a change at tfa carries SQNR figures: the quantized
     # flow folds there, so a change at aten or edge alone does not reach its numbers.
@@ -130,7 +131,7 @@ class Sweep:
         """The JSON contract: models, rows, changed, variants (and how the sweep ran)."""
         return jsonable({
             "policies": list(self.policies), "stages": list(self.stages), "steps": self.steps,
-            "models": [dict(m) for m in self.models],
+            "engine": self.engine, "models": [dict(m) for m in self.models],
             "rows": [{k: v for k, v in r.items() if k != "where"} for r in self.rows],
             "changed": list(self.changed), "variants": [dict(v) for v in self.variants],
             "summary": self.summary(),

@@ -57,6 +57,7 @@ def sweep(
     input_shapes: Sequence[Sequence[int]] | None = None,
     ray_address: str | None = None,
     progress: Progress | None = None,
+    engine: str = "tosa",
 ) -> Sweep:
     """Decide every site of every model at every stage under every rule; with ``steps > 0``, also
     run each rule (or each of ``variants``) on the TOSA INT reference model for ``steps`` steps.
@@ -67,9 +68,14 @@ def sweep(
     processes (default: the cores available). ``executor``: ``"local"`` or ``"ray"``
     (``ray_address``: a running cluster; default: a local one). ``out``: a folder where each result
     is written as it finishes and read back by the next sweep. ``progress(bars)`` receives one
-    ``SweepBar`` per phase as the work advances.
+    ``SweepBar`` per phase as the work advances. ``engine="simulation"`` computes the variants'
+    numbers on the quantize/dequantize simulation instead of the TOSA reference (no lowering; each
+    variant row and the record say so, and a note what the simulation cannot show).
     """
     from .._numbers.compare import variants_of, workers_of
+    from .._numbers.engines import SIMULATION_NOTE, TOSA, check_engine
+
+    engine = check_engine(engine)
 
     t_start = time.perf_counter()
     specs = models_from(models, samples=samples, input_shapes=input_shapes, exclude=exclude)
@@ -91,6 +97,9 @@ def sweep(
         notes.append(f"rule {listing(local_only)} lives in this process only (not in a file), so every task ran "
                      "here, one after another: save it in a file and name it path/to/rules.py:NAME to use workers")
     state = _State(specs, rules, stage_list, steps, compare_variants, store, progress)
+    state.engine = engine
+    if steps and engine != TOSA:
+        notes.append(SIMULATION_NOTE)
     for spec in specs:
         state.plan(spec)
     if state.pending_models:
@@ -105,7 +114,7 @@ def sweep(
     return Sweep(tuple(rules), tuple(stage_list), steps, tuple(state.model_rows()), tuple(state.rows_in_order()),
                  tuple(state.variants_in_order()), executor="inline" if local_only else executor,
                  seconds=time.perf_counter() - t_start, reused=state.reused,
-                 out=str(store.root) if store.root else None, notes=tuple(notes))
+                 out=str(store.root) if store.root else None, notes=tuple(notes), engine=engine)
 
 
 def _rules(policies) -> list[str]:
@@ -180,6 +189,7 @@ class _State:
         self.waiting: dict[str, list] = {}  # label -> variant groups in flight
         self.need: dict[str, tuple] = {}  # label -> (rows, variants) still to compute
         self.origins: list = []
+        self.engine = "tosa"  # what computes the variants' numbers (part of their keys in out/)
 
     # ------------------------------------------------------------ what is already done
 
@@ -213,10 +223,11 @@ class _State:
             missing_rows = [pair for pair in missing_rows if pair not in found]
             still = []
             for v in missing_variants:
-                got = self.store.read("variants", fingerprint, f"{variant_key(v, self._steps_of(spec))}.json")
+                got = self.store.read("variants", fingerprint, f"{self._variant_file(v, spec)}.json")
                 if got is not None:
-                    self.results[(spec.label, v.label)] = {**got["variant"], "target": spec.label,
-                                                            "variant": v.label, "policy": v.policy}
+                    self.results[(spec.label, v.label)] = {"engine": self.engine, **got["variant"],
+                                                            "target": spec.label, "variant": v.label,
+                                                            "policy": v.policy}
                 else:
                     still.append(v)
             missing_variants = still
@@ -245,7 +256,7 @@ class _State:
                                 "input_shapes": [list(s) for s in spec.input_shapes] if spec.input_shapes else None},
                        "rules": origins, "need": rows,
                        "compare": ({"steps": self._steps_of(spec),
-                                    "variants": {v.label: v for v in variants}}
+                                    "variants": {v.label: v for v in variants}, "engine": self.engine}
                                    if variants else None)}
             # Models first, in the order given (each is short), so that every variant is known early ...
             pool.submit(("model", spec.label), "inspector._sweep.work:prepare_model", payload, priority=0)
@@ -341,7 +352,7 @@ class _State:
             self._put_variant(spec, v, {"error": message}, write=write)
 
     def _put_variant(self, spec: ModelSpec, v: Variant, data: dict, write: bool) -> None:
-        row = {"target": spec.label, "stage": "tfa", "variant": v.label, "policy": v.policy,
+        row = {"target": spec.label, "stage": "tfa", "engine": self.engine, "variant": v.label, "policy": v.policy,
                "markers": list(v.markers), "quantization": v.quantization or "a8w8",
                "overrides": dict(v.overrides), "steps": self._steps_of(spec), "sqnr_db_last": None,
                "sqnr_db_worst": None, **data}
@@ -349,8 +360,13 @@ class _State:
         fingerprint = self.models.get(spec.label, {}).get("fingerprint")
         if write and fingerprint:
             stored = {k: val for k, val in row.items() if k not in ("target",)}
-            self.store.write({"variant": stored}, "variants", fingerprint,
-                             f"{variant_key(v, self._steps_of(spec))}.json")
+            self.store.write({"variant": stored}, "variants", fingerprint, f"{self._variant_file(v, spec)}.json")
+
+    def _variant_file(self, v: Variant, spec: ModelSpec) -> str:
+        """A variant's file name in out/: a simulated result never answers for TOSA (whose names stay
+        as they were written before engines existed)."""
+        key = variant_key(v, self._steps_of(spec))
+        return key if self.engine == "tosa" else f"{key}.{self.engine}"
 
     # ------------------------------------------------------------ the tables, in the order asked
 

@@ -116,7 +116,8 @@ def _for_variants(target, asked: dict, timings: dict) -> dict:
     _flow.check_recurrent(target)
     calibrated = _flow.choose_calibration(target, None, steps)
     reference = _flow.float_reference(target, steps)
-    base = base_key(target, calibrated, steps)
+    engine = asked.get("engine", "tosa")
+    base = base_key(target, calibrated, steps, engine)
     timings["float reference"] = time.perf_counter() - t0
     # The fold decisions each variant leads to, from the real pass on the tfa graph the quantizer
     # sees (a rule with its own pass class may fold otherwise: it is its own group).
@@ -132,7 +133,7 @@ def _for_variants(target, asked: dict, timings: dict) -> dict:
         decisions = {}  # no prediction: every variant runs
     timings["predict"] = time.perf_counter() - t1
     try:
-        run = model_run(target, calibrated, steps, reference, base)
+        run = model_run(target, calibrated, steps, reference, base, engine)
     except Exception as exc:  # noqa: BLE001
         raise InspectorError(f"torch.export.save cannot write {target.name}'s program, so no worker can run it: "
                              f"{describe(exc)}") from None
@@ -172,5 +173,5 @@ def summary_of(result) -> dict:
         "last_step": last, "outputs": per_output, "folds": data["folds"],
         "folded": sorted(s.site_id for s in result.sites if s.folded_at),
         "not_delegated": len(result.not_delegated), "timings": data["timings"],
-        "quantization": result.quantization, "tosa_spec": result.spec,
+        "quantization": result.quantization, "tosa_spec": result.spec, "engine": result.engine,
     }

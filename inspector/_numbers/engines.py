@@ -1,0 +1,162 @@
+"""The two engines that produce a variant's quantized numbers, and how far apart they are.
+
+- ``tosa`` (the default, the authority): quantize, re-export, lower with the Arm backend, run the
+  bit-accurate TOSA reference model (``flow.run_variant``).
+- ``simulation``: the converted pt2e program (quantize/dequantize simulation) run in PyTorch, with
+  no lowering and no TOSA (``flow.run_simulated``). Seconds instead of minutes on a real network,
+  but not the TOSA reference: the Arm backend's integer rescales and tables round differently, and
+  what only the lowering sees is not there (``SIMULATION_NOTE`` says so next to every simulated
+  number).
+
+Every record says which engine produced it; ``gap`` says how far two results of the same question
+are apart (per variant, output and step: the SQNR difference in dB and the largest difference in
+quantization steps of the output's scale).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .._present.formats import db, db_change, json_float, quantization_steps
+from ..errors import InspectorError, listing, quoted
+
+TOSA = "tosa"
+SIMULATION = "simulation"
+ENGINES = (TOSA, SIMULATION)
+ENGINE_HELP = {
+    TOSA: "lower with the Arm backend and run the bit-accurate TOSA reference model (the authority)",
+    SIMULATION: "run the converted program's quantize/dequantize simulation in PyTorch: no lowering, no TOSA (a preview)",
+}
+# What a reader sees next to numbers, in words (tables, reports, the widget).
+ENGINE_TEXT = {TOSA: "TOSA INT reference", SIMULATION: "quantize/dequantize simulation (preview, not TOSA)"}
+# The one line said with every simulated number: what the simulation cannot show.
+SIMULATION_NOTE = ("simulation: the converted program run in PyTorch, not lowered and not run on the TOSA reference "
+                   "model; a failure only the lowering hits and nodes the delegate would not take are not shown, "
+                   "and integer rescales may round differently")
+
+
+def check_engine(engine) -> str:
+    """``engine`` if it is one of ``ENGINES``, else one line naming them."""
+    if engine not in ENGINES:
+        raise InspectorError(f"unknown engine {quoted(engine)}; choose one of {listing(ENGINES)}")
+    return engine
+
+
+@dataclass(frozen=True)
+class OutputGap:
+    """How far two engines' numbers are apart for one output of one variant at one step."""
+
+    variant: str  # the variant's label
+    output: int  # output index (flattened)
+    step: int  # 0-based recurrent step
+    sqnr_db: float  # SQNR against float on the first engine
+    other_sqnr_db: float  # the same on the second engine
+    db: float  # sqnr_db - other_sqnr_db (0 when both are exact, inf when only one is)
+    max_steps: float | None  # max |first - second| in the output's quantization steps (None: no outputs or scale)
+    scale: float | None  # that quantization step
+
+    def to_dict(self) -> dict:
+        return {k: json_float(v) if isinstance(v, float) else v for k, v in vars(self).items()}
+
+
+@dataclass(frozen=True)
+class EngineGap:
+    """Two comparisons of the same question on two engines, side by side."""
+
+    target: str  # model name
+    engines: tuple[str, str]  # (first, second), e.g. ("simulation", "tosa")
+    outputs: tuple[OutputGap, ...]  # per variant, step and output
+
+    @property
+    def largest_db(self) -> float:
+        """The largest |SQNR difference| over every variant, output and step (0.0 when there is none)."""
+        values = [abs(g.db) for g in self.outputs if not math.isnan(g.db)]
+        return max(values, default=0.0)
+
+    @property
+    def largest_steps(self) -> float | None:
+        """The largest difference in quantization steps (None when no output had both outputs and a scale)."""
+        values = [g.max_steps for g in self.outputs if g.max_steps is not None]
+        return max(values) if values else None
+
+    def text(self) -> str:
+        """One line: how far apart the engines were."""
+        steps = self.largest_steps
+        first, second = self.engines
+        return (f"{first} vs {second}: SQNR within {db(self.largest_db)} dB"
+                + (f", outputs within {quantization_steps(steps)} quantization step(s)" if steps is not None else ""))
+
+    def rows(self) -> list[dict[str, str]]:
+        """Per variant, output and step, the gap as table cells."""
+        first, second = self.engines
+        return [{"variant": g.variant, "output": str(g.output), "step": str(g.step + 1),
+                 f"{first} SQNR dB": db(g.sqnr_db), f"{second} SQNR dB": db(g.other_sqnr_db),
+                 "difference dB": db_change(g.db), "max steps apart": quantization_steps(g.max_steps)}
+                for g in self.outputs]
+
+    def to_dict(self) -> dict:
+        steps = self.largest_steps
+        return {"target": self.target, "engines": list(self.engines), "largest_db": json_float(self.largest_db),
+                "largest_steps": steps, "outputs": [g.to_dict() for g in self.outputs]}
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        from .._present.tables import html_table, text_table
+
+        return {"text/plain": "\n".join([self.text(), *text_table(self.rows())]),
+                "text/html": html_table("fi-engine-gap", _escape(self.text()), self.rows())}
+
+    def __repr__(self) -> str:
+        return f"<EngineGap {self.target}: {self.text()}>"
+
+
+def gap(first, second) -> EngineGap:
+    """How far ``first`` and ``second`` (two ``Comparison``s of the same model and variants, usually
+    one per engine) are apart: per variant both measured, output and step."""
+    if first.target != second.target or first.steps != second.steps:
+        raise InspectorError(f"cannot measure the gap between {first.target} ({first.steps} step(s)) and "
+                             f"{second.target} ({second.steps} step(s)): give two comparisons of the same question")
+    others = {r.variant.label: r for r in second.measured}
+    out = []
+    for a in first.measured:
+        b = others.get(a.variant.label)
+        if b is None:
+            continue
+        b_metrics = {(m.step, m.output): m for m in b.metrics}
+        for m in a.metrics:
+            other = b_metrics.get((m.step, m.output))
+            if other is None:
+                continue
+            scale = _scale(a, m.output) or _scale(b, m.output)
+            out.append(OutputGap(a.variant.label, m.output, m.step, m.sqnr_db, other.sqnr_db,
+                                 _db_difference(m.sqnr_db, other.sqnr_db),
+                                 _steps_apart(a, b, m.step, m.output, scale), scale))
+    return EngineGap(first.target, (first.engine, second.engine), tuple(out))
+
+
+def _escape(text: str) -> str:
+    import html
+
+    return html.escape(text)
+
+
+def _scale(result, output: int) -> float | None:
+    scales = result.output_scales
+    return scales[output] if output < len(scales) and scales[output] else None
+
+
+def _db_difference(a: float, b: float) -> float:
+    if a == b:  # both exact (inf) or equal
+        return 0.0
+    return a - b
+
+
+def _steps_apart(a, b, step: int, output: int, scale: float | None) -> float | None:
+    if scale is None or step >= len(a.outputs) or step >= len(b.outputs):
+        return None
+    x, y = a.outputs[step], b.outputs[step]
+    if output >= len(x) or output >= len(y) or x[output].shape != y[output].shape:
+        return None
+    if x[output].numel() == 0:
+        return 0.0
+    return float((x[output].double() - y[output].double()).abs().max()) / scale
