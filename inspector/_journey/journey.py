@@ -27,6 +27,7 @@ from .._doors import executorch as _executorch, pipeline as _pipeline, tosa as _
 from .._doors.fold_swap import swapped_fold_pass
 from .._numbers import flow as _flow
 from .._numbers.quantization import DEFAULT, Plan, quantizations
+from .._present.formats import db
 from .._rules.rules import FoldLog, get_rule, policy_pass_class
 from .._targets import load as _load
 from ..errors import InspectorError, describe, listing, quoted
@@ -272,7 +273,7 @@ def _moved(points: list[Point], steps) -> tuple[str, ...]:
         by = ", ".join(dict.fromkeys(changed)) or "no step that changed the site's constants"
         err = cur.site_max_abs if cur.site_sqnr_db is not None else cur.output_max_abs
         out.append(f"{prev.point} -> {cur.point}: {what} "
-                   + ("exact" if b == math.inf else f"{b:.1f} dB against float (max |err| {err:.3g})")
+                   + ("exact" if b == math.inf else f"{db(b)} dB against float (max |err| {err:.3g})")
                    + f"; moved by {by}")
     return tuple(out)
 

@@ -12,19 +12,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._present.formats import MISSING, db, json_float
+
 # What a pass can do to one of the site's nodes (the ``kind`` of a ``Change``).
 KINDS = ("created", "removed", "op-changed", "inputs-changed", "constant-changed", "constant-renamed",
          "constant-removed", "qparams-attached", "qparams-changed")
 
 
 def _json_float(v):
-    if v is None:
-        return None
-    if math.isnan(v):
-        return "nan"
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    return v
+    return None if v is None else json_float(v)
 
 
 @dataclass(frozen=True)
@@ -190,8 +186,8 @@ class Journey:
             lines.append(f"[{s.index:>3}] " + s.text())
         lines.append(f"end: {self.ending.detail}")
         for p in self.numbers:
-            lines.append(f"  {p.point:<32} site {_db(p.site_sqnr_db)} (max |err| {_num(p.site_max_abs)}), "
-                         f"output {_db(p.output_sqnr_db)}  [{p.engine}]" + (f"  {p.note}" if p.note else ""))
+            lines.append(f"  {p.point:<32} site {_sqnr(p.site_sqnr_db)} (max |err| {_num(p.site_max_abs)}), "
+                         f"output {_sqnr(p.output_sqnr_db)}  [{p.engine}]" + (f"  {p.note}" if p.note else ""))
         lines.extend(f"moved: {m}" for m in self.moved)
         lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(lines)
@@ -206,8 +202,8 @@ class Journey:
             changes = "<br>".join(e(c.text()) for c in s.changes) or "<i>did not touch the site</i>"
             rows.append(f"<tr><td>{s.index}</td><td>{e(s.phase)}</td><td><code>{e(s.name)}</code></td>"
                         f"<td>{changes}</td></tr>")
-        points = "".join(f"<tr><td>{e(p.point)}</td><td>{e(_db(p.site_sqnr_db))}</td><td>{e(_num(p.site_max_abs))}</td>"
-                         f"<td>{e(_db(p.output_sqnr_db))}</td><td>{e(p.engine)}</td><td>{e(p.note)}</td></tr>"
+        points = "".join(f"<tr><td>{e(p.point)}</td><td>{e(_sqnr(p.site_sqnr_db))}</td><td>{e(_num(p.site_max_abs))}</td>"
+                         f"<td>{e(_sqnr(p.output_sqnr_db))}</td><td>{e(p.engine)}</td><td>{e(p.note)}</td></tr>"
                          for p in self.numbers)
         notes = "".join(f"<li>{e(n)}</li>" for n in (*self.moved, *self.notes))
         return (f"<div class='journey'><h3>Journey of site <code>{e(self.site)}</code> in {e(self.target)} "
@@ -261,13 +257,10 @@ def _names_at(steps, chosen: Step, conv: str, mul: str) -> tuple[tuple[str, str]
     return before, tuple(now)  # type: ignore[return-value]
 
 
-def _db(v) -> str:
-    if v is None:
-        return "-"
-    if math.isinf(v):
-        return "exact" if v > 0 else "-inf dB"
-    return f"{v:.1f} dB"
+def _sqnr(v) -> str:
+    """An SQNR against float in words: ``exact`` for an exact match, else the dB as formats writes it."""
+    return MISSING if v is None else "exact" if v == math.inf else f"{db(v)} dB"
 
 
 def _num(v) -> str:
-    return "-" if v is None else f"{v:.3g}"
+    return MISSING if v is None else f"{v:.3g}"

@@ -355,7 +355,7 @@ def run_simulated(target: _load.Target, variant: Variant, calibrated: Calibratio
         clock = now
         report(phase, (index + 1) / len(SIMULATION_PHASES))
 
-    log.snapshots = plan.plain and ("stage", "tfa") not in target.memo
+    log.snapshots = plan.plain and not target.facts.has_stage_graph("tfa")
     error = None
     with _quiet.captured_fds() as captured:
         try:
@@ -386,7 +386,7 @@ def run_simulated(target: _load.Target, variant: Variant, calibrated: Calibratio
     if log.snapshots:
         graph = _stages.tfa_graph_of(log)
         if graph is not None:
-            target.memo.put(("stage", "tfa"), _stages.StageGraph("tfa", graph, None))
+            target.facts.keep_stage_graph("tfa", _stages.StageGraph("tfa", graph, None))
     decisions = tuple((stage, tuple(sorted(s.site_id for s in sites if s.folded_at == stage)))
                       for stage in ("tfa", "lowering"))
     result = VariantResult(variant, folds, sites, measured, (), timings, quantization=plan.quantization.name,
