@@ -35,7 +35,7 @@ from .flow import is_qdq, quantize, sqnr, stepped
 from .tasks import AttributionTask, model_task, worker_target
 from .._doors.fold_swap import swapped_fold_pass
 from .._rules.rules import FoldLog, policy_pass_class
-from ..errors import InspectorError, describe, quoted
+from ..errors import InspectorError, describe
 
 # Nodes whose SQNR drops by more than this many dB below their inputs' are where error enters.
 ENTRY_THRESHOLD_DB = 1.0
@@ -185,14 +185,13 @@ class Attribution:
         """A pandas DataFrame: ``"nodes"`` or ``"entry_points"``, one row per node error (the columns of
         ``to_dict()["variants"][i]["nodes"]``, after the variant's label; numbers stay floats), or
         ``"sites"`` (the columns of ``to_dict()["sites"]``)."""
-        import pandas as pd
+        from .._present.formats import dataframe
 
-        if kind in ("nodes", "entry_points"):
-            return pd.DataFrame.from_records([{"variant": v.label, **vars(n)}
-                                              for v in self.variants for n in getattr(v, kind)])
-        if kind == "sites":
-            return pd.DataFrame.from_records([s.to_dict() for s in self.sites])
-        raise InspectorError(f"unknown table {quoted(kind)}; choose nodes, entry_points or sites")
+        def nodes(which: str):
+            return lambda: [{"variant": v.label, **vars(n)} for v in self.variants for n in getattr(v, which)]
+
+        return dataframe(kind, {"nodes": nodes("nodes"), "entry_points": nodes("entry_points"),
+                                "sites": lambda: [s.to_dict() for s in self.sites]})
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         from .._present.tables import attribution_html, attribution_text

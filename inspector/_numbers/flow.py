@@ -268,14 +268,7 @@ def run_variant(target: _load.Target, variant: Variant, calibrated: Calibration,
     """
     timings: dict[str, float] = {}
     log = FoldLog()
-    clock = time.perf_counter()
-
-    def mark(phase: str, index: int) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        timings[phase] = now - clock
-        clock = now
-        report(phase, (index + 1) / len(PHASES))
+    mark = _clock(timings, report, PHASES)
 
     # The run captures the tfa graph for later predictions (the default quantizer's graph only).
     log.snapshots = plan.plain and not target.facts.has_stage_graph("tfa")
@@ -312,19 +305,8 @@ def run_variant(target: _load.Target, variant: Variant, calibrated: Calibration,
         error.details = "\n".join(filter(None, (error.details, captured.text)))
         raise error
     mark("reference", 6)
-    measured = tuple(
-        metrics(o, s, q, f)
-        for s, (q_outs, f_outs) in enumerate(zip(quantized, reference))
-        for o, (q, f) in enumerate(zip(q_outs, f_outs))
-    )
-    folds, sites = _site_outcomes(log, qparams)
+    measured, folds, sites, decisions = _outcome(target, log, qparams, quantized, reference)
     mark("metrics", 7)
-    if log.snapshots:
-        graph = _stages.tfa_graph_of(log)
-        if graph is not None:
-            target.facts.keep_stage_graph("tfa", _stages.StageGraph("tfa", graph, None))
-    decisions = tuple((stage, tuple(sorted(s.site_id for s in sites if s.folded_at == stage)))
-                      for stage in ("tfa", "lowering"))
     result = VariantResult(variant, folds, sites, measured, _not_delegated(program, rejected), timings,
                            quantization=plan.quantization.name, spec=plan.spec,
                            outputs=tuple(tuple(step) for step in quantized), log=captured.text,
@@ -346,14 +328,7 @@ def run_simulated(target: _load.Target, variant: Variant, calibrated: Calibratio
     """
     timings: dict[str, float] = {}
     log = FoldLog()
-    clock = time.perf_counter()
-
-    def mark(phase: str, index: int) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        timings[phase] = now - clock
-        clock = now
-        report(phase, (index + 1) / len(SIMULATION_PHASES))
+    mark = _clock(timings, report, SIMULATION_PHASES)
 
     log.snapshots = plan.plain and not target.facts.has_stage_graph("tfa")
     error = None
@@ -376,23 +351,45 @@ def run_simulated(target: _load.Target, variant: Variant, calibrated: Calibratio
         error.details = "\n".join(filter(None, (error.details, captured.text)))
         raise error
     mark("simulate", 4)
+    measured, folds, sites, decisions = _outcome(target, log, qparams, quantized, reference)
+    mark("metrics", 5)
+    result = VariantResult(variant, folds, sites, measured, (), timings, quantization=plan.quantization.name,
+                           spec=plan.spec, outputs=tuple(tuple(step) for step in quantized), log=captured.text,
+                           engine="simulation", output_scales=output_scales(converted))
+    return result, decisions
+
+
+def _clock(timings: dict, report, phases: tuple) -> Callable[[str, int], None]:
+    """``mark(phase, index)``: the time since the last mark goes into ``timings[phase]``, and
+    ``report`` hears how far through ``phases`` the run is."""
+    clock = time.perf_counter()
+
+    def mark(phase: str, index: int) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        timings[phase] = now - clock
+        clock = now
+        report(phase, (index + 1) / len(phases))
+
+    return mark
+
+
+def _outcome(target: _load.Target, log: FoldLog, qparams, quantized, reference):
+    """What one variant's run measured and decided, on either engine: ``(metrics, folds, sites,
+    decisions)``; the tfa graph the run captured is kept for later predictions."""
     measured = tuple(
         metrics(o, s, q, f)
         for s, (q_outs, f_outs) in enumerate(zip(quantized, reference))
         for o, (q, f) in enumerate(zip(q_outs, f_outs))
     )
     folds, sites = _site_outcomes(log, qparams)
-    mark("metrics", 5)
     if log.snapshots:
         graph = _stages.tfa_graph_of(log)
         if graph is not None:
             target.facts.keep_stage_graph("tfa", _stages.StageGraph("tfa", graph, None))
     decisions = tuple((stage, tuple(sorted(s.site_id for s in sites if s.folded_at == stage)))
                       for stage in ("tfa", "lowering"))
-    result = VariantResult(variant, folds, sites, measured, (), timings, quantization=plan.quantization.name,
-                           spec=plan.spec, outputs=tuple(tuple(step) for step in quantized), log=captured.text,
-                           engine="simulation", output_scales=output_scales(converted))
-    return result, decisions
+    return measured, folds, sites, decisions
 
 
 def output_scales(gm) -> tuple[float | None, ...]:

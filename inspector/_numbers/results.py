@@ -222,14 +222,11 @@ class Comparison:
         """A pandas DataFrame: ``"metrics"``, one row per variant, step and output (the columns of
         ``to_dict()["variants"][i]["metrics"]``, after the variant's label; numbers stay floats), or
         ``"variants"``, one row per variant (the columns of ``to_dict()["variants"]``)."""
-        import pandas as pd
+        from .._present.formats import dataframe
 
-        if kind == "metrics":
-            return pd.DataFrame.from_records([{"variant": r.variant.label, **vars(m)}
-                                              for r in self.results for m in r.metrics])
-        if kind == "variants":
-            return pd.DataFrame.from_records([r.to_dict() for r in self.results])
-        raise InspectorError(f"unknown table {quoted(kind)}; choose metrics or variants")
+        return dataframe(kind, {"metrics": lambda: [{"variant": r.variant.label, **vars(m)}
+                                                    for r in self.results for m in r.metrics],
+                                "variants": lambda: [r.to_dict() for r in self.results]})
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         from .._present.tables import comparison_html, comparison_text

@@ -95,3 +95,16 @@ def page(title: str, body: str, style: str = "") -> str:
     """A self-contained HTML page around ``body`` (already HTML); ``title`` is escaped here."""
     return (f"<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>\n"
             f"<style>{_STYLE}{style}</style></head>\n<body>{body}\n</body></html>\n")
+
+
+def dataframe(kind: str, tables: dict):
+    """The pandas DataFrame of one of a record's tables: ``tables`` maps each table's name to a
+    function giving its rows (dicts, the columns of the record's JSON rows); an unknown name is a
+    one-line error naming the choices."""
+    import pandas as pd
+
+    from ..errors import InspectorError, quoted
+
+    if kind not in tables:
+        raise InspectorError(f"unknown table {quoted(kind)}; choose {' or '.join(tables)}")
+    return pd.DataFrame.from_records(tables[kind]())
