@@ -50,10 +50,10 @@ lab: setup
 test: setup-browser
 	$(VENV_PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
-# The quick loop while editing: every test that needs no Arm lowering, TOSA run, browser, Ray cluster,
+# The quick loop while editing: every test that needs no Arm lowering, TOSA run, browser, Ray cluster, fuzzing,
 # soak or killed worker (the notebooks run the whole flow, so they are left to `make test`).
 # `make test` is still the one command that runs everything, and what CI runs.
-CHECK_MARKERS := not requires_tosa and not browser and not slow and not soak and not requires_ray and not crash
+CHECK_MARKERS := not requires_tosa and not browser and not slow and not soak and not requires_ray and not crash and not fuzz
 check: setup
 	$(VENV_PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "$(CHECK_MARKERS)" --ignore=tests/test_notebooks.py $(PYTEST_ARGS)
 

@@ -49,7 +49,7 @@ def _kill_when_busy(label: str, sig: int, killed: list, results=None):
         if killed or not phase.startswith(f"{label}: ") or phase.endswith(": cached"):
             return
         for process, job in _busy():
-            if job.payload.get("variant") is not None and job.payload["variant"].label == label:
+            if getattr(job.payload, "variant", None) is not None and job.payload.variant.label == label:
                 os.kill(process.pid, sig)
                 killed.append(process.pid)
     return progress
@@ -150,7 +150,8 @@ def test_a_worker_killed_in_the_widgets_reference_run_leaves_a_usable_widget():
     deadline = time.monotonic() + 300
     killed = None
     while killed is None and time.monotonic() < deadline and app.running:
-        busy = [(p, j) for p, j in _busy() if j.payload["variant"].label == "upstream"]
+        busy = [(p, j) for p, j in _busy() if getattr(j.payload, "variant", None) is not None
+                and j.payload.variant.label == "upstream"]
         if busy:
             killed = busy[0][0].pid
             os.kill(killed, signal.SIGKILL)

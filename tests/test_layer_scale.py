@@ -102,6 +102,7 @@ def test_the_widget_shows_it():
     assert app.last_error is None and app.markers
 
 
+@pytest.mark.slow  # runs the reproducer in a pytest of its own: make test runs it
 def test_a_reproducer_of_it_passes(tmp_path):
     analysis = inspector.analyze(LayerScale().eval(), INPUTS, stage="tfa")
     repro = inspector.reproducer(analysis, analysis.sites[0].id)

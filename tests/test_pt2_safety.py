@@ -978,7 +978,8 @@ def _round_trip(model: nn.Module, inputs: tuple, path: Path, **export_kw) -> Non
     assert _decisions(from_file) == _decisions(from_module)
 
 
-@pytest.mark.parametrize("name", sample_models.names())
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "generated_blocks" else n
+                                  for n in sample_models.names()])  # slow: the 200-site sample: make test runs it, make check leaves it out
 def test_every_sample_round_trips(tmp_path, name):
     """Every sample, the blocks shaped like real networks (BatchNorm, depthwise, SE, NF-ResNet,
     ConvNeXt) among them, saved by torch.export.save, loads and gets the same decisions."""

@@ -59,6 +59,7 @@ def test_variant_labels_json_and_parsing():
         Variant("upstream", overrides={"conv": "int3"})
 
 
+@pytest.mark.slow  # no lowering, but 32 quantized variants: make test runs it
 def test_every_stateful_sample_under_every_quantization(stateful):
     """The coverage matrix (every stateful sample x every quantization x two rules) on the simulation
     engine: finite numbers, the quantizer's TOSA specification per quantization, the same fold

@@ -52,7 +52,8 @@ def toggles(analysis: inspector.Analysis, rng: random.Random, n: int) -> list[st
 
 
 @pytest.mark.parametrize("stage", STAGES)
-@pytest.mark.parametrize("name", [n for n in inspector.samples.names()])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "generated_blocks" else n
+                                  for n in inspector.samples.names()])  # slow: the 200-site sample: make test runs it, make check leaves it out
 def test_toggles_on_regions_equal_the_whole_graph_run(stage_analyses, name, stage):
     base = stage_analyses(name, stage)  # some have no site at some stage (BatchNorm is fused at tfa only)
     rng = random.Random(f"{name}/{stage}")

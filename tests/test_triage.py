@@ -191,6 +191,7 @@ def _imports(source: str) -> set[str]:
     return names
 
 
+@pytest.mark.slow  # runs the reproducer it writes in a pytest of its own: make test runs it
 def test_done_when_repro_of_the_multiple_users_sample(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -225,6 +226,7 @@ def all_reproducers(tmp_path_factory, stage_analyses):
     return folder, expected
 
 
+@pytest.mark.slow  # one reproducer per site of every sample at every stage, each run by pytest: make test runs it
 def test_every_sample_site_reproduces_its_decision_without_the_inspector(all_reproducers):
     folder, expected = all_reproducers
     assert len(expected) >= 50
@@ -257,6 +259,7 @@ class Unseen(nn.Module):
         return c, d
 
 
+@pytest.mark.slow  # runs the reproducers it writes in a pytest of their own: make test runs it
 def test_models_the_samples_do_not_have(tmp_path):
     inputs = (torch.rand(1, 8, 16, 16, generator=torch.Generator().manual_seed(0)), torch.ones(1, 2, 3, 4, 4))
     written = 0

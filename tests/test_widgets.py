@@ -392,8 +392,8 @@ def test_a_job_outcome_waits_for_the_main_thread_to_finish_its_change(monkeypatc
 
         return drawing
 
-    monkeypatch.setattr(inspector, "site_rows", tracked(inspector.present.site_rows))
-    monkeypatch.setattr(inspector, "comparison_html", tracked(inspector.present.comparison_html))
+    monkeypatch.setattr(inspector.present, "site_rows", tracked(inspector.present.site_rows))
+    monkeypatch.setattr(inspector.present, "comparison_html", tracked(inspector.present.comparison_html))
     compare, _ = _ticking_compare(one_comparison, until=inside)
     monkeypatch.setattr(inspector.Analysis, "compare", compare)
     app.run_reference()
@@ -447,7 +447,7 @@ def test_in_a_kernel_the_outcome_is_applied_on_the_main_thread(monkeypatch, one_
     monkeypatch.setattr(inspector.Analysis, "compare", compare)
     drawers = []
     real_rows = inspector.present.site_rows
-    monkeypatch.setattr(inspector, "site_rows", lambda *a, **k: drawers.append(threading.current_thread())
+    monkeypatch.setattr(inspector.present, "site_rows", lambda *a, **k: drawers.append(threading.current_thread())
                         or real_rows(*a, **k))
     app.run_reference()
     deadline = time.time() + 30
