@@ -62,14 +62,22 @@ def _workers(text: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from .._rules.rules import DEFAULT_VARIANTS, rules
-    from .._decide.stages import STAGES, STAGE_HELP
-    from .._base.limits import MAX_STEPS
-
     p = _Parser(prog="python -m inspector", description=DESCRIPTION)
     p.add_argument("--debug", action="store_true",
                    help="show tracebacks for errors, and what the backend printed (TOSA reference model warnings)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    model_command = _model_command_factory(sub)
+    _number_commands(model_command)
+    _picture_commands(model_command)
+    _other_commands(sub)
+    return p
+
+
+def _model_command_factory(sub):
+    """``model_command(name, help, ...)``: a subcommand that takes a model (TARGET, --input-shape,
+    --mark, and usually --stage/--rule)."""
+    from .._rules.rules import rules
+    from .._decide.stages import STAGES, STAGE_HELP
 
     def model_command(name: str, help: str, *, stage_and_policy: bool = True, mark_help: str = "",
                       markers: bool = True):
@@ -89,6 +97,14 @@ def _parser() -> argparse.ArgumentParser:
             cmd.add_argument("--mark", action="append", default=[], metavar="ID",
                              help=mark_help or "mark a site id or node name as carried state (repeatable)")
         return cmd
+
+    return model_command
+
+
+def _number_commands(model_command) -> None:
+    """analyze, compare, attribute and report."""
+    from .._rules.rules import DEFAULT_VARIANTS
+    from .._base.limits import MAX_STEPS
 
     a = model_command("analyze", "list every conv->mul site, its decision and reasons")
     a.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -126,6 +142,12 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--full-traces", action="store_true",
                    help="keep every frame of stack traces (default: the user's frames only)")
 
+
+def _picture_commands(model_command) -> None:
+    """repro, render, journey and explorer."""
+    from .._decide.stages import STAGES
+    from .._base.limits import MAX_STEPS
+
     rp = model_command("repro", "write a standalone pytest file reproducing one site (imports only torch and executorch)",
                        stage_and_policy=False, markers=False)
     rp.add_argument("--site", required=True, metavar="ID", help="the site id (see analyze)")
@@ -161,6 +183,12 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--host", default="127.0.0.1", help="where --serve listens (default: 127.0.0.1)")
     e.add_argument("--port", type=int, default=8080, help="the port --serve listens on (default: 8080)")
     e.add_argument("--json", action="store_true", help="print what was written as JSON")
+
+
+def _other_commands(sub) -> None:
+    """demo, samples and sweep."""
+    from .._decide.stages import STAGES
+    from .._base.limits import MAX_STEPS
 
     d = sub.add_parser("demo", help="analyze the default sample under each rule; write an HTML report")
     d.add_argument("--sample", default=None, help="sample name (default: the default sample)")
@@ -201,7 +229,6 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="a running Ray cluster (default: start a local one)")
     engine_argument(w)
-    return p
 
 
 def _short(text: str, limit: int = 60) -> str:

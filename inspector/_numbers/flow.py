@@ -21,6 +21,7 @@ Why calibration follows the run and what the flow is: docs/design.md, docs/stack
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import time
@@ -275,35 +276,26 @@ def run_variant(target: _load.Target, variant: Variant, calibrated: Calibration,
     initial = target.initial_buffers()
     # Everything the stack prints on the way (the reference model's C++ warnings on fd 1
     # among it) goes into the variant's log, shown under --debug, never into stdout.
-    error = None
-    with _quiet.captured_fds() as captured:
-        try:
-            with swapped_fold_pass(policy_pass_class(variant.policy, variant.markers, log)):
-                _, converted = quantize(target, variant, calibrated, plan, mark=mark)
-                qparams = _site_qparams(converted, log)
-                mark("convert", 3)
-                reexported = _phase("re-export", variant,
-                                    lambda: torch.export.export(converted, copy.deepcopy(target.inputs)))
-                mark("re-export", 4)
-                with _tosa.partition_rejections() as rejected:
-                    lowered = _phase("lower", variant, lambda: _tosa.lower(reexported, plan.spec))
-                mark("lower", 5)
-            program = lowered.exported_program()
-            module = program.module()
-            reset_state(module, initial)
-            try:
-                with _tosa.reference_dispatch():
-                    quantized = run_steps(module, target, steps)
-            except InspectorError:
-                raise
-            except Exception as exc:  # noqa: BLE001
-                raise InspectorError(
-                    f"the TOSA reference model failed for variant {variant.label}: {describe(exc)}") from None
-        except InspectorError as exc:
-            error = exc
-    if error is not None:
-        error.details = "\n".join(filter(None, (error.details, captured.text)))
-        raise error
+    with _output_kept() as captured:
+        with swapped_fold_pass(policy_pass_class(variant.policy, variant.markers, log)):
+            _, converted = quantize(target, variant, calibrated, plan, mark=mark)
+            qparams = _site_qparams(converted, log)
+            mark("convert", 3)
+            reexported = _phase("re-export", variant,
+                                lambda: torch.export.export(converted, copy.deepcopy(target.inputs)))
+            mark("re-export", 4)
+            with _tosa.partition_rejections() as rejected:
+                lowered = _phase("lower", variant, lambda: _tosa.lower(reexported, plan.spec))
+            mark("lower", 5)
+        program = lowered.exported_program()
+        module = program.module()
+        reset_state(module, initial)
+
+        def on_the_reference_model():
+            with _tosa.reference_dispatch():
+                return run_steps(module, target, steps)
+
+        quantized = _stepped("the TOSA reference model", variant, on_the_reference_model)
     mark("reference", 6)
     measured, folds, sites, decisions = _outcome(target, log, qparams, quantized, reference)
     mark("metrics", 7)
@@ -331,25 +323,12 @@ def run_simulated(target: _load.Target, variant: Variant, calibrated: Calibratio
     mark = _clock(timings, report, SIMULATION_PHASES)
 
     log.snapshots = plan.plain and not target.facts.has_stage_graph("tfa")
-    error = None
-    with _quiet.captured_fds() as captured:
-        try:
-            with swapped_fold_pass(policy_pass_class(variant.policy, variant.markers, log)):
-                _, converted = quantize(target, variant, calibrated, plan, mark=mark)
-            qparams = _site_qparams(converted, log)
-            mark("convert", 3)
-            try:
-                quantized = run_steps(converted, target, steps)
-            except InspectorError:
-                raise
-            except Exception as exc:  # noqa: BLE001
-                raise InspectorError(
-                    f"the quantize/dequantize simulation failed for variant {variant.label}: {describe(exc)}") from None
-        except InspectorError as exc:
-            error = exc
-    if error is not None:
-        error.details = "\n".join(filter(None, (error.details, captured.text)))
-        raise error
+    with _output_kept() as captured:
+        with swapped_fold_pass(policy_pass_class(variant.policy, variant.markers, log)):
+            _, converted = quantize(target, variant, calibrated, plan, mark=mark)
+        qparams = _site_qparams(converted, log)
+        mark("convert", 3)
+        quantized = _stepped("the quantize/dequantize simulation", variant, lambda: run_steps(converted, target, steps))
     mark("simulate", 4)
     measured, folds, sites, decisions = _outcome(target, log, qparams, quantized, reference)
     mark("metrics", 5)
@@ -357,6 +336,31 @@ def run_simulated(target: _load.Target, variant: Variant, calibrated: Calibratio
                            spec=plan.spec, outputs=tuple(tuple(step) for step in quantized), log=captured.text,
                            engine="simulation", output_scales=output_scales(converted))
     return result, decisions
+
+
+@contextlib.contextmanager
+def _output_kept():
+    """Everything the stack prints inside (the reference model's C++ warnings on fd 1 among it) is
+    kept, never shown; an ``InspectorError`` raised inside carries it as its ``details`` (--debug)."""
+    error = None
+    with _quiet.captured_fds() as captured:
+        try:
+            yield captured
+        except InspectorError as exc:
+            error = exc
+    if error is not None:
+        error.details = "\n".join(filter(None, (error.details, captured.text)))
+        raise error
+
+
+def _stepped(what: str, variant: Variant, run: Callable):
+    """``run()`` (the quantized program, step after step); anything but our own error becomes one line."""
+    try:
+        return run()
+    except InspectorError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise InspectorError(f"{what} failed for variant {variant.label}: {describe(exc)}") from None
 
 
 def _clock(timings: dict, report, phases: tuple) -> Callable[[str, int], None]:
