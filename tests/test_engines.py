@@ -135,6 +135,36 @@ def test_sweep_rows_name_their_engine_and_never_answer_for_each_other(tmp_path):
         assert abs(a["sqnr_db_last"] - b["sqnr_db_last"]) <= 1.0
 
 
+@pytest.mark.requires_tosa
+def test_a_simulated_sweep_confirms_on_tosa_only_the_models_whose_decisions_differ(capsys):
+    """Issue 31's review loop: every variant on the simulation, then TOSA only where the rules decide
+    differently at tfa (stateful_conv_mul: upstream folds, the strict rule skips; conv_mul_scalar: both
+    fold); the table says which numbers stay simulated."""
+    models = ["sample:conv_mul_scalar", "sample:stateful_conv_mul"]
+    result = inspector.sweep(models, ("upstream", "state-aware-strict"), steps=1, engine="simulation", confirm=True,
+                             workers=1)
+    by = {(v["target"], v["policy"]): v for v in result.variants}
+    assert {k: (v["engine"], v["confirmed"]) for k, v in by.items()} == {
+        ("sample:conv_mul_scalar", "upstream"): ("simulation", False),
+        ("sample:conv_mul_scalar", "state-aware-strict"): ("simulation", False),
+        ("sample:stateful_conv_mul", "upstream"): ("tosa", True),
+        ("sample:stateful_conv_mul", "state-aware-strict"): ("tosa", True)}
+    assert all(v["error"] is None for v in result.variants)
+    assert {c["target"] for c in result.changed} == {"sample:stateful_conv_mul"}
+    assert all("sqnr_delta_db" in c for c in result.changed)  # the deltas are the confirmed TOSA numbers'
+    assert "2 of 4 variants confirmed on the TOSA reference model" in " ".join(result.notes)
+    text = result.to_markdown()
+    assert "(sim)" in text and "not confirmed on TOSA" in text
+    models_table = text[text.index("#### Models"):]
+    stateful_line = next(line for line in models_table.splitlines() if "stateful_conv_mul" in line)
+    scalar_line = next(line for line in models_table.splitlines() if "conv_mul_scalar" in line)
+    assert "(sim)" not in stateful_line and scalar_line.count("(sim)") == 2
+    with pytest.raises(inspector.InspectorError, match="^confirm re-runs on the TOSA reference"):
+        inspector.sweep(models, ("upstream", "state-aware-strict"), steps=1, confirm=True)
+    assert main(["sweep", "sample:conv_mul_scalar", "--steps", "1", "--confirm"]) == 2
+    assert "confirm re-runs on the TOSA reference" in capsys.readouterr().err
+
+
 def test_a_report_of_simulated_numbers_says_so():
     analysis = inspector.analyze("sample:conv_mul_scalar", stage="tfa")
     comparison = analysis.compare(("off",), engine="simulation")

@@ -229,6 +229,9 @@ def _other_commands(sub) -> None:
     w.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="a running Ray cluster (default: start a local one)")
     engine_argument(w)
+    w.add_argument("--confirm", action="store_true",
+                   help="with --engine simulation: then run on the TOSA reference the variants of every model whose "
+                   "decisions at tfa differ between the rules; the table marks the numbers that stay simulated")
 
 
 def _short(text: str, limit: int = 60) -> str:
@@ -557,7 +560,8 @@ def _sweep(args) -> int:
         result = sweep([*args.targets, *args.models], args.rules, stages=args.stages, steps=steps,
                        variants=args.variants,
                        workers=args.workers, executor=args.executor, out=args.out, samples=args.samples, exclude=args.exclude,
-                       input_shapes=shapes, ray_address=args.ray_address, progress=_SweepBars(), engine=args.engine)
+                       input_shapes=shapes, ray_address=args.ray_address, progress=_SweepBars(), engine=args.engine,
+                       confirm=args.confirm)
     except KeyboardInterrupt:
         kept = f"the results finished so far are kept in {args.out}; run the same command again to go on" if args.out \
             else "nothing was kept (give --out DIR to keep results as they finish)"

@@ -32,6 +32,19 @@ def _md(text) -> str:
     return md_code(str(text), cell=True, limit=120)
 
 
+def simulated_pairs(s) -> set:
+    """The (model, rule) pairs whose numbers are the simulation's in a sweep that mixes engines (one
+    whose differing models were confirmed on TOSA); empty when every number comes from one engine."""
+    engines = {(v["target"], v["policy"]): v.get("engine", "tosa") for v in s.variants if not v.get("error")}
+    if len(set(engines.values())) < 2:
+        return set()
+    return {pair for pair, engine in engines.items() if engine != "tosa"}
+
+
+def _sqnr_cell(s, sim: set, target: str, policy: str, value) -> str:
+    return db(value) + (" (sim)" if (target, policy) in sim else "")
+
+
 def sweep_markdown(s, limit: int) -> str:
     head = [f"### Fold rules over {len(s.models)} models: " + " vs ".join(f"`{p}`" for p in s.policies),
             "", f"Stages: {', '.join(s.stages)}" + (f"; TOSA INT reference, {_steps_text(s)}." if s.steps else "."),
@@ -62,6 +75,7 @@ def sweep_markdown(s, limit: int) -> str:
     shown = NUMBERS_STAGE if NUMBERS_STAGE in s.stages else s.stages[-1]
     rows = {(r["target"], r["policy"]): r for r in s.rows if r["stage"] == shown}
     sqnr = s._sqnr_by_policy()
+    sim = simulated_pairs(s)
     for m in s.models:
         if m.get("error"):
             model_cells.append([_md(m["target"]), f"failed: {_md(m['error'])}"])
@@ -71,10 +85,11 @@ def sweep_markdown(s, limit: int) -> str:
             r = rows.get((m["target"], p))
             cells.append("error" if r is None or r.get("error") else f"{len(r['folded'])}/{r['sites']}")
         if s.steps:
-            cells += [db(sqnr.get(m["target"], {}).get(p)) for p in s.policies]
+            cells += [_sqnr_cell(s, sim, m["target"], p, sqnr.get(m["target"], {}).get(p)) for p in s.policies]
         model_cells.append(cells)
     models = ["", "#### Models", "", f"Folded sites out of all sites at {shown}" + (
-        "; SQNR (dB) at the last step on the TOSA INT reference, whose flow folds at tfa." if s.steps else "."),
+        "; SQNR (dB) at the last step on the TOSA INT reference, whose flow folds at tfa" if s.steps else "")
+        + ("; (sim): the simulation's number, not confirmed on TOSA (the rules decide alike there)." if sim else "."),
         "", *markdown_table(header, model_cells)]
     failed_variants = [v for v in s.variants if v.get("error")]
     if failed_variants:
@@ -135,11 +150,13 @@ def sweep_html(s, page: bool = True) -> str:
         parts.append("<p>No site's decision differs between the rules.</p>")
     rows = []
     sqnr = s._sqnr_by_policy()
+    sim = simulated_pairs(s)
     for r in s.rows:
         v = sqnr.get(r["target"], {}).get(r["policy"])
         status = _e(r["error"]) if r.get("error") else f"{len(r['folded'])} folded / {r['sites']} sites"
         rows.append(f"<tr><td>{_e(r['target'])}</td><td>{_e(r['stage'])}</td><td>{_e(r['policy'])}</td>"
-                    f"<td>{status}</td>" + (f"<td>{_e(db(v))}</td>" if s.steps else "") + "</tr>")
+                    f"<td>{status}</td>" + (f"<td>{_e(_sqnr_cell(s, sim, r['target'], r['policy'], v))}</td>"
+                                            if s.steps else "") + "</tr>")
     failed = [m for m in s.models if m.get("error")]
     rows += [f"<tr><td>{_e(m['target'])}</td><td colspan='4'>failed: {_e(m['error'])}</td></tr>" for m in failed]
     parts.append("<h3>Every model, stage and rule</h3><table><tr><th>model</th><th>stage</th><th>rule</th>"

@@ -58,6 +58,7 @@ def sweep(
     ray_address: str | None = None,
     progress: Progress | None = None,
     engine: str = "tosa",
+    confirm: bool = False,
 ) -> Sweep:
     """Decide every site of every model at every stage under every rule; with ``steps > 0``, also
     run each rule (or each of ``variants``) on the TOSA INT reference model for ``steps`` steps.
@@ -70,7 +71,10 @@ def sweep(
     is written as it finishes and read back by the next sweep. ``progress(bars)`` receives one
     ``SweepBar`` per phase as the work advances. ``engine="simulation"`` computes the variants'
     numbers on the quantize/dequantize simulation instead of the TOSA reference (no lowering; each
-    variant row and the record say so, and a note what the simulation cannot show).
+    variant row and the record say so, and a note what the simulation cannot show). ``confirm=True``
+    (with ``engine="simulation"``) then runs on the TOSA reference the variants of every model whose
+    decisions at tfa differ between the rules, where a reviewer of a rule change looks: their rows
+    are replaced by TOSA's and marked ``"confirmed"``; the others stay the simulation's.
     """
     from .._numbers.compare import variants_of, workers_of
     from .._numbers.engines import SIMULATION_NOTE, TOSA, check_engine
@@ -81,6 +85,10 @@ def sweep(
     specs = models_from(models, samples=samples, input_shapes=input_shapes, exclude=exclude)
     rules = _rules(rules)
     stage_list = _stage_list(stages)
+    if confirm and (engine == TOSA or not steps or NUMBERS_STAGE not in stage_list):
+        raise InspectorError(f"confirm re-runs on the TOSA reference what a simulated sweep compared where the rules "
+                             f"decide differently at {NUMBERS_STAGE}: give engine='simulation', steps >= 1 and a stage "
+                             f"list with {NUMBERS_STAGE} (--engine simulation --steps N --stages {NUMBERS_STAGE} --confirm)")
     if steps:
         check_steps(steps)
     compare_variants = variants_of(variants, None) if variants is not None else [Variant(p) for p in rules]
@@ -111,10 +119,35 @@ def sweep(
         notes.append(f"{cached} variant{'s' * (cached != 1)} answered by warm worker processes from an earlier sweep "
                      "of the same model, or from the result store (same numbers, no time spent); "
                      "inspector.clear_cache(disk=True) stops those workers and empties the store")
-    return Sweep(tuple(rules), tuple(stage_list), steps, tuple(state.model_rows()), tuple(state.rows_in_order()),
+    result = Sweep(tuple(rules), tuple(stage_list), steps, tuple(state.model_rows()), tuple(state.rows_in_order()),
                  tuple(state.variants_in_order()), executor="inline" if local_only else executor,
                  seconds=time.perf_counter() - t_start, reused=state.reused,
                  out=str(store.root) if store.root else None, notes=tuple(notes), engine=engine)
+    if not confirm:
+        return result
+    return _confirmed(result, specs, dict(rules=rules, steps=steps, variants=variants, workers=workers,
+                                          executor=executor, out=out, ray_address=ray_address, progress=progress),
+                      t_start)
+
+
+def _confirmed(simulated: Sweep, specs: list[ModelSpec], asked: dict, t_start: float) -> Sweep:
+    """``simulated`` with the variants of every model whose decisions at tfa differ between the rules
+    run again on the TOSA reference model: those rows are TOSA's, marked ``confirmed``; the others
+    stay the simulation's, marked not confirmed."""
+    from dataclasses import replace
+
+    differ = {c["target"] for c in simulated.changed if c["stage"] == NUMBERS_STAGE}
+    chosen = [spec for spec in specs if spec.label in differ]
+    exact = sweep(chosen, stages=(NUMBERS_STAGE,), engine="tosa", **asked) if chosen else None
+    by_pair = {(v["target"], v["variant"]): v for v in (exact.variants if exact else ())}
+    rows = tuple({**by_pair[(v["target"], v["variant"])], "confirmed": True} if (v["target"], v["variant"]) in by_pair
+                 else {**v, "confirmed": False} for v in simulated.variants)
+    n = sum(1 for v in rows if v["confirmed"])
+    note = (f"{n} of {len(rows)} variants confirmed on the TOSA reference model (those of the models whose "
+            f"decisions at {NUMBERS_STAGE} differ between the rules); the others are the simulation's")
+    extra = tuple(x for x in (exact.notes if exact else ()) if x not in simulated.notes)
+    return replace(simulated, variants=rows, changed=(), notes=simulated.notes + extra + (note,),
+                   seconds=time.perf_counter() - t_start)
 
 
 def _rules(policies) -> list[str]:
