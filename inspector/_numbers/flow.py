@@ -295,7 +295,7 @@ def run_variant(target: _load.Target, variant: Variant, calibrated: Calibration,
             with _tosa.reference_dispatch():
                 return run_steps(module, target, steps)
 
-        quantized = _stepped("the TOSA reference model", variant, on_the_reference_model)
+        quantized = _phase("the TOSA reference model", variant, on_the_reference_model)
     mark("reference", 6)
     measured, folds, sites, decisions = _outcome(target, log, qparams, quantized, reference)
     mark("metrics", 7)
@@ -328,7 +328,8 @@ def run_simulated(target: _load.Target, variant: Variant, calibrated: Calibratio
             _, converted = quantize(target, variant, calibrated, plan, mark=mark)
         qparams = _site_qparams(converted, log)
         mark("convert", 3)
-        quantized = _stepped("the quantize/dequantize simulation", variant, lambda: run_steps(converted, target, steps))
+        quantized = _phase("the quantize/dequantize simulation", variant,
+                           lambda: run_steps(converted, target, steps))
     mark("simulate", 4)
     measured, folds, sites, decisions = _outcome(target, log, qparams, quantized, reference)
     mark("metrics", 5)
@@ -351,16 +352,6 @@ def _output_kept():
     if error is not None:
         error.details = "\n".join(filter(None, (error.details, captured.text)))
         raise error
-
-
-def _stepped(what: str, variant: Variant, run: Callable):
-    """``run()`` (the quantized program, step after step); anything but our own error becomes one line."""
-    try:
-        return run()
-    except InspectorError:
-        raise
-    except Exception as exc:  # noqa: BLE001
-        raise InspectorError(f"{what} failed for variant {variant.label}: {describe(exc)}") from None
 
 
 def _clock(timings: dict, report, phases: tuple) -> Callable[[str, int], None]:
