@@ -10,6 +10,7 @@ import pytest
 import inspector
 from inspector import Bits, Sweep
 from inspector._numbers.bits import BitsChange
+from inspector._sweep.records import SweepModel, SweepRow, SweepVariant
 from inspector._present.formats import jsonable
 
 
@@ -39,22 +40,19 @@ def test_bits():
 
 
 def _sweep() -> Sweep:
-    rows = ({"target": "m", "stage": "tfa", "policy": "upstream", "sites": 1, "error": None, "where": {},
-             "folded": ["s"], "skipped": [], "reasons": {}},
-            {"target": "m", "stage": "tfa", "policy": "rule", "sites": 1, "error": None, "where": {},
-             "folded": [], "skipped": ["s"], "reasons": {"s": ["feeds-buffer-mutation"]}})
-    variants = tuple({"target": "m", "stage": "tfa", "variant": p, "policy": p, "markers": [], "steps": 3,
-                      "sqnr_db_last": v, "sqnr_db_worst": v, "error": None, "timings": {"run": 1.0}}
+    rows = (SweepRow("m", "tfa", "upstream", 1, folded=("s",)),
+            SweepRow("m", "tfa", "rule", 1, skipped=("s",), reasons={"s": ("feeds-buffer-mutation",)}))
+    variants = tuple(SweepVariant("m", p, p, 3, sqnr_db_last=v, sqnr_db_worst=v, timings={"run": 1.0})
                      for p, v in (("upstream", 38.7), ("rule", math.inf)))
-    return Sweep(("upstream", "rule"), ("tfa",), 3, models=({"target": "m", "error": None},), rows=rows,
-                 variants=variants)
+    return Sweep(("upstream", "rule"), ("tfa",), 3, models=(SweepModel("m"),), rows=rows, variants=variants)
 
 
 def test_sweep():
     sweep = _sweep()
     data = sweep.to_dict()
     # variants: the JSON's rows without what is not a cell (timings, outputs)
-    _same(sweep.to_dataframe("variants"), [{k: v for k, v in r.items() if k != "timings"} for r in data["variants"]])
+    _same(sweep.to_dataframe("variants"), [{k: v for k, v in r.items() if k not in ("timings", "outputs")}
+                                               for r in data["variants"]])
     # rows: one per JSON row, the site lists counted, the rule's SQNR beside it
     frame = sweep.to_dataframe("rows")
     assert [(r["target"], r["stage"], r["policy"]) for r in frame.to_dict("records")] == \

@@ -121,18 +121,18 @@ def test_sweep_rows_name_their_engine_and_never_answer_for_each_other(tmp_path):
     simulated = inspector.sweep(["sample:conv_mul_scalar"], ("off", "upstream"), steps=1, engine="simulation",
                                 out=tmp_path, workers=1)
     assert simulated.engine == "simulation" and simulated.to_dict()["engine"] == "simulation"
-    assert [v["engine"] for v in simulated.variants] == ["simulation", "simulation"]
-    assert all(v["error"] is None and v["not_delegated"] == 0 for v in simulated.variants)
+    assert [v.engine for v in simulated.variants] == ["simulation", "simulation"]
+    assert all(v.error is None and v.not_delegated == 0 for v in simulated.variants)
     assert SIMULATION_NOTE in simulated.notes
     exact = inspector.sweep(["sample:conv_mul_scalar"], ("off", "upstream"), steps=1, out=tmp_path, workers=1)
-    assert exact.engine == "tosa" and [v["engine"] for v in exact.variants] == ["tosa", "tosa"]
+    assert exact.engine == "tosa" and [v.engine for v in exact.variants] == ["tosa", "tosa"]
     assert exact.reused == 2  # the two decision rows; the variants' numbers were computed on TOSA
     assert SIMULATION_NOTE not in exact.notes
     again = inspector.sweep(["sample:conv_mul_scalar"], ("off", "upstream"), steps=1, engine="simulation",
                             out=tmp_path, workers=1)
-    assert again.reused == 4 and [v["engine"] for v in again.variants] == ["simulation", "simulation"]
+    assert again.reused == 4 and [v.engine for v in again.variants] == ["simulation", "simulation"]
     for a, b in zip(simulated.variants, exact.variants):  # 0.00 dB apart on this sample when written
-        assert abs(a["sqnr_db_last"] - b["sqnr_db_last"]) <= 1.0
+        assert abs(a.sqnr_db_last - b.sqnr_db_last) <= 1.0
 
 
 @pytest.mark.requires_tosa
@@ -143,15 +143,15 @@ def test_a_simulated_sweep_confirms_on_tosa_only_the_models_whose_decisions_diff
     models = ["sample:conv_mul_scalar", "sample:stateful_conv_mul"]
     result = inspector.sweep(models, ("upstream", "state-aware-strict"), steps=1, engine="simulation", confirm=True,
                              workers=1)
-    by = {(v["target"], v["policy"]): v for v in result.variants}
-    assert {k: (v["engine"], v["confirmed"]) for k, v in by.items()} == {
+    by = {(v.target, v.policy): v for v in result.variants}
+    assert {k: (v.engine, v.confirmed) for k, v in by.items()} == {
         ("sample:conv_mul_scalar", "upstream"): ("simulation", False),
         ("sample:conv_mul_scalar", "state-aware-strict"): ("simulation", False),
         ("sample:stateful_conv_mul", "upstream"): ("tosa", True),
         ("sample:stateful_conv_mul", "state-aware-strict"): ("tosa", True)}
-    assert all(v["error"] is None for v in result.variants)
-    assert {c["target"] for c in result.changed} == {"sample:stateful_conv_mul"}
-    assert all("sqnr_delta_db" in c for c in result.changed)  # the deltas are the confirmed TOSA numbers'
+    assert all(v.error is None for v in result.variants)
+    assert {c.target for c in result.changed} == {"sample:stateful_conv_mul"}
+    assert all(c.sqnr_delta_db is not None for c in result.changed)  # the deltas are the confirmed TOSA numbers'
     assert "2 of 4 variants confirmed on the TOSA reference model" in " ".join(result.notes)
     text = result.to_markdown()
     assert "(sim)" in text and "not confirmed on TOSA" in text

@@ -247,11 +247,11 @@ def test_bits_ranks_what_each_change_recovers():
 def test_a_sweep_runs_quantized_variants():
     result = inspector.sweep(["sample:stateful_conv_mul"], rules=("upstream",), steps=2,
                              variants=["upstream", "upstream@a16w8"], workers=1)
-    rows = {v["variant"]: v for v in result.variants}
+    rows = {v.variant: v for v in result.variants}
     assert set(rows) == {"upstream", "upstream@a16w8"}
-    assert rows["upstream@a16w8"]["quantization"] == "a16w8" and rows["upstream@a16w8"]["tosa_spec"].endswith("int16")
-    assert rows["upstream@a16w8"]["error"] is None
-    assert rows["upstream@a16w8"]["sqnr_db_last"] != rows["upstream"]["sqnr_db_last"]
+    assert rows["upstream@a16w8"].quantization == "a16w8" and rows["upstream@a16w8"].tosa_spec.endswith("int16")
+    assert rows["upstream@a16w8"].error is None
+    assert rows["upstream@a16w8"].sqnr_db_last != rows["upstream"].sqnr_db_last
 
 
 @pytest.mark.requires_tosa

@@ -296,7 +296,7 @@ SWEEP_CHILD = """
 import json, sys
 import inspector
 s = inspector.sweep([sys.argv[1]], ("upstream",), stages=("tfa",), workers=1, out=sys.argv[2])
-print(json.dumps({"reused": s.reused, "sites": [r["sites"] for r in s.rows]}))
+print(json.dumps({"reused": s.reused, "sites": [r.sites for r in s.rows]}))
 """
 
 

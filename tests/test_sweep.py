@@ -23,6 +23,7 @@ import torch
 import inspector
 from inspector.errors import InspectorError
 from inspector import ModelSpec, Sweep, models_from, sweep
+from inspector._sweep.records import SweepModel, SweepRow, SweepVariant
 from inspector._sweep.sweep import read_models_toml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -145,12 +146,12 @@ def test_a_model_that_fails_is_one_row_and_the_sweep_goes_on(model_dir):
     no_export = ModelSpec(f"{model_dir / 'nets.py'}:NoExport", "no-export", ((1, 3, 8, 8),))
     result = sweep(["sample:no_such_sample", no_export, "sample:conv_mul_scalar"], ("upstream", "state-aware"),
                    workers=2)
-    errors = {m["target"]: m["error"] for m in result.models}
+    errors = {m.target: m.error for m in result.models}
     assert "unknown sample 'no_such_sample'" in errors["sample:no_such_sample"]
     assert "torch.export failed for NoExport" in errors["no-export"]
     assert all("\n" not in e for e in errors.values() if e)
     assert errors["sample:conv_mul_scalar"] is None
-    assert {(r["target"], r["policy"]) for r in result.rows} == {
+    assert {(r.target, r.policy) for r in result.rows} == {
         ("sample:conv_mul_scalar", "upstream"), ("sample:conv_mul_scalar", "state-aware")}
     assert "2 models could not be analysed" in " ".join(result.summary())
 
@@ -162,11 +163,11 @@ def test_rows_are_what_analyze_decides(reference):
     result, _, _ = reference
     assert len(result.rows) == len(SAMPLES) * 2 * len(RULES)
     for row in result.rows:
-        analysis = inspector.analyze(row["target"], stage=row["stage"], rule=row["policy"])
-        assert row["error"] is None
-        assert row["folded"] == [s.id for s in analysis.sites if s.folded]
-        assert row["skipped"] == [s.id for s in analysis.sites if not s.folded]
-        assert row["reasons"] == {s.id: list(s.reason_codes) for s in analysis.sites if not s.folded}
+        analysis = inspector.analyze(row.target, stage=row.stage, rule=row.policy)
+        assert row.error is None
+        assert row.folded == tuple(s.id for s in analysis.sites if s.folded)
+        assert row.skipped == tuple(s.id for s in analysis.sites if not s.folded)
+        assert row.reasons == {s.id: tuple(s.reason_codes) for s in analysis.sites if not s.folded}
 
 
 def test_changed_sites_are_the_sites_the_rules_decide_differently(reference):
@@ -179,11 +180,11 @@ def test_changed_sites_are_the_sites_the_rules_decide_differently(reference):
             for site in decided["upstream"]:
                 if len({decided[p][site] for p in RULES}) > 1:
                     expected.add((target, stage, site, tuple(decided[p][site] for p in RULES)))
-    found = {(c["target"], c["stage"], c["site"], tuple(c["decisions"][p] for p in RULES)) for c in result.changed}
+    found = {(c.target, c.stage, c.site, tuple(c.decisions[p] for p in RULES)) for c in result.changed}
     assert found == expected
     assert found, "the stateful samples must give changed sites (state-aware-strict skips their state writes)"
     # state-aware (PR #21234) sees no signature at tfa: at tfa only the strict rule changes anything.
-    assert all(c["decisions"]["state-aware"] == c["decisions"]["upstream"] for c in result.changed if c["stage"] == "tfa")
+    assert all(c.decisions["state-aware"] == c.decisions["upstream"] for c in result.changed if c.stage == "tfa")
 
 
 @pytest.mark.requires_tosa
@@ -193,16 +194,16 @@ def test_numbers_are_what_compare_measures(reference):
     for target in SAMPLES:
         comparison = inspector.compare(target, RULES, steps=STEPS, workers=1)
         for r in comparison.results:
-            row = next(v for v in result.variants if v["target"] == target and v["policy"] == r.variant.policy)
-            assert row["error"] is None
+            row = next(v for v in result.variants if v.target == target and v.policy == r.variant.policy)
+            assert row.error is None
             last = [m.sqnr_db for m in r.metrics if m.step == STEPS - 1]
-            assert row["sqnr_db_last"] == min(last)
-            assert row["sqnr_db_worst"] == min(m.sqnr_db for m in r.metrics)
-            assert row["max_abs_error"] == max(m.max_abs_error for m in r.metrics)
+            assert row.sqnr_db_last == min(last)
+            assert row.sqnr_db_worst == min(m.sqnr_db for m in r.metrics)
+            assert row.max_abs_error == max(m.max_abs_error for m in r.metrics)
     # Variants leading to the same fold decisions ran once (and say whose result they share).
-    shared = [v for v in result.variants if v["shared_with"]]
-    assert shared and all(v["sqnr_db_last"] == next(
-        w["sqnr_db_last"] for w in result.variants if w["target"] == v["target"] and w["variant"] == v["shared_with"])
+    shared = [v for v in result.variants if v.shared_with]
+    assert shared and all(v.sqnr_db_last == next(
+        w.sqnr_db_last for w in result.variants if w.target == v.target and w.variant == v.shared_with)
         for v in shared)
 
 
@@ -220,13 +221,13 @@ def test_rules_users_write(tmp_path):
     from_file = f"{rules_file}:skip_reaching_outputs"
     try:
         result = sweep(["sample:conv_mul_scalar", "sample:conv_mul_chain"], ("upstream", from_file), workers=2)
-        rows = [(r, inspector.analyze(r["target"], stage="tfa", rule=r["policy"])) for r in result.rows]
+        rows = [(r, inspector.analyze(r.target, stage="tfa", rule=r.policy)) for r in result.rows]
     finally:
         inspector.rules.unregister("skip_reaching_outputs")  # a rule loaded here stays for other tests otherwise
     assert result.executor == "local" and not result.notes  # a rule in a file runs in the workers
     for row, analysis in rows:
-        assert row["folded"] == [s.id for s in analysis.sites if s.folded]
-    assert {c["target"] for c in result.changed} == {"sample:conv_mul_scalar", "sample:conv_mul_chain"}
+        assert row.folded == tuple(s.id for s in analysis.sites if s.folded)
+    assert {c.target for c in result.changed} == {"sample:conv_mul_scalar", "sample:conv_mul_chain"}
 
     @inspector.rule("test-sweep-never", help="skips every site")
     def never(ctx):
@@ -237,7 +238,7 @@ def test_rules_users_write(tmp_path):
     finally:
         inspector.rules.unregister("test-sweep-never")
     assert here.executor == "inline" and "lives in this process only" in here.notes[0]
-    assert [len(r["folded"]) for r in here.rows] == [1, 0]
+    assert [len(r.folded) for r in here.rows] == [1, 0]
 
 
 # ---------------------------------------------------------------- resumable, and the executors agree
@@ -256,12 +257,12 @@ def test_one_worker_gives_the_same_table(reference):
     result, _, _ = reference
     one = sweep(SAMPLES, RULES, stages=("tfa", "edge"), steps=STEPS, workers=1)
     # A warm worker answers what it computed in the reference sweep, and says so.
-    cached = sum(v["cached"] for v in one.variants)
+    cached = sum(v.cached for v in one.variants)
     assert any(f"{cached} variant" in n and "answered by warm worker processes" in n for n in one.notes) == bool(cached)
     assert _comparable(one.to_dict()) == _comparable(result.to_dict())
     inspector.clear_cache(disk=True)  # stops the warm workers, empties the store: all computed again, by one worker
     fresh = sweep(SAMPLES, RULES, stages=("tfa", "edge"), steps=STEPS, workers=1)
-    assert not any(v["cached"] for v in fresh.variants) and all(v["timings"] or v["shared_with"] for v in fresh.variants)
+    assert not any(v.cached for v in fresh.variants) and all(v.timings or v.shared_with for v in fresh.variants)
     assert _comparable(fresh.to_dict()) == _comparable(result.to_dict())
 
 
@@ -360,15 +361,15 @@ def test_a_dead_worker_loses_only_its_own_row(tmp_path):
         (tmp_path / f"{sig}.py").write_text(CRASHING.replace("{signal}", sig))
         targets.append(f"{tmp_path / sig}.py:Crashes")
     result = sweep(targets, ("upstream", "state-aware"), workers=2, out=tmp_path / "out")
-    errors = {m["target"]: m["error"] for m in result.models}
+    errors = {m.target: m.error for m in result.models}
     assert errors["sample:conv_mul_scalar"] is None
     for sig, crashing in zip(("SIGSEGV", "SIGKILL"), targets[1:]):
         assert f"the worker analysing {crashing} died: it was killed by {sig}" in errors[crashing]
-    assert {r["target"] for r in result.rows} == {"sample:conv_mul_scalar"}
+    assert {r.target for r in result.rows} == {"sample:conv_mul_scalar"}
     # A death is not a verdict on the model: the next run tries it again (and the others are read back).
     again = sweep(targets, ("upstream", "state-aware"), workers=2, out=tmp_path / "out")
     assert again.reused == 2
-    assert "died" in {m["target"]: m["error"] for m in again.models}[targets[1]]
+    assert "died" in {m.target: m.error for m in again.models}[targets[1]]
 
 
 KILLS_IN_LOWERING = '''
@@ -396,13 +397,13 @@ def test_a_worker_killed_in_a_variant_loses_only_that_variant(tmp_path):
         result = sweep(["sample:conv_mul_scalar"], ("upstream", deadly), steps=1, workers=2)
     finally:
         inspector.rules.unregister("dies_in_the_quantized_flow")
-    assert [r["error"] for r in result.rows] == [None, None]  # deciding it is fine
-    by_rule = {v["policy"]: v for v in result.variants}
-    assert by_rule["upstream"]["error"] is None and by_rule["upstream"]["sqnr_db_last"] > 20
+    assert [r.error for r in result.rows] == [None, None]  # deciding it is fine
+    by_rule = {v.policy: v for v in result.variants}
+    assert by_rule["upstream"].error is None and by_rule["upstream"].sqnr_db_last > 20
     assert ("the worker running sample:conv_mul_scalar / dies_in_the_quantized_flow died: it was killed by SIGKILL"
-            in by_rule["dies_in_the_quantized_flow"]["error"])
+            in by_rule["dies_in_the_quantized_flow"].error)
     # The pool replaced the dead worker: the next sweep runs.
-    assert sweep(["sample:conv_mul_scalar"], ("upstream",), steps=1, workers=2).variants[0]["error"] is None
+    assert sweep(["sample:conv_mul_scalar"], ("upstream",), steps=1, workers=2).variants[0].error is None
 
 
 # ---------------------------------------------------------------- the CLI contract
@@ -420,10 +421,10 @@ def test_a_toml_list_from_anywhere_on_disk(model_dir, tmp_path):
         result = sweep([str(model_dir / "sub" / "models.toml")], ("upstream", "state-aware-strict"), workers=2)
     finally:
         os.chdir(here)
-    assert [m["target"] for m in result.models] == ["sample:stateful_conv_mul", "scaled"]
-    scaled = next(r for r in result.rows if r["target"] == "scaled" and r["policy"] == "upstream")
-    assert scaled["sites"] == 1 and len(scaled["folded"]) == 1
-    assert [c["target"] for c in result.changed] == ["sample:stateful_conv_mul"]
+    assert [m.target for m in result.models] == ["sample:stateful_conv_mul", "scaled"]
+    scaled = next(r for r in result.rows if r.target == "scaled" and r.policy == "upstream")
+    assert scaled.sites == 1 and len(scaled.folded) == 1
+    assert [c.target for c in result.changed] == ["sample:stateful_conv_mul"]
 
 
 def test_cli_formats(tmp_path, capsys):
@@ -455,16 +456,12 @@ def test_cli_formats(tmp_path, capsys):
 
 def _crafted() -> Sweep:
     evil = "<img src=x onerror=alert(1)>|`"
-    row = {"target": evil, "stage": "tfa", "sites": 1, "error": None, "reasons": {},
-           "where": {evil: {"module": evil, "location": "", "mul": evil}}}
-    return Sweep(("upstream", "off"), ("tfa",), 1,
-                 models=({"target": evil, "error": None, "fingerprint": "f", "timings": {}},),
-                 rows=({**row, "policy": "upstream", "folded": [evil], "skipped": []},
-                       {**row, "policy": "off", "folded": [], "skipped": [evil], "reasons": {evil: ["policy-off"]}}),
-                 variants=({"target": evil, "stage": "tfa", "variant": "upstream", "policy": "upstream", "markers": [],
-                            "sqnr_db_last": 30.0, "sqnr_db_worst": 29.0, "error": None},
-                           {"target": evil, "stage": "tfa", "variant": "off", "policy": "off", "markers": [],
-                            "sqnr_db_last": 31.0, "sqnr_db_worst": 29.5, "error": evil}))
+    where = {evil: {"module": evil, "location": "", "mul": evil}}
+    return Sweep(("upstream", "off"), ("tfa",), 1, models=(SweepModel(evil, None, "f"),),
+                 rows=(SweepRow(evil, "tfa", "upstream", 1, folded=(evil,), where=where),
+                       SweepRow(evil, "tfa", "off", 1, skipped=(evil,), reasons={evil: ("policy-off",)}, where=where)),
+                 variants=(SweepVariant(evil, "upstream", "upstream", 1, sqnr_db_last=30.0, sqnr_db_worst=29.0),
+                           SweepVariant(evil, "off", "off", 1, sqnr_db_last=31.0, sqnr_db_worst=29.5, error=evil)))
 
 
 def test_model_strings_are_escaped_in_html_and_markdown():
@@ -479,18 +476,16 @@ def test_model_strings_are_escaped_in_html_and_markdown():
 
 
 def _row(target, stage, policy, folded, site="conv@net.py:1"):
-    return {"target": target, "stage": stage, "policy": policy, "sites": 1, "error": None, "where": {},
-            "folded": [site] if folded else [], "skipped": [] if folded else [site],
-            "reasons": {} if folded else {site: ["feeds-buffer-mutation"]}}
+    return SweepRow(target, stage, policy, 1, folded=(site,) if folded else (), skipped=() if folded else (site,),
+                    reasons={} if folded else {site: ("feeds-buffer-mutation",)})
 
 
 def _variant(target, policy, sqnr):
-    return {"target": target, "stage": "tfa", "variant": policy, "policy": policy, "markers": [], "steps": 3,
-            "sqnr_db_last": sqnr, "sqnr_db_worst": sqnr, "error": None}
+    return SweepVariant(target, policy, policy, 3, sqnr_db_last=sqnr, sqnr_db_worst=sqnr)
 
 
 def test_the_summary_ties_numbers_to_tfa_decisions_only():
-    models = ({"target": "m", "error": None}, {"target": "n", "error": None}, {"target": "never", "error": None})
+    models = (SweepModel("m"), SweepModel("n"), SweepModel("never"))
     # Only edge decided: nothing ties the changes to the numbers, whatever they are.
     edge_only = Sweep(("upstream", "rule"), ("edge",), 3, models=models[:1],
                       rows=(_row("m", "edge", "upstream", True), _row("m", "edge", "rule", False)),
@@ -510,13 +505,13 @@ def test_the_summary_ties_numbers_to_tfa_decisions_only():
     assert line.startswith("`rule` changes 3 sites in 3 of 3 models against `upstream`")
     assert "0 better / 1 worse / 0 unchanged" in line
     assert "in 1 compared model it changes decisions at edge only" in line
-    assert [c.get("sqnr_delta_db") for c in both.changed] == [{"rule": -10.0}, None, None]
+    assert [c.sqnr_delta_db for c in both.changed] == [{"rule": -10.0}, None, None]
 
 
 def test_local_paths_are_redacted():
     base = _crafted()
     home = str(Path.home() / "private" / "net.py:Net")
-    models = ({"target": home, "error": f"importing {home} failed"},)
+    models = (SweepModel(home, f"importing {home} failed"),)
     redacted = Sweep(base.policies, base.stages, 0, models=models, rows=(), variants=())
     for text in (redacted.to_markdown(), redacted.to_html(), redacted.to_json(), redacted.to_csv()):
         assert str(Path.home()) not in text
@@ -529,10 +524,9 @@ def test_markdown_fits_one_github_comment():
     for i in range(400):
         for p, folded in (("upstream", True), ("off", False)):
             site = f"block{i}.conv@net.py:{i}"
-            rows.append({"target": f"net{i}", "stage": "tfa", "policy": p, "sites": 1, "error": None,
-                         "folded": [site] if folded else [], "skipped": [] if folded else [site],
-                         "reasons": {} if folded else {site: ["policy-off"]}, "where": {}})
-    big = Sweep(base.policies, base.stages, 0, models=tuple({"target": f"net{i}", "error": None} for i in range(400)),
+            rows.append(SweepRow(f"net{i}", "tfa", p, 1, folded=(site,) if folded else (),
+                                 skipped=() if folded else (site,), reasons={} if folded else {site: ("policy-off",)}))
+    big = Sweep(base.policies, base.stages, 0, models=tuple(SweepModel(f"net{i}") for i in range(400)),
                 rows=tuple(rows), variants=())
     md = big.to_markdown(limit=8000)
     assert len(md) <= 8000

@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 
 from .._present.formats import GITHUB_COMMENT_LIMIT, db, db_change, markdown_table, page as html_page, plot_db, seconds
-from .records import NUMBERS_STAGE, UNCHANGED_DB
+from .records import NUMBERS_STAGE, UNCHANGED_DB, sqnr_by_policy
 
 FORMATS = ("md", "html", "json", "csv")
 __all__ = ["FORMATS", "GITHUB_COMMENT_LIMIT", "sweep_markdown", "sweep_html", "sweep_plot", "redactor"]
@@ -22,7 +22,7 @@ def redactor(html_text: bool = False):
 
 
 def _steps_text(s) -> str:
-    steps = sorted({v.get("steps", s.steps) for v in s.variants if v.get("steps")}) or [s.steps]
+    steps = sorted({v.steps for v in s.variants if v.steps}) or [s.steps]
     return f"{steps[0]} step(s)" if len(steps) == 1 else f"{steps[0]} to {steps[-1]} steps (per model)"
 
 
@@ -35,13 +35,13 @@ def _md(text) -> str:
 def simulated_pairs(s) -> set:
     """The (model, rule) pairs whose numbers are the simulation's in a sweep that mixes engines (one
     whose differing models were confirmed on TOSA); empty when every number comes from one engine."""
-    engines = {(v["target"], v["policy"]): v.get("engine", "tosa") for v in s.variants if not v.get("error")}
+    engines = {(v.target, v.policy): v.engine for v in s.variants if not v.error}
     if len(set(engines.values())) < 2:
         return set()
     return {pair for pair, engine in engines.items() if engine != "tosa"}
 
 
-def _sqnr_cell(s, sim: set, target: str, policy: str, value) -> str:
+def _sqnr_cell(sim: set, target: str, policy: str, value) -> str:
     return db(value) + (" (sim)" if (target, policy) in sim else "")
 
 
@@ -58,14 +58,14 @@ def sweep_markdown(s, limit: int) -> str:
             header += [f"SQNR `{s.policies[0]}`", *[f"Δ dB `{p}`" for p in others]]
         cells_of = []
         for c in changed:
-            cells = [_md(c["target"]), c["stage"], _md(c["site"])]
+            cells = [_md(c.target), c.stage, _md(c.site)]
             for p in s.policies:
-                decision = c["decisions"].get(p, "–")
-                reasons = c["reasons"].get(p, [])
+                decision = c.decisions.get(p, "–")
+                reasons = c.reasons.get(p, [])
                 cells.append(decision + (f" ({', '.join(reasons)})" if reasons else ""))
             if s.steps:
-                cells.append(db((c.get("sqnr_db_last") or {}).get(s.policies[0])))
-                cells += [db_change((c.get("sqnr_delta_db") or {}).get(p)) for p in others]
+                cells.append(db((c.sqnr_db_last or {}).get(s.policies[0])))
+                cells += [db_change((c.sqnr_delta_db or {}).get(p)) for p in others]
             cells_of.append(cells)
         table += ["#### Sites whose decision differs", "", *markdown_table(header, cells_of)]
     else:
@@ -73,28 +73,28 @@ def sweep_markdown(s, limit: int) -> str:
     header = ["model", *[f"folded `{p}`" for p in s.policies], *([f"SQNR `{p}`" for p in s.policies] if s.steps else [])]
     model_cells = []
     shown = NUMBERS_STAGE if NUMBERS_STAGE in s.stages else s.stages[-1]
-    rows = {(r["target"], r["policy"]): r for r in s.rows if r["stage"] == shown}
-    sqnr = s._sqnr_by_policy()
+    rows = {(r.target, r.policy): r for r in s.rows if r.stage == shown}
+    sqnr = sqnr_by_policy(s.variants)
     sim = simulated_pairs(s)
     for m in s.models:
-        if m.get("error"):
-            model_cells.append([_md(m["target"]), f"failed: {_md(m['error'])}"])
+        if m.error:
+            model_cells.append([_md(m.target), f"failed: {_md(m.error)}"])
             continue
-        cells = [_md(m["target"])]
+        cells = [_md(m.target)]
         for p in s.policies:
-            r = rows.get((m["target"], p))
-            cells.append("error" if r is None or r.get("error") else f"{len(r['folded'])}/{r['sites']}")
+            r = rows.get((m.target, p))
+            cells.append("error" if r is None or r.error else f"{len(r.folded)}/{r.sites}")
         if s.steps:
-            cells += [_sqnr_cell(s, sim, m["target"], p, sqnr.get(m["target"], {}).get(p)) for p in s.policies]
+            cells += [_sqnr_cell(sim, m.target, p, sqnr.get(m.target, {}).get(p)) for p in s.policies]
         model_cells.append(cells)
     models = ["", "#### Models", "", f"Folded sites out of all sites at {shown}" + (
         "; SQNR (dB) at the last step on the TOSA INT reference, whose flow folds at tfa" if s.steps else "")
         + ("; (sim): the simulation's number, not confirmed on TOSA (the rules decide alike there)." if sim else "."),
         "", *markdown_table(header, model_cells)]
-    failed_variants = [v for v in s.variants if v.get("error")]
+    failed_variants = [v for v in s.variants if v.error]
     if failed_variants:
         models += ["", "#### Variants that did not run", ""]
-        models += [f"- {_md(v['target'])} `{v['variant']}`: {_md(v['error'])}" for v in failed_variants]
+        models += [f"- {_md(v.target)} `{v.variant}`: {_md(v.error)}" for v in failed_variants]
     tail = ["", f"<sub>fold-inspector sweep, {s.executor} executor, {seconds(s.seconds)}.</sub>", ""]
     text = "\n".join(head + table + models + tail)
     if len(text) <= limit:
@@ -131,16 +131,16 @@ def sweep_html(s, page: bool = True) -> str:
             head += f"<th>SQNR {_e(s.policies[0])}</th>" + "".join(f"<th>Δ dB {_e(p)}</th>" for p in s.policies[1:])
         body = []
         for c in changed:
-            cells = [f"<td>{_e(c['target'])}</td><td>{_e(c['stage'])}</td><td><code>{_e(c['site'])}</code></td>"]
+            cells = [f"<td>{_e(c.target)}</td><td>{_e(c.stage)}</td><td><code>{_e(c.site)}</code></td>"]
             for p in s.policies:
-                d = c["decisions"].get(p, "–")
-                reasons = ", ".join(c["reasons"].get(p, []))
+                d = c.decisions.get(p, "–")
+                reasons = ", ".join(c.reasons.get(p, []))
                 cells.append(f"<td class='{_e(d)}'>{_e(d)}" + (f"<br><small>{_e(reasons)}</small>" if reasons else "")
                              + "</td>")
             if s.steps:
-                cells.append(f"<td>{_e(db((c.get('sqnr_db_last') or {}).get(s.policies[0])))}</td>")
+                cells.append(f"<td>{_e(db((c.sqnr_db_last or {}).get(s.policies[0])))}</td>")
                 for p in s.policies[1:]:
-                    d = (c.get("sqnr_delta_db") or {}).get(p)
+                    d = (c.sqnr_delta_db or {}).get(p)
                     cls = "" if d is None or abs(d) < UNCHANGED_DB else "better" if d > 0 else "worse"
                     cells.append(f"<td class='{cls}'>{_e(db_change(d))}</td>")
             body.append("<tr>" + "".join(cells) + "</tr>")
@@ -149,23 +149,23 @@ def sweep_html(s, page: bool = True) -> str:
     else:
         parts.append("<p>No site's decision differs between the rules.</p>")
     rows = []
-    sqnr = s._sqnr_by_policy()
+    sqnr = sqnr_by_policy(s.variants)
     sim = simulated_pairs(s)
     for r in s.rows:
-        v = sqnr.get(r["target"], {}).get(r["policy"])
-        status = _e(r["error"]) if r.get("error") else f"{len(r['folded'])} folded / {r['sites']} sites"
-        rows.append(f"<tr><td>{_e(r['target'])}</td><td>{_e(r['stage'])}</td><td>{_e(r['policy'])}</td>"
-                    f"<td>{status}</td>" + (f"<td>{_e(_sqnr_cell(s, sim, r['target'], r['policy'], v))}</td>"
+        v = sqnr.get(r.target, {}).get(r.policy)
+        status = _e(r.error) if r.error else f"{len(r.folded)} folded / {r.sites} sites"
+        rows.append(f"<tr><td>{_e(r.target)}</td><td>{_e(r.stage)}</td><td>{_e(r.policy)}</td>"
+                    f"<td>{status}</td>" + (f"<td>{_e(_sqnr_cell(sim, r.target, r.policy, v))}</td>"
                                             if s.steps else "") + "</tr>")
-    failed = [m for m in s.models if m.get("error")]
-    rows += [f"<tr><td>{_e(m['target'])}</td><td colspan='4'>failed: {_e(m['error'])}</td></tr>" for m in failed]
+    failed = [m for m in s.models if m.error]
+    rows += [f"<tr><td>{_e(m.target)}</td><td colspan='4'>failed: {_e(m.error)}</td></tr>" for m in failed]
     parts.append("<h3>Every model, stage and rule</h3><table><tr><th>model</th><th>stage</th><th>rule</th>"
                  "<th>decisions</th>" + ("<th>SQNR (dB, last step)</th>" if s.steps else "") + "</tr>"
                  + "".join(rows) + "</table>")
-    bad = [v for v in s.variants if v.get("error")]
+    bad = [v for v in s.variants if v.error]
     if bad:
         parts.append("<h3>Variants that did not run</h3><ul>" + "".join(
-            f"<li>{_e(v['target'])} <code>{_e(v['variant'])}</code>: {_e(v['error'])}</li>" for v in bad) + "</ul>")
+            f"<li>{_e(v.target)} <code>{_e(v.variant)}</code>: {_e(v.error)}</li>" for v in bad) + "</ul>")
     parts.append(f"<p><small>fold-inspector sweep, {_e(s.executor)} executor, {seconds(s.seconds)}.</small></p>")
     inner = "\n".join(parts)
     if not page:
@@ -178,7 +178,7 @@ def sweep_plot(s):
     without pyplot's global state)."""
     from matplotlib.figure import Figure
 
-    changed = [c for c in s.changed if c.get("sqnr_delta_db")]  # tfa changes: the ones with numbers
+    changed = [c for c in s.changed if c.sqnr_delta_db]  # tfa changes: the ones with numbers
     fig = Figure(figsize=(8, max(2.0, 0.35 * len(changed) + 1)))
     ax = fig.subplots()
     if not changed:
@@ -187,9 +187,9 @@ def sweep_plot(s):
         return fig
     others = s.policies[1:]
     height = 0.8 / max(1, len(others))
-    labels = [f"{c['target']} · {c['stage']} · {c['site'][:40]}" for c in changed]
+    labels = [f"{c.target} · {c.stage} · {c.site[:40]}" for c in changed]
     for j, policy in enumerate(others):
-        values = [plot_db(c["sqnr_delta_db"].get(policy)) for c in changed]
+        values = [plot_db(c.sqnr_delta_db.get(policy)) for c in changed]
         ax.barh([i + j * height for i in range(len(changed))], values, height=height, label=policy)
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_yticks([i + height * (len(others) - 1) / 2 for i in range(len(changed))], labels, fontsize=7)

@@ -1,11 +1,13 @@
-"""What a sweep's rows are made of: its constants, its progress bars, and the small helpers its
-tables share."""
+"""What a sweep is made of: its constants, its progress bars, the frozen records of its tables
+(``SweepModel``, ``SweepRow``, ``SweepVariant``, ``ChangedSite``) and the helpers its tables share."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
+
+from ..errors import InspectorError
 
 UNCHANGED_DB = 0.01  # an SQNR difference below this is "unchanged"
 # The quantized (TOSA INT) flow folds in the quantizer's transform-for-annotation, before calibration,
@@ -43,3 +45,258 @@ def sqnr_delta(value, base):
 def table_number(v) -> float:
     """A table cell: a float, NaN where there is no number (pandas keeps the column numeric)."""
     return float("nan") if v is None else float(v)
+
+
+# ---------------------------------------------------------------- the records a Sweep holds
+#
+# Each writes exactly the JSON the sweep has always written (``to_dict``), and the two that are kept
+# in out/ read it back (``from_dict``), checking every field: a record that does not read is
+# computed again, never trusted.
+
+
+def _bad(what: str, data) -> InspectorError:
+    return InspectorError(f"not a sweep {what} record: {str(data)[:80]}")
+
+
+def _text(data: dict, key: str, what: str, optional: bool = False):
+    value = data.get(key)
+    if isinstance(value, str) or (optional and value is None):
+        return value
+    raise _bad(what, data)
+
+
+def _texts(value, what: str, data) -> tuple[str, ...]:
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise _bad(what, data)
+
+
+def _number(value, what: str, data) -> float | None:
+    """A number as JSON holds it: a float, an int, null, or one of "inf", "-inf", "nan"."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value in ("inf", "-inf", "nan"):
+        return float(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise _bad(what, data)
+
+
+def _mapping(value, what: str, data) -> dict:
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return dict(value)
+    raise _bad(what, data)
+
+
+@dataclass(frozen=True)
+class SweepModel:
+    """One model of a sweep: whether it was analysed, and what that cost."""
+
+    target: str  # the model as named: sample:NAME, file.py:Class, a .pt2 path, a TOML entry's name
+    error: str | None = None  # why it has no rows (one line); None when it was analysed
+    fingerprint: str | None = None  # its program's fingerprint (keys its rows and variants in out/)
+    timings: dict = field(default_factory=dict)  # seconds per phase of its analysis (load, stage tfa, ...)
+
+    def to_dict(self) -> dict:
+        return {"target": self.target, "error": self.error, "fingerprint": self.fingerprint,
+                "timings": dict(self.timings)}
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """One model at one stage under one rule: its sites and what the rule decided at each."""
+
+    target: str  # the model
+    stage: str  # aten, tfa or edge
+    policy: str  # the rule's name
+    sites: int | None = None  # sites found at this stage (None: the stage could not be decided)
+    folded: tuple[str, ...] = ()  # ids of the sites the rule folds
+    skipped: tuple[str, ...] = ()  # ids of the sites it skips
+    reasons: dict = field(default_factory=dict)  # skipped site id -> its reason codes (a tuple)
+    # site id -> {"module", "location", "mul"}: where each site is (kept in out/, not in the JSON)
+    where: dict = field(default_factory=dict)
+    error: str | None = None  # why this row has no decisions (one line)
+    seconds: float | None = None  # time to decide (None on a row that failed)
+
+    def to_dict(self, where: bool = False) -> dict:
+        """The row's JSON; ``where=True`` adds where each site is (the form out/ keeps)."""
+        decided = {"sites": self.sites, "folded": list(self.folded), "skipped": list(self.skipped),
+                   "reasons": {k: list(v) for k, v in self.reasons.items()}}
+        head = {"target": self.target, "stage": self.stage, "policy": self.policy}
+        if self.error is not None:
+            return {**head, "error": self.error, **decided}
+        return {**head, **decided, **({"where": {k: dict(v) for k, v in self.where.items()}} if where else {}),
+                "error": None, **({"seconds": self.seconds} if self.seconds is not None else {})}
+
+    @classmethod
+    def from_dict(cls, data) -> "SweepRow":
+        """A row as ``to_dict(where=True)`` wrote it; InspectorError when it is not one."""
+        if not isinstance(data, dict):
+            raise _bad("row", data)
+        sites = data.get("sites")
+        if sites is not None and (not isinstance(sites, int) or isinstance(sites, bool)):
+            raise _bad("row", data)
+        reasons = _mapping(data.get("reasons", {}), "row", data)
+        where = _mapping(data.get("where", {}), "row", data)
+        if not all(isinstance(v, dict) for v in where.values()):
+            raise _bad("row", data)
+        return cls(_text(data, "target", "row"), _text(data, "stage", "row"), _text(data, "policy", "row"), sites,
+                   _texts(data.get("folded", []), "row", data), _texts(data.get("skipped", []), "row", data),
+                   {k: _texts(v, "row", data) for k, v in reasons.items()},
+                   {k: dict(v) for k, v in where.items()}, _text(data, "error", "row", optional=True),
+                   _number(data.get("seconds"), "row", data))
+
+
+# A variant's measured fields, in the order of its JSON; a variant that did not run has none of them.
+_MEASURED = ("worst_step", "max_abs_error", "last_step", "outputs", "folds", "folded", "not_delegated", "timings",
+             "tosa_spec", "cached")
+
+
+@dataclass(frozen=True)
+class SweepVariant:
+    """One variant of one model on the TOSA INT reference model (or the simulation): its numbers,
+    or why it has none."""
+
+    target: str  # the model
+    variant: str  # the variant's label (its rule, markers, quantization)
+    policy: str  # its rule's name
+    steps: int  # recurrent steps compared
+    stage: str = NUMBERS_STAGE  # the stage whose decisions its numbers follow
+    engine: str = "tosa"  # what computed the numbers: "tosa" or "simulation"
+    markers: tuple[str, ...] = ()  # carried-state markers of the variant
+    quantization: str = "a8w8"  # the quantization it ran under
+    overrides: dict = field(default_factory=dict)  # node -> "float" or a quantization name
+    sqnr_db_last: float | None = None  # SQNR at the last step (dB), the worst output's
+    sqnr_db_worst: float | None = None  # SQNR at the worst step (dB), the worst output's
+    worst_step: int | None = None  # the step of sqnr_db_worst
+    max_abs_error: float | None = None  # max |quantized - float| over outputs and steps
+    last_step: int | None = None  # the last step compared (0-based)
+    outputs: tuple = ()  # per output: output, sqnr_db_last, sqnr_db_worst, worst_step, max_abs_error, ...
+    folds: dict = field(default_factory=dict)  # muls the pass folded per stage ({"tfa": n, "lowering": n})
+    folded: tuple[str, ...] = ()  # ids of the sites it folded
+    not_delegated: int = 0  # nodes left outside the TOSA delegate
+    timings: dict = field(default_factory=dict)  # seconds per phase ({} when shared or answered from a cache)
+    tosa_spec: str = "TOSA-1.0+INT"  # the TOSA specification it was lowered for
+    cached: bool = False  # answered by a warm worker or the result store
+    error: str | None = None  # why it has no numbers (one line); its measured fields are then absent
+    shared_with: str | None = None  # the variant whose result it shares (equal fold decisions)
+    confirmed: bool | None = None  # in a confirmed simulated sweep: run on the TOSA reference (None: not asked)
+
+    def to_dict(self) -> dict:
+        d = {"target": self.target, "stage": self.stage, "engine": self.engine, "variant": self.variant,
+             "policy": self.policy, "markers": list(self.markers), "quantization": self.quantization,
+             "overrides": dict(self.overrides), "steps": self.steps, "sqnr_db_last": self.sqnr_db_last,
+             "sqnr_db_worst": self.sqnr_db_worst}
+        if self.error is None:
+            d.update({k: getattr(self, k) for k in _MEASURED})
+            d.update(outputs=[dict(o) for o in self.outputs], folds=dict(self.folds), folded=list(self.folded),
+                     timings=dict(self.timings), error=None, shared_with=self.shared_with)
+        else:
+            d["error"] = self.error
+        if self.confirmed is not None:
+            d["confirmed"] = self.confirmed
+        return d
+
+    @classmethod
+    def from_dict(cls, data) -> "SweepVariant":
+        """A variant as ``to_dict`` wrote it; InspectorError when it is not one."""
+        if not isinstance(data, dict):
+            raise _bad("variant", data)
+        steps = data.get("steps")
+        if not isinstance(steps, int) or isinstance(steps, bool):
+            raise _bad("variant", data)
+        error = _text(data, "error", "variant", optional=True)
+        fields = dict(target=_text(data, "target", "variant"), variant=_text(data, "variant", "variant"),
+                      policy=_text(data, "policy", "variant"), steps=steps, stage=_text(data, "stage", "variant"),
+                      engine=_text(data, "engine", "variant"), markers=_texts(data.get("markers"), "variant", data),
+                      quantization=_text(data, "quantization", "variant"),
+                      overrides=_mapping(data.get("overrides"), "variant", data),
+                      sqnr_db_last=_number(data.get("sqnr_db_last"), "variant", data),
+                      sqnr_db_worst=_number(data.get("sqnr_db_worst"), "variant", data), error=error)
+        if data.get("confirmed") is not None:
+            if not isinstance(data["confirmed"], bool):
+                raise _bad("variant", data)
+            fields["confirmed"] = data["confirmed"]
+        if error is not None:
+            return cls(**fields)
+        if any(k not in data for k in _MEASURED) or not isinstance(data["outputs"], list) \
+                or not all(isinstance(o, dict) for o in data["outputs"]) or not isinstance(data["cached"], bool):
+            raise _bad("variant", data)
+        for key in ("worst_step", "last_step"):
+            if data[key] is not None and (not isinstance(data[key], int) or isinstance(data[key], bool)):
+                raise _bad("variant", data)
+        if not isinstance(data["not_delegated"], int):
+            raise _bad("variant", data)
+        return cls(**fields, worst_step=data["worst_step"],
+                   max_abs_error=_number(data["max_abs_error"], "variant", data), last_step=data["last_step"],
+                   outputs=tuple(data["outputs"]), folds=_mapping(data["folds"], "variant", data),
+                   folded=_texts(data["folded"], "variant", data), not_delegated=data["not_delegated"],
+                   timings=_mapping(data["timings"], "variant", data), tosa_spec=_text(data, "tosa_spec", "variant"),
+                   cached=data["cached"], shared_with=_text(data, "shared_with", "variant", optional=True))
+
+
+@dataclass(frozen=True)
+class ChangedSite:
+    """A site whose decision differs between a sweep's rules, at one stage of one model."""
+
+    target: str  # the model
+    stage: str  # the stage the decisions differ at
+    site: str  # the site's id
+    decisions: dict  # rule -> "fold", "skip" or "absent", the rules in the sweep's order
+    reasons: dict  # rule -> the reason codes it skips the site for (a list)
+    module: str = ""  # the site's module path
+    location: str = ""  # file:line of the mul
+    # At tfa, where the quantized flow folds: rule -> its model's SQNR at the last step, and rule ->
+    # that minus the baseline's (None: no numbers here)
+    sqnr_db_last: dict | None = None
+    sqnr_delta_db: dict | None = None
+
+    def to_dict(self) -> dict:
+        d = {"target": self.target, "stage": self.stage, "site": self.site, "decisions": dict(self.decisions),
+             "reasons": {k: list(v) for k, v in self.reasons.items()}, "module": self.module,
+             "location": self.location}
+        if self.sqnr_db_last is not None:
+            d.update(sqnr_db_last=dict(self.sqnr_db_last), sqnr_delta_db=dict(self.sqnr_delta_db or {}))
+        return d
+
+
+def sqnr_by_policy(variants) -> dict[str, dict[str, float]]:
+    """model -> rule -> SQNR at the last step, from the variants that ran without markers."""
+    out: dict[str, dict[str, float]] = {}
+    for v in variants:
+        if v.error is None and not v.markers:
+            out.setdefault(v.target, {})[v.policy] = v.sqnr_db_last
+    return out
+
+
+def changed_sites(policies, rows, variants) -> tuple[ChangedSite, ...]:
+    """Every site whose decision differs between the rules, per model and stage. Only a change at
+    tfa carries SQNR figures: the quantized flow folds there, so a change at aten or edge alone does
+    not reach its numbers."""
+    by_model: dict[tuple[str, str], dict[str, SweepRow]] = {}
+    for row in rows:
+        if row.error is None:
+            by_model.setdefault((row.target, row.stage), {})[row.policy] = row
+    sqnr = sqnr_by_policy(variants)
+    out = []
+    for (target, stage), mine in by_model.items():
+        if len(mine) < 2:
+            continue
+        order = [p for p in policies if p in mine]
+        site_ids = dict.fromkeys(s for p in order for s in (*mine[p].folded, *mine[p].skipped))
+        for site in site_ids:
+            decisions = {p: ("fold" if site in mine[p].folded else "skip" if site in mine[p].skipped else "absent")
+                         for p in order}
+            if len(set(decisions.values())) < 2:
+                continue
+            where = next((mine[p].where[site] for p in order if site in mine[p].where), {})
+            numbers = {}
+            if sqnr.get(target) and stage == NUMBERS_STAGE:
+                values = sqnr[target]
+                base = values.get(policies[0])
+                numbers = dict(sqnr_db_last={p: values.get(p) for p in order},
+                               sqnr_delta_db={p: sqnr_delta(values.get(p), base) for p in order[1:]})
+            out.append(ChangedSite(target, stage, site, decisions,
+                                   {p: list(mine[p].reasons.get(site, [])) for p in order},
+                                   where.get("module", ""), where.get("location", ""), **numbers))
+    return tuple(out)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .._present.formats import jsonable
 from ..errors import InspectorError, quoted
 from .formats import FORMATS, GITHUB_COMMENT_LIMIT, redactor, sweep_html, sweep_markdown, sweep_plot
-from .records import NUMBERS_STAGE, UNCHANGED_DB, sqnr_delta, table_number
+from .records import (NUMBERS_STAGE, UNCHANGED_DB, ChangedSite, SweepModel, SweepRow, SweepVariant, changed_sites,
+                      sqnr_by_policy, sqnr_delta, table_number)
 
 
 @dataclass(frozen=True)
@@ -23,73 +24,34 @@ class Sweep:
     policies: tuple[str, ...]  # the rules, the first one the baseline deltas are taken against
     stages: tuple[str, ...]  # the stages decided
     steps: int  # recurrent steps compared (0: decisions only)
-    models: tuple[dict, ...]  # per model: target, error (None), fingerprint, timings
-    rows: tuple[dict, ...]  # per model x stage x rule: sites, folded, skipped, reasons, error
-    variants: tuple[dict, ...]  # per model x variant: sqnr_db_last, sqnr_db_worst, ..., error
+    models: tuple[SweepModel, ...]  # per model: target, error (None), fingerprint, timings
+    rows: tuple[SweepRow, ...]  # per model x stage x rule: sites, folded, skipped, reasons, error
+    variants: tuple[SweepVariant, ...]  # per model x variant: sqnr_db_last, sqnr_db_worst, ..., error
     executor: str = "local"  # where the tasks ran
     seconds: float = 0.0  # wall time of the call
     reused: int = 0  # results read back from out/ instead of computed
     out: str | None = None  # the folder results were written to
     notes: tuple[str, ...] = ()  # what the user should know about how it ran
     engine: str = "tosa"  # what computed the variants' numbers: "tosa" or "simulation" (_numbers/engines.py)
-    # Every site whose decision differs between the rules, per model and stage (derived from rows
-    # and variants when the record is made). Only a change at tfa carries SQNR figures: the quantized
-    # flow folds there, so a change at aten or edge alone does not reach its numbers.
-    changed: tuple[dict, ...] = field(default=(), compare=False)
 
-    def __post_init__(self) -> None:
-        if not self.changed:
-            object.__setattr__(self, "changed", tuple(self._changed_sites()))
-
-    # ------------------------------------------------------------ derived tables
-
-    def _changed_sites(self) -> list[dict]:
-        by_model: dict[tuple[str, str], dict[str, dict]] = {}
-        for row in self.rows:
-            if row.get("error") is None:
-                by_model.setdefault((row["target"], row["stage"]), {})[row["policy"]] = row
-        sqnr = self._sqnr_by_policy()
-        out = []
-        for (target, stage), rows in by_model.items():
-            if len(rows) < 2:
-                continue
-            order = [p for p in self.policies if p in rows]
-            site_ids = list(dict.fromkeys(s for p in order for s in [*rows[p]["folded"], *rows[p]["skipped"]]))
-            for site in site_ids:
-                decisions = {p: ("fold" if site in rows[p]["folded"] else "skip" if site in rows[p]["skipped"]
-                                 else "absent") for p in order}
-                if len(set(decisions.values())) < 2:
-                    continue
-                where = next((rows[p]["where"].get(site) for p in order if site in rows[p].get("where", {})), {})
-                entry = {"target": target, "stage": stage, "site": site, "decisions": decisions,
-                         "reasons": {p: rows[p]["reasons"].get(site, []) for p in order},
-                         "module": where.get("module", ""), "location": where.get("location", "")}
-                if sqnr.get(target) and stage == NUMBERS_STAGE:
-                    values = sqnr[target]
-                    base = values.get(self.policies[0])
-                    entry["sqnr_db_last"] = {p: values.get(p) for p in order}
-                    entry["sqnr_delta_db"] = {p: sqnr_delta(values.get(p), base) for p in order[1:]}
-                out.append(entry)
-        return out
-
-    def _sqnr_by_policy(self) -> dict[str, dict[str, float]]:
-        out: dict[str, dict[str, float]] = {}
-        for v in self.variants:
-            if v.get("error") is None and not v.get("markers"):
-                out.setdefault(v["target"], {})[v["policy"]] = v["sqnr_db_last"]
-        return out
+    @property
+    def changed(self) -> tuple[ChangedSite, ...]:
+        """Every site whose decision differs between the rules, per model and stage (derived from
+        rows and variants). Only a change at tfa carries SQNR figures: the quantized flow folds
+        there, so a change at aten or edge alone does not reach its numbers."""
+        return changed_sites(self.policies, self.rows, self.variants)
 
     def summary(self) -> list[str]:
         """One sentence per rule against the baseline: how many sites it changes, in how many models,
         and what that does to the SQNR at the last step."""
         base = self.policies[0]
-        k = sum(1 for m in self.models if m.get("error") is None)
+        k = sum(1 for m in self.models if m.error is None)
         changed = self.changed
-        sqnr = self._sqnr_by_policy()
+        sqnr = sqnr_by_policy(self.variants)
         lines = []
         for policy in self.policies[1:]:
-            mine = [c for c in changed if c["decisions"].get(policy) != c["decisions"].get(base)]
-            models = sorted({c["target"] for c in mine})
+            mine = [c for c in changed if c.decisions.get(policy) != c.decisions.get(base)]
+            models = sorted({c.target for c in mine})
             line = (f"`{policy}` changes {len(mine)} site{'s' * (len(mine) != 1)} in {len(models)} of {k} "
                     f"model{'s' * (k != 1)} against `{base}`")
             if self.steps and NUMBERS_STAGE not in self.stages:
@@ -97,7 +59,7 @@ class Sweep:
                          f"quantized numbers (the quantized flow folds at {NUMBERS_STAGE}: add it to the stages)")
             elif self.steps:
                 compared = {t for t, values in sqnr.items() if policy in values and base in values}
-                measured = sorted({c["target"] for c in mine if c["stage"] == NUMBERS_STAGE} & compared)
+                measured = sorted({c.target for c in mine if c.stage == NUMBERS_STAGE} & compared)
                 better = worse = same = 0
                 for target in measured:
                     d = sqnr_delta(sqnr[target][policy], sqnr[target][base])
@@ -112,15 +74,15 @@ class Sweep:
                 if measured:
                     line += (f"; SQNR at the last step, in the models where it changes a {NUMBERS_STAGE} decision "
                              f"(where the quantized flow folds): {better} better / {worse} worse / {same} unchanged")
-                at_tfa = {c["target"] for c in mine if c["stage"] == NUMBERS_STAGE}
+                at_tfa = {c.target for c in mine if c.stage == NUMBERS_STAGE}
                 elsewhere = sorted(t for t in models if t not in at_tfa and t in compared)
                 if elsewhere:
-                    where = sorted({c["stage"] for c in mine if c["target"] in elsewhere})
+                    where = sorted({c.stage for c in mine if c.target in elsewhere})
                     line += (f"; in {len(elsewhere)} compared model{'s' * (len(elsewhere) != 1)} it changes decisions "
                              f"at {'/'.join(where)} only, which the quantized flow does not fold at, so its numbers "
                              "there equal the baseline's by construction")
             lines.append(line + ".")
-        failed = [m for m in self.models if m.get("error")]
+        failed = [m for m in self.models if m.error]
         if failed:
             lines.append(f"{len(failed)} model{'s' * (len(failed) != 1)} could not be analysed (listed below).")
         return lines
@@ -131,9 +93,9 @@ class Sweep:
         """The JSON contract: models, rows, changed, variants (and how the sweep ran)."""
         return jsonable({
             "policies": list(self.policies), "stages": list(self.stages), "steps": self.steps,
-            "engine": self.engine, "models": [dict(m) for m in self.models],
-            "rows": [{k: v for k, v in r.items() if k != "where"} for r in self.rows],
-            "changed": list(self.changed), "variants": [dict(v) for v in self.variants],
+            "engine": self.engine, "models": [m.to_dict() for m in self.models],
+            "rows": [r.to_dict() for r in self.rows],
+            "changed": [c.to_dict() for c in self.changed], "variants": [v.to_dict() for v in self.variants],
             "summary": self.summary(),
             "run": {"executor": self.executor, "seconds": round(self.seconds, 3), "reused": self.reused,
                     "notes": list(self.notes)},
@@ -148,32 +110,31 @@ class Sweep:
         import pandas as pd
 
         if kind == "rows":
-            sqnr = {(v["target"], v["policy"]): v for v in self.variants if not v.get("markers")}
+            sqnr = {(v.target, v.policy): v for v in self.variants if not v.markers}
             records = []
             for r in self.rows:
-                v = sqnr.get((r["target"], r["policy"]), {})
-                records.append({"target": r["target"], "stage": r["stage"], "policy": r["policy"],
-                                "sites": r.get("sites"), "folded": len(r.get("folded", [])),
-                                "skipped": len(r.get("skipped", [])), "error": r.get("error"),
-                                "sqnr_db_last": table_number(v.get("sqnr_db_last")),
-                                "sqnr_db_worst": table_number(v.get("sqnr_db_worst"))})
+                v = sqnr.get((r.target, r.policy))
+                records.append({"target": r.target, "stage": r.stage, "policy": r.policy, "sites": r.sites,
+                                "folded": len(r.folded), "skipped": len(r.skipped), "error": r.error,
+                                "sqnr_db_last": table_number(v.sqnr_db_last if v else None),
+                                "sqnr_db_worst": table_number(v.sqnr_db_worst if v else None)})
             return pd.DataFrame.from_records(records, columns=["target", "stage", "policy", "sites", "folded",
                                                                "skipped", "error", "sqnr_db_last", "sqnr_db_worst"])
         if kind == "changed":
             records = []
             for c in self.changed:
-                record = {"target": c["target"], "stage": c["stage"], "site": c["site"]}
-                for p, d in c["decisions"].items():
+                record = {"target": c.target, "stage": c.stage, "site": c.site}
+                for p, d in c.decisions.items():
                     record[f"decision {p}"] = d
-                    record[f"reasons {p}"] = ", ".join(c["reasons"].get(p, []))
-                for p, v in c.get("sqnr_db_last", {}).items():
+                    record[f"reasons {p}"] = ", ".join(c.reasons.get(p, []))
+                for p, v in (c.sqnr_db_last or {}).items():
                     record[f"sqnr_db {p}"] = v
-                for p, v in c.get("sqnr_delta_db", {}).items():
+                for p, v in (c.sqnr_delta_db or {}).items():
                     record[f"delta_db {p}"] = v
                 records.append(record)
             return pd.DataFrame.from_records(records)
         if kind == "variants":
-            return pd.DataFrame.from_records([{k: v for k, v in row.items() if k not in ("outputs", "timings")}
+            return pd.DataFrame.from_records([{k: v for k, v in row.to_dict().items() if k not in ("outputs", "timings")}
                                               for row in self.variants])
         raise InspectorError(f"unknown table {quoted(kind)}; choose rows, changed or variants")
 
@@ -203,7 +164,7 @@ class Sweep:
         return {"text/plain": repr(self), "text/html": sweep_html(self, page=False)}
 
     def __repr__(self) -> str:
-        failed = sum(1 for m in self.models if m.get("error"))
+        failed = sum(1 for m in self.models if m.error)
         return (f"<Sweep {len(self.models)} models x {len(self.policies)} rules x {len(self.stages)} stages: "
                 f"{len(self.changed)} changed sites" + (f", {failed} failed" if failed else "") + ">")
 

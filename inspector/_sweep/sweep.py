@@ -37,7 +37,7 @@ from .._numbers.tasks import VariantTask, group_by_decisions
 from ..errors import InspectorError, listing, quoted
 from .formats import FORMATS
 from .models import ModelSpec, models_from, read_models_toml
-from .records import NUMBERS_STAGE, UNCHANGED_DB, Progress, SweepBar
+from .records import NUMBERS_STAGE, UNCHANGED_DB, Progress, SweepBar, SweepModel, SweepRow, SweepVariant
 from .results import Sweep
 from .store import Store, rule_key, unchanged, variant_key
 
@@ -114,7 +114,7 @@ def sweep(
         with _pool.pool_for(executor, n_workers, ray_address, inline=bool(local_only)) as pool:
             state.run(pool, origins)
     notes += state.notes
-    cached = sum(1 for v in state.results.values() if v.get("cached"))
+    cached = sum(1 for v in state.results.values() if v.cached)
     if cached:
         notes.append(f"{cached} variant{'s' * (cached != 1)} answered by warm worker processes from an earlier sweep "
                      "of the same model, or from the result store (same numbers, no time spent); "
@@ -136,18 +136,37 @@ def _confirmed(simulated: Sweep, specs: list[ModelSpec], asked: dict, t_start: f
     stay the simulation's, marked not confirmed."""
     from dataclasses import replace
 
-    differ = {c["target"] for c in simulated.changed if c["stage"] == NUMBERS_STAGE}
+    differ = {c.target for c in simulated.changed if c.stage == NUMBERS_STAGE}
     chosen = [spec for spec in specs if spec.label in differ]
     exact = sweep(chosen, stages=(NUMBERS_STAGE,), engine="tosa", **asked) if chosen else None
-    by_pair = {(v["target"], v["variant"]): v for v in (exact.variants if exact else ())}
-    rows = tuple({**by_pair[(v["target"], v["variant"])], "confirmed": True} if (v["target"], v["variant"]) in by_pair
-                 else {**v, "confirmed": False} for v in simulated.variants)
-    n = sum(1 for v in rows if v["confirmed"])
+    by_pair = {(v.target, v.variant): v for v in (exact.variants if exact else ())}
+    rows = tuple(replace(by_pair[(v.target, v.variant)], confirmed=True) if (v.target, v.variant) in by_pair
+                 else replace(v, confirmed=False) for v in simulated.variants)
+    n = sum(1 for v in rows if v.confirmed)
     note = (f"{n} of {len(rows)} variants confirmed on the TOSA reference model (those of the models whose "
             f"decisions at {NUMBERS_STAGE} differ between the rules); the others are the simulation's")
     extra = tuple(x for x in (exact.notes if exact else ()) if x not in simulated.notes)
-    return replace(simulated, variants=rows, changed=(), notes=simulated.notes + extra + (note,),
+    return replace(simulated, variants=rows, notes=simulated.notes + extra + (note,),
                    seconds=time.perf_counter() - t_start)
+
+
+def _read(kind, stored: dict | None, key: str, defaults: dict, **given):
+    """A record kept in out/ (``stored[key]`` over ``defaults``, under the ``given`` fields this
+    sweep knows better), or None when there is none or it does not read: computed again, never
+    trusted."""
+    if stored is None or not isinstance(stored.get(key), dict):
+        return None
+    try:
+        return kind.from_dict({**defaults, **stored[key], **given})
+    except InspectorError:
+        return None
+
+
+def _model_record(record: dict) -> bool:
+    """A model's file in out/ says either its one-line error or its fingerprint (and timings)."""
+    if isinstance(record.get("error"), str):
+        return True
+    return isinstance(record.get("fingerprint"), str) and isinstance(record.get("timings", {}), dict)
 
 
 def _rules(policies) -> list[str]:
@@ -210,9 +229,9 @@ class _State:
         self.specs, self.rules, self.stages, self.steps = specs, rules, stages, steps
         self.variants = variants
         self.store, self.progress = store, progress
-        self.models: dict[str, dict] = {}  # label -> model record
-        self.rows: dict[tuple, dict] = {}  # (label, stage, policy) -> row
-        self.results: dict[tuple, dict] = {}  # (label, variant label) -> variant row
+        self.models: dict[str, SweepModel] = {}  # label -> model record
+        self.rows: dict[tuple, SweepRow] = {}  # (label, stage, policy) -> row
+        self.results: dict[tuple, SweepVariant] = {}  # (label, variant label) -> variant row
         self.pending_models: list[ModelSpec] = []
         self.keys: dict[str, str] = {}  # label -> content key
         self.reused = 0
@@ -236,11 +255,12 @@ class _State:
         key = spec.content_key()
         self.keys[spec.label] = key
         record = self.store.read("models", f"{key}.json")
+        if record is not None and not _model_record(record):
+            record = None  # not a model record this version wrote: computed again
         if record is not None and not record.get("error") and not unchanged(record.get("sources")):
             record = None  # a file the model was built from (a helper its file imports) changed: so may its program
         if record is not None and record.get("error"):
-            self.models[spec.label] = {"target": spec.label, "error": record["error"],
-                                       "fingerprint": None, "timings": {}}
+            self.models[spec.label] = SweepModel(spec.label, record["error"])
             self.reused += 1
             return
         missing_rows = list(self._all_rows(spec))
@@ -249,24 +269,24 @@ class _State:
             fingerprint = record["fingerprint"]
             found = []
             for stage, policy in missing_rows:
-                row = self.store.read("rows", fingerprint, f"{stage}.{rule_key(policy)}.json")
-                if row is not None:
-                    self.rows[(spec.label, stage, policy)] = {**row["row"], "target": spec.label, "policy": policy}
+                row = _read(SweepRow, self.store.read("rows", fingerprint, f"{stage}.{rule_key(policy)}.json"), "row",
+                            {}, target=spec.label, policy=policy)
+                if row is not None and row.error is None and row.stage == stage:
+                    self.rows[(spec.label, stage, policy)] = row
                     found.append((stage, policy))
             missing_rows = [pair for pair in missing_rows if pair not in found]
             still = []
             for v in missing_variants:
-                got = self.store.read("variants", fingerprint, f"{self._variant_file(v, spec)}.json")
+                # (a file written before engines existed does not say its engine: its name says TOSA)
+                got = _read(SweepVariant, self.store.read("variants", fingerprint, f"{self._variant_file(v, spec)}.json"),
+                            "variant", {"engine": self.engine}, target=spec.label, variant=v.label, policy=v.policy)
                 if got is not None:
-                    self.results[(spec.label, v.label)] = {"engine": self.engine, **got["variant"],
-                                                            "target": spec.label, "variant": v.label,
-                                                            "policy": v.policy}
+                    self.results[(spec.label, v.label)] = got
                 else:
                     still.append(v)
             missing_variants = still
             self.reused += len(found) + len(self._variants_for(spec)) - len(missing_variants)
-            self.models[spec.label] = {"target": spec.label, "error": None, "fingerprint": fingerprint,
-                                       "timings": record.get("timings", {})}
+            self.models[spec.label] = SweepModel(spec.label, None, fingerprint, record.get("timings", {}))
             if not missing_rows and not missing_variants:
                 return
         self.pending_models.append(spec)
@@ -322,24 +342,19 @@ class _State:
         if kind != "done":
             message = rest[0] if kind == "error" else f"the worker analysing {spec.label} died: {rest[0]}"
             message = " ".join(str(message).split())
-            self.models[spec.label] = {"target": spec.label, "error": message, "fingerprint": None, "timings": {}}
+            self.models[spec.label] = SweepModel(spec.label, message)
             if kind == "error":  # the model's own failure: the same next time
                 self.store.write({"target": spec.label, "error": message}, "models", f"{self.keys[spec.label]}.json")
             self.compared.total -= len(variants)
             return
         value = rest[0]
         fingerprint = value["fingerprint"]
-        self.models[spec.label] = {"target": spec.label, "error": None, "fingerprint": fingerprint,
-                                   "timings": value["timings"]}
+        self.models[spec.label] = SweepModel(spec.label, None, fingerprint, value["timings"])
         for row in value["rows"]:
-            row = {**row, "target": spec.label}
-            row.setdefault("sites", None)
-            row.setdefault("folded", [])
-            row.setdefault("skipped", [])
-            row.setdefault("reasons", {})
-            self.rows[(spec.label, row["stage"], row["policy"])] = row
-            if row.get("error") is None:
-                self.store.write({"row": row}, "rows", fingerprint, f"{row['stage']}.{rule_key(row['policy'])}.json")
+            self.rows[(spec.label, row.stage, row.policy)] = row
+            if row.error is None:
+                self.store.write({"row": row.to_dict(where=True)}, "rows", fingerprint,
+                                 f"{row.stage}.{rule_key(row.policy)}.json")
         self.store.write({"target": spec.label, "error": None, "fingerprint": fingerprint,
                           "timings": value["timings"], "sources": value.get("sources")},
                          "models", f"{self.keys[spec.label]}.json")
@@ -385,14 +400,16 @@ class _State:
             self._put_variant(spec, v, {"error": message}, write=write)
 
     def _put_variant(self, spec: ModelSpec, v: Variant, data: dict, write: bool) -> None:
-        row = {"target": spec.label, "stage": "tfa", "engine": self.engine, "variant": v.label, "policy": v.policy,
-               "markers": list(v.markers), "quantization": v.quantization or "a8w8",
-               "overrides": dict(v.overrides), "steps": self._steps_of(spec), "sqnr_db_last": None,
-               "sqnr_db_worst": None, **data}
+        row = SweepVariant.from_dict({
+            "target": spec.label, "stage": NUMBERS_STAGE, "engine": self.engine, "variant": v.label,
+            "policy": v.policy, "markers": list(v.markers), "quantization": v.quantization or "a8w8",
+            "overrides": dict(v.overrides), "steps": self._steps_of(spec), "sqnr_db_last": None,
+            "sqnr_db_worst": None, **data})
         self.results[(spec.label, v.label)] = row
-        fingerprint = self.models.get(spec.label, {}).get("fingerprint")
-        if write and fingerprint:
-            stored = {k: val for k, val in row.items() if k not in ("target",)}
+        model = self.models.get(spec.label)
+        if write and model is not None and model.fingerprint:
+            fingerprint = model.fingerprint
+            stored = {k: val for k, val in row.to_dict().items() if k != "target"}
             self.store.write({"variant": stored}, "variants", fingerprint, f"{self._variant_file(v, spec)}.json")
 
     def _variant_file(self, v: Variant, spec: ModelSpec) -> str:
@@ -403,14 +420,14 @@ class _State:
 
     # ------------------------------------------------------------ the tables, in the order asked
 
-    def model_rows(self) -> list[dict]:
-        return [self.models.get(s.label, {"target": s.label, "error": "not run (interrupted)", "fingerprint": None,
-                                          "timings": {}}) for s in self.specs]
+    def model_rows(self) -> list[SweepModel]:
+        return [self.models.get(s.label, SweepModel(s.label, "not run (interrupted)")) for s in self.specs]
 
-    def rows_in_order(self) -> list[dict]:
+    def rows_in_order(self) -> list[SweepRow]:
         out = []
         for s in self.specs:
-            if self.models.get(s.label, {}).get("error"):
+            model = self.models.get(s.label)
+            if model is not None and model.error:
                 continue
             for stage in self.stages:
                 for policy in self.rules:
@@ -419,7 +436,7 @@ class _State:
                         out.append(row)
         return out
 
-    def variants_in_order(self) -> list[dict]:
+    def variants_in_order(self) -> list[SweepVariant]:
         out = []
         for s in self.specs:
             for v in self._variants_for(s):

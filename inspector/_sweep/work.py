@@ -1,7 +1,8 @@
 """What a sweep's workers run: one model's analysis, and one variant of one model.
 
 Both are module-level functions of ``(task, report)`` (``_pool`` runs them by name) taking and
-returning plain picklable data (a variant is a ``tasks.VariantTask``, as compare's are), so the same call runs in a spawned process, a Ray task or this
+returning plain picklable data (a variant is a ``tasks.VariantTask``, as compare's are; a row a
+``records.SweepRow``), so the same call runs in a spawned process, a Ray task or this
 process. A model is loaded and exported once, in ``prepare_model``; the variants get its exported
 program as a ``torch.export.save`` archive, loaded back through the safe ``.pt2`` loader, with the
 float reference and the calibration computed beside it, so every executor computes exactly the
@@ -22,18 +23,19 @@ from .._numbers.tasks import VariantTask, model_run, run_in_worker, worker_targe
 from .._numbers.quantization import quantization_of
 from .._numbers.variant_cache import base_key, can_predict, predicted_decisions
 from ..errors import InspectorError, describe
+from .records import SweepRow
 
 
-def row_of(label: str, stage: str, policy: str, analysis, seconds: float) -> dict:
+def row_of(label: str, stage: str, policy: str, analysis, seconds: float) -> SweepRow:
     """One (model, stage, rule) row of the sweep: the sites and what the rule decided at each."""
-    return {
-        "target": label, "stage": stage, "policy": policy, "sites": len(analysis.sites),
-        "folded": [s.id for s in analysis.sites if s.folded],
-        "skipped": [s.id for s in analysis.sites if not s.folded],
-        "reasons": {s.id: list(s.reason_codes) for s in analysis.sites if not s.folded},
-        "where": {s.id: {"module": s.module_path, "location": s.location, "mul": s.mul} for s in analysis.sites},
-        "error": None, "seconds": round(seconds, 4),
-    }
+    return SweepRow(
+        label, stage, policy, len(analysis.sites),
+        folded=tuple(s.id for s in analysis.sites if s.folded),
+        skipped=tuple(s.id for s in analysis.sites if not s.folded),
+        reasons={s.id: tuple(s.reason_codes) for s in analysis.sites if not s.folded},
+        where={s.id: {"module": s.module_path, "location": s.location, "mul": s.mul} for s in analysis.sites},
+        seconds=round(seconds, 4),
+    )
 
 
 def prepare_model(payload: dict, report) -> dict:
@@ -56,7 +58,7 @@ def prepare_model(payload: dict, report) -> dict:
         try:
             decider = decider_of(target, stage)
         except InspectorError as exc:
-            rows += [{"target": label, "stage": stage, "policy": p, "error": str(exc)} for s, p in need if s == stage]
+            rows += [SweepRow(label, stage, p, error=str(exc)) for s, p in need if s == stage]
             continue
         finally:
             timings[f"stage {stage}"] = time.perf_counter() - t1
@@ -67,7 +69,7 @@ def prepare_model(payload: dict, report) -> dict:
             try:
                 analysis = decider.decide(get_rule(policy), ())
             except InspectorError as exc:
-                rows.append({"target": label, "stage": stage, "policy": policy, "error": str(exc)})
+                rows.append(SweepRow(label, stage, policy, error=str(exc)))
                 continue
             seconds = time.perf_counter() - t2
             timings[f"decide {stage}"] = timings.get(f"decide {stage}", 0.0) + seconds
