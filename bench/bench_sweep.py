@@ -101,9 +101,9 @@ def run_sweep(targets, steps, **kwargs):
 
 def answered_from_a_cache(result) -> list[str]:
     """Variants a worker answered from its cache instead of running (their phases all take 0 s)."""
-    return [f"{v['target']} / {v['variant']}" for v in result.variants
-            if v.get("error") is None and v.get("shared_with") is None and v.get("timings")
-            and not any(v["timings"].values())]
+    return [f"{v.target} / {v.variant}" for v in result.variants
+            if v.error is None and v.shared_with is None and v.timings
+            and not any(v.timings.values())]
 
 
 def comparable(data):
@@ -145,8 +145,8 @@ def first_difference(a, b, where: str) -> str:
 def failures(result) -> list[str]:
     """Models and variants of a sweep that did not run, or did not run from nothing (a benchmark of
     failures or of cache hits measures nothing)."""
-    out = [f"{m['target']}: {m['error']}" for m in result.models if m.get("error")]
-    out += [f"{v['target']} / {v['variant']}: {v['error']}" for v in result.variants if v.get("error")]
+    out = [f"{m.target}: {m.error}" for m in result.models if m.error]
+    out += [f"{v.target} / {v.variant}: {v.error}" for v in result.variants if v.error]
     out += [f"{what}: answered from a worker's cache, not run" for what in answered_from_a_cache(result)]
     return out
 
@@ -159,7 +159,7 @@ def check_ran(label: str, result, problems: list[str]) -> None:
 
 
 def describe_run(label: str, seconds: float, result) -> str:
-    computed = sum(1 for v in result.variants if v.get("error") is None and v.get("shared_with") is None)
+    computed = sum(1 for v in result.variants if v.error is None and v.shared_with is None)
     return (f"  {label:<34} {seconds:6.1f} s  ({len(result.models)} models, {len(result.variants)} variants, "
             f"{computed} run on the reference, the others sharing their fold decisions; reused {result.reused})")
 
@@ -206,9 +206,9 @@ def measure_plain_flow(steps: int) -> tuple[dict[str, float], int]:
 
 def sweep_phases(result, label: str) -> tuple[dict[str, float], dict[str, float]]:
     """One model's phases from a sweep: the model's analysis, and its baseline variant's flow."""
-    model = next(m for m in result.models if m["target"] == label)
-    variant = next(v for v in result.variants if v["target"] == label and v["variant"] == RULES[0])
-    return dict(model["timings"]), dict(variant["timings"])
+    model = next(m for m in result.models if m.target == label)
+    variant = next(v for v in result.variants if v.target == label and v.variant == RULES[0])
+    return dict(model.timings), dict(variant.timings)
 
 
 def main() -> None:
@@ -304,7 +304,7 @@ def main() -> None:
         t_again, again = run_sweep(targets, steps, workers=2, executor="local", out=folder)
         print(describe_run("again over the finished out/", t_again, again))
         files = sum(1 for p in Path(folder).rglob("*.json"))
-    expected = sum(len(RULES) + len(RULES) for m in first.models if m.get("error") is None)
+    expected = sum(len(RULES) + len(RULES) for m in first.models if m.error is None)
     fraction = t_again / t_first
     print(f"  the second run took {t_again * 1e3:.0f} ms, {fraction:.2%} of the first (target < {REUSE_TARGET:.0%}) "
           f"{'OK' if fraction < REUSE_TARGET else 'OVER'}; results read back: {again.reused} "
