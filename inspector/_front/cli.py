@@ -263,16 +263,21 @@ def _analyze(args) -> int:
 
     result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage,
                      rule=args.rule, markers=args.mark)
-    if args.json:
-        _print_json(result.to_dict())
-    else:
-        print(analysis_text(result))
+    _print_result(args, result, analysis_text)
     return 0
 
 
 def _print_json(data) -> None:
     """Exactly one strict JSON document on stdout (no NaN or Infinity tokens)."""
     print(json.dumps(data, indent=2, allow_nan=False))
+
+
+def _print_result(args, result, text) -> None:
+    """A result on stdout: its JSON with ``--json``, else ``text(result)``."""
+    if args.json:
+        _print_json(result.to_dict())
+    else:
+        print(text(result))
 
 
 class _ProgressBar:
@@ -317,10 +322,7 @@ def _compare(args) -> int:
             if r.log.strip():
                 print(f"--- what the backend printed while running {r.variant.label}:\n{r.log.rstrip()}",
                       file=sys.stderr)
-    if args.json:
-        _print_json(result.to_dict())
-    else:
-        print(comparison_text(result))
+    _print_result(args, result, comparison_text)
     for r in result.errors:  # the others' numbers are printed; this one is named, and the exit says so
         print(f"error: {r.error}", file=sys.stderr)
     return 1 if result.errors else 0
@@ -371,10 +373,7 @@ def _attribute(args) -> int:
     result = attribution(args.target, _variants_arg(args), steps=args.steps, markers=args.mark,
                          example_inputs=_inputs_from_shapes(args.input_shape), progress=_ProgressBar(),
                          quantization=args.quantization, engine=args.engine)
-    if args.json:
-        _print_json(result.to_dict())
-    else:
-        print(attribution_text(result))
+    _print_result(args, result, attribution_text)
     return 0
 
 

@@ -81,27 +81,28 @@ def journey(target: Any, site: "str | int | None" = None, variant: str = "upstre
                 follower.start(module)
                 follower.phase = "prepare"
                 follower.expect(FUSE, "prepare")
-                prepared = _phase("prepare", lambda: _tosa.prepare_pt2e(module, plan.quantizer()))
+                prepared = _flow.run_phase("prepare", None, lambda: _tosa.prepare_pt2e(module, plan.quantizer()))
                 follower.settle(ANNOTATE, "prepare", prepared)
                 points.append(_point("after transform-for-annotation", "torch (float, observers passed through)",
                                      prepared, loaded, follower, eager_site, eager_out, skip_observers=True))
                 _flow.reset_state(prepared, initial)
-                _phase("calibrate", lambda: _flow._calibrate(prepared, calibration, loaded))
+                _flow.run_phase("calibrate", None, lambda: _flow.calibrate(prepared, calibration, loaded))
                 follower.phase = "convert"
                 follower.expect(CONVERT, "convert")
-                converted = _phase("convert", lambda: _tosa.convert_pt2e(prepared))
+                converted = _flow.run_phase("convert", None, lambda: _tosa.convert_pt2e(prepared))
                 follower.settle(FOLD_WEIGHTS, "convert", converted)
                 _flow.reset_state(converted, initial)
                 points.append(_point("simulation", "torch (quantize/dequantize simulation)", converted, loaded,
                                      follower, eager_site, eager_out, through_qdq=True))
                 _flow.reset_state(converted, initial)
-                reexported = _phase("re-export", lambda: torch.export.export(converted, copy.deepcopy(loaded.inputs)))
+                reexported = _flow.run_phase("re-export", None,
+                                             lambda: torch.export.export(converted, copy.deepcopy(loaded.inputs)))
                 follower.settle(REEXPORT, "re-export", reexported.graph_module)
                 follower.program = reexported
                 follower.phase = "to_edge"
                 follower.expect(TO_EDGE, "to_edge")
                 with _tosa.partition_rejections() as rejected:
-                    lowered = _phase("lower", lambda: _tosa.lower(reexported, plan.spec))
+                    lowered = _flow.run_phase("lower", None, lambda: _tosa.lower(reexported, plan.spec))
             program = lowered.exported_program()
             if tosa:
                 points.append(_tosa_point(program, loaded, eager_out, initial))
@@ -150,15 +151,6 @@ def _find_site(analysis, site):
     if isinstance(site, str) and site.isdigit():
         return _find_site(analysis, int(site))
     raise InspectorError(f"no site {quoted(site)}; sites: {listing(s.id for s in sites)}")
-
-
-def _phase(name: str, fn):
-    try:
-        return fn()
-    except InspectorError:
-        raise
-    except Exception as exc:  # noqa: BLE001
-        raise InspectorError(f"{name} failed: {describe(exc)}") from None
 
 
 # ---------------------------------------------------------------- numbers

@@ -212,25 +212,29 @@ def quantize(target: _load.Target, variant: Variant, calibrated: Calibration, pl
 
 
 def _quantize(target, variant, calibrated, plan: Plan, keep_float, mark):
-    quantizer = _phase("quantizer", variant, plan.quantizer)
+    quantizer = run_phase("quantizer", variant, plan.quantizer)
     # The target's own export (a private copy): the program the user gave, exported once.
     module = copy.deepcopy(target.exported).module(check_guards=False)
     plan.tag(module)  # the nodes an override keeps out of the variant's quantization
     mark("export", 0)
-    prepared = _phase("prepare", variant, lambda: _tosa.prepare_pt2e(module, quantizer))
+    prepared = run_phase("prepare", variant, lambda: _tosa.prepare_pt2e(module, quantizer))
     mark("prepare", 1)
-    _phase("calibrate", variant, lambda: _calibrate(prepared, calibrated, target))
+    run_phase("calibrate", variant, lambda: calibrate(prepared, calibrated, target))
     mark("calibrate", 2)
     kept = None
     if keep_float:
         kept = private_copy(prepared)  # the quantizer's constant folding leaves non-leaf tensors in it
         reset_state(kept, target.initial_buffers())
-    converted = _phase("convert", variant, lambda: _tosa.convert_pt2e(prepared))
+    converted = run_phase("convert", variant, lambda: _tosa.convert_pt2e(prepared))
     reset_state(converted, target.initial_buffers())
     return kept, converted
 
 
-def _phase(name: str, variant: Variant, fn):
+def run_phase(name: str, variant: Variant | None, fn):
+    """``fn()``, one phase of the quantized flow (prepare, calibrate, convert, lower, ...), with a
+    crash turned into a one-line InspectorError that names the phase (and the variant, if given);
+    a crash of the fold pass that the pipeline wrapped is unwrapped first."""
+    failed = f"{name} failed" + (f" for variant {variant.label}" if variant is not None else "")
     try:
         return fn()
     except InspectorError:
@@ -238,14 +242,15 @@ def _phase(name: str, variant: Variant, fn):
     except Exception as exc:  # noqa: BLE001
         crash = crash_behind(exc)
         if crash is not None:  # the pass crashed inside the pipeline, which wrapped the error
-            raise InspectorError(f"{name} failed for variant {variant.label}: {crash}") from None
+            raise InspectorError(f"{failed}: {crash}") from None
         unknown = crash_behind(exc, UnknownMarker)
         if unknown is not None:
-            raise InspectorError(f"variant {variant.label}: {unknown}") from None
-        raise InspectorError(f"{name} failed for variant {variant.label}: {describe(exc)}") from None
+            raise InspectorError(f"variant {variant.label}: {unknown}" if variant is not None else str(unknown)) \
+                from None
+        raise InspectorError(f"{failed}: {describe(exc)}") from None
 
 
-def _calibrate(prepared, calibration: Calibration, target: _load.Target) -> None:
+def calibrate(prepared, calibration: Calibration, target: _load.Target) -> None:
     """Feed every batch; each free-runs ``sequence_steps`` steps (recurrent outputs fed back,
     buffers carried), from the model's initial state when ``reset``."""
     initial = target.initial_buffers()
@@ -281,11 +286,11 @@ def run_variant(target: _load.Target, variant: Variant, calibrated: Calibration,
             _, converted = quantize(target, variant, calibrated, plan, mark=mark)
             qparams = _site_qparams(converted, log)
             mark("convert", 3)
-            reexported = _phase("re-export", variant,
+            reexported = run_phase("re-export", variant,
                                 lambda: torch.export.export(converted, copy.deepcopy(target.inputs)))
             mark("re-export", 4)
             with _tosa.partition_rejections() as rejected:
-                lowered = _phase("lower", variant, lambda: _tosa.lower(reexported, plan.spec))
+                lowered = run_phase("lower", variant, lambda: _tosa.lower(reexported, plan.spec))
             mark("lower", 5)
         program = lowered.exported_program()
         module = program.module()
@@ -295,7 +300,7 @@ def run_variant(target: _load.Target, variant: Variant, calibrated: Calibration,
             with _tosa.reference_dispatch():
                 return run_steps(module, target, steps)
 
-        quantized = _phase("the TOSA reference model", variant, on_the_reference_model)
+        quantized = run_phase("the TOSA reference model", variant, on_the_reference_model)
     mark("reference", 6)
     measured, folds, sites, decisions = _outcome(target, log, qparams, quantized, reference)
     mark("metrics", 7)
@@ -328,7 +333,7 @@ def run_simulated(target: _load.Target, variant: Variant, calibrated: Calibratio
             _, converted = quantize(target, variant, calibrated, plan, mark=mark)
         qparams = _site_qparams(converted, log)
         mark("convert", 3)
-        quantized = _phase("the quantize/dequantize simulation", variant,
+        quantized = run_phase("the quantize/dequantize simulation", variant,
                            lambda: run_steps(converted, target, steps))
     mark("simulate", 4)
     measured, folds, sites, decisions = _outcome(target, log, qparams, quantized, reference)

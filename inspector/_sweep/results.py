@@ -134,8 +134,8 @@ class Sweep:
                 records.append(record)
             return pd.DataFrame.from_records(records)
         if kind == "variants":
-            return pd.DataFrame.from_records([{k: v for k, v in row.to_dict().items() if k not in ("outputs", "timings")}
-                                              for row in self.variants])
+            return pd.DataFrame.from_records([{k: v for k, v in row.to_dict().items()
+                                               if k not in ("outputs", "timings")} for row in self.variants])
         raise InspectorError(f"unknown table {quoted(kind)}; choose rows, changed or variants")
 
     def to_csv(self) -> str:

@@ -278,8 +278,9 @@ class _State:
             still = []
             for v in missing_variants:
                 # (a file written before engines existed does not say its engine: its name says TOSA)
-                got = _read(SweepVariant, self.store.read("variants", fingerprint, f"{self._variant_file(v, spec)}.json"),
-                            "variant", {"engine": self.engine}, target=spec.label, variant=v.label, policy=v.policy)
+                stored = self.store.read("variants", fingerprint, f"{self._variant_file(v, spec)}.json")
+                got = _read(SweepVariant, stored, "variant", {"engine": self.engine}, target=spec.label,
+                            variant=v.label, policy=v.policy)
                 if got is not None:
                     self.results[(spec.label, v.label)] = got
                 else:
