@@ -82,6 +82,12 @@ def _number(value, what: str, data) -> float | None:
     raise _bad(what, data)
 
 
+def _whole(value, what: str, data, optional: bool = False) -> int | None:
+    if (value is None and optional) or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise _bad(what, data)
+
+
 def _mapping(value, what: str, data) -> dict:
     if isinstance(value, dict) and all(isinstance(k, str) for k in value):
         return dict(value)
@@ -133,9 +139,7 @@ class SweepRow:
         """A row as ``to_dict(where=True)`` wrote it; InspectorError when it is not one."""
         if not isinstance(data, dict):
             raise _bad("row", data)
-        sites = data.get("sites")
-        if sites is not None and (not isinstance(sites, int) or isinstance(sites, bool)):
-            raise _bad("row", data)
+        sites = _whole(data.get("sites"), "row", data, optional=True)
         reasons = _mapping(data.get("reasons", {}), "row", data)
         where = _mapping(data.get("where", {}), "row", data)
         if not all(isinstance(v, dict) for v in where.values()):
@@ -202,12 +206,10 @@ class SweepVariant:
         """A variant as ``to_dict`` wrote it; InspectorError when it is not one."""
         if not isinstance(data, dict):
             raise _bad("variant", data)
-        steps = data.get("steps")
-        if not isinstance(steps, int) or isinstance(steps, bool):
-            raise _bad("variant", data)
         error = _text(data, "error", "variant", optional=True)
         fields = dict(target=_text(data, "target", "variant"), variant=_text(data, "variant", "variant"),
-                      policy=_text(data, "policy", "variant"), steps=steps, stage=_text(data, "stage", "variant"),
+                      policy=_text(data, "policy", "variant"), steps=_whole(data.get("steps"), "variant", data),
+                      stage=_text(data, "stage", "variant"),
                       engine=_text(data, "engine", "variant"), markers=_texts(data.get("markers"), "variant", data),
                       quantization=_text(data, "quantization", "variant"),
                       overrides=_mapping(data.get("overrides"), "variant", data),
@@ -222,15 +224,12 @@ class SweepVariant:
         if any(k not in data for k in _MEASURED) or not isinstance(data["outputs"], list) \
                 or not all(isinstance(o, dict) for o in data["outputs"]) or not isinstance(data["cached"], bool):
             raise _bad("variant", data)
-        for key in ("worst_step", "last_step"):
-            if data[key] is not None and (not isinstance(data[key], int) or isinstance(data[key], bool)):
-                raise _bad("variant", data)
-        if not isinstance(data["not_delegated"], int):
-            raise _bad("variant", data)
-        return cls(**fields, worst_step=data["worst_step"],
-                   max_abs_error=_number(data["max_abs_error"], "variant", data), last_step=data["last_step"],
+        return cls(**fields, worst_step=_whole(data["worst_step"], "variant", data, optional=True),
+                   max_abs_error=_number(data["max_abs_error"], "variant", data),
+                   last_step=_whole(data["last_step"], "variant", data, optional=True),
                    outputs=tuple(data["outputs"]), folds=_mapping(data["folds"], "variant", data),
-                   folded=_texts(data["folded"], "variant", data), not_delegated=data["not_delegated"],
+                   folded=_texts(data["folded"], "variant", data),
+                   not_delegated=_whole(data["not_delegated"], "variant", data),
                    timings=_mapping(data["timings"], "variant", data), tosa_spec=_text(data, "tosa_spec", "variant"),
                    cached=data["cached"], shared_with=_text(data, "shared_with", "variant", optional=True))
 
