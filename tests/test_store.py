@@ -500,9 +500,11 @@ def _ask_child(store: Path, engine: str, mode: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("engine", ["simulation", pytest.param("tosa", marks=[pytest.mark.slow,
-                                                                              pytest.mark.requires_tosa])])
+@pytest.mark.slow  # two new processes each (the in-process test above is the quick loop's)
+@pytest.mark.parametrize("engine", ["simulation", pytest.param("tosa", marks=pytest.mark.requires_tosa)])
 def test_an_attribution_and_a_bits_in_a_new_process_are_answered_from_the_store(tmp_path, engine):
+    """The second process may not quantize, lower or run anything (the child raises if it does), and
+    its answers equal the first's."""
     store = tmp_path / "store"
     first = _ask_child(store, engine, "run")
     assert first["attribution"]["engine"] == first["bits"]["engine"] == engine
