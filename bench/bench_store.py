@@ -1,11 +1,13 @@
-"""The result store on disk: what writing, reading and trimming an entry cost, and what a compare
-answered from the store costs next to computing it, each in a new process (issue 31's target:
-the same compare asked again in a new process, answered from the store, <= 0.05x of computing it).
+"""The result store on disk: what writing, reading and trimming an entry cost, and what a compare,
+an attribution of it and a ``bits`` answered from the store cost next to computing them, each in a
+new process (issue 31's target: the same compare asked again in a new process, answered from the
+store, <= 0.05x of computing it).
 
 Both processes import the stack and export the model before the clock starts (a new kernel pays
 that for its first analysis whatever the store holds: the key is the exported program, so the
-program must be exported to find an answer); the clock covers ``inspector.compare`` alone. The
-processes' wall times, imports included, are printed next to it.
+program must be exported to find an answer); a clock covers ``inspector.compare`` alone, then
+``inspector.attribution`` of that comparison, then ``inspector.bits`` of the model. The processes'
+wall times, imports included, are printed next to them.
 """
 
 from __future__ import annotations
@@ -40,7 +42,12 @@ inspector.analyze(sys.argv[1], stage="aten")  # a new kernel's first analysis: t
 t1 = time.perf_counter()
 c = inspector.compare(sys.argv[1], tuple(sys.argv[2].split(",")), steps=int(sys.argv[3]), workers=1)
 t2 = time.perf_counter()
-print(json.dumps({"compare": t2 - t1, "process": t2 - t0, "cached": [r.cached for r in c.results]}))
+a = inspector.attribution(c)
+t3 = time.perf_counter()
+b = inspector.bits(sys.argv[1], steps=int(sys.argv[3]), workers=1)
+t4 = time.perf_counter()
+print(json.dumps({"compare": t2 - t1, "attribution": t3 - t2, "bits": t4 - t3, "process": t4 - t0,
+                  "cached": [r.cached for r in c.results], "answers": [a.to_dict(), b.to_dict()]}))
 """
 
 
@@ -85,6 +92,10 @@ def main() -> None:
     print(f"compare {SAMPLE} {','.join(VARIANTS)} steps={STEPS}, each in a new process: computed "
           f"{computed['compare']:.2f} s, from the store {stored['compare']:.3f} s: {ratio:.3f}x "
           f"(target <= {TARGET_RATIO}x: {'met' if ratio <= TARGET_RATIO else 'NOT met'})")
+    assert stored["answers"] == computed["answers"]
+    for what in ("attribution", "bits"):
+        print(f"{what} of the same, each in a new process: computed {computed[what]:.2f} s, from the store "
+              f"{stored[what]:.3f} s: {stored[what] / computed[what]:.3f}x")
     print(f"  the processes' wall times, imports and the first export included: {computed['process']:.1f} s "
           f"and {stored['process']:.1f} s ({stored['process'] / computed['process']:.2f}x)")
 

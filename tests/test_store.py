@@ -351,3 +351,166 @@ def test_a_variant_result_and_a_reference_read_back_equal(tmp_path, monkeypatch)
     result_store.keep_reference(("reference",) + key, reference)
     got = result_store.load_reference(("reference",) + key)
     assert [[t.tolist() for t in step] for step in got] == [[t.tolist() for t in step] for step in reference]
+
+
+# ---------------------------------------------------------------- attribution and bits, from disk
+
+SAMPLE = "sample:conv_mul_scalar"
+
+
+def _entries(root: Path, kind: str) -> list[Path]:
+    return sorted((root / "entries").glob(f"{kind}-*.entry"))
+
+
+def _counting(monkeypatch, module, name: str) -> list:
+    """Count the calls of ``module.name`` (still calling it): how many times the work was done."""
+    calls, real = [], getattr(module, name)
+
+    def counted(*args, **kwargs):
+        calls.append(name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+def test_an_attribution_and_a_bits_are_read_back_equal_and_an_unreadable_entry_is_computed_again(tmp_path, monkeypatch):
+    """Kept as their JSON, read back by ``from_dict``; a flipped byte or a signed record that does not read
+    (a field of the wrong kind) is computed again; FOLD_INSPECTOR_STORE=off keeps nothing."""
+    from inspector._numbers import attribution as _attribution, bits as _bits
+
+    monkeypatch.setenv(_store.ENV, str(tmp_path))
+    attributed = _counting(monkeypatch, _attribution, "_attribute")  # bits also attributes its baseline
+    measured = _counting(monkeypatch, _bits, "analyze")  # bits computing its changes looks at the sites
+
+    def ask() -> tuple:
+        """The answers, and how many attributions and bits were computed for them."""
+        before = len(attributed), len(measured)
+        answers = (inspector.attribution(SAMPLE, ("off", "upstream"), engine="simulation"),
+                   inspector.bits(SAMPLE, engine="simulation"))
+        return answers, (len(attributed) - before[0], len(measured) - before[1])
+
+    (attribution, bits), work = ask()
+    assert work == (2, 1) and bits.comparison is not None
+    assert (len(_entries(tmp_path, "attribution")), len(_entries(tmp_path, "bits"))) == (2, 1)
+    (again, bits_again), work = ask()
+    assert work == (0, 0)  # both read from the store
+    assert again.to_dict() == attribution.to_dict() and again == attribution
+    assert bits_again.to_dict() == bits.to_dict() and bits_again == bits
+    assert bits_again.comparison is None  # not kept (docs/store.md)
+
+    for entry in _entries(tmp_path, "attribution"):
+        raw = entry.read_bytes()
+        entry.write_bytes(raw[:-1] + bytes([raw[-1] ^ 1]))
+    (again, bits_again), work = ask()
+    assert work == (1, 0) and again.to_dict() == attribution.to_dict()  # bits' own entry still reads
+
+    s = _store.store()
+    readable = [e for e in _entries(tmp_path, "attribution") + _entries(tmp_path, "bits") if s.get(e.stem)]
+    assert len(readable) == 2  # the attribution computed again and bits' (its baseline's is still corrupt)
+    for entry in readable:
+        wrong = s.get(entry.stem).data["record"]
+        if "variants" in wrong:
+            wrong["variants"][0]["nodes"][0]["order"] = "0"  # signed, but not an attribution
+        else:
+            wrong["changes"][0]["kind"] = None
+        assert s.put(entry.stem, {"record": wrong})
+    (again, bits_again), work = ask()
+    assert work == (2, 1)
+    assert again.to_dict() == attribution.to_dict() and bits_again.to_dict() == bits.to_dict()
+
+    monkeypatch.setenv(_store.ENV, "off")
+    inspector.clear_cache(disk=True)
+    kept = sorted(p.name for p in (tmp_path / "entries").iterdir())
+    (again, bits_again), work = ask()
+    assert work == (2, 1) and again.to_dict() == attribution.to_dict() and bits_again.to_dict() == bits.to_dict()
+    assert sorted(p.name for p in (tmp_path / "entries").iterdir()) == kept
+
+
+def test_attribution_and_bits_from_dict_check_every_field():
+    """Every field round-trips (inf, None, nested site records); a missing, extra or wrong-kind field raises."""
+    from inspector._numbers.attribution import (Attribution, NodeError, OutputAgreement, SiteError,
+                                                VariantAttribution)
+    from inspector._numbers.bits import Bits, BitsChange
+
+    conv = NodeError("m:conv2d", "conv2d", "m", "conv2d", "s1", "conv", 3, 0, float("inf"), 0.0, 0.5, -2, None)
+    mul = NodeError("m:mul", "mul", "m", "mul", "s1", "mul", 4, 0, 12.5, 0.25, None, None, 1.5)
+    variant = VariantAttribution("upstream", "upstream", ("s1",), (conv, mul), (mul,), (OutputAgreement(0, 0, 1.0, 0.5),
+                                                                                       OutputAgreement(1, 0, None, None)))
+    record = Attribution("net", 1, "4 batches", (variant,), (SiteError("s1", "upstream", False, 0, conv, mul, None),),
+                         ("m:conv2d", "m:mul"), engine="simulation")
+    data = json.loads(json.dumps(record.to_dict(), allow_nan=False))
+    assert Attribution.from_dict(data) == record and Attribution.from_dict(data).to_dict() == record.to_dict()
+    bits = Bits("net", 2, "upstream@a8w8", 20.0, (BitsChange("fold off", "model", None, "off@a8w8", 23.0, 3.0),
+                                                 BitsChange("keep in float", "site", "s1", "x", None, None, "it broke")),
+                ("a note",), engine="tosa")
+    data_bits = json.loads(json.dumps(bits.to_dict(), allow_nan=False))
+    assert Bits.from_dict(data_bits) == bits and Bits.from_dict(data_bits).to_dict() == bits.to_dict()
+
+    def broken(data, path, value):
+        copy = json.loads(json.dumps(data))
+        *inner, last = path
+        where = copy
+        for k in inner:
+            where = where[k]
+        if value is KeyError:
+            del where[last]
+        else:
+            where[last] = value
+        return copy
+
+    for path, value in [(("steps",), "1"), (("engine",), "faster"), (("order",), "m:conv2d"), (("sites", 0, "folded"), 0),
+                        (("variants", 0, "nodes", 0, "zero_point"), 1.5), (("variants", 0, "nodes", 1, "site"), 7),
+                        (("variants", 0, "simulation_vs_tosa", 0, "output"), None), (("sites", 0, "mul"), KeyError),
+                        (("variants", 0, "label"), KeyError), (("variants", 0, "extra"), 1)]:
+        with pytest.raises((TypeError, ValueError, KeyError)):
+            Attribution.from_dict(broken(data, path, value))
+    for path, value in [(("answer",), "it is the bits"), (("baseline_sqnr_db",), 21.0), (("changes", 0, "kind"), None),
+                        (("changes", 1, "error"), KeyError), (("notes",), "a note"), (("target",), KeyError)]:
+        with pytest.raises((TypeError, ValueError, KeyError)):
+            Bits.from_dict(broken(data_bits, path, value))
+
+
+ASK_CHILD = """
+import json, sys, time
+t0 = time.perf_counter()
+import inspector
+from inspector._numbers import attribution, bits, flow
+engine, mode = sys.argv[1], sys.argv[2]
+if mode == "forbid":  # the answers must come from the store: nothing may be quantized, lowered or run
+    def ran(*args, **kwargs):
+        raise AssertionError("computed")
+    flow.run_variant = flow.run_simulated = flow.float_reference = flow.quantize = ran
+    attribution._attribute = attribution.quantize = bits.analyze = ran
+t1 = time.perf_counter()
+a = inspector.attribution("sample:conv_mul_scalar", ("off", "upstream"), engine=engine, workers=1)
+t2 = time.perf_counter()
+b = inspector.bits("sample:conv_mul_scalar", engine=engine, workers=1)
+t3 = time.perf_counter()
+print(json.dumps({"attribution_seconds": t2 - t1, "bits_seconds": t3 - t2, "attribution": a.to_dict(),
+                  "bits": b.to_dict()}))
+"""
+
+
+def _ask_child(store: Path, engine: str, mode: str) -> dict:
+    env = {**os.environ, _store.ENV: str(store), "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", ASK_CHILD, engine, mode], env=env, capture_output=True, text=True,
+                         timeout=900, cwd=store.parent)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow  # two new processes each (the in-process test above is the quick loop's)
+@pytest.mark.parametrize("engine", ["simulation", pytest.param("tosa", marks=pytest.mark.requires_tosa)])
+def test_an_attribution_and_a_bits_in_a_new_process_are_answered_from_the_store(tmp_path, engine):
+    """The second process may not quantize, lower or run anything (the child raises if it does), and
+    its answers equal the first's."""
+    store = tmp_path / "store"
+    first = _ask_child(store, engine, "run")
+    assert first["attribution"]["engine"] == first["bits"]["engine"] == engine
+    again = _ask_child(store, engine, "forbid")  # raises in the child if anything is computed
+    assert again["attribution"] == first["attribution"] and again["bits"] == first["bits"]
+    for what in ("attribution", "bits"):
+        computed, read = first[f"{what}_seconds"], again[f"{what}_seconds"]
+        print(f"{what} ({engine}): computed {computed:.2f} s, from the store in a new process {read:.2f} s "
+              f"({read / computed:.3f}x)")

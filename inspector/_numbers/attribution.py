@@ -30,7 +30,9 @@ from .._sites import graph as _graph
 from .._base import quiet as _quiet
 from .._decide import stages as _stages
 from .compare import compare
-from .results import Comparison
+from .results import Comparison, read_engine, read_float, read_int, read_str
+from . import result_store as _disk
+from .variant_cache import attribution_key
 from .flow import is_qdq, quantize, sqnr, stepped
 from .tasks import AttributionTask, model_task, worker_target
 from .._doors.fold_swap import swapped_fold_pass
@@ -67,6 +69,15 @@ class NodeError:
                 d[k] = "inf" if d[k] > 0 else ("-inf" if d[k] < 0 else "nan")
         return d
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "NodeError":
+        """Read back ``to_dict()``, checking every field (TypeError, ValueError or KeyError if one is wrong)."""
+        _fields(d, cls)
+        return cls(read_str(d["node"]), read_str(d["name"]), read_str(d["module"]), read_str(d["op"]),
+                   read_str(d["site"], True), read_str(d["role"]), read_int(d["order"]), read_int(d["step"]),
+                   read_float(d["sqnr_db"]), read_float(d["max_abs_error"]), _maybe(read_float, d["scale"]),
+                   _maybe(read_int, d["zero_point"]), _maybe(read_float, d["drop_db"]))
+
 
 @dataclass(frozen=True)
 class OutputAgreement:
@@ -79,6 +90,12 @@ class OutputAgreement:
 
     def to_dict(self) -> dict:
         return dict(vars(self))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "OutputAgreement":
+        _fields(d, cls)
+        return cls(read_int(d["output"]), read_int(d["step"]), _maybe(read_float, d["max_steps"]),
+                   _maybe(read_float, d["scale"]))
 
 
 @dataclass(frozen=True)
@@ -122,6 +139,14 @@ class VariantAttribution:
             "simulation_vs_tosa": [a.to_dict() for a in self.agreement],
         }
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "VariantAttribution":
+        _fields(d, cls, {"label", "policy", "folded", "nodes", "entry_points", "simulation_vs_tosa"})
+        return cls(read_str(d["label"]), read_str(d["policy"]), tuple(read_str(f) for f in _list(d["folded"])),
+                   tuple(NodeError.from_dict(n) for n in _list(d["nodes"])),
+                   tuple(NodeError.from_dict(n) for n in _list(d["entry_points"])),
+                   tuple(OutputAgreement.from_dict(a) for a in _list(d["simulation_vs_tosa"])))
+
 
 @dataclass(frozen=True)
 class SiteError:
@@ -139,6 +164,15 @@ class SiteError:
         return {"site": self.site, "variant": self.variant, "folded": self.folded, "step": self.step,
                 **{k: (getattr(self, k).to_dict() if getattr(self, k) else None)
                    for k in ("conv", "mul", "state_write")}}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SiteError":
+        _fields(d, cls)
+        if not isinstance(d["folded"], bool):
+            raise TypeError(f"expected true or false, got {type(d['folded']).__name__}")
+        node = lambda k: _maybe(NodeError.from_dict, d[k])  # noqa: E731
+        return cls(read_str(d["site"]), read_str(d["variant"]), d["folded"], read_int(d["step"]),
+                   node("conv"), node("mul"), node("state_write"))
 
 
 @dataclass(frozen=True)
@@ -175,6 +209,16 @@ class Attribution:
             "sites": [s.to_dict() for s in self.sites],
         }
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "Attribution":
+        """Read back ``to_dict()`` (as the result store does), checking every field: a field missing, extra
+        or of the wrong kind raises TypeError, ValueError or KeyError."""
+        _fields(d, cls)
+        return cls(read_str(d["target"]), read_int(d["steps"]), read_str(d["calibration"]),
+                   tuple(VariantAttribution.from_dict(v) for v in _list(d["variants"])),
+                   tuple(SiteError.from_dict(s) for s in _list(d["sites"])),
+                   tuple(read_str(n) for n in _list(d["order"])), engine=read_engine(d["engine"]))
+
     def node_errors(self, label_or_policy: str, step: int | None = None) -> dict[str, NodeError]:
         """Records of one variant at ``step`` (default: the last), by exported-program node name."""
         v = self.variant(label_or_policy)
@@ -207,6 +251,25 @@ class Attribution:
         from .._present.plots import plot_attribution
 
         return plot_attribution(self, kind, node)
+
+
+def _fields(d, cls, names=None) -> None:
+    """``d`` is an object with exactly the fields of ``cls`` (or ``names``)."""
+    if not isinstance(d, dict):
+        raise TypeError(f"expected an object, got {type(d).__name__}")
+    names = set(cls.__dataclass_fields__) if names is None else names
+    if set(d) != names:
+        raise ValueError(f"fields {sorted(set(d) ^ names)} do not belong to a {cls.__name__}")
+
+
+def _list(v) -> list:
+    if not isinstance(v, list):
+        raise TypeError(f"expected a list, got {type(v).__name__}")
+    return v
+
+
+def _maybe(read, v):
+    return None if v is None else read(v)
 
 
 def errors_by_node(graph, variant: VariantAttribution, sites, *, after: bool,
@@ -272,12 +335,25 @@ def attribute(comparison, progress: Callable[[str, float], None] | None = None, 
     Each variant is quantized again as it was compared; the TOSA reference does not run again (see the
     module docstring).
     ``isolate=True`` does it in a worker process: a crash there is one line, this process lives on.
+    The answer is kept in the result store (docs/store.md): the same attribution asked again, in this
+    process or another, is read from there (a comparison with a failed variant is not kept).
     """
-    if isolate:
-        return _attribute_in_worker(comparison, progress)
-    run = getattr(comparison, "run", None)
-    if run is None:
+    if getattr(comparison, "run", None) is None:
         raise InspectorError("this comparison was read from a file: run inspector.compare again to look inside it")
+    key = attribution_key(comparison)
+    found = _disk.load_record("attribution", key, Attribution.from_dict)
+    if found is not None:
+        if progress is not None:
+            progress("done", 1.0)
+        return found
+    result = _attribute_in_worker(comparison, progress) if isolate else _attribute(comparison, progress)
+    _disk.keep_record("attribution", key, result)
+    return result
+
+
+def _attribute(comparison, progress: Callable[[str, float], None] | None = None) -> Attribution:
+    """``attribute``'s work, in this process."""
+    run = comparison.run
     target, calibrated = run.target, run.calibration
     program = target.exported
     ids, meta = _graph.aligned_ids(program)
@@ -567,4 +643,4 @@ def attribute_task(task: AttributionTask, report) -> Attribution:
 
     target = worker_target(task.model)
     comparison = replace(task.comparison, run=Run(target, task.calibration, task.plans))
-    return attribute(comparison, report)
+    return _attribute(comparison, report)

@@ -18,9 +18,11 @@ from .attribution import attribute
 from .compare import compare, variants_of
 from .engines import check_engine
 from .._decide.decide import analyze
-from .quantization import resolve_overrides
+from .quantization import Plan, quantizations, resolve_overrides
 from .._present.formats import db, db_change
-from .results import Comparison, Variant, VariantResult, json_float
+from .results import Comparison, Variant, VariantResult, json_float, read_engine, read_float, read_int, read_str
+from . import result_store as _disk
+from .variant_cache import bits_key
 from ..errors import InspectorError, quoted
 
 MAX_SITES = 8  # sites measured one by one (the first in graph order); more is a sweep's work
@@ -45,10 +47,20 @@ class BitsChange:
             d[k] = json_float(d[k]) if isinstance(d[k], float) else d[k]
         return d
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "BitsChange":
+        """Read back ``to_dict()``, checking every field (TypeError, ValueError or KeyError if one is wrong)."""
+        if not isinstance(d, dict) or set(d) != set(cls.__dataclass_fields__):
+            raise ValueError("not the fields of a change")
+        number = lambda v: None if v is None else read_float(v)  # noqa: E731
+        return cls(read_str(d["change"]), read_str(d["kind"]), read_str(d["node"], True), read_str(d["variant"]),
+                   number(d["sqnr_db"]), number(d["recovered_db"]), read_str(d["error"], True))
+
 
 @dataclass(frozen=True)
 class Bits:
-    """What each change recovers over the baseline, best first."""
+    """What each change recovers over the baseline, best first. ``comparison`` (the variants'
+    results) is not kept in the result store: a ``Bits`` read from there has None."""
 
     target: str
     steps: int
@@ -81,6 +93,22 @@ class Bits:
         return {"target": self.target, "engine": self.engine, "steps": self.steps, "baseline": self.baseline,
                 "baseline_sqnr_db": json_float(self.baseline_sqnr_db), "answer": self.answer(),
                 "changes": [c.to_dict() for c in self.changes], "notes": list(self.notes)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Bits":
+        """Read back ``to_dict()`` (as the result store does), checking every field, its answer included;
+        ``comparison`` is not in it (None)."""
+        fields = {"target", "engine", "steps", "baseline", "baseline_sqnr_db", "answer", "changes", "notes"}
+        if not isinstance(d, dict) or set(d) != fields:
+            raise ValueError("not the fields of a bits record")
+        if not isinstance(d["changes"], list) or not isinstance(d["notes"], list):
+            raise TypeError("changes and notes are lists")
+        bits = cls(read_str(d["target"]), read_int(d["steps"]), read_str(d["baseline"]),
+                   read_float(d["baseline_sqnr_db"]), tuple(BitsChange.from_dict(c) for c in d["changes"]),
+                   tuple(read_str(n) for n in d["notes"]), engine=read_engine(d["engine"]))
+        if bits.answer() != d["answer"]:
+            raise ValueError("its answer does not follow from its numbers")
+        return bits
 
     def rows(self) -> list[dict[str, str]]:
         return [{"change": c.change, "where": c.node or "whole model", "variant": c.variant,
@@ -128,7 +156,10 @@ def bits(
     ``wide`` activations (16-bit), and each site's mul and each entry point of the error
     (attribution's, on the baseline) kept in float, ranked by the dB each recovers. ``isolate`` runs
     the native work in worker processes (see ``compare``). ``engine="simulation"`` measures every
-    change on the quantize/dequantize simulation (no lowering; a note says what it cannot show)."""
+    change on the quantize/dequantize simulation (no lowering; a note says what it cannot show).
+    The answer is kept in the result store (docs/store.md): asked again, in this process or another,
+    it is read from there after the baseline's comparison (itself read from the store), without
+    its ``comparison``; an answer with a failed change is not kept."""
     check_bits_args(max_sites, entry_points)
     engine = check_engine(engine)
     baseline = variants_of([f"{rule}@{quantization}"], markers)[0]
@@ -136,6 +167,16 @@ def bits(
     first = compare(target, [baseline], example_inputs=example_inputs, steps=steps, progress=part(0.0, 0.2),
                     workers=1, isolate=isolate, engine=engine)
     loaded = first.run.target
+    try:
+        wide_plan = Plan.of(quantizations.get(wide)).identity
+    except InspectorError:
+        wide_plan = None  # an unknown width: that change fails below, and the answer is not kept
+    key = None if wide_plan is None else bits_key(first, wide_plan, max_sites, entry_points)
+    found = _disk.load_record("bits", key, Bits.from_dict)
+    if found is not None:
+        if progress is not None:
+            progress("done", 1.0)
+        return found
     entries = _entry_nodes(attribute(first, progress=part(0.2, 0.1), isolate=isolate), entry_points)
     sites = analyze(loaded, stage="tfa", rule=rule, markers=baseline.markers).sites
     notes = []
@@ -163,8 +204,11 @@ def bits(
     changes.sort(key=lambda c: (c.recovered_db is None, -(c.recovered_db if c.recovered_db is not None else 0.0)))
     if comparison.engine_note:
         notes.append(comparison.engine_note)
-    return Bits(loaded.name, steps, baseline.label, base_db, tuple(changes), tuple(notes) + comparison.notes,
-                comparison, engine=engine)
+    answer = Bits(loaded.name, steps, baseline.label, base_db, tuple(changes), tuple(notes) + comparison.notes,
+                  comparison, engine=engine)
+    if not any(c.error is not None for c in changes):
+        _disk.keep_record("bits", key, answer)
+    return answer
 
 
 def _entry_nodes(attribution, limit: int) -> list[str]:

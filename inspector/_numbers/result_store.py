@@ -1,10 +1,14 @@
-"""Compare's results on disk: a variant's result and a float reference, in the result store (``_base.store``).
+"""Results on disk, in the result store (``_base.store``): compare's variant results and float
+references, and the records of attribution and bits.
 
 ``variant_cache`` asks here when its own memory has no answer, and keeps here what it keeps:
 the same keys (the exported program's fingerprint, inputs, calibration, steps; the rule's
 identity, markers and plan), to which the store adds the stack's versions and the inspector's
 own source. A result is written as its comparison's JSON (read back by ``Comparison.from_dict``,
 which checks every field) and its quantized outputs as arrays; a reference as arrays only.
+An attribution or a bits record is written as its JSON (``to_dict``) and read back by its
+``from_dict``, which checks every field; its key (``variant_cache.attribution_key``, ``bits_key``)
+is the comparison's base key and every variant's identity, as a variant's is.
 What cannot be written as data (a tensor numpy has no type for) or named stably across processes
 (a rule whose source Python does not keep, known by its object's id) is not kept.
 """
@@ -12,12 +16,15 @@ What cannot be written as data (a tensor numpy has no type for) or named stably 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Callable, TypeVar
 
 import numpy as np
 import torch
 
 from .._base import store as _store
 from .results import Comparison, VariantResult
+
+T = TypeVar("T")
 
 
 def _stable(key: tuple) -> bool:
@@ -93,3 +100,27 @@ def keep_reference(key: tuple, reference) -> None:
     packed = _arrays(reference)
     if packed is not None:
         found.put(found.name("reference", key), {"outputs": packed[1]}, packed[0])
+
+
+def load_record(kind: str, key: tuple | None, read: Callable[[dict], T]) -> T | None:
+    """The record of ``kind`` (``"attribution"``, ``"bits"``) kept on disk under ``key``, read back by
+    ``read`` (a ``from_dict`` that checks every field), or None: nothing kept, or not readable."""
+    found = _store.store()
+    if found is None or key is None or not _stable(key):
+        return None
+    entry = found.get(found.name(kind, key))
+    if entry is None:
+        return None
+    try:
+        return read(entry.data["record"])
+    except Exception:  # noqa: BLE001 - signed by us but not readable by this code: computed again
+        return None
+
+
+def keep_record(kind: str, key: tuple | None, record) -> None:
+    """Keep ``record`` (its ``to_dict()``) on disk under ``key``. The caller keeps no record with an
+    error in it; a key None or naming a rule by an object's id keeps nothing."""
+    found = _store.store()
+    if found is None or key is None or not _stable(key):
+        return
+    found.put(found.name(kind, key), {"record": record.to_dict()})

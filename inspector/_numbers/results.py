@@ -303,6 +303,11 @@ def _str(v, optional: bool = False) -> str | None:
     return v
 
 
+# The field readers of ``from_dict``, for the other records read back from JSON (attribution, bits):
+# each raises TypeError or ValueError on a field of the wrong kind.
+read_float, read_int, read_str, read_engine = _float, _int, _str, _engine
+
+
 def _variant_result_from_dict(d: dict) -> VariantResult:
     qp = lambda q: QParams(_float(q["scale"]), _int(q["zero_point"])) if q is not None else None  # noqa: E731
     folds = {k: _int(d["folds"][k]) for k in ("tfa", "lowering")}

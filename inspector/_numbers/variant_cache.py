@@ -12,7 +12,10 @@ process and each worker process (its own copy). Its keys are built here only:
   decisions the run really made, so that another variant leading to the same decisions (a
   marker toggle that changes none) is answered without running; not for a rule's own pass
   class, which may fold differently from the installed pass;
-- the float reference under ``("reference", base key)``.
+- the float reference under ``("reference", base key)``;
+- an attribution of a comparison under ``(base key, "attribution", ...)`` and a bits record under
+  ``(base key, "bits", ...)``, each with every variant's identity (``attribution_key``,
+  ``bits_key``); only on disk (``result_store.load_record``): this cache keeps no such record.
 
 Decisions are predicted with the real pass on the tfa graph that a first run on the model
 captured from its own quantization pipeline (the default a8w8 quantizer, no overrides); on a
@@ -49,6 +52,38 @@ def base_key(target: _load.Target, calibrated, steps: int, engine: str = "tosa")
             calibrated.sequence_steps, calibrated.reset, steps, engine)
 
 
+def variant_identity(variant: Variant, plan) -> tuple:
+    """What a variant's numbers depend on besides the base key: its rule's identity (a user's rule by
+    its source), its markers, and its plan's identity (the quantization and the nodes its overrides reach)."""
+    return (get_rule(variant.policy).identity, variant.markers, plan.identity)
+
+
+def _comparison_key(comparison, kind: str) -> tuple | None:
+    """``comparison``'s base key, ``kind``, its name and calibration text, and every variant's label and
+    identity; None when it was read from a file or a variant has no numbers (an error is not an answer)."""
+    run = getattr(comparison, "run", None)
+    if run is None or len(run.plans) != len(comparison.results) or any(
+            r.error is not None or p is None for r, p in zip(comparison.results, run.plans)):
+        return None
+    base = base_key(run.target, run.calibration, comparison.steps, comparison.engine)
+    return base + (kind, comparison.target, comparison.calibration,
+                   tuple((r.variant.label, *variant_identity(r.variant, p)) for r, p in zip(comparison.results, run.plans)))
+
+
+def attribution_key(comparison) -> tuple | None:
+    """What ``attribute(comparison)`` depends on: the comparison's base key and every variant's
+    identity (its outputs, against which the simulation's agreement is measured, follow from them)."""
+    return _comparison_key(comparison, "attribution")
+
+
+def bits_key(first, *options) -> tuple | None:
+    """What ``bits`` depends on: its baseline's comparison ``first`` (base key and the baseline's
+    identity) and ``options`` (the 16-bit plan's identity, the rule ``off``'s, how many sites and
+    entry points are measured)."""
+    key = _comparison_key(first, "bits")
+    return None if key is None else key + (get_rule("off").identity, *options)
+
+
 def predicted_decisions(target: _load.Target, variant: Variant) -> tuple:
     """Where the pass folds in this variant's flow: ``(("tfa", site ids), ("lowering", ()))``.
 
@@ -81,7 +116,7 @@ class VariantCache:
 
     @staticmethod
     def _variant_key(base: tuple, variant: Variant, plan) -> tuple:
-        return base + ("variant", get_rule(variant.policy).identity, variant.markers, plan.identity)
+        return base + ("variant", *variant_identity(variant, plan))
 
     @staticmethod
     def _shares_decisions(variant: Variant) -> bool:
