@@ -16,7 +16,9 @@ import inspector
 
 ROOT = Path(__file__).resolve().parent.parent
 STORE_ENV = "FOLD_INSPECTOR_STORE"
-_STORE_ROOT: Path | None = None  # this run's stores, removed at its end
+_RUN_ENV = "FOLD_INSPECTOR_TEST_RUN_STORE"  # the run's shared store, for xdist's workers
+_STORE_ROOT: Path | None = None  # this process's stores, removed at its end
+_STORE_RUN: Path | None = None  # the store shared by every test of the run
 _STORE_TESTS = 0
 _TOOLS = {
     "requires_dot": (lambda: shutil.which("dot") is not None, "graphviz's dot: apt-get install -y graphviz"),
@@ -28,12 +30,21 @@ _TOOLS = {
 
 def pytest_configure(config):
     warnings.filterwarnings("ignore", category=FutureWarning)
-    # The result store on disk: never the user's. Every test gets a fresh folder of this run's (below),
-    # so the first use of an answer in a test is always computed, as before the store existed.
-    global _STORE_ROOT, _STORE_TESTS
-    _STORE_ROOT = Path(tempfile.mkdtemp(prefix="fold-inspector-store-"))
+    # The result store on disk: never the user's. One fresh store for the whole run, made by the first
+    # process (xdist's workers, the notebooks' kernels and the CLI's subprocesses inherit its folder), so a
+    # lowering or TOSA run of the same question is done once per run and its first use is always real.
+    # Tests of the store itself, and tests whose point is that work is done again, are marked
+    # ``own_store``: each gets a fresh folder of its own (pytest_runtest_setup).
+    global _STORE_ROOT, _STORE_RUN, _STORE_TESTS
     _STORE_TESTS = 0
-    os.environ[STORE_ENV] = str(_STORE_ROOT / "session")
+    if os.environ.get(_RUN_ENV):  # an xdist worker: the controller's run folder
+        _STORE_RUN = Path(os.environ[_RUN_ENV])
+        _STORE_ROOT = Path(tempfile.mkdtemp(prefix="fold-inspector-own-stores-"))
+    else:
+        _STORE_ROOT = Path(tempfile.mkdtemp(prefix="fold-inspector-store-"))
+        _STORE_RUN = _STORE_ROOT / "run"
+        os.environ[_RUN_ENV] = str(_STORE_RUN)
+    os.environ[STORE_ENV] = str(_STORE_RUN)
     if config.getoption("dist", "no") == "loadgroup":
         # The groups are handed out in the order of the collection (sorted longest first, below), not by
         # their number of tests (xdist's default), which would leave the longest, the one-test notebooks, last.
@@ -157,8 +168,11 @@ def pytest_unconfigure(config):
 @pytest.hookimpl(tryfirst=True)  # before the test's fixtures: a module fixture's compare uses it too
 def pytest_runtest_setup(item):
     global _STORE_TESTS
-    _STORE_TESTS += 1
-    os.environ[STORE_ENV] = str(_STORE_ROOT / f"test-{_STORE_TESTS}")
+    if item.get_closest_marker("own_store"):
+        _STORE_TESTS += 1
+        os.environ[STORE_ENV] = str(_STORE_ROOT / f"test-{_STORE_TESTS}")
+    else:
+        os.environ[STORE_ENV] = str(_STORE_RUN)
     for marker, (available, install) in _TOOLS.items():
         if item.get_closest_marker(marker) and not available():
             if os.environ.get("CI"):

@@ -92,6 +92,7 @@ def test_cache_answers_the_same_variants_again_with_the_same_metrics(stateful20)
     assert [r.metrics for r in again.results] == [r.metrics for r in stateful20[0].results]
 
 
+@pytest.mark.own_store  # its point is that the work is done again
 def test_seeded_runs_give_identical_numbers():
     clear_cache()
     a = compare("sample:conv_mul_wide_dynamic_range_scale", ("upstream",))
@@ -288,6 +289,7 @@ def test_a_reference_model_failure_is_one_line_naming_the_variant(monkeypatch):
 # ---------------------------------------------------------------- variants side by side
 
 
+@pytest.mark.own_store  # its point is that the work is done again
 def test_workers_give_bit_identical_results_and_name_each_variant():
     clear_cache()
     events = []

@@ -27,6 +27,7 @@ def _shape(comparison) -> list:
             for r in comparison.results]
 
 
+@pytest.mark.own_store  # its point is that the work is done again
 @pytest.mark.requires_tosa
 @pytest.mark.parametrize("name,steps", SAMPLES)
 def test_simulation_agrees_with_tosa_on_the_samples(name, steps):
@@ -57,6 +58,7 @@ def test_simulation_agrees_with_tosa_on_the_samples(name, steps):
     assert "preview, not TOSA" in html and "fi-engine" in html
 
 
+@pytest.mark.own_store  # its point is that the work is done again
 def test_simulation_never_lowers(monkeypatch):
     inspector.clear_cache()
 

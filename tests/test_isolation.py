@@ -20,7 +20,8 @@ from inspector._base import limits as _limits
 from inspector._workers import pool as _pool
 from sample_models.big import ConvStack
 
-pytestmark = [pytest.mark.requires_tosa, pytest.mark.crash]
+# Each test here watches a worker do the work (and dies with it): never answered from the run's store.
+pytestmark = [pytest.mark.requires_tosa, pytest.mark.crash, pytest.mark.own_store]
 
 TARGET = "sample:stateful_conv_mul"
 
@@ -182,6 +183,7 @@ def test_the_fork_server_warms_up_and_keeps_no_thread():
     assert out.stdout.strip().splitlines()[-1] == "None ['MainThread']"
 
 
+@pytest.mark.own_store  # its point is that the work is done again
 def test_idle_workers_and_their_fork_server_stop(monkeypatch):
     """The warm pool and the fork server it comes from hold a copy of the stack each: after the idle
     timeout both are gone, and the next comparison starts them again with the same numbers."""

@@ -94,6 +94,7 @@ def test_a_process_that_may_not_lower_its_niceness_says_so():
     assert out.stdout.split() == ["False", "5"]
 
 
+@pytest.mark.own_store  # its point is that the work is done again
 def test_compare_gives_the_longest_variant_a_core_and_the_others_the_background():
     base = _base()
     seen: dict = {}

@@ -22,6 +22,9 @@ import pytest
 import inspector
 from inspector._base import store as _store
 
+# The store's own tests never share the run's store (tests/conftest.py): each starts from an empty one.
+pytestmark = pytest.mark.own_store
+
 ROOT = Path(__file__).resolve().parent.parent
 ARRAYS = {"a": np.arange(12, dtype=np.float32).reshape(3, 4), "b": np.array([1, -2, 3], dtype=np.int8)}
 

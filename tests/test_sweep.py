@@ -273,6 +273,7 @@ def test_a_record_in_out_that_does_not_read_is_computed_again(tmp_path):
     assert "outputs" in json.loads(variant.read_text())["variant"]
 
 
+@pytest.mark.own_store  # its point is that the work is done again
 @pytest.mark.requires_tosa
 def test_one_worker_gives_the_same_table(reference):
     result, _, _ = reference
