@@ -354,6 +354,7 @@ def _containers(modules) -> dict[tuple[str, str], int]:
             if isinstance(v, kinds) and not k.startswith("__") and m != "_base.cache"}
 
 
+@pytest.mark.slow  # the 200-site sample under every rule: make test runs it, make check leaves it out
 def test_no_module_keeps_a_cache_of_its_own():
     """Every cache is one of ``_cache``'s (registered, bounded, cleared by ``clear_cache``): no other
     module-level container grows while the core works, and no module memoizes on its own."""

@@ -73,6 +73,7 @@ def test_toggles_on_regions_equal_the_whole_graph_run(stage_analyses, name, stag
     assert on_regions >= 9, f"only {on_regions} of 12 toggles were re-decided on regions"
 
 
+@pytest.mark.slow  # the 200-site sample at every stage: make test runs it, make check leaves it out
 @pytest.mark.parametrize("stage", STAGES)
 @pytest.mark.parametrize("policy", GUARDS)
 @pytest.mark.parametrize("index", [100, 103], ids=["middle-site", "site-writing-state"])
