@@ -13,11 +13,8 @@ inspector's steps are timed by wrapping its functions in the child process). On 
 machine the whole calls swing by 20-50 % between runs; the inspector's own work (everything but its
 export and to_edge, which are the plain flow's) is printed apart, as a share of the plain flow.
 
-timm and torchvision are not dependencies of the project: they are installed without their
-dependencies into ``.venv/bench-extras`` on first use (``BENCH_EXTRAS=<folder>`` names another
-folder that holds them). torchvision's wheel is a CUDA build whose C ops do not load with the CPU
-torch; its fake-op registrations are stubbed before import, which is all the model definitions
-need. ``BENCH_REPEATS`` (default 3) sets the repeats, ``BENCH_MODELS`` (comma-separated) the models.
+timm and torchvision are not dependencies of the project: ``bench/_timm.py`` installs them on
+first use and imports them. ``BENCH_REPEATS`` (default 3) sets the repeats, ``BENCH_MODELS`` (comma-separated) the models.
 """
 
 from __future__ import annotations
@@ -28,38 +25,17 @@ import statistics
 import subprocess
 import sys
 import time
-import types
 import warnings
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-EXTRAS = Path(os.environ.get("BENCH_EXTRAS") or ROOT / ".venv" / "bench-extras")
-PINS = ("timm==1.0.29", "torchvision==0.28.0")
+from _timm import ROOT, ensure_extras, import_timm
+
 MODELS = tuple(os.environ.get("BENCH_MODELS", "nfnet_l0,efficientnet_b0").split(","))
 REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
 TARGET_RATIO = 1.10
 SIDES = ("plain", "inspector")
 
 
-def ensure_extras() -> None:
-    """timm and torchvision in ``EXTRAS`` (pip --target, no dependencies), installed if missing."""
-    if (EXTRAS / "timm").is_dir() and (EXTRAS / "torchvision").is_dir():
-        return
-    print(f"installing {' '.join(PINS)} into {EXTRAS} (no dependencies)", flush=True)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(EXTRAS), *PINS],
-                   check=True)
-
-
 # ---------------------------------------------------------------- one measurement (child process)
-
-
-def _import_timm():
-    sys.path.insert(0, str(EXTRAS))
-    # torchvision's C ops are a CUDA build: skip the fake-op registrations that need them
-    sys.modules["torchvision._meta_registrations"] = types.ModuleType("torchvision._meta_registrations")
-    import timm
-
-    return timm
 
 
 def _small():
@@ -111,7 +87,7 @@ def child(side: str, name: str, seed: int) -> dict:
     warnings.filterwarnings("ignore")
     import torch
 
-    timm = _import_timm()
+    timm = import_timm()
     sys.path.insert(0, str(ROOT))
     clock = _Clock()
     if side == "plain":
