@@ -30,7 +30,6 @@ import sys
 import tempfile
 import time
 import warnings
-from pathlib import Path
 
 from _timm import ROOT, ensure_extras, import_timm
 
@@ -133,8 +132,6 @@ def _child(args: list[str]) -> subprocess.CompletedProcess:
 
 
 def bench_model(spec: str) -> None:
-    import torch  # noqa: F401  (unpickling the comparisons)
-
     sys.path.insert(0, str(ROOT))
     got, cmps = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
