@@ -33,7 +33,7 @@ import warnings
 
 from _timm import ROOT, ensure_extras, import_timm
 
-MODELS = tuple(os.environ.get("BENCH_MODELS", "resnet18@224,nf_resnet26@224,ghostnet_100@224").split(","))
+MODELS = tuple(filter(None, os.environ.get("BENCH_MODELS", "resnet18@224,nf_resnet26@224,ghostnet_100@224").split(",")))
 WIDGET_MODEL = os.environ.get("BENCH_WIDGET_MODEL", "convnext_atto@224")
 VARIANTS = ("off", "upstream")
 RATIO_TARGET = 0.15
