@@ -39,6 +39,36 @@ def test_public_calls_never_mutate_the_callers_module(stage):
     torch.testing.assert_close(model(*inputs), eager, rtol=0, atol=0)
 
 
+def test_the_program_holds_private_weights_copied_beside_the_export():
+    # the weights are copied on a second thread while the caller's model is exported, then swapped in
+    from inspector._targets.load import load
+
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Conv2d(3, 3, 3, padding=1)
+            self.b = nn.Conv2d(3, 3, 3, padding=1)
+            self.b.weight = self.a.weight  # one Parameter in two modules
+
+        def forward(self, x):
+            return self.b(self.a(x)) * 0.5
+
+    model = Tied().eval()
+    inputs = (torch.rand(1, 3, 8, 8),)
+    target = load(model, inputs)
+    callers = {id(p) for p in model.parameters()}
+    state = target.exported.state_dict
+    assert state and not any(id(v) in callers for v in state.values())
+    private = dict(target.model.named_parameters(remove_duplicate=False))
+    assert private["b.weight"] is private["a.weight"]  # tied weights stay tied in the copy
+    assert all(state[k] is private[k] for k in state if k in private)  # the program holds the copy's
+    assert all(torch.equal(state[k], v) for k, v in model.state_dict().items() if k in state)
+    with torch.no_grad():
+        model.a.weight.mul_(2.0)  # the caller trains on: the program keeps what was loaded
+    assert not torch.equal(state["a.weight"], model.a.weight)
+    torch.testing.assert_close(target.exported.module()(*inputs), target.model(*inputs), rtol=0, atol=0)
+
+
 def test_stateful_buffer_of_the_caller_is_untouched():
     model = sample_models.get("stateful_conv_mul")
     snap = state_of(model)

@@ -25,8 +25,6 @@ error, never a silent answer).
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import threading
 import time
 import warnings
@@ -39,7 +37,7 @@ from .._sites import graph as _graph
 from .._targets import load as _load
 from . import region as _region, stages as _stages
 from .._base.cache import BoundedCache
-from .._base.copies import private_copy
+from .._base.copies import no_gc_pauses, private_copy
 from .._sites.explain import Context, explain
 from .._rules.rules import Rule, get_rule, marker_tuple, resolve_markers, rule_skips, run_pass, unknown_marker
 from .._sites.scale import scale_summary
@@ -201,7 +199,7 @@ class Decider:
         guard changed are decided again."""
         rule = get_rule(policy)
         markers = marker_tuple(markers)
-        with _no_gc_pauses():
+        with no_gc_pauses():
             t0 = time.perf_counter()
             lay, memo = self.layout, self.memo
             graph, signature = self.stage_graph.graph_module.graph, self._signature()
@@ -459,21 +457,6 @@ def _state_of(reach, node) -> tuple[str | None, list, str]:
     kind = next(iter(reach.kinds(node)), None)
     path = reach.path(kind, node) if kind else []
     return kind, path, reach.boundary.get(path[-1], "") if path else ""
-
-
-@contextlib.contextmanager
-def _no_gc_pauses():
-    """The private copy and the pass allocate tens of thousands of objects, and the cyclic
-    collector would walk the whole heap several times meanwhile: about 30% of a re-decide at
-    10,000 nodes. Nothing here needs a garbage cycle collected before the call returns; the
-    collector runs again as soon as it does (it is process-wide: restored as it was)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _checked(site_id: str, decision: str, reasons: list) -> tuple[list, str | None]:

@@ -17,7 +17,7 @@ from torch.fx import GraphModule
 from .._doors import executorch as _executorch
 from .._base import quiet as _quiet
 from ..errors import InspectorError, describe, first_line, quoted
-from .._base.copies import private_copy
+from .._base.copies import no_gc_pauses, private_copy
 from .._doors.fold_swap import swapped_fold_pass
 from .._rules.rules import FoldLog, policy_pass_class
 
@@ -90,7 +90,8 @@ def stage_graph_of(target, stage: str) -> StageGraph:
 
     def make() -> StageGraph:
         try:
-            return build(target.exported, stage)
+            with no_gc_pauses():
+                return build(target.exported, stage)
         except InspectorError:
             raise
         except Exception as exc:  # noqa: BLE001 - torch/executorch failing on this model: one line

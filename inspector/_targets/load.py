@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from .._base import quiet as _quiet
-from .._base.copies import private_copy
+from .._base.copies import copy_parameters_aside, private_copy, swap_parameters
 from .._base.cache import BoundedCache
 from .._base.hashing import digest, program_fingerprint
 from ..errors import InspectorError, describe, first_line, listing, quoted
@@ -199,7 +199,12 @@ def _inputs_of(model: nn.Module, example_inputs: Any, name: str) -> tuple:
 
 def _from_module(model: nn.Module, example_inputs: Any, name: str) -> Target:
     inputs = _inputs_of(model, example_inputs, name)
-    private = private_copy(model).eval()  # a copy deepcopy alone would refuse (non-leaf tensor attributes)
+    # The weights are copied in the background while the model is exported: export only reads
+    # them (on fake tensors), so it runs on the caller's, and the copies replace them after.
+    parameters = list(model.parameters())
+    copies = copy_parameters_aside(parameters)
+    # everything but the weights copied now (deepcopy alone would refuse non-leaf tensor attributes)
+    private = private_copy(model, shared=parameters).eval()
     try:
         # torch prints the whole graph before some export errors; the one-line error says enough
         with _quiet.captured_python(), _quiet.quiet_loggers(*_quiet.EXPORT_LOGGERS, level=logging.CRITICAL):
@@ -209,6 +214,13 @@ def _from_module(model: nn.Module, example_inputs: Any, name: str) -> Target:
             f"torch.export failed for {name} with inputs {describe_inputs(inputs)}: "
             f"{describe(exc)}; check the example inputs or --input-shape"
         ) from None
+    finally:
+        weights = copies()
+    swap_parameters(private, weights)
+    state = exported.state_dict
+    for key, value in state.items():
+        if id(value) in weights:
+            state[key] = weights[id(value)]
     recurrent = dict(getattr(model, "RECURRENT", {}) or {})
     return Target(name, exported, inputs, private, recurrent)
 
