@@ -22,6 +22,7 @@ import torch
 from torch.fx import GraphModule, Interpreter
 
 from .._base import quiet as _quiet
+from .._base.copies import no_gc_pauses
 from .._decide.decide import analyze
 from .._doors import executorch as _executorch, pipeline as _pipeline, tosa as _tosa
 from .._doors.fold_swap import swapped_fold_pass
@@ -77,7 +78,10 @@ def journey(target: Any, site: "str | int | None" = None, variant: str = "upstre
     lowered = None
     with _quiet.captured_fds() as captured, _quiet.quiet_loggers(*_executorch.ARM_PASS_LOGGERS):
         try:
-            with swapped_fold_pass(policy_pass_class(rule, (), FoldLog())), _pipeline.observing(follower):
+            # The collector paused as in the stage graphs' to_edge: the journey's own heap (graphs, snapshots)
+            # made each full collection inside the ~200 passes walk it again (1.2-1.5x a compare worker's lowering).
+            with swapped_fold_pass(policy_pass_class(rule, (), FoldLog())), _pipeline.observing(follower), \
+                    no_gc_pauses():
                 follower.start(module)
                 follower.phase = "prepare"
                 follower.expect(FUSE, "prepare")
