@@ -178,6 +178,10 @@ class Store:
                 pass
         return entry
 
+    def __contains__(self, name: str) -> bool:
+        """An entry ``name`` is on disk (whether it can be trusted is ``get``'s question)."""
+        return (self._entries / (name + _SUFFIX)).exists()
+
     def put(self, name: str, data: Mapping, arrays: Mapping[str, np.ndarray] | None = None) -> bool:
         """Keep ``data`` (JSON-ready) and ``arrays`` as entry ``name``; False if it cannot be kept."""
         secret = self._key()
