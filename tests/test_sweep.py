@@ -328,11 +328,15 @@ def test_one_worker_gives_the_same_table(reference):
 
 @pytest.mark.requires_ray
 @pytest.mark.requires_tosa
-def test_ray_gives_the_same_table_bit_for_bit(reference):
+def test_ray_gives_the_same_table_bit_for_bit(reference, tmp_path):
     result, _, _ = reference
-    on_ray = sweep(SAMPLES, RULES, stages=("tfa", "edge"), steps=STEPS, workers=2, executor="ray")
+    on_ray = sweep(SAMPLES, RULES, stages=("tfa", "edge"), steps=STEPS, workers=2, executor="ray", out=tmp_path)
     assert on_ray.executor == "ray"
     assert _comparable(on_ray.to_dict()) == _comparable(result.to_dict())
+    # Ray's workers kept their compare results in out/ too: each task names the store, not their environment.
+    assert len(_entries(tmp_path, "variant")) == len(on_ray.variants)
+    compared = list((tmp_path / "entries").glob("variant-*.entry"))
+    assert 0 < len(compared) <= sum(v.shared_with is None for v in on_ray.variants)
 
 
 def _run_until(args, out: Path, kind: str) -> subprocess.Popen:
