@@ -1,4 +1,4 @@
-"""sweep(): many models x rules on a pool of worker processes, on Ray, and over a finished out/.
+"""sweep(): many models x rules on a pool of worker processes, on Ray, and over a finished out/ store.
 
 Everything is measured in this one run and printed as ratios, each next to its target from the
 sweep issue (these machines are noisy: nothing is asserted, except that the tables of two runs
@@ -6,15 +6,15 @@ of the same sweep must be equal, which is printed as FAIL when they are not):
 
 1. 12 built-in samples x 3 rules (upstream, state-aware, state-aware-strict) at tfa, compared on
    the TOSA INT reference model (steps=5): ``workers=2`` against ``workers=1`` (local pool), each
-   from nothing (``out=None``, ``inspector.clear_cache()`` before it, and new worker processes:
+   from nothing (``out=None`` with the result store off, ``inspector.clear_cache()`` before it, and new worker processes:
    a warm pool the sweep keeps between calls is stopped first, since a worker's caches would
    answer the run and ``clear_cache`` here does not reach them; a variant answered from a cache
    shows all its phases at 0 s and is reported as FAIL). Target >= 1.7x on 2 cores.
 2. The same sweep with ``executor="ray"`` (a local Ray cluster the sweep starts itself) against
    the local pool with ``workers=2``: Ray's overhead <= 15%, and its table equal to the local one
    bit for bit (``to_dict()`` without "run" and every "timings"/"seconds").
-3. The same sweep into a new ``out/`` folder, then again with the same arguments over the
-   finished folder: the second < 5% of the first (nothing computed again: ``reused``).
+3. The same sweep into a new ``out/`` folder (a result store of its own), then again with the same
+   arguments over the finished folder: the second < 5% of the first (nothing computed again: ``reused``).
 4. What one model costs per phase, from the sweep's own timings (the ``workers=1`` run, a model
    that was not its worker's first, so no imports are in it), next to the plain ExecuTorch flow
    with no inspector (docs/stack-facts.md, "The TOSA INT flow that works") for the same model and
@@ -42,6 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 logging.getLogger("torchao").setLevel(logging.ERROR)
 warnings.filterwarnings("ignore")
+# Without out=, a sweep keeps and reads its results in the store in use: off, so 1. and 2. compute everything.
+os.environ["FOLD_INSPECTOR_STORE"] = "off"
 
 import torch  # noqa: E402
 
@@ -303,12 +305,12 @@ def main() -> None:
         check_ran("first out=DIR", first, problems)
         t_again, again = run_sweep(targets, steps, workers=2, executor="local", out=folder)
         print(describe_run("again over the finished out/", t_again, again))
-        files = sum(1 for p in Path(folder).rglob("*.json"))
+        files = sum(1 for p in (Path(folder) / "entries").glob("sweep-*.entry"))
     expected = sum(len(RULES) + len(RULES) for m in first.models if m.error is None)
     fraction = t_again / t_first
     print(f"  the second run took {t_again * 1e3:.0f} ms, {fraction:.2%} of the first (target < {REUSE_TARGET:.0%}) "
           f"{'OK' if fraction < REUSE_TARGET else 'OVER'}; results read back: {again.reused} "
-          f"(every row and variant: {expected}); files in out/: {files}")
+          f"(every row and variant: {expected}); the sweep's entries in out/: {files}")
     if first.reused:
         problems.append(f"FAIL: the first run into a new out/ reused {first.reused} results")
     if again.reused != expected:

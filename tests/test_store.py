@@ -298,21 +298,24 @@ def test_compare_in_a_new_process_answers_from_the_store_and_an_edited_helper_is
 SWEEP_CHILD = """
 import json, sys
 import inspector
-s = inspector.sweep([sys.argv[1]], ("upstream",), stages=("tfa",), workers=1, out=sys.argv[2])
+s = inspector.sweep([sys.argv[1]], ("upstream",), stages=("tfa",), workers=1, out=sys.argv[2] or None)
 print(json.dumps({"reused": s.reused, "sites": [r.sites for r in s.rows]}))
 """
 
 
 @pytest.mark.slow
-def test_a_sweeps_out_folder_does_not_answer_for_a_model_whose_imported_helper_changed(tmp_path):
-    """The sweep's out/ finds a model's record by its file's bytes; the record is trusted only while
-    every file the model was built from (the helper its file imports) is unchanged."""
+@pytest.mark.parametrize("where", ["out", "store in use"])
+def test_a_sweeps_out_folder_does_not_answer_for_a_model_whose_imported_helper_changed(tmp_path, where):
+    """The sweep's store (``out=``, or without it the store in use) finds a model's record by its file's
+    bytes; the record is trusted only while every file the model was built from (the helper its file
+    imports) is unchanged. A new process resumes from it either way."""
     (tmp_path / "net.py").write_text(NET)
     (tmp_path / "helper.py").write_text("def scaled(y):\n    return y * 0.5\n")  # a conv-mul site
 
     def run() -> dict:
         env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"}
-        out = subprocess.run([sys.executable, "-c", SWEEP_CHILD, f"{tmp_path / 'net.py'}:Net", str(tmp_path / "out")],
+        folder = str(tmp_path / "out") if where == "out" else ""
+        out = subprocess.run([sys.executable, "-c", SWEEP_CHILD, f"{tmp_path / 'net.py'}:Net", folder],
                              env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
         assert out.returncode == 0, out.stderr[-3000:]
         return json.loads(out.stdout.strip().splitlines()[-1])
@@ -321,6 +324,7 @@ def test_a_sweeps_out_folder_does_not_answer_for_a_model_whose_imported_helper_c
     assert run() == {"reused": 1, "sites": [1]}  # unchanged: read back
     (tmp_path / "helper.py").write_text("def scaled(y):\n    return y + 0.5\n")  # net.py's bytes do not change
     assert run() == {"reused": 0, "sites": [0]}
+    assert (tmp_path / "out").exists() == (where == "out")
 
 
 def test_a_variant_result_and_a_reference_read_back_equal(tmp_path, monkeypatch):

@@ -23,6 +23,7 @@ import torch
 import inspector
 from inspector.errors import InspectorError
 from inspector import ModelSpec, Sweep, models_from, sweep
+from inspector._base.store import Store
 from inspector._sweep.records import SweepModel, SweepRow, SweepVariant
 from inspector._sweep.sweep import read_models_toml
 
@@ -72,6 +73,17 @@ def _comparable(data):
     return data
 
 
+def _entries(out: Path, kind: str) -> list[Path]:
+    """The files of the sweep's entries of ``kind`` (``row``, ``variant``, ``model``) in the store at ``out``."""
+    return sorted((out / "entries").glob(f"sweep-{kind}-*.entry"))
+
+
+def _record(out: Path, entry: Path) -> dict | None:
+    """What the store at ``out`` reads back from ``entry`` (None: nothing it trusts)."""
+    found = Store(out).get(entry.name.removesuffix(".entry"))
+    return None if found is None else found.data
+
+
 def _cli(*args, cwd=None, **kwargs):
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     return subprocess.run([sys.executable, "-m", "inspector", *args], capture_output=True, text=True,
@@ -97,7 +109,7 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """The sweep every other one is checked against: two local workers, results written to out/."""
+    """The sweep every other one is checked against: two local workers, results kept in a store in out/."""
     out = tmp_path_factory.mktemp("out")
     bars = []
     result = sweep(SAMPLES, RULES, stages=("tfa", "edge"), steps=STEPS, workers=2, out=out, progress=bars.append)
@@ -253,24 +265,50 @@ def test_a_second_run_reads_everything_back(reference):
 
 
 def test_a_record_in_out_that_does_not_read_is_computed_again(tmp_path):
-    """out/ is read through the records' from_dict: a row or a variant that does not read as one (a
-    foreign field, a missing number) is computed again, never trusted, and the table is the same."""
+    """out/ is a result store: its entries are read through the store (signed, whole) and then the
+    records' from_dict. A row or a variant that does not read as one (a foreign field, a missing number,
+    yet signed with the store's secret), or an entry whose bytes changed, is computed again, never
+    trusted, and the table is the same."""
     asked = dict(models=["sample:conv_mul_scalar"], rules=("upstream", "off"), steps=1, engine="simulation",
                  workers=1, out=tmp_path)
     first = sweep(**asked)
-    row, variant = sorted(tmp_path.glob("rows/*/*.json"))[0], sorted(tmp_path.glob("variants/*/*.json"))[0]
-    data = json.loads(row.read_text())
+    assert not list(tmp_path.rglob("*.json")), "no plain JSON files: every record is a store entry"
+    assert list((tmp_path / "entries").glob("variant-*.entry")), "the variants' compare results are kept in out/ too"
+    (row, *_), (variant, other, *_) = _entries(tmp_path, "row"), _entries(tmp_path, "variant")
+    store = Store(tmp_path)
+    data = _record(tmp_path, row)
     data["row"]["sites"] = "one"
-    row.write_text(json.dumps(data))
-    data = json.loads(variant.read_text())
+    store.put(row.name.removesuffix(".entry"), data)
+    data = _record(tmp_path, variant)
     del data["variant"]["outputs"]
-    variant.write_text(json.dumps(data))
+    store.put(variant.name.removesuffix(".entry"), data)
+    raw = bytearray(other.read_bytes())
+    raw[-2] ^= 1  # one bit of its payload: the signature no longer holds
+    other.write_bytes(bytes(raw))
+    assert _record(tmp_path, other) is None
     again = sweep(**asked)
-    assert again.reused == len(first.rows) + len(first.variants) - 2
+    assert again.reused == len(first.rows) + len(first.variants) - 3
     assert _comparable(again.to_dict()) == _comparable(first.to_dict())
-    # and both files were written again, readable
-    assert isinstance(json.loads(row.read_text())["row"]["sites"], int)
-    assert "outputs" in json.loads(variant.read_text())["variant"]
+    # and all three were written again, readable
+    assert isinstance(_record(tmp_path, row)["row"]["sites"], int)
+    assert "outputs" in _record(tmp_path, variant)["variant"] and "outputs" in _record(tmp_path, other)["variant"]
+
+
+@pytest.mark.own_store  # it starts from an empty store
+def test_without_out_the_store_in_use_keeps_the_sweep(tmp_path, monkeypatch):
+    """No ``out=``: the sweep's records are entries of the store in use (FOLD_INSPECTOR_STORE), so the
+    same sweep run again reads them back; with the store off, nothing is kept or read."""
+    from inspector._base import store as _store
+
+    asked = dict(models=["sample:conv_mul_scalar"], rules=("upstream", "state-aware-strict"), workers=1)
+    first = sweep(**asked)
+    assert first.reused == 0 and first.out is None
+    in_use = Store(_store.location())
+    assert len(_entries(in_use.root, "row")) == len(first.rows) and len(_entries(in_use.root, "model")) == 1
+    again = sweep(**asked)
+    assert again.reused == len(first.rows) and _comparable(again.to_dict()) == _comparable(first.to_dict())
+    monkeypatch.setenv(_store.ENV, "off")
+    assert sweep(**asked).reused == 0
 
 
 @pytest.mark.own_store  # its point is that the work is done again
@@ -290,22 +328,26 @@ def test_one_worker_gives_the_same_table(reference):
 
 @pytest.mark.requires_ray
 @pytest.mark.requires_tosa
-def test_ray_gives_the_same_table_bit_for_bit(reference):
+def test_ray_gives_the_same_table_bit_for_bit(reference, tmp_path):
     result, _, _ = reference
-    on_ray = sweep(SAMPLES, RULES, stages=("tfa", "edge"), steps=STEPS, workers=2, executor="ray")
+    on_ray = sweep(SAMPLES, RULES, stages=("tfa", "edge"), steps=STEPS, workers=2, executor="ray", out=tmp_path)
     assert on_ray.executor == "ray"
     assert _comparable(on_ray.to_dict()) == _comparable(result.to_dict())
+    # Ray's workers kept their compare results in out/ too: each task names the store, not their environment.
+    assert len(_entries(tmp_path, "variant")) == len(on_ray.variants)
+    compared = list((tmp_path / "entries").glob("variant-*.entry"))
+    assert 0 < len(compared) <= sum(v.shared_with is None for v in on_ray.variants)
 
 
-def _run_until(args, out: Path, pattern: str) -> subprocess.Popen:
-    """Start the CLI and return once a result file matching ``pattern`` exists in ``out``."""
+def _run_until(args, out: Path, kind: str) -> subprocess.Popen:
+    """Start the CLI and return once the store in ``out`` has a sweep entry of ``kind``."""
     # As from a terminal: Ctrl-C reaches it even when this test runs under a parent that ignores SIGINT
     # (Python keeps an inherited SIG_IGN, so the sweep would never see the signal).
     process = subprocess.Popen([sys.executable, "-m", "inspector", *args], cwd=ROOT, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, start_new_session=True,
                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not list(out.glob(pattern)):
+    while time.monotonic() < deadline and not _entries(out, kind):
         assert process.poll() is None, process.communicate()
         time.sleep(0.05)
     return process
@@ -319,20 +361,21 @@ def test_interrupted_then_killed_then_resumed_gives_the_uninterrupted_table(tmp_
     args = ["sweep", *models, "--policies", ",".join(rules), "--stages", "tfa", "--steps", str(STEPS),
             "--workers", "2", "--out", str(out), "--format", "json"]
     # Ctrl-C (the terminal sends it to the whole process group): a clean stop, what is done kept.
-    process = _run_until(args, out, "rows/*/*.json")
+    process = _run_until(args, out, "row")
     os.killpg(process.pid, signal.SIGINT)
     stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr
     assert f"interrupted: the results finished so far are kept in {out}" in stderr
     assert "Traceback" not in stderr and stdout == ""
-    rows = list(out.glob("rows/*/*.json"))
-    assert rows and all(json.loads(p.read_text())["row"]["error"] is None for p in rows)
+    rows = _entries(out, "row")
+    assert rows and all(_record(out, p)["row"]["error"] is None for p in rows)
     # Killed outright, the workers with it, while variants run.
-    process = _run_until(args, out, "variants/*/*.json")
+    process = _run_until(args, out, "variant")
     os.killpg(process.pid, signal.SIGKILL)
     process.wait(30)
-    kept = list(out.glob("variants/*/*.json"))
+    kept = _entries(out, "variant")
     assert kept and len(kept) < len(models) * len(rules)
+    assert all(_record(out, p) is not None for p in kept)
     assert not list(out.rglob("*.tmp")), "a result is written whole or not at all"
     # Started again: it finishes what is missing, and the table is the uninterrupted sweep's.
     resumed = _cli(*args)
@@ -424,8 +467,9 @@ def test_a_worker_killed_in_a_variant_loses_only_that_variant(tmp_path):
     assert by_rule["upstream"].error is None and by_rule["upstream"].sqnr_db_last > 20
     assert ("the worker running sample:conv_mul_scalar / dies_in_the_quantized_flow died: it was killed by SIGKILL"
             in by_rule["dies_in_the_quantized_flow"].error)
-    # The pool replaced the dead worker: the next sweep runs.
-    assert sweep(["sample:conv_mul_scalar"], ("upstream",), steps=1, workers=2).variants[0].error is None
+    # The pool replaced the dead worker: the next sweep runs (in a store of its own: nothing read back).
+    after = sweep(["sample:conv_mul_scalar"], ("upstream",), steps=1, workers=2, out=tmp_path / "after")
+    assert after.reused == 0 and after.variants[0].error is None
 
 
 # ---------------------------------------------------------------- the CLI contract

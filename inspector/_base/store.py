@@ -13,13 +13,16 @@ writing the same entry at once leave one of their two equal copies, never a mix.
 entry marks it used (its modification time); past the size bound the least recently used go first.
 
 Where: ``FOLD_INSPECTOR_STORE`` names a folder, or ``off`` turns the store off; by default the
-platform's cache folder (``platformdirs.user_cache_dir("fold-inspector")``). The bound is
+platform's cache folder (``platformdirs.user_cache_dir("fold-inspector")``); within ``using(folder)``
+that folder (a sweep's ``out=``, and every worker task, which carries its parent's folder). The bound is
 ``FOLD_INSPECTOR_STORE_MB`` megabytes (default ``DEFAULT_MB``). ``inspector.clear_cache(disk=True)``
 empties it (``clear_store``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import hmac
 import io
@@ -32,7 +35,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
@@ -175,6 +178,10 @@ class Store:
                 pass
         return entry
 
+    def __contains__(self, name: str) -> bool:
+        """An entry ``name`` is on disk (whether it can be trusted is ``get``'s question)."""
+        return (self._entries / (name + _SUFFIX)).exists()
+
     def put(self, name: str, data: Mapping, arrays: Mapping[str, np.ndarray] | None = None) -> bool:
         """Keep ``data`` (JSON-ready) and ``arrays`` as entry ``name``; False if it cannot be kept."""
         secret = self._key()
@@ -299,10 +306,35 @@ class _quiet:
 
 # ------------------------------------------------------------ the store of this process
 
+# The folder a caller named for what runs inside it (``using``): a sweep's ``out=``, a worker's task.
+# ``_ENVIRONMENT``: none named, ``FOLD_INSPECTOR_STORE`` or the platform's folder decides; None: off.
+_ENVIRONMENT = "environment"
+_CHOSEN: contextvars.ContextVar[Path | None | str] = contextvars.ContextVar("inspector_store", default=_ENVIRONMENT)
+
+
+@contextlib.contextmanager
+def using(root: str | os.PathLike | None) -> Iterator[None]:
+    """Keep and read answers in the store at ``root`` (None: in no store) while inside: a sweep's
+    ``out=`` folder, or the folder a worker's task names (its parent's, whatever the worker's environment)."""
+    token = _CHOSEN.set(None if root is None else Path(root).expanduser())
+    try:
+        yield
+    finally:
+        _CHOSEN.reset(token)
+
+
+def where() -> str | None:
+    """The folder of the store in use now, as a task carries it to a worker (``using``); None: off."""
+    root = location()
+    return None if root is None else str(root)
+
 
 def location() -> Path | None:
-    """Where answers are kept now: ``FOLD_INSPECTOR_STORE`` (a folder; ``off``: nowhere), else the
-    platform's cache folder. Read at every use, so a test or a notebook can move it."""
+    """Where answers are kept now: the folder named by ``using``, else ``FOLD_INSPECTOR_STORE`` (a folder;
+    ``off``: nowhere), else the platform's cache folder. Read at every use, so a test or a notebook can move it."""
+    chosen = _CHOSEN.get()
+    if chosen is not _ENVIRONMENT:
+        return chosen
     chosen = os.environ.get(ENV, "").strip()
     if chosen.lower() == "off":
         return None

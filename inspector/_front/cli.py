@@ -220,7 +220,8 @@ def _other_commands(sub) -> None:
                    help="compare these variants instead of the rules (upstream@a8w8,upstream@a16w8; needs --steps or "
                         "--compare)")
     w.add_argument("--out", default=None, metavar="DIR",
-                   help="write every result here as it finishes; the same sweep run again reads them back")
+                   help="the folder of the result store to keep every result in as it finishes (default: the store "
+                        "in use, FOLD_INSPECTOR_STORE); the same sweep run again reads them back")
     w.add_argument("--format", choices=("md", "html", "json", "csv"), default="md", help="what stdout gets (default: md)")
     w.add_argument("--executor", choices=("local", "ray"), default="local",
                    help="local: worker processes on this machine; ray: Ray tasks (pip install 'fold-inspector[ray]')")
@@ -562,8 +563,11 @@ def _sweep(args) -> int:
                        input_shapes=shapes, ray_address=args.ray_address, progress=_SweepBars(), engine=args.engine,
                        confirm=args.confirm)
     except KeyboardInterrupt:
-        kept = f"the results finished so far are kept in {args.out}; run the same command again to go on" if args.out \
-            else "nothing was kept (give --out DIR to keep results as they finish)"
+        from .._base.store import location
+
+        where = args.out or location()
+        kept = f"the results finished so far are kept in {where}; run the same command again to go on" if where \
+            else "nothing was kept (the result store is off: give --out DIR to keep results as they finish)"
         print(f"\ninterrupted: {kept}", file=sys.stderr)
         return 130
     text = result.format(args.format)

@@ -65,10 +65,14 @@ def load_result(key: tuple) -> VariantResult | None:
         return None
 
 
-def keep_result(key: tuple, result: VariantResult) -> None:
-    """Keep ``result`` on disk under ``key`` (a result with an error is not an answer: never kept)."""
+def keep_result(key: tuple, result: VariantResult, missing_only: bool = False) -> None:
+    """Keep ``result`` on disk under ``key`` (a result with an error is not an answer: never kept);
+    ``missing_only``: only if the store in use has no entry of that name yet (an answer from memory,
+    kept where a sweep's ``out=`` asked for everything to be)."""
     found = _store.store()
     if found is None or result.error is not None or not _stable(key):
+        return
+    if missing_only and found.name("variant", key) in found:
         return
     packed = _arrays(result.outputs)
     if packed is None:

@@ -18,6 +18,7 @@ from typing import Any, Callable, Hashable, Sequence, TypeVar
 from . import flow as _flow
 from .._targets import load as _load
 from .._workers import parallel as _parallel
+from .._base import store as _store
 from .._base.cache import BoundedCache
 from .engines import SIMULATION
 from .quantization import Plan
@@ -49,6 +50,7 @@ class ModelRun:
     reference: Any  # the float outputs per step
     base_key: tuple  # variant_cache.base_key of the above: the results' cache key but the variant
     engine: str = "tosa"  # engines.TOSA or engines.SIMULATION: what computes the numbers
+    store: str | None = None  # the result store's folder the parent uses (None: off); the worker uses it too
 
 
 @dataclass(frozen=True)
@@ -79,8 +81,9 @@ def model_task(target: _load.Target) -> ModelTask:
 
 def model_run(target: _load.Target, calibration, steps: int, reference, base_key: tuple,
               engine: str = "tosa") -> ModelRun:
-    """What the variants of ``target`` share, as a worker receives it."""
-    return ModelRun(model_task(target), calibration, steps, reference, base_key, engine)
+    """What the variants of ``target`` share, as a worker receives it (with the result store in use
+    here: a worker keeps and reads answers where its parent does, whatever its own environment says)."""
+    return ModelRun(model_task(target), calibration, steps, reference, base_key, engine, _store.where())
 
 
 def group_by_decisions(items: Sequence[T], decisions_of: Callable[[T], Hashable | None]) -> list[list[T]]:
@@ -116,13 +119,14 @@ def run_in_worker(run: ModelRun, variant: Variant, plan: Plan, report) -> tuple[
     that leads to the same fold decisions as one this worker ran is the same computation (the first
     run captured the tfa graph that tells); its decisions are then None (not this run's to describe)."""
     target = worker_target(run.model)
-    hit = RESULTS.get(target, run.base_key, variant, plan)
-    if hit is not None:
-        report("cached", 1.0)
-        return hit, None, True
-    flow = _flow.run_simulated if run.engine == SIMULATION else _flow.run_variant
-    result, decisions = flow(target, variant, run.calibration, plan, run.steps, run.reference, report)
-    RESULTS.put(run.base_key, variant, plan, result, decisions)
+    with _store.using(run.store):
+        hit = RESULTS.get(target, run.base_key, variant, plan)
+        if hit is not None:
+            report("cached", 1.0)
+            return hit, None, True
+        flow = _flow.run_simulated if run.engine == SIMULATION else _flow.run_variant
+        result, decisions = flow(target, variant, run.calibration, plan, run.steps, run.reference, report)
+        RESULTS.put(run.base_key, variant, plan, result, decisions)
     return result, decisions, False
 
 

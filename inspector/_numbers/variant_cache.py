@@ -137,6 +137,8 @@ class VariantCache:
         fold decisions, relabelled as ``variant``'s (``cached``, no time spent); None if there is none."""
         key = self._variant_key(base, variant, plan)
         hit = self._entries.get(key)
+        if hit is not None:  # computed in this process, maybe while another store was in use: kept in this one too
+            _disk.keep_result(key, hit, missing_only=True)
         if hit is None and can_predict(target, plan) and self._shares_decisions(variant):
             hit = self._entries.get(self._decisions_key(base, plan, predicted_decisions(target, variant)))
         if hit is None and (hit := _disk.load_result(key)) is not None:

@@ -26,7 +26,7 @@ class ModelSpec:
     def content_key(self) -> str:
         """What the model's results depend on before it is even loaded: the target, the bytes of its
         file (a sample: its package's sources), the input shapes and the stack's versions. A second
-        sweep finds its results in ``out/`` by this key without loading anything, while the files the
+        sweep finds its results in the store by this key without loading anything, while the files the
         model was built from (its record's ``sources``: the helpers its file imports) are unchanged."""
         from importlib.metadata import version
 

@@ -50,7 +50,7 @@ def table_number(v) -> float:
 # ---------------------------------------------------------------- the records a Sweep holds
 #
 # Each writes exactly the JSON the sweep has always written (``to_dict``), and the two that are kept
-# in out/ read it back (``from_dict``), checking every field: a record that does not read is
+# in the result store read it back (``from_dict``), checking every field: a record that does not read is
 # computed again, never trusted.
 
 
@@ -100,7 +100,7 @@ class SweepModel:
 
     target: str  # the model as named: sample:NAME, file.py:Class, a .pt2 path, a TOML entry's name
     error: str | None = None  # why it has no rows (one line); None when it was analysed
-    fingerprint: str | None = None  # its program's fingerprint (keys its rows and variants in out/)
+    fingerprint: str | None = None  # its program's fingerprint (keys its rows and variants in the store)
     timings: dict = field(default_factory=dict)  # seconds per phase of its analysis (load, stage tfa, ...)
 
     def to_dict(self) -> dict:
@@ -119,13 +119,13 @@ class SweepRow:
     folded: tuple[str, ...] = ()  # ids of the sites the rule folds
     skipped: tuple[str, ...] = ()  # ids of the sites it skips
     reasons: dict = field(default_factory=dict)  # skipped site id -> its reason codes (a tuple)
-    # site id -> {"module", "location", "mul"}: where each site is (kept in out/, not in the JSON)
+    # site id -> {"module", "location", "mul"}: where each site is (kept in the store, not in the JSON)
     where: dict = field(default_factory=dict)
     error: str | None = None  # why this row has no decisions (one line)
     seconds: float | None = None  # time to decide (None on a row that failed)
 
     def to_dict(self, where: bool = False) -> dict:
-        """The row's JSON; ``where=True`` adds where each site is (the form out/ keeps)."""
+        """The row's JSON; ``where=True`` adds where each site is (the form the store keeps)."""
         decided = {"sites": self.sites, "folded": list(self.folded), "skipped": list(self.skipped),
                    "reasons": {k: list(v) for k, v in self.reasons.items()}}
         head = {"target": self.target, "stage": self.stage, "policy": self.policy}

@@ -29,8 +29,8 @@ class Sweep:
     variants: tuple[SweepVariant, ...]  # per model x variant: sqnr_db_last, sqnr_db_worst, ..., error
     executor: str = "local"  # where the tasks ran
     seconds: float = 0.0  # wall time of the call
-    reused: int = 0  # results read back from out/ instead of computed
-    out: str | None = None  # the folder results were written to
+    reused: int = 0  # results read back from the result store instead of computed
+    out: str | None = None  # the folder of the store results were kept in, when out= named one
     notes: tuple[str, ...] = ()  # what the user should know about how it ran
     engine: str = "tosa"  # what computed the variants' numbers: "tosa" or "simulation" (_numbers/engines.py)
 

@@ -1,55 +1,52 @@
-"""The results folder ``out/``: every result written as it finishes, read back by the next sweep."""
+"""The sweep's records in the result store (``_base.store``): models, rows and variants, each an entry
+written as it finishes and read back by the next sweep.
+
+``out=FOLDER`` names the store: ``Store(FOLDER)``, the same class, signing, entry format and trust
+rules as every other answer kept on disk, and the compare results of the sweep's variants are kept
+there too. Without ``out=``, the store in use (``FOLD_INSPECTOR_STORE`` or the platform's folder).
+An entry that is corrupt, foreign, from another version or planted is not read: computed again.
+"""
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
+from .._base import store as _store
 from .._base.hashing import digest
 from .._rules.rules import get_rule
 from .._numbers.quantization import quantizations
 from .._numbers.results import Variant
 from .._present.formats import jsonable
-from ..errors import InspectorError
 
-FORMAT_VERSION = 1  # of the files in out/
+FORMAT_VERSION = 2  # of the sweep's records (1: plain JSON files in out/, no longer read)
+
+# The kinds of the sweep's entries (``Store.name(kind, ...)``).
+MODEL, ROW, VARIANT = "sweep-model", "sweep-row", "sweep-variant"
 
 
-class Store:
-    """Results as files under ``out/``, written as they finish (atomically: a temporary file renamed)."""
+class Records:
+    """The sweep's records in one result store (None: the store is off, nothing is kept)."""
 
-    def __init__(self, out: str | os.PathLike | None) -> None:
-        self.root = Path(out) if out is not None else None
-        if self.root is not None:
-            try:
-                self.root.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise InspectorError(f"cannot create the results folder {out}: {exc.strerror or exc}") from None
+    def __init__(self, store: _store.Store | None) -> None:
+        self.store = store
 
-    def _path(self, *parts: str) -> Path:
-        return self.root.joinpath(*parts)
-
-    def read(self, *parts: str) -> dict | None:
-        if self.root is None:
+    def read(self, kind: str, *key) -> dict | None:
+        """The record kept under ``(kind, key)``, or None: none, or not one to trust."""
+        if self.store is None or not _stable(key):
             return None
-        path = self._path(*parts)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError):
-            return None  # a damaged file is computed again
-        return data if isinstance(data, dict) and data.get("format") == FORMAT_VERSION else None
+        entry = self.store.get(self.store.name(kind, FORMAT_VERSION, *key))
+        return entry.data if entry is not None else None
 
-    def write(self, data: dict, *parts: str) -> None:
-        if self.root is None:
+    def write(self, data: dict, kind: str, *key) -> None:
+        """Keep ``data`` (a record's JSON) under ``(kind, key)``; nothing when it cannot be named stably."""
+        if self.store is None or not _stable(key):
             return
-        from .._base.files import write_text
+        self.store.put(self.store.name(kind, FORMAT_VERSION, *key), jsonable(data))
 
-        path = self._path(*parts)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_text(path, json.dumps(jsonable({**data, "format": FORMAT_VERSION}), allow_nan=False))
+
+def _stable(key: tuple) -> bool:
+    """The key means the same in another process (a rule without source is named by an object's id)."""
+    return "<no source: id" not in repr(key)
 
 
 def unchanged(sources) -> bool:
@@ -65,16 +62,12 @@ def unchanged(sources) -> bool:
     return True
 
 
-def rule_key(policy: str) -> str:
-    from .._rules.rules import rule_identity
+def rule_key(policy: str) -> tuple:
+    """A rule's part of a key: its identity (a user's rule: by its source; one without: not kept)."""
+    return get_rule(policy).identity
 
-    return rule_identity(policy)
 
-
-def variant_key(variant: Variant, steps: int) -> str:
-    quantization = variant.quantization or "a8w8"
-    if quantization == "a8w8" and not variant.overrides:  # the key files written before quantizations had
-        return digest(get_rule(variant.policy).identity, variant.markers, steps, "default quantization")[:24]
-    identity = quantizations.get(quantization).identity
-    return digest(get_rule(variant.policy).identity, variant.markers, steps, identity, variant.overrides)[:24]
-
+def variant_key(variant: Variant, steps: int, engine: str) -> tuple:
+    """A variant's part of a key: its rule, markers, quantization and overrides, the steps, the engine."""
+    identity = quantizations.get(variant.quantization or "a8w8").identity
+    return (get_rule(variant.policy).identity, variant.markers, steps, identity, variant.overrides, engine)

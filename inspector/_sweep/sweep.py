@@ -14,9 +14,11 @@ How it runs:
   pool of worker processes (``executor="local"``) or as Ray tasks (``executor="ray"``): the same
   tasks and the same numbers on both, bit for bit. Variants that lead to the same fold decisions
   on a model (the real pass, on the tfa graph the quantizer sees) are run once.
-- with ``out=``, every result is written there as it finishes, keyed by what determines it (the
-  model's content and fingerprint, the rule's identity: a user's rule by its source). Running the
-  same sweep again reads what is done; Ctrl-C stops with everything finished kept; a worker that
+- every result is kept in the result store as it finishes (``out=``: a store in that folder, which
+  then also keeps the variants' compare results; else the store in use, ``FOLD_INSPECTOR_STORE``),
+  keyed by what determines it (the model's content and fingerprint, the files it was built from,
+  the rule's identity: a user's rule by its source; the engine). Running the same sweep again,
+  in any process, reads what is done; Ctrl-C stops with everything finished kept; a worker that
   dies (a crash in native code, an out-of-memory kill) loses only its own row, which says why.
 - one model that fails to load, export or lower is one row with its one-line error; the sweep
   goes on.
@@ -27,9 +29,11 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from .._workers import pool as _pool
+from .._base import store as _store
 from .._base.limits import check_steps
 from .._rules.rules import check_rule, get_rule
 from .._numbers.results import Variant
@@ -39,7 +43,7 @@ from .formats import FORMATS
 from .models import ModelSpec, models_from, read_models_toml
 from .records import NUMBERS_STAGE, UNCHANGED_DB, Progress, SweepBar, SweepModel, SweepRow, SweepVariant
 from .results import Sweep
-from .store import Store, rule_key, unchanged, variant_key
+from .store import MODEL, ROW, VARIANT, Records, rule_key, unchanged, variant_key
 
 
 def sweep(
@@ -67,8 +71,10 @@ def sweep(
     ``ModelSpec``; ``samples=True`` adds every built-in sample; ``exclude`` drops models by name. ``rules``: rule names,
     ``path/to/rules.py:NAME`` or ``Rule`` objects; the first is the baseline. ``workers``: worker
     processes (default: the cores available). ``executor``: ``"local"`` or ``"ray"``
-    (``ray_address``: a running cluster; default: a local one). ``out``: a folder where each result
-    is written as it finishes and read back by the next sweep. ``progress(bars)`` receives one
+    (``ray_address``: a running cluster; default: a local one). ``out``: the folder of the result
+    store the sweep keeps everything in (its rows, variants and models, and its variants' compare
+    results), each as it finishes, read back by the next sweep; without it, the store in use
+    (``FOLD_INSPECTOR_STORE``, else the platform's cache folder; ``off``: nothing is kept). ``progress(bars)`` receives one
     ``SweepBar`` per phase as the work advances. ``engine="simulation"`` computes the variants'
     numbers on the quantize/dequantize simulation instead of the TOSA reference (no lowering; each
     variant row and the record say so, and a note what the simulation cannot show). ``confirm=True``
@@ -77,7 +83,7 @@ def sweep(
     are replaced by TOSA's and marked ``"confirmed"``; the others stay the simulation's.
     """
     from .._numbers.compare import variants_of, workers_of
-    from .._numbers.engines import SIMULATION_NOTE, TOSA, check_engine
+    from .._numbers.engines import TOSA, check_engine
 
     engine = check_engine(engine)
 
@@ -97,7 +103,28 @@ def sweep(
     n_workers = workers_of(workers)
     if executor not in _pool.EXECUTORS:
         raise InspectorError(f"unknown executor {quoted(executor)}; choose one of: {', '.join(_pool.EXECUTORS)}")
-    store = Store(out)
+    root = _out_folder(out) if out is not None else _store.location()
+    with _store.using(root):  # the sweep's store, for everything it computes here and (by its tasks) in workers
+        return _swept(specs, rules, stage_list, steps, variants, compare_variants, workers, n_workers, executor, out,
+                      root, ray_address, progress, engine, confirm, t_start)
+
+
+def _out_folder(out) -> Path:
+    """The folder ``out=`` names, created (a folder that cannot be is one line, not a store silently off)."""
+    root = Path(out).expanduser()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InspectorError(f"cannot create the results folder {out}: {exc.strerror or exc}") from None
+    return root
+
+
+def _swept(specs, rules, stage_list, steps, variants, compare_variants, workers, n_workers, executor, out, root,
+           ray_address, progress, engine, confirm, t_start) -> Sweep:
+    """The sweep asked of ``sweep``, inside its result store (``root``; None: off)."""
+    from .._numbers.engines import SIMULATION_NOTE, TOSA
+
+    store = Records(_store.store())
     origins = _origins([*rules, *(v.policy for v in compare_variants)])
     notes = []
     local_only = [name for name, origin, _ in origins if get_rule(name).is_users and not origin]
@@ -105,6 +132,7 @@ def sweep(
         notes.append(f"rule {listing(local_only)} lives in this process only (not in a file), so every task ran "
                      "here, one after another: save it in a file and name it path/to/rules.py:NAME to use workers")
     state = _State(specs, rules, stage_list, steps, compare_variants, store, progress)
+    state.root = None if root is None else str(root)
     state.engine = engine
     if steps and engine != TOSA:
         notes.append(SIMULATION_NOTE)
@@ -122,7 +150,7 @@ def sweep(
     result = Sweep(tuple(rules), tuple(stage_list), steps, tuple(state.model_rows()), tuple(state.rows_in_order()),
                  tuple(state.variants_in_order()), executor="inline" if local_only else executor,
                  seconds=time.perf_counter() - t_start, reused=state.reused,
-                 out=str(store.root) if store.root else None, notes=tuple(notes), engine=engine)
+                 out=str(out) if out is not None else None, notes=tuple(notes), engine=engine)
     if not confirm:
         return result
     return _confirmed(result, specs, dict(rules=rules, steps=steps, variants=variants, workers=workers,
@@ -151,7 +179,7 @@ def _confirmed(simulated: Sweep, specs: list[ModelSpec], asked: dict, t_start: f
 
 
 def _read(kind, stored: dict | None, key: str, defaults: dict, **given):
-    """A record kept in out/ (``stored[key]`` over ``defaults``, under the ``given`` fields this
+    """A record kept in the store (``stored[key]`` over ``defaults``, under the ``given`` fields this
     sweep knows better), or None when there is none or it does not read: computed again, never
     trusted."""
     if stored is None or not isinstance(stored.get(key), dict):
@@ -163,7 +191,7 @@ def _read(kind, stored: dict | None, key: str, defaults: dict, **given):
 
 
 def _model_record(record: dict) -> bool:
-    """A model's file in out/ says either its one-line error or its fingerprint (and timings)."""
+    """A model's record in the store says either its one-line error or its fingerprint (and timings)."""
     if isinstance(record.get("error"), str):
         return True
     return isinstance(record.get("fingerprint"), str) and isinstance(record.get("timings", {}), dict)
@@ -225,7 +253,7 @@ class _Phase:
 class _State:
     """The scheduler's book: what each model needs, what is done, what is written."""
 
-    def __init__(self, specs, rules, stages, steps, variants, store: Store, progress) -> None:
+    def __init__(self, specs, rules, stages, steps, variants, store: Records, progress) -> None:
         self.specs, self.rules, self.stages, self.steps = specs, rules, stages, steps
         self.variants = variants
         self.store, self.progress = store, progress
@@ -241,7 +269,8 @@ class _State:
         self.waiting: dict[str, list] = {}  # label -> variant groups in flight
         self.need: dict[str, tuple] = {}  # label -> (rows, variants) still to compute
         self.origins: list = []
-        self.engine = "tosa"  # what computes the variants' numbers (part of their keys in out/)
+        self.engine = "tosa"  # what computes the variants' numbers (part of their keys in the store)
+        self.root: str | None = None  # the result store's folder (None: off): every task carries it to its worker
 
     # ------------------------------------------------------------ what is already done
 
@@ -254,7 +283,7 @@ class _State:
     def plan(self, spec: ModelSpec) -> None:
         key = spec.content_key()
         self.keys[spec.label] = key
-        record = self.store.read("models", f"{key}.json")
+        record = self.store.read(MODEL, key)
         if record is not None and not _model_record(record):
             record = None  # not a model record this version wrote: computed again
         if record is not None and not record.get("error") and not unchanged(record.get("sources")):
@@ -269,7 +298,7 @@ class _State:
             fingerprint = record["fingerprint"]
             found = []
             for stage, policy in missing_rows:
-                row = _read(SweepRow, self.store.read("rows", fingerprint, f"{stage}.{rule_key(policy)}.json"), "row",
+                row = _read(SweepRow, self.store.read(ROW, fingerprint, stage, rule_key(policy)), "row",
                             {}, target=spec.label, policy=policy)
                 if row is not None and row.error is None and row.stage == stage:
                     self.rows[(spec.label, stage, policy)] = row
@@ -277,8 +306,7 @@ class _State:
             missing_rows = [pair for pair in missing_rows if pair not in found]
             still = []
             for v in missing_variants:
-                # (a file written before engines existed does not say its engine: its name says TOSA)
-                stored = self.store.read("variants", fingerprint, f"{self._variant_file(v, spec)}.json")
+                stored = self.store.read(VARIANT, fingerprint, *self._variant_key(v, spec))
                 got = _read(SweepVariant, stored, "variant", {"engine": self.engine}, target=spec.label,
                             variant=v.label, policy=v.policy)
                 if got is not None:
@@ -308,7 +336,7 @@ class _State:
             rows, variants = self.need[spec.label]
             payload = {"spec": {"target": spec.target, "label": spec.label,
                                 "input_shapes": [list(s) for s in spec.input_shapes] if spec.input_shapes else None},
-                       "rules": origins, "need": rows,
+                       "rules": origins, "need": rows, "store": self.root,
                        "compare": ({"steps": self._steps_of(spec),
                                     "variants": {v.label: v for v in variants}, "engine": self.engine}
                                    if variants else None)}
@@ -345,7 +373,7 @@ class _State:
             message = " ".join(str(message).split())
             self.models[spec.label] = SweepModel(spec.label, message)
             if kind == "error":  # the model's own failure: the same next time
-                self.store.write({"target": spec.label, "error": message}, "models", f"{self.keys[spec.label]}.json")
+                self.store.write({"target": spec.label, "error": message}, MODEL, self.keys[spec.label])
             self.compared.total -= len(variants)
             return
         value = rest[0]
@@ -354,11 +382,10 @@ class _State:
         for row in value["rows"]:
             self.rows[(spec.label, row.stage, row.policy)] = row
             if row.error is None:
-                self.store.write({"row": row.to_dict(where=True)}, "rows", fingerprint,
-                                 f"{row.stage}.{rule_key(row.policy)}.json")
+                self.store.write({"row": row.to_dict(where=True)}, ROW, fingerprint, row.stage, rule_key(row.policy))
         self.store.write({"target": spec.label, "error": None, "fingerprint": fingerprint,
                           "timings": value["timings"], "sources": value.get("sources")},
-                         "models", f"{self.keys[spec.label]}.json")
+                         MODEL, self.keys[spec.label])
         if not variants:
             return
         prepared = value["compare"]
@@ -411,13 +438,11 @@ class _State:
         if write and model is not None and model.fingerprint:
             fingerprint = model.fingerprint
             stored = {k: val for k, val in row.to_dict().items() if k != "target"}
-            self.store.write({"variant": stored}, "variants", fingerprint, f"{self._variant_file(v, spec)}.json")
+            self.store.write({"variant": stored}, VARIANT, fingerprint, *self._variant_key(v, spec))
 
-    def _variant_file(self, v: Variant, spec: ModelSpec) -> str:
-        """A variant's file name in out/: a simulated result never answers for TOSA (whose names stay
-        as they were written before engines existed)."""
-        key = variant_key(v, self._steps_of(spec))
-        return key if self.engine == "tosa" else f"{key}.{self.engine}"
+    def _variant_key(self, v: Variant, spec: ModelSpec) -> tuple:
+        """A variant's key in the store: the engine is in it (a simulated result never answers for TOSA)."""
+        return variant_key(v, self._steps_of(spec), self.engine)
 
     # ------------------------------------------------------------ the tables, in the order asked
 

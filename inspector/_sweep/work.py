@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 
+from .._base import store as _store
 from .._numbers import flow as _flow
 from .._targets import load as _load
 from .._decide import stages as _stages
@@ -41,7 +42,13 @@ def row_of(label: str, stage: str, policy: str, analysis, seconds: float) -> Swe
 def prepare_model(payload: dict, report) -> dict:
     """Load and export one model, decide every (stage, rule) row asked for, and, when variants are to
     be compared, everything they need: the program archive, the calibration, the float reference,
-    and the fold decisions each variant leads to (variants with equal decisions are run once)."""
+    and the fold decisions each variant leads to (variants with equal decisions are run once).
+    In the result store the sweep names (``payload["store"]``), whatever this worker's environment says."""
+    with _store.using(payload["store"]):
+        return _prepare_model(payload, report)
+
+
+def _prepare_model(payload: dict, report) -> dict:
     ensure_rules(payload["rules"])
     spec = payload["spec"]
     label = spec["label"]
@@ -88,7 +95,7 @@ def prepare_model(payload: dict, report) -> dict:
 def user_sources() -> dict[str, str]:
     """The Python files of this process's modules outside the installed stack and the inspector, by
     digest: the user's code a model was built from (its file and the helpers that file imports; more
-    at worst). A sweep's ``out/`` trusts a model's record only while they are unchanged."""
+    at worst). A sweep trusts a model's record in the store only while they are unchanged."""
     import sys
     import sysconfig
     from pathlib import Path
