@@ -142,6 +142,8 @@ class Follower:
         self._before: tuple | None = None
         self.final: dict[str, tuple[str, str]] = {}  # role -> (node name, op) in the last graph holding the site
         self.final_around: tuple[str, ...] = ()
+        # (id, storage, version, dtype, shape) of a constant read -> (the tensor, a copy of its values)
+        self._copies: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
     # ------------------------------------------------------------ the door's observer
 
@@ -260,11 +262,24 @@ class Follower:
                 value = _graph.constant_tensor(node, self.program)
             except Exception:  # noqa: BLE001 - a program whose signature moved on: no value, no claim
                 value = None
-        if isinstance(value, torch.Tensor):
-            value = value.detach().clone()
-        else:
-            value = None
-        return node.name, value
+        return node.name, self._kept(value) if isinstance(value, torch.Tensor) else None
+
+    def _kept(self, value: torch.Tensor) -> torch.Tensor:
+        """A copy of a constant's values as they are now. The graph's tensor is read at every pass
+        (three times each); it is copied again only when it is another tensor, or the same one
+        written in place (torch counts every in-place write in its version, the fold's own
+        ``copy_`` into a get_attr weight among them): a copy per pass was most of a journey's watching."""
+        try:
+            key = (id(value), value.data_ptr(), value._version, value.dtype, tuple(value.shape))
+        except RuntimeError:  # an inference-mode tensor counts no versions: always copied
+            return value.detach().clone()
+        kept = self._copies.get(key)
+        if kept is None or kept[0] is not value:
+            kept = (value, value.detach().clone())
+            self._copies[key] = kept
+            while len(self._copies) > 8:  # the site has three constants; older tensors are let go
+                del self._copies[next(iter(self._copies))]
+        return kept[1]
 
     # ------------------------------------------------------------ one step
 
@@ -396,7 +411,7 @@ def _constant_change(role: str, was: tuple[str, Any], now: tuple[str, Any]) -> C
     if value_b.shape != value_a.shape or value_b.dtype != value_a.dtype:
         return Change("constant-changed", role, name_a,
                       f"{name_b} {_describe(value_b)} -> {name_a} {_describe(value_a)}")
-    if torch.equal(value_b, value_a):
+    if value_b is value_a or torch.equal(value_b, value_a):
         return Change("constant-renamed", role, name_a, f"{name_b} -> {name_a}, same values") if renamed else None
     if renamed and torch.equal(value_b.flatten().sort().values, value_a.flatten().sort().values):
         return Change("constant-renamed", role, name_a, f"{name_b} -> {name_a}, same values in a new layout")
