@@ -131,6 +131,21 @@ def test_pictures_mark_the_site(conv_bn):
         conv_bn.picture(replace(step, graph_before=None))
 
 
+def test_a_copy_handed_out_again_draws_what_a_copy_at_every_pass_draws(conv_bn, monkeypatch):
+    """The follower copies the graph before a pass only when its outline moved since the last copy; drawn
+    from a copy made before every pass instead, every touched step's picture is the same."""
+    from inspector._journey import follow
+
+    reused = [s for s in conv_bn.touched() if s.graph_before is not None]
+    assert len(reused) >= 3
+    monkeypatch.setattr(follow.Follower, "_copy_before", lambda self, graph_module: follow._copy(graph_module))
+    fresh = inspector.journey("sample:conv_bn_mul", variant="upstream")
+    assert [(s.phase, s.name) for s in fresh.touched()] == [(s.phase, s.name) for s in conv_bn.touched()]
+    for a, b in zip(conv_bn.touched(), fresh.touched()):
+        if a.graph_before is not None:
+            assert conv_bn.picture(a).source == fresh.picture(b).source, (a.phase, a.name)
+
+
 @pytest.mark.slow
 def test_observing_changes_nothing_that_runs(stateful, conv_bn):
     """The plain flow (no observer) lowers the same program as the journey, sample by sample."""

@@ -144,6 +144,7 @@ class Follower:
         self.final_around: tuple[str, ...] = ()
         # (id, storage, version, dtype, shape) of a constant read -> (the tensor, a copy of its values)
         self._copies: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._spare: tuple[tuple, Graph] | None = None  # (outline, copy) of the last graph copied before a pass
 
     # ------------------------------------------------------------ the door's observer
 
@@ -158,7 +159,19 @@ class Follower:
         if snap is not None and self.last is not None and self.gap:
             self._diff_step(self.gap, self.gap_phase, self.last, snap, self.last_graph, graph_module)
         self.gap = ""
-        self._before = (snap, graph_module, _copy(graph_module) if snap is not None else None)
+        self._before = (snap, graph_module, self._copy_before(graph_module) if snap is not None else None)
+
+    def _copy_before(self, graph_module: GraphModule) -> Graph | None:
+        """A copy of the graph as this pass gets it, for the picture if the pass touches the site. Most
+        passes leave a graph as they found it: the last copy is handed out again while the graph's
+        outline (every node's name, op, inputs, and the objects its meta holds for value and qparams)
+        is the one it was copied from; reading the outline costs a tenth of a copy."""
+        outline = _outline(graph_module.graph)
+        if self._spare is not None and self._spare[0] == outline:
+            return self._spare[1]
+        copied = _copy(graph_module)
+        self._spare = (outline, copied) if copied is not None else None
+        return copied
 
     def after(self, pass_: Any, graph_module: Any, result: Any) -> None:
         phase = _pipeline.current_pipeline() or self.phase
@@ -437,6 +450,16 @@ def _attr(module, target: str):
         if value is None:
             return None
     return value
+
+
+def _outline(graph: Graph) -> tuple:
+    """What a picture of ``graph`` is drawn from, as identities: each node's name, op, target, input names
+    and the objects its meta holds for its value and qparams (a copy keeps those objects alive, so an
+    identity is never reused while the copy is kept)."""
+    return tuple((n.name, n.op, n.target if isinstance(n.target, str) else id(n.target),
+                  tuple(a.name for a in n.all_input_nodes), id(n.meta.get("val")),
+                  id(n.meta.get("input_qparams")), id(n.meta.get("output_qparams")), len(n.meta))
+                 for n in graph.nodes)
 
 
 def _copy(graph_module) -> Graph | None:
