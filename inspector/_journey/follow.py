@@ -287,7 +287,7 @@ class Follower:
         except RuntimeError:  # an inference-mode tensor counts no versions: always copied
             return value.detach().clone()
         kept = self._copies.get(key)
-        if kept is None or kept[0] is not value:
+        if kept is None:  # (the tensor is held beside its copy, so no other tensor can take its id meanwhile)
             kept = (value, value.detach().clone())
             self._copies[key] = kept
             while len(self._copies) > 8:  # the site has three constants; older tensors are let go

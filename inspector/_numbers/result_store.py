@@ -72,7 +72,8 @@ def keep_result(key: tuple, result: VariantResult, missing_only: bool = False) -
     found = _store.store()
     if found is None or result.error is not None or not _stable(key):
         return
-    if missing_only and found.name("variant", key) in found:
+    name = found.name("variant", key)
+    if missing_only and name in found:
         return
     packed = _arrays(result.outputs)
     if packed is None:
@@ -80,7 +81,7 @@ def keep_result(key: tuple, result: VariantResult, missing_only: bool = False) -
     arrays, counts = packed
     steps = 1 + max((m.step for m in result.metrics), default=-1)
     document = Comparison("", steps, "", "", (result,)).to_dict()
-    found.put(found.name("variant", key), {"comparison": document, "outputs": counts, "log": result.log}, arrays)
+    found.put(name, {"comparison": document, "outputs": counts, "log": result.log}, arrays)
 
 
 def load_reference(key: tuple):

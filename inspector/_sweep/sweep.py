@@ -106,7 +106,7 @@ def sweep(
     root = _out_folder(out) if out is not None else _store.location()
     with _store.using(root):  # the sweep's store, for everything it computes here and (by its tasks) in workers
         return _swept(specs, rules, stage_list, steps, variants, compare_variants, workers, n_workers, executor, out,
-                      root, ray_address, progress, engine, confirm, t_start)
+                      ray_address, progress, engine, confirm, t_start)
 
 
 def _out_folder(out) -> Path:
@@ -119,9 +119,9 @@ def _out_folder(out) -> Path:
     return root
 
 
-def _swept(specs, rules, stage_list, steps, variants, compare_variants, workers, n_workers, executor, out, root,
+def _swept(specs, rules, stage_list, steps, variants, compare_variants, workers, n_workers, executor, out,
            ray_address, progress, engine, confirm, t_start) -> Sweep:
-    """The sweep asked of ``sweep``, inside its result store (``root``; None: off)."""
+    """The sweep asked of ``sweep``, inside its result store (``_store.using``)."""
     from .._numbers.engines import SIMULATION_NOTE, TOSA
 
     store = Records(_store.store())
@@ -132,7 +132,7 @@ def _swept(specs, rules, stage_list, steps, variants, compare_variants, workers,
         notes.append(f"rule {listing(local_only)} lives in this process only (not in a file), so every task ran "
                      "here, one after another: save it in a file and name it path/to/rules.py:NAME to use workers")
     state = _State(specs, rules, stage_list, steps, compare_variants, store, progress)
-    state.root = None if root is None else str(root)
+    state.root = _store.where()  # the folder of the store this sweep is inside (None: off)
     state.engine = engine
     if steps and engine != TOSA:
         notes.append(SIMULATION_NOTE)
