@@ -147,6 +147,43 @@ def test_a_copy_handed_out_again_draws_what_a_copy_at_every_pass_draws(conv_bn, 
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("name", ["conv_bn_mul", "stateful_conv_mul", "nfnet_block", "convnext_block"])
+def test_the_capture_stopped_at_the_fold_is_the_whole_capture_s_graph(name):
+    """A journey finds its site on a prepare_pt2e stopped as the fold receives the graph: the same
+    graph, meta and tensors a whole capture keeps (what runs before the fold is not touched)."""
+    import torch
+    from inspector._decide import stages as _stages
+    from inspector._targets import load as _load
+
+    exported = _load.load(f"sample:{name}").exported
+    early, whole = _stages.tfa_graph_until_fold(exported), _stages.build(exported, "tfa")
+    a, b = early.graph_module, whole.graph_module
+    assert str(a.graph) == str(b.graph)
+    for x, y in zip(a.graph.nodes, b.graph.nodes, strict=True):
+        assert (x.name, x.op, str(x.target), sorted(x.meta)) == (y.name, y.op, str(y.target), sorted(y.meta))
+        assert x.meta.get("nn_module_stack") == y.meta.get("nn_module_stack")
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert early.notes == whole.notes == ()
+
+
+def test_a_journey_keeps_the_graph_it_found_its_site_on():
+    """A journey with no analysis before it leaves the tfa graph with its target, so an analysis after
+    it decides on that graph without capturing again, and agrees with the journey."""
+    from inspector._decide import stages as _stages
+    from inspector._targets import load as _load
+
+    target = _load.load("sample:conv_mul_scalar")
+    target.facts.clear()
+    trip = inspector.journey("sample:conv_mul_scalar", 0, "upstream")
+    assert target.facts.has_stage_graph("tfa")
+    kept = _stages.stage_graph_of(target, "tfa")
+    site = inspector.analyze("sample:conv_mul_scalar", stage="tfa").sites[0]
+    assert _stages.stage_graph_of(target, "tfa") is kept  # decided on the kept graph, not a new capture
+    assert (site.id, site.decision, site.reasons, site.conv, site.mul) == \
+        (trip.site, trip.decision, trip.site_record.reasons, trip.conv, trip.mul)
+
+
 def test_observing_changes_nothing_that_runs(stateful, conv_bn):
     """The plain flow (no observer) lowers the same program as the journey, sample by sample."""
     from inspector._doors import tosa as _tosa

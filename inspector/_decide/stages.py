@@ -16,7 +16,7 @@ from torch.fx import GraphModule
 
 from .._doors import executorch as _executorch
 from .._base import quiet as _quiet
-from ..errors import InspectorError, describe, first_line, quoted
+from ..errors import InspectorError, crash_behind, describe, first_line, quoted
 from .._base.copies import no_gc_pauses, private_copy
 from .._doors.fold_swap import swapped_fold_pass
 from .._rules.rules import FoldLog, policy_pass_class
@@ -147,6 +147,46 @@ def _capture_tfa_graph(exported) -> tuple[GraphModule, None, tuple[str, ...]]:
         raise InspectorError("the quantizer's transform-for-annotation pipeline never ran the fold pass; "
                              "this executorch version is not supported (see pyproject.toml)")
     return graph, None, notes
+
+
+class _FoldReached(Exception):
+    """The capture has the graph the fold receives: the rest of ``prepare_pt2e`` is not needed."""
+
+
+def tfa_graph_until_fold(exported) -> StageGraph:
+    """The tfa stage graph of ``exported``, from a ``prepare_pt2e`` stopped as the fold pass receives it.
+
+    The same graph ``build`` captures (the steps before the fold are the installed ones, unchanged),
+    for a caller that runs the whole ``prepare_pt2e`` itself right after: a journey, whose own run
+    says whether the rest of it goes through. The passes after the fold, annotation and observers
+    are two thirds of a capture; skipping them costs the note a whole capture can give (``prepare_pt2e``
+    failing after the fold), so the graph is not kept as the target's: the caller keeps it once its
+    own ``prepare_pt2e`` went through.
+    """
+    from .._doors import tosa as _tosa
+
+    received: list[GraphModule] = []
+
+    def start(graph_module, program):
+        if program is None:  # transform-for-annotation: this graph module is private to the capture,
+            received.append(graph_module)  # and nothing runs on it after the stop
+            raise _FoldReached()
+        raise InspectorError("the fold pass ran outside transform-for-annotation while capturing the tfa graph")
+
+    gm = copy.deepcopy(exported).module(check_guards=False)
+    try:
+        with no_gc_pauses(), swapped_fold_pass(_executorch.fold_pass_subclass("capture", start)), \
+                _quiet.quiet_loggers(*_executorch.ARM_PASS_LOGGERS):
+            _tosa.prepare_pt2e(gm, _executorch.tosa_int_quantizer())
+    except Exception as exc:  # noqa: BLE001 - the stop itself, or a failure before the fold
+        if not received or crash_behind(exc, _FoldReached) is None:
+            raise InspectorError(
+                f"the quantizer's transform-for-annotation failed before the fold pass ran: {describe(exc)}"
+            ) from None
+    if not received:
+        raise InspectorError("the quantizer's transform-for-annotation pipeline never ran the fold pass; "
+                             "this executorch version is not supported (see pyproject.toml)")
+    return StageGraph("tfa", _executorch.lazy_graph_module(received[0]), None)
 
 
 def tfa_graph_of(log: FoldLog) -> GraphModule | None:

@@ -23,7 +23,8 @@ from torch.fx import GraphModule, Interpreter
 
 from .._base import quiet as _quiet
 from .._base.copies import no_gc_pauses
-from .._decide.decide import analyze
+from .._decide import stages as _stages
+from .._decide.decide import Decider, analyze
 from .._doors import executorch as _executorch, pipeline as _pipeline, tosa as _tosa
 from .._doors.fold_swap import swapped_fold_pass
 from .._numbers import flow as _flow
@@ -60,7 +61,17 @@ def journey(target: Any, site: "str | int | None" = None, variant: str = "upstre
     started = time.perf_counter()
     rule = get_rule(variant)
     loaded = _load.load(target, example_inputs)
-    chosen = _find_site(analyze(loaded, stage=stage, rule=rule.name), site)
+    # The collector paused from the site's analysis on, as while a stage graph is built: the journey's own
+    # heap (graphs, snapshots) made each full collection inside the ~200 passes walk it again (1.2-1.5x a
+    # compare worker's lowering), and the collections around the pipeline were a tenth of a small sample's
+    # journey. (Loading, an export whose garbage could be large on a real network, is left outside.)
+    with no_gc_pauses():
+        return _journey(rule, loaded, site, stage, tosa, all_passes, started)
+
+
+def _journey(rule, loaded, site, stage: str, tosa: bool, all_passes: bool, started: float) -> Journey:
+    analysis, unkept = _analysis(loaded, stage, rule)
+    chosen = _find_site(analysis, site)
     plan = Plan.of(quantizations.get(DEFAULT))
     follower = Follower({chosen.conv: ("conv",), chosen.mul: ("mul", "output")}, all_passes=all_passes)
     notes: list[str] = []
@@ -78,14 +89,13 @@ def journey(target: Any, site: "str | int | None" = None, variant: str = "upstre
     lowered = None
     with _quiet.captured_fds() as captured, _quiet.quiet_loggers(*_executorch.ARM_PASS_LOGGERS):
         try:
-            # The collector paused as in the stage graphs' to_edge: the journey's own heap (graphs, snapshots)
-            # made each full collection inside the ~200 passes walk it again (1.2-1.5x a compare worker's lowering).
-            with swapped_fold_pass(policy_pass_class(rule, (), FoldLog())), _pipeline.observing(follower), \
-                    no_gc_pauses():
+            with swapped_fold_pass(policy_pass_class(rule, (), FoldLog())), _pipeline.observing(follower):
                 follower.start(module)
                 follower.phase = "prepare"
                 follower.expect(FUSE, "prepare")
                 prepared = _flow.run_phase("prepare", None, lambda: _tosa.prepare_pt2e(module, plan.quantizer()))
+                if unkept is not None and not loaded.facts.has_stage_graph("tfa"):
+                    loaded.facts.keep_stage_graph("tfa", unkept)  # prepare_pt2e went through: a whole capture's graph
                 follower.settle(ANNOTATE, "prepare", prepared)
                 points.append(_point("after transform-for-annotation", "torch (float, observers passed through)",
                                      prepared, loaded, follower, eager_site, eager_out, skip_observers=True))
@@ -135,6 +145,18 @@ def program_digest(lowered) -> str:
             h.update(name.encode())
             h.update(bytes(data))
     return h.hexdigest()
+
+
+def _analysis(loaded, stage: str, rule):
+    """The sites at ``stage`` under ``rule``, and the tfa stage graph found for them if it is not kept yet.
+
+    A journey runs ``prepare_pt2e`` itself right after: the graph the fold receives is captured by one
+    stopped at the fold (a third of a whole capture), kept as the target's once the journey's own
+    ``prepare_pt2e`` went through (``_decide.stages.tfa_graph_until_fold``)."""
+    if stage != "tfa" or loaded.facts.has_stage_graph("tfa"):
+        return analyze(loaded, stage=stage, rule=rule), None
+    graph = _stages.tfa_graph_until_fold(loaded.exported)
+    return Decider(loaded, graph).decide(rule, ()), graph
 
 
 def _find_site(analysis, site):
