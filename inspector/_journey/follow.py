@@ -328,6 +328,7 @@ class Follower:
     def _changes(self, b: _Snap, a: _Snap, graph_after: GraphModule) -> list[Change]:
         changes: list[Change] = []
         nodes = {n.name: n for n in graph_after.graph.nodes}
+        roles_were = dict(self.roles)
         # A name is the same node if the Node object is (an edit in place) or the new node was made from
         # it (a retrace); a retrace may give a site's name to another node (layer_norm's mul is "mul" now).
         reused = {name for name in b.roles if name in nodes and id(nodes[name]) != b.ids.get(name)
@@ -403,7 +404,8 @@ class Follower:
                 self.roles[holder] = (*self.roles[holder], "output")
                 changes.append(Change("created", "output", holder,
                                       "no node took the output's place: the site's output is read here again"))
-        after = self.snap(graph_after) or a
+        # Read again only if the roles moved: most passes leave them, and ``a`` is this graph read with them.
+        after = (self.snap(graph_after) or a) if self.roles != roles_were else a
         for role in CONSTANT_ROLES:
             was, now = b.constants.get(role), after.constants.get(role)
             if was is None or now is None:
