@@ -146,7 +146,6 @@ def test_a_copy_handed_out_again_draws_what_a_copy_at_every_pass_draws(conv_bn, 
             assert conv_bn.picture(a).source == fresh.picture(b).source, (a.phase, a.name)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", ["conv_bn_mul", "stateful_conv_mul", "nfnet_block", "convnext_block"])
 def test_the_capture_stopped_at_the_fold_is_the_whole_capture_s_graph(name):
     """A journey finds its site on a prepare_pt2e stopped as the fold receives the graph: the same
@@ -184,6 +183,7 @@ def test_a_journey_keeps_the_graph_it_found_its_site_on():
         (trip.site, trip.decision, trip.site_record.reasons, trip.conv, trip.mul)
 
 
+@pytest.mark.slow
 def test_observing_changes_nothing_that_runs(stateful, conv_bn):
     """The plain flow (no observer) lowers the same program as the journey, sample by sample."""
     from inspector._doors import tosa as _tosa

@@ -116,6 +116,11 @@ def build(exported: torch.export.ExportedProgram, stage: str) -> StageGraph:
     return StageGraph(stage, *_capture_tfa_graph(exported))
 
 
+_NEVER_RAN = ("the quantizer's transform-for-annotation pipeline never ran the fold pass; "
+              "this executorch version is not supported (see pyproject.toml)")
+_FAILED_BEFORE = "the quantizer's transform-for-annotation failed before the fold pass ran: "
+
+
 def _capture_tfa_graph(exported) -> tuple[GraphModule, None, tuple[str, ...]]:
     """Run the quantizer's real ``prepare_pt2e`` and keep the graph the fold receives there.
 
@@ -137,15 +142,12 @@ def _capture_tfa_graph(exported) -> tuple[GraphModule, None, tuple[str, ...]]:
             _tosa.prepare_pt2e(gm, quantizer)
     except Exception as exc:  # noqa: BLE001 - a failure after the fold leaves the capture valid
         if not log.runs:
-            raise InspectorError(
-                f"the quantizer's transform-for-annotation failed before the fold pass ran: {first_line(exc)}"
-            ) from None
+            raise InspectorError(_FAILED_BEFORE + first_line(exc)) from None
         notes = (f"the quantizer's prepare_pt2e failed after the fold pass ran "
                  f"(this model will not quantize as is): {first_line(exc)}",)
     graph = tfa_graph_of(log)
     if graph is None:
-        raise InspectorError("the quantizer's transform-for-annotation pipeline never ran the fold pass; "
-                             "this executorch version is not supported (see pyproject.toml)")
+        raise InspectorError(_NEVER_RAN)
     return graph, None, notes
 
 
@@ -167,25 +169,21 @@ def tfa_graph_until_fold(exported) -> StageGraph:
 
     received: list[GraphModule] = []
 
-    def start(graph_module, program):
-        if program is None:  # transform-for-annotation: this graph module is private to the capture,
-            received.append(graph_module)  # and nothing runs on it after the stop
-            raise _FoldReached()
-        raise InspectorError("the fold pass ran outside transform-for-annotation while capturing the tfa graph")
+    def start(graph_module, program):  # prepare_pt2e runs the pass in transform-for-annotation only
+        received.append(graph_module)  # private to the capture; nothing runs on it after the stop
+        raise _FoldReached()
 
     gm = copy.deepcopy(exported).module(check_guards=False)
-    try:
-        with no_gc_pauses(), swapped_fold_pass(_executorch.fold_pass_subclass("capture", start)), \
+    quantizer = _executorch.tosa_int_quantizer()
+    try:  # (the collector is the caller's to pause, as for ``build``)
+        with swapped_fold_pass(_executorch.fold_pass_subclass("capture", start)), \
                 _quiet.quiet_loggers(*_executorch.ARM_PASS_LOGGERS):
-            _tosa.prepare_pt2e(gm, _executorch.tosa_int_quantizer())
+            _tosa.prepare_pt2e(gm, quantizer)
     except Exception as exc:  # noqa: BLE001 - the stop itself, or a failure before the fold
         if not received or crash_behind(exc, _FoldReached) is None:
-            raise InspectorError(
-                f"the quantizer's transform-for-annotation failed before the fold pass ran: {describe(exc)}"
-            ) from None
+            raise InspectorError(_FAILED_BEFORE + first_line(exc)) from None
     if not received:
-        raise InspectorError("the quantizer's transform-for-annotation pipeline never ran the fold pass; "
-                             "this executorch version is not supported (see pyproject.toml)")
+        raise InspectorError(_NEVER_RAN)
     return StageGraph("tfa", _executorch.lazy_graph_module(received[0]), None)
 
 
