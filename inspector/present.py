@@ -12,6 +12,7 @@ from ._present.report import figure_img, report_html
 from ._present.tables import (SiteRow, analysis_html, analysis_text, attribution_html, attribution_text, bits_html,
                               bits_text, comparison_html, comparison_text, gap_html, site_rows, stale_html)
 from ._sweep.sweep import SweepBar
+from ._present.markup import escape
 from .errors import quoted
 
 __all__ = [
@@ -24,4 +25,6 @@ __all__ = [
     "report_html", "figure_img", "ExplorerFiles",
     # what a form offers and checks
     "GRAPH_VIEWS", "GRAPH_SCOPES", "MAX_STEPS", "check_steps", "quoted", "SweepBar",
+    # the one HTML escape every page and panel writes with
+    "escape",
 ]

@@ -1,7 +1,7 @@
 """Built-in sample models, each teaching one behaviour of FoldScalarMulIntoConvPass.
 
 ``names()`` lists them; ``get(name)`` builds one with fixed weights. Every model
-has ``example_inputs()`` and ``expected(stage, policy)``.
+has ``example_inputs()`` and ``expected(stage, rule)``.
 """
 
 from __future__ import annotations

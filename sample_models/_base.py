@@ -20,8 +20,8 @@ class SampleModel(nn.Module):
     """Base of every sample: seeded weights, example inputs, expected verdicts.
 
     Subclasses set ``SEED`` and implement ``example_inputs()`` and
-    ``expected_upstream(stage)``; ``expected(stage, policy)`` derives the other
-    policies unless a subclass overrides it.
+    ``expected_upstream(stage)``; ``expected(stage, rule)`` derives the other
+    rules unless a subclass overrides it.
     """
 
     SEED = 0
@@ -35,11 +35,11 @@ class SampleModel(nn.Module):
         """What the installed pass decides at ``stage``, one verdict per site."""
         raise NotImplementedError
 
-    def expected(self, stage: str, policy: str) -> tuple[Verdict, ...]:
-        """Expected verdicts per site at ``stage`` under ``policy``, in graph order."""
+    def expected(self, stage: str, rule: str) -> tuple[Verdict, ...]:
+        """Expected verdicts per site at ``stage`` under ``rule``, in graph order."""
         upstream = self.expected_upstream(stage)
-        if policy == "off":
-            return tuple(("skip", ("policy-off", *codes)) for _, codes in upstream)
+        if rule == "off":
+            return tuple(("skip", ("rule-off", *codes)) for _, codes in upstream)
         return upstream
 
 

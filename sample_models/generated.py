@@ -63,7 +63,7 @@ class GeneratedBlocks(SampleModel):
 
     Every block scales a 3x3 conv of the input by a constant; every fifth block's conv has a
     second user (``y * s + y``), and every fourth block writes its result into a state buffer of
-    its own, which the strict policy protects.
+    its own, which the strict rule protects.
     """
 
     SEED = 108
@@ -96,14 +96,14 @@ class GeneratedBlocks(SampleModel):
     def expected_upstream(self, stage: str) -> tuple[Verdict, ...]:
         return tuple(skip("conv-has-other-users") if i % 5 == 4 else FOLD for i in range(self.blocks))
 
-    def expected(self, stage: str, policy: str) -> tuple[Verdict, ...]:
-        guarded = policy == "state-aware-strict" or (policy == "state-aware" and stage == "edge")
+    def expected(self, stage: str, rule: str) -> tuple[Verdict, ...]:
+        guarded = rule == "state-aware-strict" or (rule == "state-aware" and stage == "edge")
         out = []
         for i in range(self.blocks):
             codes = ("conv-has-other-users",) if i % 5 == 4 else ()
             if guarded and i % 4 == 3:
                 codes = ("feeds-buffer-mutation", *codes)
-            if policy == "off":
-                codes = ("policy-off", *codes)
+            if rule == "off":
+                codes = ("rule-off", *codes)
             out.append(skip(*codes) if codes else FOLD)
         return tuple(out)

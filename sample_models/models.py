@@ -1,6 +1,6 @@
 """The built-in sample models: each teaches one behaviour of FoldScalarMulIntoConvPass.
 
-Every model has fixed weights, ``example_inputs()``, and ``expected(stage, policy)``:
+Every model has fixed weights, ``example_inputs()``, and ``expected(stage, rule)``:
 the decision and reason codes the inspector must report for each site, in graph order.
 The expectations are written from the pass's rules (docs/stack-facts.md, "Which patterns fold") and checked
 against the real installed pass by the test suite.
@@ -156,11 +156,11 @@ class StatefulConvMul(SampleModel):
     def expected_upstream(self, stage: str) -> tuple[Verdict, ...]:
         return (FOLD,)
 
-    def expected(self, stage: str, policy: str) -> tuple[Verdict, ...]:
-        guarded = policy == "state-aware-strict" or (policy == "state-aware" and stage == "edge")
+    def expected(self, stage: str, rule: str) -> tuple[Verdict, ...]:
+        guarded = rule == "state-aware-strict" or (rule == "state-aware" and stage == "edge")
         if guarded:
             return (skip("feeds-buffer-mutation"),)
-        return super().expected(stage, policy)
+        return super().expected(stage, rule)
 
 
 class FunctionalRecurrentConvMul(SampleModel):
@@ -168,7 +168,7 @@ class FunctionalRecurrentConvMul(SampleModel):
 
     No graph signature records that output 1 is fed back as input 1, so no structural
     guard can see it: only a ``carried_quant_state`` marker on the site stops the fold
-    under the state-aware policies. ``RECURRENT`` declares the feedback for the runner.
+    under the state-aware rules. ``RECURRENT`` declares the feedback for the runner.
     """
 
     SEED = 7
@@ -254,10 +254,10 @@ class ConvMulChain(SampleModel):
     def expected_upstream(self, stage: str) -> tuple[Verdict, ...]:
         return (FOLD, FOLD)
 
-    def expected(self, stage: str, policy: str) -> tuple[Verdict, ...]:
-        if policy == "off":
-            return (skip("policy-off"), skip("policy-off", "follows-unfolded-mul"))
-        return super().expected(stage, policy)
+    def expected(self, stage: str, rule: str) -> tuple[Verdict, ...]:
+        if rule == "off":
+            return (skip("rule-off"), skip("rule-off", "follows-unfolded-mul"))
+        return super().expected(stage, rule)
 
 
 class ConvMulInputScale(SampleModel):
@@ -373,8 +373,8 @@ class StatefulWideScale(SampleModel):
     def expected_upstream(self, stage: str) -> tuple[Verdict, ...]:
         return (FOLD,)
 
-    def expected(self, stage: str, policy: str) -> tuple[Verdict, ...]:
-        guarded = policy == "state-aware-strict" or (policy == "state-aware" and stage == "edge")
+    def expected(self, stage: str, rule: str) -> tuple[Verdict, ...]:
+        guarded = rule == "state-aware-strict" or (rule == "state-aware" and stage == "edge")
         if guarded:
             return (skip("feeds-buffer-mutation"),)
-        return super().expected(stage, policy)
+        return super().expected(stage, rule)

@@ -248,10 +248,10 @@ class NFNetBlock(SampleModel):
         return (skip("conv-has-other-users", "scale-not-constant", *weight),
                 skip("follows-unfolded-mul", *weight), skip("follows-unfolded-mul", *weight))
 
-    def expected(self, stage: str, policy: str) -> tuple[Verdict, ...]:
-        if policy == "off":
+    def expected(self, stage: str, rule: str) -> tuple[Verdict, ...]:
+        if rule == "off":
             first, *rest = self.expected_upstream(stage)
-            return (skip("policy-off", *first[1]), *(skip("policy-off", *codes) for _, codes in rest))
+            return (skip("rule-off", *first[1]), *(skip("rule-off", *codes) for _, codes in rest))
         return self.expected_upstream(stage)
 
 
@@ -261,7 +261,7 @@ class StreamingKeywordSpotter(SampleModel):
 
     Each call gets 4 new frames of 40 mel bins. The last 2 raw frames are kept as context (no site
     reaches that write); a summary branch keeps an exponential average of a scaled conv output (that
-    site feeds carried state: the strict policy skips it at every stage, ``state-aware`` at edge).
+    site feeds carried state: the strict rule skips it at every stage, ``state-aware`` at edge).
     """
 
     SEED = 107
@@ -295,8 +295,8 @@ class StreamingKeywordSpotter(SampleModel):
     def expected_upstream(self, stage: str) -> tuple[Verdict, ...]:
         return (FOLD, FOLD, FOLD, FOLD)
 
-    def expected(self, stage: str, policy: str) -> tuple[Verdict, ...]:
-        if policy == "off":
-            return (skip("policy-off"),) * 4
-        guarded = policy == "state-aware-strict" or (policy == "state-aware" and stage == "edge")
+    def expected(self, stage: str, rule: str) -> tuple[Verdict, ...]:
+        if rule == "off":
+            return (skip("rule-off"),) * 4
+        guarded = rule == "state-aware-strict" or (rule == "state-aware" and stage == "edge")
         return (FOLD, FOLD, FOLD, skip("feeds-buffer-mutation") if guarded else FOLD)

@@ -17,7 +17,7 @@ def main() -> None:
     docs = ROOT / "docs"
     docs.mkdir(exist_ok=True)
     subprocess.run([sys.executable, "-m", "inspector", "render", "sample:stateful_conv_mul", "--stage", "tfa",
-                    "--policy", "state-aware-strict", "--which", "both", "--out", str(docs / "stateful-conv-mul.png")],
+                    "--rule", "state-aware-strict", "--which", "both", "--out", str(docs / "stateful-conv-mul.png")],
                    check=True, cwd=ROOT)
     comparison = inspector.compare("sample:stateful_wide_scale", ("off", "upstream"), steps=20)
     attribution = inspector.attribution(comparison)

@@ -184,7 +184,7 @@ def test_unknown_marker_is_a_clear_error():
         inspector.analyze("sample:conv_mul_scalar", stage="tfa", markers=["nope"])
 
 
-def test_state_path_is_recorded_even_when_the_policy_folds():
+def test_state_path_is_recorded_even_when_the_rule_folds():
     result = inspector.analyze("sample:stateful_conv_mul", stage="tfa", rule="upstream")
     site = result.sites[0]
     assert site.decision == "fold"
@@ -271,7 +271,7 @@ CASES = [
     # Arm's int64 pre-passes turn the buffer into a cast node and mark the mul disallowed
     (IntScale, X, "tfa", "upstream", [("skip", ("disallowed-by-quantizer", "scale-not-constant", "scale-not-float"))]),
     (Nested, X, "tfa", "upstream", [("fold", ()), ("fold", ())]),
-    (Nested, X, "edge", "off", [("skip", ("policy-off",)), ("skip", ("policy-off",))]),
+    (Nested, X, "edge", "off", [("skip", ("rule-off",)), ("skip", ("rule-off",))]),
     (NoSites, X, "edge", "upstream", []),
 ]
 
@@ -310,7 +310,7 @@ def test_a_crash_of_the_installed_pass_names_the_site(stage):
     assert inspector.analyze(BufferWeights(), X, stage=stage, rule="off").sites[0].decision == "skip"
 
 
-def test_input_mutation_at_tfa_needs_the_strict_policy():
+def test_input_mutation_at_tfa_needs_the_strict_rule():
     inputs = (torch.randn(1, 2, 6, 6), torch.zeros(1, 2, 6, 6))
     result = inspector.analyze(InputMutation(), inputs, stage="tfa", rule="state-aware")
     assert result.sites[0].decision == "fold"
@@ -342,7 +342,7 @@ def test_in_place_mul_is_a_site_the_pass_does_not_match():
 def test_to_dict_is_json_ready_and_complete():
     result = inspector.analyze("sample:conv_mul_wide_dynamic_range_scale", stage="edge")
     data = json.loads(json.dumps(result.to_dict()))
-    assert data["stage"] == "edge" and data["policy"] == "upstream"
+    assert data["stage"] == "edge" and data["rule"]["name"] == "upstream"
     site = data["sites"][0]
     assert {"id", "conv", "mul", "conv_op", "decision", "reasons", "risks", "scale"} <= site.keys()
     assert site["scale"]["ratio"] == pytest.approx(1e5, rel=1e-3)
@@ -435,11 +435,11 @@ def test_core_imports_no_ui():
 
 def test_fold_swap_restores_on_error():
     from inspector._doors import fold_swap
-    from inspector._rules.rules import policy_pass_class
+    from inspector._rules.rules import rule_pass_class
 
     installed = fold_swap.active_fold_pass()
     with pytest.raises(RuntimeError):
-        with fold_swap.swapped_fold_pass(policy_pass_class("off")) as cls:
+        with fold_swap.swapped_fold_pass(rule_pass_class("off")) as cls:
             assert fold_swap.active_fold_pass() is cls
             raise RuntimeError("boom")
     assert fold_swap.active_fold_pass() is installed

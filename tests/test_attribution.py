@@ -12,7 +12,7 @@ from torch import nn
 
 import inspector
 from inspector._front.cli import main
-from inspector._present.formats import db
+from inspector._base.formats import db
 
 pytestmark = pytest.mark.requires_tosa
 

@@ -236,8 +236,8 @@ def test_compare_takes_one_policy_as_a_string():
     """``compare(m, "upstream")`` means one variant, not the letters of a word."""
     from inspector._numbers.compare import variants_of
 
-    assert [v.policy for v in variants_of("upstream", None)] == ["upstream"]
-    assert [v.policy for v in variants_of("off,upstream", None)] == ["off", "upstream"]
+    assert [v.rule.name for v in variants_of("upstream", None)] == ["upstream"]
+    assert [v.rule.name for v in variants_of("off,upstream", None)] == ["off", "upstream"]
     assert [v.markers for v in variants_of(("state-aware",), "site@x.py:1")] == [("site@x.py:1",)]
 
 
@@ -265,7 +265,7 @@ SESSION_CASES = [
     ("results-garbage", {**SESSION, "results": {"x": 1}, "results_for": ["tfa", "upstream", []]},
      "not a saved comparison: missing field"),
     ("results-for-bad", {**SESSION, "results": {"x": 1}, "results_for": ["tfa", "upstream"]},
-     "field 'results_for' must be [stage, policy, [markers...]]"),
+     "field 'results_for' must be [stage, rule, [markers...]]"),
     ("results-wrong-types", {**SESSION, "results_for": ["tfa", "upstream", []], "results": {
         "target": "t", "steps": 1, "calibration": "c", "quantization": "q", "variants": [
             {"variant": {"policy": "upstream", "markers": []}, "folds": {"tfa": "one", "lowering": 0}, "sites": [],

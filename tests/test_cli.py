@@ -20,25 +20,25 @@ def run(capsys, *argv):
 
 
 def test_done_when_stateful_sample_json(capsys):
-    code, out, _ = run(capsys, "analyze", "sample:stateful_conv_mul", "--stage", "edge", "--policy", "state-aware", "--json")
+    code, out, _ = run(capsys, "analyze", "sample:stateful_conv_mul", "--stage", "edge", "--rule", "state-aware", "--json")
     data = json.loads(out)
-    assert code == 0 and data["stage"] == "edge" and data["policy"] == "state-aware"
+    assert code == 0 and data["stage"] == "edge" and data["rule"]["name"] == "state-aware"
     (site,) = data["sites"]
     assert site["decision"] == "skip" and [r["code"] for r in site["reasons"]] == ["feeds-buffer-mutation"]
     assert {"id", "conv", "mul", "conv_op", "decision", "reasons", "risks", "scale"} <= site.keys()
     assert {"code", "message", "detail"} == site["reasons"][0].keys()
-    _, out, _ = run(capsys, "analyze", "sample:stateful_conv_mul", "--stage", "edge", "--policy", "upstream", "--json")
+    _, out, _ = run(capsys, "analyze", "sample:stateful_conv_mul", "--stage", "edge", "--rule", "upstream", "--json")
     assert json.loads(out)["sites"][0]["decision"] == "fold"
     decisions = {}
-    for policy in ("upstream", "state-aware", "state-aware-strict", "off"):
-        _, out, _ = run(capsys, "analyze", "sample:stateful_conv_mul", "--stage", "tfa", "--policy", policy, "--json")
-        decisions[policy] = json.loads(out)["sites"][0]["decision"]
+    for rule in ("upstream", "state-aware", "state-aware-strict", "off"):
+        _, out, _ = run(capsys, "analyze", "sample:stateful_conv_mul", "--stage", "tfa", "--rule", rule, "--json")
+        decisions[rule] = json.loads(out)["sites"][0]["decision"]
     assert decisions == {"upstream": "fold", "state-aware": "fold", "state-aware-strict": "skip", "off": "skip"}
 
 
 def test_table_output_and_markers(capsys):
     code, out, _ = run(capsys, "analyze", "sample:functional_recurrent_conv_mul", "--stage", "tfa",
-                       "--policy", "state-aware", "--mark", "conv@models.py:183")
+                       "--rule", "state-aware", "--mark", "conv@models.py:183")
     assert code == 0
     assert "marked-carried-state" in out and "1 skipped" in out
 
@@ -105,7 +105,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
 def test_demo_writes_an_html_report(tmp_path, capsys):
     report = tmp_path / "r.html"
     code, out, _ = run(capsys, "demo", "--html", str(report))
-    assert code == 0 and "policy=state-aware-strict" in out and "feeds-buffer-mutation" in out
+    assert code == 0 and "rule=state-aware-strict" in out and "feeds-buffer-mutation" in out
     html = report.read_text()
     assert html.startswith("<!doctype html>") and html.count("<table") == 4 and "<svg" in html
 

@@ -38,8 +38,8 @@ def stateful20():
 
 def test_done_when_stateful_twenty_steps(stateful20):
     result, _ = stateful20
-    assert [r.variant.policy for r in result.results] == ["off", "upstream", "state-aware-strict"]
-    folds = {r.variant.policy: r.folds for r in result.results}
+    assert [r.variant.rule.name for r in result.results] == ["off", "upstream", "state-aware-strict"]
+    folds = {r.variant.rule.name: r.folds for r in result.results}
     assert folds == {"off": {"tfa": 0, "lowering": 0}, "upstream": {"tfa": 1, "lowering": 0},
                      "state-aware-strict": {"tfa": 0, "lowering": 0}}
     for r in result.results:
@@ -211,12 +211,12 @@ def test_the_public_functions_are_not_shadowed_by_modules():
 
 def test_concurrent_swaps_never_see_each_others_pass():
     from inspector._doors.fold_swap import active_fold_pass, swapped_fold_pass
-    from inspector._rules.rules import policy_pass_class
+    from inspector._rules.rules import rule_pass_class
 
     seen, barrier = [], threading.Barrier(2, timeout=30)
 
     def worker(policy):
-        cls = policy_pass_class(policy)
+        cls = rule_pass_class(policy)
         try:
             barrier.wait()
         except threading.BrokenBarrierError:

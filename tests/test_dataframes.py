@@ -11,7 +11,7 @@ import inspector
 from inspector import Bits, Sweep
 from inspector._numbers.bits import BitsChange
 from inspector._sweep.records import SweepModel, SweepRow, SweepVariant
-from inspector._present.formats import jsonable
+from inspector._base.data import jsonable
 
 
 def _same(frame, rows, lead=()):
@@ -55,8 +55,8 @@ def test_sweep():
                                                for r in data["variants"]])
     # rows: one per JSON row, the site lists counted, the rule's SQNR beside it
     frame = sweep.to_dataframe("rows")
-    assert [(r["target"], r["stage"], r["policy"]) for r in frame.to_dict("records")] == \
-        [(r["target"], r["stage"], r["policy"]) for r in data["rows"]]
+    assert [(r["target"], r["stage"], r["rule"]) for r in frame.to_dict("records")] == \
+        [(r["target"], r["stage"], r["rule"]) for r in data["rows"]]
     assert list(frame["folded"]) == [len(r["folded"]) for r in data["rows"]]
     assert list(frame["sqnr_db_last"]) == [38.7, math.inf]
     changed = sweep.to_dataframe("changed")

@@ -37,7 +37,7 @@ def test_simulation_agrees_with_tosa_on_the_samples(name, steps):
     assert simulated.engine == "simulation" and exact.engine == "tosa"
     assert {r.engine for r in simulated.results} == {"simulation"} and {r.engine for r in exact.results} == {"tosa"}
     # a simulated answer in the cache never answers for TOSA
-    assert not any(r.cached and r.variant.policy == "off" for r in exact.results)
+    assert not any(r.cached and r.variant.rule.name == "off" for r in exact.results)
     assert _shape(simulated) == _shape(exact)
     assert all(r.not_delegated == () for r in simulated.results)  # there is no delegate to leave nodes out of
     data = simulated.to_dict()
@@ -145,7 +145,7 @@ def test_a_simulated_sweep_confirms_on_tosa_only_the_models_whose_decisions_diff
     models = ["sample:conv_mul_scalar", "sample:stateful_conv_mul"]
     result = inspector.sweep(models, ("upstream", "state-aware-strict"), steps=1, engine="simulation", confirm=True,
                              workers=1)
-    by = {(v.target, v.policy): v for v in result.variants}
+    by = {(v.target, v.rule): v for v in result.variants}
     assert {k: (v.engine, v.confirmed) for k, v in by.items()} == {
         ("sample:conv_mul_scalar", "upstream"): ("simulation", False),
         ("sample:conv_mul_scalar", "state-aware-strict"): ("simulation", False),

@@ -1,6 +1,6 @@
-"""One presentation layer: every number a user reads is written by one function of
-``inspector._present.formats``, and the core writes no dB, page shell, Markdown table or comment limit
-of its own."""
+"""One way to write each thing a user reads: every number by one function of ``inspector._base.formats``,
+every page shell, Markdown table and HTML escape by ``inspector._present.markup``; the core writes no dB, page
+shell, Markdown table, comment limit or HTML escape of its own."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ import re
 
 import pytest
 
-from inspector._present import formats
+from inspector._base import data, formats
+from inspector._present import markup
 from conftest import ROOT
 
 CORE = ROOT / "inspector"
-LAYER = CORE / "_present" / "formats.py"
+LAYERS = {CORE / "_base" / "formats.py", CORE / "_present" / "markup.py"}
 
 
 @pytest.mark.parametrize("value, text", [
@@ -45,13 +46,13 @@ def test_the_plot_clamp():
 
 
 def test_json_floats_round_trip_through_strings():
-    data = formats.jsonable({"a": (math.inf, -math.inf, 1.5), "b": {"c": math.nan}, "d": "x"})
-    assert data == {"a": ["inf", "-inf", 1.5], "b": {"c": "nan"}, "d": "x"}
+    written = data.jsonable({"a": (math.inf, -math.inf, 1.5), "b": {"c": math.nan}, "d": "x"})
+    assert written == {"a": ["inf", "-inf", 1.5], "b": {"c": "nan"}, "d": "x"}
 
 
 def test_markdown_table_and_page():
-    assert formats.markdown_table(["a", "b"], [["1", "2"]]) == ["| a | b |", "|---|---|", "| 1 | 2 |"]
-    html = formats.page("<x> & y", "<p>body</p>")
+    assert markup.markdown_table(["a", "b"], [["1", "2"]]) == ["| a | b |", "|---|---|", "| 1 | 2 |"]
+    html = markup.page("<x> & y", "<p>body</p>")
     assert html.startswith("<!doctype html>") and "<title>&lt;x&gt; &amp; y</title>" in html
     assert "<p>body</p>" in html and html.rstrip().endswith("</html>")
 
@@ -66,6 +67,7 @@ STRAY = {
     "a second HTML page shell": re.compile(r"<!doctype html", re.IGNORECASE),
     "a second Markdown table writer": re.compile(r"""["']\|?---\|"""),
     "a second GitHub comment limit": re.compile(r"=\s*65_?536\b"),
+    "a second HTML escape": re.compile(r"\bhtml\.escape\b|def _?(?:html_)?esc(?:ape)?\("),
 }
 
 
@@ -76,15 +78,16 @@ def stray(text: str) -> list[str]:
 
 def test_the_scan_finds_what_it_looks_for():
     planted = ('f"{r.sqnr_db:.1f} dB"\nf"{x:+.2f} dB"\npage = "<!DOCTYPE html><html>"\n'
-               'rule = "|" + "---|" * 3\nLIMIT = 65_536\ndef _db(v) -> str:\ndef _finite(v):\n')
-    assert len(stray(planted)) == 7, stray(planted)
+               'rule = "|" + "---|" * 3\nLIMIT = 65_536\ndef _db(v) -> str:\ndef _finite(v):\n'
+               'html.escape(name)\ndef _esc(v):\n')
+    assert len(stray(planted)) == 9, stray(planted)
     assert stray('f"{seconds:.1f} s" and port < 65536') == []
 
 
 def test_the_core_and_the_widget_write_numbers_only_through_the_layer():
     found = []
     for path in sorted([*CORE.rglob("*.py"), *(ROOT / "widgets").rglob("*.py")]):
-        if path != LAYER:
+        if path not in LAYERS:
             found += [f"{path.relative_to(ROOT)}: {s}" for s in stray(path.read_text(encoding="utf-8"))]
     assert not found, "\n".join(found)
 

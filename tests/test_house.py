@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from pathlib import Path
 
 import pytest
@@ -20,14 +21,19 @@ CORE = ROOT / "inspector"
 
 
 # The folders of the core, lowest first: a module imports only from its own folder and the folders
-# below it (``errors`` is below them all). docs/design.md's folder map says what each one does.
-LAYERS = ("_base", "_workers", "_targets", "_doors", "_sites", "_present", "_rules", "_decide", "_numbers", "_journey",
-          "_sweep", "_front")
-# The few imports that climb, each a convenience of a record that hands the work to the verb above it,
-# imported inside the function that needs it (never at import time).
+# below it (``errors`` is below them all). docs/design.md's folder map says what each one does. The
+# presentation is on top, under the front ends only: it draws every record.
+LAYERS = ("_base", "_workers", "_targets", "_doors", "_sites", "_rules", "_decide", "_numbers", "_journey",
+          "_sweep", "_present", "_front")
+# The imports that climb, each inside the one function that needs it (never at import time): a record
+# handing itself to the one presentation door (``_present/drawing.py``), and one convenience of a record
+# that hands the work to the verb above it.
+DRAWING = "_present.drawing"
 CLIMBS = {
     ("_decide.analysis", "_numbers.compare"): "Analysis.compare() is inspector.compare(analysis)",
 }
+# What names a module of the core in a string: the only way code could import one without an import statement.
+_NAMED_MODULE = re.compile(r"^inspector((?:\.[A-Za-z_]\w*)+)(?::\w+)?$")
 
 
 def _modules() -> dict[str, ast.Module]:
@@ -60,15 +66,15 @@ def _imports(tree: ast.Module, name: str = "", top_only: bool = False) -> set[st
             parts = [p for p in _package(name).split(".") if p and p != "__init__"]
             parts = parts[:len(parts) - (node.level - 1)] if node.level > 1 else parts
             base = ".".join(["inspector"] + parts + ([node.module] if node.module else []))
-            if node.module:
-                out.add(base)
+            submodules = set()
             for a in node.names:  # from . import module
                 candidate = f"{base}.{a.name}"
                 if (CORE / Path(*candidate.split(".")[1:])).with_suffix(".py").exists() or \
                         (CORE / Path(*candidate.split(".")[1:])).is_dir():
-                    out.add(candidate)
-                elif not node.module:
-                    out.add(base)
+                    submodules.add(candidate)
+            out |= submodules
+            if len(submodules) < len(node.names):  # a name of the package itself, not only its modules
+                out.add(base)
     return out
 
 
@@ -76,25 +82,106 @@ def _folder(name: str) -> str:
     return name.split(".")[0]
 
 
-def test_folders_are_layered():
-    """A folder imports only from itself and the folders below it; the climbs are named in CLIMBS."""
+def _named_modules(tree: ast.Module) -> set[str]:
+    """Every module of the core a string constant names (``"inspector._numbers.worker_boot"``,
+    ``"inspector._sweep.work:run_variant"``): an import the import statements do not show."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found = _NAMED_MODULE.match(node.value.strip())
+            if found:
+                out.add("inspector" + found.group(1))
+    return out
+
+
+def _climbs(modules: dict[str, ast.Module]) -> list[tuple[str, str, str]]:
+    """(module, the module of a higher layer it reaches, how: "import" or "string") for every climb."""
     rank = {folder: i for i, folder in enumerate(LAYERS)}
     rank["errors"] = -1
-    climbs = []
-    for name, tree in _modules().items():
+    out = []
+    for name, tree in modules.items():
         if name in ("__init__", "__main__", "present"):
             continue
         assert _folder(name) in rank, f"inspector/{name.replace('.', '/')} is in no layer of LAYERS"
-        for module in _imports(tree, name):
+        reached = [(m, "import") for m in _imports(tree, name)] + [(m, "string") for m in _named_modules(tree)]
+        for module, how in reached:
             if not module.startswith("inspector.") or module.count(".") < 1:
                 assert module != "inspector", f"{name} imports the package itself"
                 continue
             target = module.split(".", 1)[1]
             if rank.get(_folder(target), 99) > rank[_folder(name)]:
-                climbs.append((name, target))
-    assert sorted(set(climbs)) == sorted(CLIMBS), sorted(set(climbs) ^ set(CLIMBS))
-    for name, target in CLIMBS:  # never at import time
-        assert f"inspector.{target}" not in _imports(_modules()[name], name, top_only=True)
+                out.append((name, target, how))
+    return out
+
+
+def _hand_overs(tree: ast.Module) -> list[tuple[str, list[str]]]:
+    """(function, the statements of its body after the docstring) of every function that imports the
+    presentation door: a hand-over is exactly that import and one ``return drawing.X(...)``."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body[1:] if node.body and isinstance(node.body[0], ast.Expr) and \
+                isinstance(getattr(node.body[0], "value", None), ast.Constant) else node.body
+            if any(isinstance(b, ast.ImportFrom) and b.module == "_present" and b.level == 2 for b in body):
+                out.append((node.name, [type(b).__name__ for b in body]))
+    return out
+
+
+def test_folders_are_layered():
+    """A folder imports only from itself and the folders below it, by statement or by a string naming
+    a module; the climbs are the records' hand-overs to the presentation door and those named in CLIMBS."""
+    modules = _modules()
+    climbs = _climbs(modules)
+    by_string = [c for c in climbs if c[2] == "string"]
+    assert not by_string, f"modules named by a string in a higher layer: {by_string}"
+    named = {(name, target) for name, target, _ in climbs if target != DRAWING}
+    assert named == set(CLIMBS), sorted(named ^ set(CLIMBS))
+    for name, target, _ in climbs:  # never at import time
+        assert f"inspector.{target}" not in _imports(modules[name], name, top_only=True), (name, target)
+    handing = {name for name, target, _ in climbs if target == DRAWING}
+    assert handing >= {"_decide.analysis", "_numbers.results", "_numbers.engines", "_numbers.attribution",
+                       "_numbers.bits", "_sweep.results", "_journey.records"}, sorted(handing)
+    for name in handing:  # each hand-over is one line: the door, then the record handed to it
+        for function, body in _hand_overs(modules[name]):
+            assert body == ["ImportFrom", "Return"], f"{name}.{function} draws for itself: {body}"
+
+
+def test_the_layer_check_sees_a_module_named_in_a_string():
+    """A lower layer that names a higher one by string (a pool that resolves "module:function", a boot
+    module) is a climb the import statements do not show: the check finds it, and a hand-over that
+    does more than hand over is found too."""
+    planted = {
+        "_workers.pool": ast.parse('BOOT = "inspector._numbers.worker_boot"\n'
+                                   'TASK = "inspector._sweep.work:run_variant"\n'),
+        "_base.cache": ast.parse('NOTE = "no module here: inspector is a word"\n'),
+        "_numbers.results": ast.parse("def _repr_html_(self):\n"
+                                      "    from .._present import drawing\n"
+                                      "    rows = drawing.rows(self)\n"
+                                      "    return '<table>' + rows\n"),
+    }
+    found = _climbs(planted)
+    assert ("_workers.pool", "_numbers.worker_boot", "string") in found
+    assert ("_workers.pool", "_sweep.work", "string") in found
+    assert not [c for c in found if c[0] == "_base.cache"]
+    assert _hand_overs(planted["_numbers.results"]) == [("_repr_html_", ["ImportFrom", "Assign", "Return"])]
+
+
+def test_tasks_run_by_registered_kind():
+    """The pool runs a task by its registered kind; every kind is a module-level function of a layer above
+    the workers, and no core module imports a module it names at run time but the kinds' own door (the
+    stack's door and the user's files aside)."""
+    from inspector._workers import kinds
+
+    found = kinds.kinds()
+    assert set(found) >= {"compare-variant", "attribution", "sweep-model", "sweep-variant"}, sorted(found)
+    rank = {folder: i for i, folder in enumerate(LAYERS)}
+    for kind, fn in found.items():
+        module = fn.__module__.split(".", 1)[1]
+        assert rank[_folder(module)] > rank["_workers"], (kind, fn.__module__)
+        assert getattr(__import__(fn.__module__, fromlist=["_"]), fn.__name__) is fn, kind
+    dynamic = {name for name, tree in _modules().items() for node in ast.walk(tree)
+               if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("import_module")}
+    assert dynamic <= {"_workers.kinds", "_doors.executorch", "_targets.load"}, sorted(dynamic)
 
 
 def test_inspector_modules_form_a_dag():
@@ -103,6 +190,7 @@ def test_inspector_modules_form_a_dag():
     for name, tree in trees.items():
         deps = {m.split(".", 1)[1] for m in _imports(tree, name) if m.startswith("inspector.")}
         deps = {d if d in trees else d.rpartition(".")[0] for d in deps} & set(trees)
+        deps -= {DRAWING, *(target for module, target in CLIMBS if module == name)}  # the climbs, at run time only
         edges[name] = deps - {name, "__init__", "__main__"} - {n for n in trees if name.startswith(n + ".")}
     edges.pop("__init__")  # the package re-exports everything; nothing imports it back
     visiting, done = [], set()
@@ -300,15 +388,15 @@ def test_a_registered_rule_is_offered_everywhere_without_another_edit(tmp_path, 
 
         assert cli.main(["analyze", "sample:stateful_conv_mul", "--stage", "tfa", "--rule", name, "--json"]) == 0
         printed = json.loads(capsys.readouterr().out)
-        assert printed["policy"] == name and printed["sites"][0]["decision"] == "skip"
+        assert printed["rule"]["name"] == name and printed["sites"][0]["decision"] == "skip"
 
         app = FoldInspector("sample:stateful_conv_mul", stage="tfa", rule=name, variants=("off", name))
         assert name in app.rule_picker.options and name in app.variant_picker.options
         app.set_rule("upstream")
         app.set_rule(name)
-        assert app.analysis.policy == name and app.last_error is None
+        assert app.analysis.rule.name == name and app.last_error is None
         path = app.save_session(tmp_path / "session.json")
-        assert inspector.Session.read(path).policy == name
+        assert inspector.Session.read(path).rule == name
     finally:
         inspector.rules.unregister(name)
     assert name not in inspector.rules
@@ -323,7 +411,7 @@ def test_compare_runs_a_registered_rule():
     try:
         comparison = inspector.compare("sample:conv_mul_scalar", ("off", name), workers=1)
         off, mine = comparison.results
-        assert mine.variant.policy == name and mine.to_dict()["variant"]["policy"] == name
+        assert mine.variant.rule.name == name and mine.to_dict()["variant"]["rule"] == name
         assert [m.sqnr_db for m in mine.metrics] == [m.sqnr_db for m in off.metrics]
         assert not any(s.folded_at for s in mine.sites)
     finally:
@@ -424,3 +512,51 @@ def test_the_widget_uses_only_public_ipywidgets_api():
 
     sources = {p.name: p.read_text() for p in sorted((ROOT / "widgets").glob("*.py"))}
     assert _private_uses(sources, _private_names_of_ipywidgets()) == []
+
+
+def _inner_imports(source: str) -> list[list[int]]:
+    """The imports inside functions, as blocks of consecutive lines (a block shares one reason)."""
+    tree = ast.parse(source)
+    lines = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            lines |= {n.lineno for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    blocks: list[list[int]] = []
+    text = source.splitlines()
+    for line in sorted(lines):
+        previous = blocks[-1][-1] if blocks else None
+        between = text[previous:line - 1] if previous is not None else ["x"]
+        if previous is not None and all(t.strip().startswith(("from ", "import ", ")", "#")) or not t.strip()
+                                        for t in between) and not any(not t.strip() for t in between):
+            blocks[-1].append(line)
+        else:
+            blocks.append([line])
+    return blocks
+
+
+def _says_why(source: str, block: list[int]) -> bool:
+    """A block of imports inside a function carries a one-line reason: a comment on one of its lines (not a
+    bare ``noqa``), or on the line above it."""
+    text = source.splitlines()
+    comments = [text[i - 1].partition("#")[2].strip() for i in block] + \
+        ([text[block[0] - 2].strip().lstrip("#").strip()] if text[block[0] - 2].strip().startswith("#") else [])
+    return any(c and not re.fullmatch(r"noqa(: ?[A-Z0-9, ]+)?", c) for c in comments)
+
+
+def test_every_import_inside_a_function_says_why():
+    """An import inside a function is lazy (an optional extra, a heavy or private name looked up late), breaks
+    a cycle, or climbs to the presentation: each says which, in one line; the rest are at the top."""
+    missing = []
+    for path in sorted(CORE.rglob("*.py")):
+        source = path.read_text()
+        missing += [f"{path.relative_to(ROOT)}:{b[0]}" for b in _inner_imports(source) if not _says_why(source, b)]
+    assert not missing, f"imports inside functions without a reason: {missing}"
+
+
+def test_the_reason_check_can_fail():
+    source = ("def f():\n    import json\n    return json\n\n"
+              "def g():\n    # lazy: heavy\n    import torch\n    from torch import nn\n    return nn\n\n"
+              "def h():\n    import os  # noqa: F401\n")
+    blocks = _inner_imports(source)
+    assert blocks == [[2], [7, 8], [12]]
+    assert [_says_why(source, b) for b in blocks] == [False, True, False]

@@ -175,7 +175,7 @@ def test_a_journey_keeps_the_graph_it_found_its_site_on():
     target = _load.load("sample:conv_mul_scalar")
     target.facts.clear()
     trip = inspector.journey("sample:conv_mul_scalar", 0, "upstream")
-    assert target.facts.has_stage_graph("tfa")
+    assert _stages.has_stage_graph(target, "tfa")
     kept = _stages.stage_graph_of(target, "tfa")
     site = inspector.analyze("sample:conv_mul_scalar", stage="tfa").sites[0]
     assert _stages.stage_graph_of(target, "tfa") is kept  # decided on the kept graph, not a new capture
@@ -192,7 +192,7 @@ def test_observing_changes_nothing_that_runs(stateful, conv_bn):
     from inspector._numbers import flow as _flow
     from inspector._numbers.quantization import DEFAULT, Plan, quantizations
     from inspector._numbers.results import Variant
-    from inspector._rules.rules import FoldLog, policy_pass_class
+    from inspector._rules.rules import FoldLog, rule_pass_class
     from inspector._targets import load as _load
     import torch
 
@@ -202,7 +202,7 @@ def test_observing_changes_nothing_that_runs(stateful, conv_bn):
         target = _load.load(j.target)
         plan = Plan.of(quantizations.get(DEFAULT))
         calibration = _flow.choose_calibration(target, None, 1)
-        with swapped_fold_pass(policy_pass_class(j.variant, (), FoldLog())):
+        with swapped_fold_pass(rule_pass_class(j.variant, (), FoldLog())):
             _, converted = _flow.quantize(target, Variant(j.variant), calibration, plan)
             program = torch.export.export(converted, copy.deepcopy(target.inputs))
             lowered = _tosa.lower(program, plan.spec)

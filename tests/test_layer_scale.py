@@ -85,7 +85,7 @@ def test_it_is_analysed_at_every_stage(stage):
 @pytest.mark.requires_tosa
 def test_it_is_compared_and_attributed_on_the_reference_model():
     comparison = inspector.compare(LayerScale().eval(), ("off", "upstream"), example_inputs=INPUTS, workers=1)
-    assert [r.variant.policy for r in comparison.results] == ["off", "upstream"]
+    assert [r.variant.rule.name for r in comparison.results] == ["off", "upstream"]
     assert all(m.sqnr_db == m.sqnr_db for r in comparison.results for m in r.metrics)  # finite or inf, not NaN
     attribution = inspector.attribution(comparison)
     assert {v.label for v in attribution.variants} == {"off", "upstream"}

@@ -77,7 +77,7 @@ def test_every_stateful_sample_under_every_quantization(stateful):
             assert result.spec == inspector.quantizations.get(result.quantization).spec
             assert all(math.isfinite(m.sqnr_db) or m.sqnr_db == math.inf for m in result.metrics), result.variant.label
             assert all(math.isfinite(m.max_abs_error) for m in result.metrics)
-        folded = {(r.variant.policy, r.quantization): tuple(s.folded_at for s in r.sites) for r in comparison.results}
+        folded = {(r.variant.rule.name, r.quantization): tuple(s.folded_at for s in r.sites) for r in comparison.results}
         for q in QUANTIZATIONS:  # the quantization changes no fold decision here
             for p in ("off", "upstream"):
                 assert folded[(p, q)] == folded[(p, "a8w8")], (name, p, q)

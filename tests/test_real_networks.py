@@ -26,7 +26,7 @@ def test_every_stage_and_policy_draws_before_and_after(stage_analyses, name):
             assert result.mismatches == ()
             for which in ("before", "after"):
                 source = result.render(which).source
-                assert f"{stage}, policy {policy}" in source
+                assert f"{stage}, rule {policy}" in source
                 for s in result.sites:
                     assert s.id in source  # every site is labelled in both pictures
 

@@ -21,7 +21,7 @@ GUARDS = ("state-aware", "state-aware-strict")
 
 def whole(analysis: inspector.Analysis) -> inspector.Analysis:
     """The same configuration decided by running the pass on a copy of the whole graph."""
-    return analysis.with_rule(analysis.policy)  # no base: every site, the pass on the whole graph
+    return analysis.with_rule(analysis.rule.name)  # no base: every site, the pass on the whole graph
 
 
 def drawn_whole(analysis: inspector.Analysis, focus: str, hops: int = 2) -> str:

@@ -361,7 +361,7 @@ def test_done_when_cli_writes_an_svg_showing_the_reason(tmp_path):
 @pytest.mark.requires_dot
 def test_cli_formats_and_errors(tmp_path, capsys):
     dot = tmp_path / "pair.dot"
-    assert main(["render", "sample:stateful_conv_mul", "--stage", "tfa", "--policy", "state-aware-strict",
+    assert main(["render", "sample:stateful_conv_mul", "--stage", "tfa", "--rule", "state-aware-strict",
                  "--which", "both", "--out", str(dot)]) == 0
     assert '"before.mul" -> "before.copy_" [class="state-path"' in dot.read_text()
     png = tmp_path / "focus.png"

@@ -104,7 +104,7 @@ def test_a_guard_changes_exactly_the_sites_it_skips(stage_analyses, guard, stage
         upstream = stage_analyses(name, stage)
         names_before = nodes_of(upstream)
         mine = upstream.with_rule(spec)
-        assert mine.policy == guard and mine.rule.origin == f"{RULES.resolve()}:{guard}"
+        assert mine.rule.name == guard and mine.rule.origin == f"{RULES.resolve()}:{guard}"
         assert mine.rule.check is not None and mine.rule.pass_class is None
         guarded = {s.mul for s in upstream.sites if skips(upstream, s)}
         for up, site in zip(upstream.sites, mine.sites):
@@ -162,7 +162,7 @@ def test_a_copy_of_the_installed_pass_decides_like_upstream(stage_analyses, pass
         upstream = stage_analyses(name, stage)
         names_before = nodes_of(upstream)
         mine = upstream.with_rule(spec)
-        assert mine.policy == PASS and mine.rule.pass_class is not None and mine.rule.check is None
+        assert mine.rule.name == PASS and mine.rule.pass_class is not None and mine.rule.check is None
         assert [s.to_dict() for s in mine.sites] == [s.to_dict() for s in upstream.sites], (name, stage)
         assert nodes_of(upstream) == names_before, (name, stage)
 
@@ -374,7 +374,7 @@ def _cli_json(*argv) -> dict:
 def test_cli_analyze_takes_a_guard_file():
     data = _cli_json("analyze", "sample:stateful_conv_mul", "--stage", "edge", "--policy",
                      "sample_models/rules.py:skip_reaching_outputs", "--json")
-    assert data["policy"] == "skip_reaching_outputs" and data["rule"]["origin"].endswith("rules.py:skip_reaching_outputs")
+    assert data["rule"]["name"] == "skip_reaching_outputs" and data["rule"]["origin"].endswith("rules.py:skip_reaching_outputs")
     (site,) = data["sites"]
     assert site["decision"] == "skip" and site["reasons"][0]["code"] == "rule:reaches-output"
 
@@ -382,7 +382,7 @@ def test_cli_analyze_takes_a_guard_file():
 def test_cli_analyze_takes_a_pass_class_file(stage_analyses, pass_copy):
     data = _cli_json("analyze", "sample:stateful_conv_mul", "--stage", "edge", "--policy", f"{pass_copy}:{PASS}",
                      "--json")
-    assert data["policy"] == PASS and data["rule"]["pass_class"]
+    assert data["rule"]["name"] == PASS and data["rule"]["pass_class"]
     assert data["sites"] == [s.to_dict() for s in stage_analyses("stateful_conv_mul", "edge").sites]
     assert data["sites"][0]["decision"] == "fold"
 
@@ -395,7 +395,7 @@ def test_compare_runs_a_guard_file_and_a_pass_class_file(pass_copy):
     target = "sample:stateful_conv_mul"
     guarded = inspector.compare(target, ("upstream", OUTPUTS), workers=2)
     upstream, mine = guarded.results
-    assert mine.variant.policy == "skip_reaching_outputs"
+    assert mine.variant.rule.name == "skip_reaching_outputs"
     assert upstream.folds["tfa"] == 1 and sum(mine.folds.values()) == 0
     assert not any(s.folded_at for s in mine.sites)
     off = inspector.compare(target, ("off",), workers=2).result("off")
@@ -403,7 +403,7 @@ def test_compare_runs_a_guard_file_and_a_pass_class_file(pass_copy):
 
     copied = inspector.compare(target, ("upstream", f"{pass_copy}:{PASS}"), workers=2)
     upstream_again, copy = copied.results
-    assert copy.variant.policy == PASS and not copy.cached  # a pass class is never answered by decisions
+    assert copy.variant.rule.name == PASS and not copy.cached  # a pass class is never answered by decisions
     assert copy.folds == upstream.folds
     assert [(s.site_id, s.folded_at) for s in copy.sites] == [(s.site_id, s.folded_at) for s in upstream.sites]
     assert copy.metrics == upstream.metrics == upstream_again.metrics

@@ -64,7 +64,7 @@ def guard_fires(analysis: inspector.Analysis, marked: set[str] = frozenset()) ->
 def check(state_aware: inspector.Analysis, upstream: inspector.Analysis, fires: dict[str, bool], where) -> int:
     """state-aware skips for a state reason exactly where the guard fires and upstream folds; returns
     how many sites the guard kept from the pass."""
-    assert state_aware.policy == "state-aware" and upstream.policy == "upstream"
+    assert state_aware.rule.name == "state-aware" and upstream.rule.name == "upstream"
     kept = 0
     for sa, up in zip(state_aware.sites, upstream.sites):
         assert (sa.id, sa.mul) == (up.id, up.mul)

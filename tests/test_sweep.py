@@ -163,7 +163,7 @@ def test_a_model_that_fails_is_one_row_and_the_sweep_goes_on(model_dir):
     assert "torch.export failed for NoExport" in errors["no-export"]
     assert all("\n" not in e for e in errors.values() if e)
     assert errors["sample:conv_mul_scalar"] is None
-    assert {(r.target, r.policy) for r in result.rows} == {
+    assert {(r.target, r.rule) for r in result.rows} == {
         ("sample:conv_mul_scalar", "upstream"), ("sample:conv_mul_scalar", "state-aware")}
     assert "2 models could not be analysed" in " ".join(result.summary())
 
@@ -175,7 +175,7 @@ def test_rows_are_what_analyze_decides(reference):
     result, _, _ = reference
     assert len(result.rows) == len(SAMPLES) * 2 * len(RULES)
     for row in result.rows:
-        analysis = inspector.analyze(row.target, stage=row.stage, rule=row.policy)
+        analysis = inspector.analyze(row.target, stage=row.stage, rule=row.rule)
         assert row.error is None
         assert row.folded == tuple(s.id for s in analysis.sites if s.folded)
         assert row.skipped == tuple(s.id for s in analysis.sites if not s.folded)
@@ -206,7 +206,7 @@ def test_numbers_are_what_compare_measures(reference):
     for target in SAMPLES:
         comparison = inspector.compare(target, RULES, steps=STEPS, workers=1)
         for r in comparison.results:
-            row = next(v for v in result.variants if v.target == target and v.policy == r.variant.policy)
+            row = next(v for v in result.variants if v.target == target and v.rule == r.variant.rule.name)
             assert row.error is None
             last = [m.sqnr_db for m in r.metrics if m.step == STEPS - 1]
             assert row.sqnr_db_last == min(last)
@@ -233,7 +233,7 @@ def test_rules_users_write(tmp_path):
     from_file = f"{rules_file}:skip_reaching_outputs"
     try:
         result = sweep(["sample:conv_mul_scalar", "sample:conv_mul_chain"], ("upstream", from_file), workers=2)
-        rows = [(r, inspector.analyze(r.target, stage="tfa", rule=r.policy)) for r in result.rows]
+        rows = [(r, inspector.analyze(r.target, stage="tfa", rule=r.rule)) for r in result.rows]
     finally:
         inspector.rules.unregister("skip_reaching_outputs")  # a rule loaded here stays for other tests otherwise
     assert result.executor == "local" and not result.notes  # a rule in a file runs in the workers
@@ -358,7 +358,7 @@ def test_interrupted_then_killed_then_resumed_gives_the_uninterrupted_table(tmp_
     models, rules = SAMPLES[:2], (RULES[0], RULES[2])
     uninterrupted = sweep(models, rules, stages=("tfa",), steps=STEPS, workers=2)
     out = tmp_path / "out"
-    args = ["sweep", *models, "--policies", ",".join(rules), "--stages", "tfa", "--steps", str(STEPS),
+    args = ["sweep", *models, "--rules", ",".join(rules), "--stages", "tfa", "--steps", str(STEPS),
             "--workers", "2", "--out", str(out), "--format", "json"]
     # Ctrl-C (the terminal sends it to the whole process group): a clean stop, what is done kept.
     process = _run_until(args, out, "row")
@@ -385,7 +385,7 @@ def test_interrupted_then_killed_then_resumed_gives_the_uninterrupted_table(tmp_
     # The contract scripts rely on.
     assert {"models", "rows", "changed", "variants"} <= set(data)
     assert [m["target"] for m in data["models"]] == list(models) and all(m["error"] is None for m in data["models"])
-    assert all({"target", "stage", "policy", "sites", "folded", "skipped", "error"} <= set(r) for r in data["rows"])
+    assert all({"target", "stage", "rule", "sites", "folded", "skipped", "error"} <= set(r) for r in data["rows"])
     assert all({"target", "stage", "site", "decisions", "reasons"} <= set(c) for c in data["changed"])
     assert all({"target", "stage", "variant", "sqnr_db_last", "sqnr_db_worst", "error"} <= set(v)
                for v in data["variants"])
@@ -463,7 +463,7 @@ def test_a_worker_killed_in_a_variant_loses_only_that_variant(tmp_path):
     finally:
         inspector.rules.unregister("dies_in_the_quantized_flow")
     assert [r.error for r in result.rows] == [None, None]  # deciding it is fine
-    by_rule = {v.policy: v for v in result.variants}
+    by_rule = {v.rule: v for v in result.variants}
     assert by_rule["upstream"].error is None and by_rule["upstream"].sqnr_db_last > 20
     assert ("the worker running sample:conv_mul_scalar / dies_in_the_quantized_flow died: it was killed by SIGKILL"
             in by_rule["dies_in_the_quantized_flow"].error)
@@ -488,7 +488,7 @@ def test_a_toml_list_from_anywhere_on_disk(model_dir, tmp_path):
     finally:
         os.chdir(here)
     assert [m.target for m in result.models] == ["sample:stateful_conv_mul", "scaled"]
-    scaled = next(r for r in result.rows if r.target == "scaled" and r.policy == "upstream")
+    scaled = next(r for r in result.rows if r.target == "scaled" and r.rule == "upstream")
     assert scaled.sites == 1 and len(scaled.folded) == 1
     assert [c.target for c in result.changed] == ["sample:stateful_conv_mul"]
 
@@ -496,7 +496,7 @@ def test_a_toml_list_from_anywhere_on_disk(model_dir, tmp_path):
 def test_cli_formats(tmp_path, capsys):
     from inspector._front.cli import main
 
-    base = ["sweep", "sample:stateful_conv_mul", "sample:conv_mul_scalar", "--policies", "upstream,state-aware-strict",
+    base = ["sweep", "sample:stateful_conv_mul", "sample:conv_mul_scalar", "--rules", "upstream,state-aware-strict",
             "--workers", "1", "--out", str(tmp_path / "out")]
     assert main([*base, "--format", "md"]) == 0
     md = capsys.readouterr().out
@@ -507,9 +507,9 @@ def test_cli_formats(tmp_path, capsys):
     assert page.startswith("<!doctype html>") and "feeds-buffer-mutation" in page
     assert main([*base, "--format", "csv"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[0] == "target,stage,policy,sites,folded,skipped,error,sqnr_db_last,sqnr_db_worst"
+    assert lines[0] == "target,stage,rule,sites,folded,skipped,error,sqnr_db_last,sqnr_db_worst"
     assert len(lines) == 1 + 2 * 2
-    for bad, message in [(["--policies", "nope"], "unknown rule 'nope'"), (["--stages", "tfa,late"], "'late'"),
+    for bad, message in [(["--rules", "nope"], "unknown rule 'nope'"), (["--stages", "tfa,late"], "'late'"),
                          (["--steps", "-1"], "--steps"), (["--executor", "dask"], "invalid choice"),
                          (["--models", str(tmp_path / "none.toml")], "no such file")]:
         assert main(["sweep", "sample:conv_mul_scalar", *bad]) == 2
@@ -525,7 +525,7 @@ def _crafted() -> Sweep:
     where = {evil: {"module": evil, "location": "", "mul": evil}}
     return Sweep(("upstream", "off"), ("tfa",), 1, models=(SweepModel(evil, None, "f"),),
                  rows=(SweepRow(evil, "tfa", "upstream", 1, folded=(evil,), where=where),
-                       SweepRow(evil, "tfa", "off", 1, skipped=(evil,), reasons={evil: ("policy-off",)}, where=where)),
+                       SweepRow(evil, "tfa", "off", 1, skipped=(evil,), reasons={evil: ("rule-off",)}, where=where)),
                  variants=(SweepVariant(evil, "upstream", "upstream", 1, sqnr_db_last=30.0, sqnr_db_worst=29.0),
                            SweepVariant(evil, "off", "off", 1, sqnr_db_last=31.0, sqnr_db_worst=29.5, error=evil)))
 
@@ -541,13 +541,13 @@ def test_model_strings_are_escaped_in_html_and_markdown():
     assert md.count("<img") == md.count("`` <img src=x onerror=alert(1)>\\|` ``")
 
 
-def _row(target, stage, policy, folded, site="conv@net.py:1"):
-    return SweepRow(target, stage, policy, 1, folded=(site,) if folded else (), skipped=() if folded else (site,),
+def _row(target, stage, rule, folded, site="conv@net.py:1"):
+    return SweepRow(target, stage, rule, 1, folded=(site,) if folded else (), skipped=() if folded else (site,),
                     reasons={} if folded else {site: ("feeds-buffer-mutation",)})
 
 
-def _variant(target, policy, sqnr):
-    return SweepVariant(target, policy, policy, 3, sqnr_db_last=sqnr, sqnr_db_worst=sqnr)
+def _variant(target, rule, sqnr):
+    return SweepVariant(target, rule, rule, 3, sqnr_db_last=sqnr, sqnr_db_worst=sqnr)
 
 
 def test_the_summary_ties_numbers_to_tfa_decisions_only():
@@ -578,7 +578,7 @@ def test_local_paths_are_redacted():
     base = _crafted()
     home = str(Path.home() / "private" / "net.py:Net")
     models = (SweepModel(home, f"importing {home} failed"),)
-    redacted = Sweep(base.policies, base.stages, 0, models=models, rows=(), variants=())
+    redacted = Sweep(base.rules, base.stages, 0, models=models, rows=(), variants=())
     for text in (redacted.to_markdown(), redacted.to_html(), redacted.to_json(), redacted.to_csv()):
         assert str(Path.home()) not in text
     assert "~/private/net.py:Net" in redacted.to_markdown()
@@ -591,8 +591,8 @@ def test_markdown_fits_one_github_comment():
         for p, folded in (("upstream", True), ("off", False)):
             site = f"block{i}.conv@net.py:{i}"
             rows.append(SweepRow(f"net{i}", "tfa", p, 1, folded=(site,) if folded else (),
-                                 skipped=() if folded else (site,), reasons={} if folded else {site: ("policy-off",)}))
-    big = Sweep(base.policies, base.stages, 0, models=tuple(SweepModel(f"net{i}") for i in range(400)),
+                                 skipped=() if folded else (site,), reasons={} if folded else {site: ("rule-off",)}))
+    big = Sweep(base.rules, base.stages, 0, models=tuple(SweepModel(f"net{i}") for i in range(400)),
                 rows=tuple(rows), variants=())
     md = big.to_markdown(limit=8000)
     assert len(md) <= 8000

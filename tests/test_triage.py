@@ -18,7 +18,7 @@ from torch import nn
 
 import inspector
 from inspector._front.cli import main
-from inspector._present.formats import GITHUB_COMMENT_LIMIT
+from inspector._base.formats import GITHUB_COMMENT_LIMIT
 from inspector._present.report import md_code, user_frames
 from inspector._front.repro import reproducer
 from conftest import ROOT
@@ -46,7 +46,7 @@ def test_done_when_markdown_report_of_the_stateful_sample(capsys):
     assert "| site | decision | reasons | risks | scale |" in text and "`conv@models.py:149`" in text
     for package in ("python", "torch", "executorch", "tosa-tools", "fold-inspector"):
         assert f"{package} " in text
-    assert "python -m inspector report sample:stateful_conv_mul --stage edge --policy upstream --format md" in text
+    assert "python -m inspector report sample:stateful_conv_mul --stage edge --rule upstream --format md" in text
     assert "**Summary.**" in text and "<details>" in text and text.count("<details>") == text.count("</details>")
     _no_local_paths(text)
     html = _render_md(text)
@@ -54,7 +54,7 @@ def test_done_when_markdown_report_of_the_stateful_sample(capsys):
 
 
 def test_markdown_with_a_comparison_and_markers(capsys):
-    assert main(["report", "sample:functional_recurrent_conv_mul", "--stage", "tfa", "--policy", "state-aware",
+    assert main(["report", "sample:functional_recurrent_conv_mul", "--stage", "tfa", "--rule", "state-aware",
                  "--mark", "conv@models.py:183", "--variants", "off,state-aware", "--steps", "3", "--format", "md"]) == 0
     text = capsys.readouterr().out
     assert "**TOSA INT reference vs float**, 3 step(s)" in text and "marked-carried-state" in text

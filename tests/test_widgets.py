@@ -116,13 +116,13 @@ def test_reference_run_in_background_and_single_flight(monkeypatch, stateful):
     assert app.running and app.run_button.disabled
     app.run_button.click()  # a second click while running starts nothing
     app.rule_picker.value = "off"  # the UI stays responsive while the run goes on
-    assert app.analysis.policy == "off"
+    assert app.analysis.rule.name == "off"
     release.set()
     app.wait(120)
     # one run: the simulation's preview, then the TOSA reference
     assert calls == ["simulation", "tosa"] and not app.running and not app.run_button.disabled
     assert app.progress.value == 1.0 and app.progress_label.value == "done"
-    assert app.comparison.results[0].variant.policy == "upstream"
+    assert app.comparison.results[0].variant.rule.name == "upstream"
     assert "SQNR" in app.results.value and "<img" in app.plots.value
     assert app.stale  # computed under policy upstream, now showing off
 
@@ -139,7 +139,7 @@ def test_errors_show_in_the_widget_and_it_keeps_working(monkeypatch, stateful):
     assert app.rule_picker.value == "upstream"  # the picker goes back to what the screen shows
     monkeypatch.undo()
     app.rule_picker.value = "state-aware-strict"
-    assert app.error.value == "" and app.analysis.policy == "state-aware-strict"
+    assert app.error.value == "" and app.analysis.rule.name == "state-aware-strict"
     app.variant_picker.value = ()
     app.run_button.click()
     assert "pick at least one variant" in app.error.value and not app.running
@@ -159,8 +159,8 @@ def test_session_round_trip_restores_the_same_screen(tmp_path):
     data = json.loads(path.read_text())
     assert data["markers"] == [app.sites[0].id] and data["results"]["steps"] == 3
     again = FoldInspector.load_session(path)
-    assert (again.analysis.stage, again.analysis.policy, again.markers, again.selected) == (
-        app.analysis.stage, app.analysis.policy, app.markers, app.selected)
+    assert (again.analysis.stage, again.analysis.rule.name, again.markers, again.selected) == (
+        app.analysis.stage, app.analysis.rule.name, app.markers, app.selected)
     assert again.comparison.to_dict() == app.comparison.to_dict()
     assert again.results.value == app.results.value
     assert [r.children[1].value for r in rows(again)] == [r.children[1].value for r in rows(app)]

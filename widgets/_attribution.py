@@ -85,8 +85,8 @@ class AttributionPanel:
         if label is None:
             return
         variant = result.variant(label)
-        policy = variant.policy if variant.policy in inspector.rules else analysis.policy
-        shown = analysis if analysis.policy == policy else analysis.with_rule(policy)
+        rule = variant.rule if variant.rule in inspector.rules else analysis.rule.name
+        shown = analysis if analysis.rule.name == rule else analysis.with_rule(rule)
         try:
             svg = present.svg(shown.render("after", errors=variant))
         except InspectorError as exc:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import html
 import traceback
 from typing import Any, Callable
 
 from inspector import InspectorError
-
-esc = html.escape
+from inspector.present import escape as esc  # the one HTML escape the inspector writes with
 
 
 def scrolled(svg: str) -> str:

@@ -17,18 +17,18 @@ class Header:
 
     exposed = ("title", "stage_picker", "rule_picker", "summary", "error")
 
-    def __init__(self, stage: str, policy: str, model_picker: W.Dropdown, *, on_stage: Callable,
-                 on_policy: Callable) -> None:
+    def __init__(self, stage: str, rule: str, model_picker: W.Dropdown, *, on_stage: Callable,
+                 on_rule: Callable) -> None:
         self.title = W.HTML().add_class("fi-title")
         self.stage_picker = W.Dropdown(options=list(inspector.STAGES), value=stage, description="stage",
                                        layout=W.Layout(width="180px")).add_class("fi-stage")
-        self.rule_picker = W.Dropdown(options=list(inspector.rules), value=policy, description="rule",
-                                        layout=W.Layout(width="260px"), tooltip=rules_tooltip()).add_class("fi-policy")
+        self.rule_picker = W.Dropdown(options=list(inspector.rules), value=rule, description="rule",
+                                        layout=W.Layout(width="260px"), tooltip=rules_tooltip()).add_class("fi-rule")
         self.summary = W.HTML().add_class("fi-summary")
         self.error = W.HTML().add_class("fi-error")
-        self._on_stage, self._on_policy = on_stage, on_policy
+        self._on_stage, self._on_rule = on_stage, on_rule
         self.stage_picker.observe(on_stage, names="value")
-        self.rule_picker.observe(on_policy, names="value")
+        self.rule_picker.observe(on_rule, names="value")
         self.view = W.VBox([self.title, W.HBox([model_picker, self.stage_picker, self.rule_picker]),
                             self.summary, self.error])
 
@@ -48,18 +48,18 @@ class Header:
         set_quietly(self.stage_picker, stage, self._on_stage)
 
     def set_rule_quietly(self, rule: str) -> None:
-        set_quietly(self.rule_picker, rule, self._on_policy)
+        set_quietly(self.rule_picker, rule, self._on_rule)
 
     def offer_rules(self) -> None:
         """Offer every registered rule (its help and where it comes from in the tooltip)."""
         if tuple(self.rule_picker.options) != tuple(inspector.rules):
             value = self.rule_picker.value
-            self.rule_picker.unobserve(self._on_policy, names="value")
+            self.rule_picker.unobserve(self._on_rule, names="value")
             try:
                 self.rule_picker.options = list(inspector.rules)
                 self.rule_picker.value = value
             finally:
-                self.rule_picker.observe(self._on_policy, names="value")
+                self.rule_picker.observe(self._on_rule, names="value")
         self.rule_picker.tooltip = rules_tooltip()
 
 

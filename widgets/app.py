@@ -101,7 +101,7 @@ class FoldInspector(W.VBox):
         _check_choice("stage", stage, inspector.STAGES)
         for extra in ([rules] if isinstance(rules, (str, inspector.Rule)) else list(rules)):
             _rule_name(extra)  # registered: the pickers offer it (a rule file is imported: code you run)
-        policy = _rule_name(rule)
+        rule = _rule_name(rule)
         _check_choice("graph_view", graph_view, present.GRAPH_VIEWS)
         variants = (variants,) if isinstance(variants, (str, inspector.Rule)) else tuple(variants)
         variants = tuple(_rule_name(v) for v in variants)
@@ -113,7 +113,7 @@ class FoldInspector(W.VBox):
         self.comparison: Comparison | None = None  # the last reference results (a preview while TOSA runs)
         self._engine_gap: tuple = (None, None)  # (TOSA comparison, how far its preview was from it)
         self.bits = None  # the last "is it the fold or the bits?" (inspector.Bits)
-        self._comparison_for: tuple | None = None  # (stage, policy, markers) the results were computed for
+        self._comparison_for: tuple | None = None  # (stage, rule, markers) the results were computed for
         self.attribution = None  # the last attribution (inspector.Attribution)
         self._attribution_for: tuple | None = None
         self.journey = None  # the last journey (inspector.Journey)
@@ -121,12 +121,12 @@ class FoldInspector(W.VBox):
         self.last_error: str | None = None
 
         if isinstance(target, inspector.Analysis):
-            stage, policy = target.stage, target.policy
-        self._build_panels(stage, policy, variants, graph_view, focus_selected)
+            stage, rule = target.stage, target.rule.name
+        self._build_panels(stage, rule, variants, graph_view, focus_selected)
         if isinstance(target, inspector.Analysis):
             self.analysis = target
         else:
-            self.analysis = inspector.analyze(target, example_inputs, stage=stage, rule=policy,
+            self.analysis = inspector.analyze(target, example_inputs, stage=stage, rule=rule,
                                               markers=tuple(markers))
         self._picker.start(self.analysis, self._target_ref)
         is_recurrent = bool(self.analysis.target.recurrent) or any(s.state_path for s in self.analysis.sites)
@@ -135,11 +135,11 @@ class FoldInspector(W.VBox):
 
     # ------------------------------------------------------------------ layout
 
-    def _build_panels(self, stage, policy, variants, graph_view, focus_selected) -> None:
+    def _build_panels(self, stage, rule, variants, graph_view, focus_selected) -> None:
         safely = self._safely
         self._picker = ModelPicker(self._target_ref, on_pick=self._on_model)
-        self._header = Header(stage, policy, self._picker.model_picker, on_stage=self._on_stage,
-                              on_policy=self._on_policy)
+        self._header = Header(stage, rule, self._picker.model_picker, on_stage=self._on_stage,
+                              on_rule=self._on_rule)
         self._sites = SiteTable(on_select=lambda site_id: safely(lambda: self.select_site(site_id)),
                                 on_marker=self._on_marker)
         self._graphs = GraphPanel(graph_view, focus_selected, on_change=lambda _: safely(self._render_graph))
@@ -283,7 +283,7 @@ class FoldInspector(W.VBox):
         what the fold off, 16-bit activations and each node kept in float recover, in the background."""
         def compute(analysis, variants, steps, config, progress):
             quantization = (self._reference.quantizations or ("a8w8",))[0]
-            return inspector.bits(analysis.target, steps, rule=analysis.policy, quantization=quantization,
+            return inspector.bits(analysis.target, steps, rule=analysis.rule.name, quantization=quantization,
                                   markers=config[2], progress=progress, isolate=self.isolate)
 
         def show(bits, config):
@@ -341,7 +341,7 @@ class FoldInspector(W.VBox):
     def session(self) -> Session:
         """What this screen shows, as a core ``inspector.Session`` record."""
         return Session(
-            target=self._target_ref, stage=self.analysis.stage, policy=_rule_ref(self.analysis.policy),
+            target=self._target_ref, stage=self.analysis.stage, rule=_rule_ref(self.analysis.rule.name),
             markers=tuple(self.analysis.markers), selected=self.selected,
             variants=tuple(_rule_ref(v) for v in self.variant_picker.value) or ("upstream",),
             quantizations=self._reference.quantizations or ("a8w8",),
@@ -373,7 +373,7 @@ class FoldInspector(W.VBox):
         target = target if target is not None else session.target
         if target is None:
             raise InspectorError(f"{Path(path).name} was saved from an in-memory model: pass target= to load_session")
-        app = cls(target, example_inputs, stage=session.stage, rule=session.policy, markers=session.markers,
+        app = cls(target, example_inputs, stage=session.stage, rule=session.rule, markers=session.markers,
                   variants=session.variants, steps=session.steps, graph_view=session.graph_view,
                   focus_selected=session.graph_scope == "focus")
         app.quantization_picker.value = session.quantizations
@@ -398,14 +398,14 @@ class FoldInspector(W.VBox):
         self._session.clear_trust()
         if session.target is None:
             raise InspectorError(f"{path.name} was saved from an in-memory model; it cannot be opened here")
-        analysis = inspector.analyze(session.target, stage=session.stage, rule=session.policy,
+        analysis = inspector.analyze(session.target, stage=session.stage, rule=session.rule,
                                      markers=session.markers)
         for v in session.variants:
             _rule_name(v)  # a rule file the session names is imported now (the user trusted it)
         self._refresh_rules()
         self._switch_to(analysis, session.target)
         self._header.set_stage_quietly(session.stage)
-        self._header.set_rule_quietly(analysis.policy)
+        self._header.set_rule_quietly(analysis.rule.name)
         self.variant_picker.value = tuple(_rule_name(v) for v in session.variants)
         self.quantization_picker.value = session.quantizations
         self.steps_input.value = session.steps
@@ -469,12 +469,12 @@ class FoldInspector(W.VBox):
         def go():
             value = change["new"]
             if value == "own":
-                analysis = self._picker.own_analysis.with_rule(self.analysis.policy)
+                analysis = self._picker.own_analysis.with_rule(self.analysis.rule.name)
                 if analysis.stage != self.analysis.stage:
                     analysis = analysis.with_stage(self.analysis.stage)
                 self._target_ref = self._picker.own_ref
             else:
-                analysis = inspector.analyze(value, stage=self.analysis.stage, rule=self.analysis.policy)
+                analysis = inspector.analyze(value, stage=self.analysis.stage, rule=self.analysis.rule.name)
                 self._target_ref = value
             self._show_model(analysis)
             self._refresh()
@@ -510,7 +510,7 @@ class FoldInspector(W.VBox):
 
         self._safely(go)
 
-    def _on_policy(self, change) -> None:
+    def _on_rule(self, change) -> None:
         def go():
             try:
                 self.analysis = self.analysis.with_rule(change["new"])

@@ -17,6 +17,8 @@ after-graphs) dies with its owner.
 
 from __future__ import annotations
 
+import gc
+import types
 import collections
 import threading
 import weakref
@@ -186,8 +188,6 @@ class WeakCache(_Locked):
 def _holds(value: Any, key: Any, depth: int = 5, budget: int = 10_000) -> bool:
     """Whether ``value`` refers to ``key`` within ``depth`` references (closures and containers;
     modules and classes are not followed)."""
-    import gc
-    import types
 
     seen: set[int] = set()
     frontier = [value]

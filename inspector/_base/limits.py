@@ -1,5 +1,8 @@
 """Bounds on what one call may ask for, so bad input fails at once instead of exhausting the machine."""
 
+from ..errors import InspectorError, quoted
+import torch
+
 # Recurrent steps of one comparison (API, CLI, widget and sessions alike). A step is one
 # reference run of the whole model per variant; 1,000 steps of a small streaming model
 # take minutes, more is a typo.
@@ -13,7 +16,6 @@ MAX_INPUT_DIMS = 8  # a conv input has 3 to 5
 
 def check_steps(steps, what: str = "steps") -> int:
     """``steps`` as an int in 1..MAX_STEPS, or an InspectorError naming the bound."""
-    from ..errors import InspectorError, quoted
 
     if isinstance(steps, bool) or not isinstance(steps, int):
         raise InspectorError(f"{what} must be an integer from 1 to {MAX_STEPS}, got {quoted(steps)}")
@@ -24,7 +26,6 @@ def check_steps(steps, what: str = "steps") -> int:
 
 def check_shape(shape: tuple[int, ...], what: str = "input shape") -> tuple[int, ...]:
     """A shape whose element count stays within MAX_INPUT_ELEMENTS, or an InspectorError with the number."""
-    from ..errors import InspectorError
 
     if len(shape) > MAX_INPUT_DIMS:
         raise InspectorError(f"{what} has {len(shape):,} dimensions; the limit is {MAX_INPUT_DIMS}")
@@ -63,7 +64,6 @@ def available_memory() -> int | None:
 def memory_estimate(target, steps: int, variants: int, workers: int, isolated: bool = False) -> int:
     """Bytes a comparison of ``variants`` variants of ``target`` for ``steps`` steps needs at once,
     ``workers`` of them side by side (each in a worker process but one, or every one if ``isolated``)."""
-    import torch
 
     program = target.exported
     tensors = [*program.state_dict.values(), *program.constants.values()]
@@ -77,7 +77,6 @@ def memory_estimate(target, steps: int, variants: int, workers: int, isolated: b
 
 def check_memory(target, steps: int, variants: int, workers: int, isolated: bool = False) -> None:
     """Refuse, before anything starts, a run that would not fit the memory the machine has left."""
-    from ..errors import InspectorError
 
     available = available_memory()
     if available is None:

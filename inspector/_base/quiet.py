@@ -21,6 +21,7 @@ import threading
 import warnings
 from dataclasses import dataclass
 from typing import Iterator
+import ctypes
 
 # Loggers that only speak at import time about things the inspector does not use.
 _IMPORT_LOGGERS = ("torchao", "torch.utils._pytree")
@@ -111,7 +112,6 @@ def captured_python() -> Iterator[Captured]:
 
 def _flush_c_stdio() -> None:
     with contextlib.suppress(Exception):
-        import ctypes
 
         ctypes.CDLL(None).fflush(None)
 

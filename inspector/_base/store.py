@@ -21,6 +21,7 @@ empties it (``clear_store``).
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
 import contextlib
 import contextvars
 import hashlib
@@ -40,6 +41,10 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from .cache import BoundedCache, also_clear_disk
+import torch
+from .version import __version__
+import platformdirs
+from .hashing import digest
 
 ENV = "FOLD_INSPECTOR_STORE"  # a folder, or "off"
 ENV_MB = "FOLD_INSPECTOR_STORE_MB"  # the size bound in megabytes
@@ -63,12 +68,6 @@ def environment() -> str:
 
 
 def _environment() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    import torch
-
-    from .version import __version__
-
     def installed(name: str) -> str:
         try:
             return version(name)
@@ -107,7 +106,6 @@ class Store:
     @staticmethod
     def name(kind: str, *parts: Any) -> str:
         """The entry name of ``parts`` (strings, numbers, tuples of them) under ``kind``, in this environment."""
-        from .hashing import digest
 
         return f"{kind}-{digest(FORMAT, kind, environment(), *parts)}"
 
@@ -340,7 +338,6 @@ def location() -> Path | None:
         return None
     if chosen:
         return Path(chosen).expanduser()
-    import platformdirs
 
     return Path(platformdirs.user_cache_dir("fold-inspector"))
 

@@ -18,6 +18,7 @@ WIDE_RANGE_RATIO = 1e3
 from .._targets import load as _load
 from . import stages as _stages
 from .._rules.rules import DEFAULT_VARIANTS, Rule, marker_tuple
+from .._base.data import FORMAT, dataframe
 from .._sites.scale import ScaleSummary
 from ..errors import InspectorError, listing, quoted
 from .._sites.reasons import Reason, Risk
@@ -91,7 +92,7 @@ class Analysis:
 
     target: _load.Target = field(repr=False)  # the private model, inputs and export
     decider: Any = field(repr=False)  # the _decide.Decider that decided it, and decides it again
-    rule: Rule  # the fold rule that decided (``policy`` is its name)
+    rule: Rule  # the fold rule that decided
     markers: tuple[str, ...]  # the markers as given (site ids or node names)
     sites: tuple[Site, ...]  # every conv->mul site, in graph order
     marked: tuple[str, ...] = ()  # the node names the markers resolved to
@@ -113,11 +114,6 @@ class Analysis:
     @property
     def stage(self) -> str:
         return self.decider.stage
-
-    @property
-    def policy(self) -> str:
-        """The rule's name."""
-        return self.rule.name
 
     @property
     def stage_graph(self) -> _stages.StageGraph:
@@ -205,8 +201,8 @@ class Analysis:
 
     @property
     def configuration(self) -> tuple[str, str, tuple[str, ...]]:
-        """``(stage, policy, marker ids)``: what reference results computed for this analysis are for."""
-        return self.stage, self.policy, self.marker_ids
+        """``(stage, rule name, marker ids)``: what reference results computed for this analysis are for."""
+        return self.stage, self.rule.name, self.marker_ids
 
     @property
     def marker_ids(self) -> tuple[str, ...]:
@@ -220,18 +216,16 @@ class Analysis:
 
         ``markers`` defaults to this analysis's markers (as site ids).
         """
-        from .._numbers.compare import compare
+        from .._numbers.compare import compare  # a convenience of the record: the verb sits above it
 
-        if markers is None:
-            markers = self.marker_ids
-        return compare(self.target, variants, markers=markers, **kwargs)
+        return compare(self.target, variants, markers=self.marker_ids if markers is None else markers, **kwargs)
 
     # -- presentation
     def to_dict(self) -> dict:
         return {
+            "format": FORMAT,
             "target": self.name,
             "stage": self.stage,
-            "policy": self.policy,
             "rule": self.rule.to_dict(),
             "markers": list(self.markers),
             "summary": self.summary(),
@@ -241,83 +235,66 @@ class Analysis:
 
     def to_dataframe(self):
         """A pandas DataFrame, one row per site: the columns of ``to_dict()["sites"]``."""
-        import pandas as pd
-
-        return pd.DataFrame.from_records([s.to_dict() for s in self.sites])
+        return dataframe("sites", {"sites": lambda: [s.to_dict() for s in self.sites]})
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        from .._present.tables import analysis_html, analysis_text
-
-        return {"text/plain": analysis_text(self), "text/html": analysis_html(self)}
+        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        return drawing.bundle(self)
 
     def __repr__(self) -> str:
-        return f"<Analysis {self.name} stage={self.stage} policy={self.policy}: {self.summary()}>"
+        return f"<Analysis {self.name} stage={self.stage} rule={self.rule.name}: {self.summary()}>"
 
+    # -- drawn by the presentation (``_present/drawing.py``)
     def report(self, comparison=None, *, format: str = "html", out=None, results_for=None,
                full_traces: bool = False):
         """A report of this analysis (and ``comparison``, if given): ``html`` (one self-contained
         page), ``md`` (a GitHub comment) or ``json``; local paths redacted, stack traces with the
         user's frames only unless ``full_traces``. With ``out``, written there and the path returned."""
-        from .._base.files import write_text
-        from .._present.report import report
-
-        text = report(self, comparison, format=format, results_for=results_for, full_traces=full_traces)
-        return write_text(out, text) if out is not None else text
+        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        return drawing.report(self, comparison, format=format, out=out, results_for=results_for, full_traces=full_traces)
 
     def to_model_explorer(self, folder, *, errors=None, step: int | None = None, which: str = "before"):
         """Write the whole graph and its overlays (decisions, state path, and with ``errors`` a
         variant of an attribution, the per-node SQNR) into ``folder`` for Google's Model Explorer.
         Needs the ``explorer`` extra. Returns an ``ExplorerFiles`` (paths, and the command that
         opens them); ``python -m inspector explorer TARGET --out DIR --serve`` serves them."""
-        from .._present.explorer import to_model_explorer
+        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        return drawing.to_model_explorer(self, folder, errors=errors, step=step, which=which)
 
-        return to_model_explorer(self, folder, errors=errors, step=step, which=which)
-
-    # -- pictures
     def verdicts(self, which: str = "before", *, errors=None, step: int | None = None, focus: str | None = None,
                  hops: int = 2, hide: Iterable[str] = ("constants",)):
         """(graph module, ``Verdicts``): the ``before`` or ``after`` graph and what to say about it,
-        ready for ``inspector.render``.
+        ready for ``inspector.present.render``.
 
         ``errors`` adds the measured-error layer: a variant of an attribution
         (``attribution.variant("upstream")``) at ``step`` (default: the last), or a dict of
         records by node name. With ``focus`` (a site id) and ``hops``, the after graph may be just
         the part of it that a picture focused there shows (drawn the same as the whole graph).
         """
-        from .._present.pictures import picture
-
-        return picture(self.decider, self, which, errors=errors, step=step, focus=focus, hops=hops, hide=hide)
+        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        return drawing.verdicts(self, which, errors=errors, step=step, focus=focus, hops=hops, hide=hide)
 
     def caption(self, which: str | None) -> list[str]:
         """The lines above a picture of this analysis (``which`` None: the before | after pair)."""
-        what = f"{which} the pass" if which else "before | after the pass"
-        lines = [f"{self.name}: {self.stage}, policy {self.policy}, {what}", self.summary()]
-        if self.markers:
-            lines.append("markers: " + ", ".join(self.markers))
-        return lines
+        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        return drawing.caption(self, which)
 
     def render(self, which: str = "before", *, errors=None, step: int | None = None, focus: str | None = None,
                hops: int = 2, hide: Iterable[str] = ("constants",), **kw):
-        """The ``before`` or ``after`` graph as a ``graphviz.Digraph`` (see ``inspector.render``);
+        """The ``before`` or ``after`` graph as a ``graphviz.Digraph`` (see ``inspector.present.render``);
         ``errors=attribution.variant(...)`` colours the nodes by their measured SQNR."""
-        from .._present.render import render
-
-        graph, verdicts = self.verdicts(which, errors=errors, step=step, focus=focus, hops=hops, hide=hide)
-        return render(graph, verdicts, focus=focus, hops=hops, hide=hide, **kw)
+        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        return drawing.render(self, which, errors=errors, step=step, focus=focus, hops=hops, hide=hide, **kw)
 
     def render_pair(self, *, focus: str | None = None, hops: int = 2, hide: Iterable[str] = ("constants",), **kw):
         """Before and after side by side in one ``graphviz.Digraph`` (see ``inspector.present.render_pair``)."""
-        from .._present.render import WHICH, render_pair
-
-        (before, v_before), (after, v_after) = (self.verdicts(w, focus=focus, hops=hops, hide=hide) for w in WHICH)
-        return render_pair(before, after, (v_before, v_after), caption=self.caption(None), focus=focus, hops=hops,
-                           hide=hide, **kw)
+        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        return drawing.render_pair(self, focus=focus, hops=hops, hide=hide, **kw)
 
     def svg(self, which: str = "before", **kw) -> str:
         """The SVG text of ``render(which, **kw)``; needs graphviz's ``dot``."""
-        from .._present.render import svg
-
-        return svg(self.render(which, **kw))
+        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        return drawing.svg(self, which, **kw)
 
 
 def summarize(sites: Iterable[Site]) -> str:

@@ -35,6 +35,7 @@ from torch.fx import GraphModule, Node
 
 from .._sites import graph as _graph
 from .._targets import load as _load
+from .._targets.facts import Fact
 from . import region as _region, stages as _stages
 from .._base.cache import BoundedCache
 from .._base.copies import no_gc_pauses, private_copy
@@ -192,12 +193,12 @@ class Decider:
 
     # ---------------------------------------------------------------- deciding
 
-    def decide(self, policy: "str | Rule", markers: Iterable[str] = (), base=None):
-        """Every site under ``policy`` with ``markers`` (site ids or node names): an ``Analysis``.
+    def decide(self, rule: "str | Rule", markers: Iterable[str] = (), base=None):
+        """Every site under ``rule`` with ``markers`` (site ids or node names): an ``Analysis``.
 
         ``base``: an earlier answer of this decider; with the same rule, only the sites whose
         guard changed are decided again."""
-        rule = get_rule(policy)
+        rule = get_rule(rule)
         markers = marker_tuple(markers)
         with no_gc_pauses():
             t0 = time.perf_counter()
@@ -253,7 +254,7 @@ class Decider:
         return {lay.site_of[n] for n in nodes if n in lay.site_of}
 
     def _explain(self, rule: Rule, reach, skips, lay, indices: list[int]) -> dict[int, list]:
-        ctx = Context(self.stage, rule, self.stage_graph.program, reach, set(), lay.order, skips)
+        ctx = Context(self.stage, rule.name, rule.folds, self.stage_graph.program, reach, set(), lay.order, skips)
         return dict(zip(indices, explain(ctx, [lay.cands[i] for i in indices])))
 
     def _site_ids(self, lay) -> dict[str, str]:
@@ -365,13 +366,17 @@ class Decider:
         return region
 
 
+# What a target keeps of this module's making: the decider of its graph at each stage.
+DECIDER: Fact[Decider] = Fact("decider")
+
+
 def decider_of(target, stage: str) -> Decider:
     """The decider of ``target``'s graph at ``stage`` (one per target and stage, kept with the target)."""
     stage_graph = _stages.stage_graph_of(target, stage)
-    decider = target.facts.decider(stage, lambda: Decider(target, stage_graph))
+    decider = target.facts.get(DECIDER, stage, lambda: Decider(target, stage_graph))
     if decider.stage_graph is not stage_graph:  # the stage graph was captured again (a compare's own run)
         decider = Decider(target, stage_graph)
-        target.facts.keep_decider(stage, decider)
+        target.facts.keep(DECIDER, stage, decider)
     return decider
 
 
@@ -488,7 +493,7 @@ def _risks(c, scale, decision: str, kind, boundary: str, recurrent: dict, marked
         risks.append(Risk.of(
             RiskCode.FEEDS_RECURRENT_OUTPUT,
             f"{c.mul.name} reaches output {idx}, which the model feeds back on the next call; "
-            "mark the site to let the state-aware policies protect it",
+            "mark the site to let the state-aware rules protect it",
         ))
     return risks
 

@@ -198,9 +198,9 @@ def _standing_alone(stage_graph, lay: Layout, names: set[str]):
         raise RegionUnavailable(f"the region cannot stand alone: {exc}") from None
 
 
-def run(stage_graph, lay: Layout, names: set[str], policy, hidden: frozenset[str], marked: Iterable[str] = (),
+def run(stage_graph, lay: Layout, names: set[str], rule, hidden: frozenset[str], marked: Iterable[str] = (),
         site_ids: dict[str, str] | None = None) -> Region:
-    """Run ``policy``'s installed pass on the region ``names`` of ``stage_graph`` (never modified).
+    """Run ``rule``'s installed pass on the region ``names`` of ``stage_graph`` (never modified).
 
     ``hidden``: the muls the state guard hides, by name (computed on the whole graph);
     ``marked``: nodes to mark carried state in the region, for the picture. Raises
@@ -215,7 +215,7 @@ def run(stage_graph, lay: Layout, names: set[str], policy, hidden: frozenset[str
         if name in by_name:
             _graph.set_marker(by_name[name])
     before = set(by_name)
-    fold = run_pass(gm, built.program, policy, stage=stage_graph.stage, hidden=frozenset(hidden) & built.names,
+    fold = run_pass(gm, built.program, rule, stage=stage_graph.stage, hidden=frozenset(hidden) & built.names,
                     site_ids=site_ids)
     after = {n.name for n in gm.graph.nodes}
     created = after - before  # the scaled weights and biases: their only user is their conv
@@ -338,6 +338,7 @@ def _program(program, lay: Layout, graph: fx.Graph, placeholders: list[Node], ou
     """The region as an ExportedProgram: the stage program's specs and tensors for its constants and
     inputs (tensors shared: the pass adds scaled copies and never writes into them), and the values
     flowing in and out as user inputs and outputs."""
+    # lazy: only a region built as a program needs the spec classes
     from torch.export.graph_signature import (ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec,
                                               TensorArgument)
 

@@ -2,7 +2,7 @@
 
 A ``StageGraph`` is built once per (model, stage) and never modified: every
 decision runs the pass on a deep copy, so toggling markers or switching
-policies re-decides without re-exporting.
+rules re-decides without re-exporting.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from .._base import quiet as _quiet
 from ..errors import InspectorError, crash_behind, describe, first_line, quoted
 from .._base.copies import no_gc_pauses, private_copy
 from .._doors.fold_swap import swapped_fold_pass
-from .._rules.rules import FoldLog, policy_pass_class
+from .._rules.rules import FoldLog, rule_pass_class
+from .._targets.facts import Fact
+from .._doors import tosa as _tosa
 
 STAGES = ("aten", "tfa", "edge")
 STAGE_HELP = {
@@ -84,6 +86,10 @@ def run_graph(gm: GraphModule, program: Any, inputs: tuple):
         return gm(*inputs)
 
 
+# What a target keeps of this module's making: its graph at each stage.
+STAGE_GRAPH: Fact[StageGraph] = Fact("stage graph")
+
+
 def stage_graph_of(target, stage: str) -> StageGraph:
     """The stage graph of a loaded target at ``stage``, built once per target and reused."""
     check_stage(stage)
@@ -99,7 +105,17 @@ def stage_graph_of(target, stage: str) -> StageGraph:
                 f"building the {stage} graph of {target.name} failed: {describe(exc)}; try another stage"
             ) from None
 
-    return target.facts.stage_graph(stage, make)
+    return target.facts.get(STAGE_GRAPH, stage, make)
+
+
+def has_stage_graph(target, stage: str) -> bool:
+    """Whether ``target``'s graph at ``stage`` is made already (a tfa graph makes fold predictions cheap)."""
+    return target.facts.has(STAGE_GRAPH, stage)
+
+
+def keep_stage_graph(target, stage: str, graph: "StageGraph") -> None:
+    """Keep ``graph`` as ``target``'s graph at ``stage`` (a compare's or a journey's run captured it on the way)."""
+    target.facts.keep(STAGE_GRAPH, stage, graph)
 
 
 def build(exported: torch.export.ExportedProgram, stage: str) -> StageGraph:
@@ -128,17 +144,16 @@ def _capture_tfa_graph(exported) -> tuple[GraphModule, None, tuple[str, ...]]:
     quantizer's transform-for-annotation, and other passes run before the fold in
     that pipeline, so neither ``ep.module()`` nor transform-for-annotation alone is
     the same graph (a ``bn(conv(x)) * s`` is a site only after the fusion). The
-    capture runs the pass under policy ``off``, so the rest of the pipeline sees an
+    capture runs the pass under the rule ``off``, so the rest of the pipeline sees an
     unfolded graph that is then discarded.
     """
-    from .._doors import tosa as _tosa
 
     log = FoldLog(snapshots=True)
     gm = copy.deepcopy(exported).module(check_guards=False)
     quantizer = _executorch.tosa_int_quantizer()
     notes: tuple[str, ...] = ()
     try:
-        with swapped_fold_pass(policy_pass_class("off", log=log)), _quiet.quiet_loggers(*_executorch.ARM_PASS_LOGGERS):
+        with swapped_fold_pass(rule_pass_class("off", log=log)), _quiet.quiet_loggers(*_executorch.ARM_PASS_LOGGERS):
             _tosa.prepare_pt2e(gm, quantizer)
     except Exception as exc:  # noqa: BLE001 - a failure after the fold leaves the capture valid
         if not log.runs:
@@ -165,7 +180,6 @@ def tfa_graph_until_fold(exported) -> StageGraph:
     failing after the fold), so the graph is not kept as the target's: the caller keeps it once its
     own ``prepare_pt2e`` went through.
     """
-    from .._doors import tosa as _tosa
 
     received: list[GraphModule] = []
 

@@ -1,7 +1,7 @@
 """The one door to ExecuTorch (and torch) internals that may move between releases.
 
 Every name the inspector reads from ``executorch`` - the fold pass and the private
-methods a policy overrides, its op sets, the Arm pass manager module whose name
+methods a rule overrides, its op sets, the Arm pass manager module whose name
 lookup is swapped, the quantizer, constant lookup - and torch's private lazy graph
 module is listed in ``REQUIRED`` and checked once, before the first answer: if an
 upgrade renames one, the inspector fails with one line instead of, say, a state
@@ -11,6 +11,10 @@ stays cheap. The TOSA flow has its own door, ``_tosa.py``, with the same check.
 
 from __future__ import annotations
 
+import importlib
+import sys
+from importlib.metadata import PackageNotFoundError, version
+import copy
 import contextlib
 import functools
 import weakref
@@ -18,6 +22,12 @@ from types import ModuleType
 from typing import Any, Callable, Iterator, Protocol
 
 from ..errors import InspectorError
+from .._base.quiet import quiet_imports
+from torch.fx.passes.infra.pass_base import PassResult
+from torch.export import ExportedProgram
+from torch.export.graph_signature import ExportGraphSignature
+from torch.fx import GraphModule
+import torch
 
 SUPPORTED = "1.5.1"
 _INSTALL = f"pip install executorch=={SUPPORTED} (see pyproject.toml)"
@@ -28,7 +38,7 @@ FOLD_PASS = "FoldScalarMulIntoConvPass"
 _ARM_QUANTIZER = "executorch.backends.arm.quantizer.arm_quantizer"
 _ARM_QUANTIZER_UTILS = "executorch.backends.arm.quantizer.arm_quantizer_utils"
 
-# (module, name, attributes of that name) for everything read below. A policy overrides the
+# (module, name, attributes of that name) for everything read below. A rule overrides the
 # pass's private _match_mul_after_conv (to hide guarded muls) and _fold_scale_into_conv (to
 # record folds); the explainer reads the op sets the pass matches.
 REQUIRED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
@@ -54,11 +64,6 @@ ARM_PASS_LOGGERS = ("executorch.backends.arm",)
 
 
 def _import(module: str) -> ModuleType:
-    import importlib
-    import sys
-
-    from .._base.quiet import quiet_imports
-
     loaded = sys.modules.get(module)
     if loaded is not None:
         return loaded
@@ -70,8 +75,6 @@ def _import(module: str) -> ModuleType:
 
 
 def installed_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("executorch")
     except PackageNotFoundError:
@@ -125,9 +128,9 @@ def pass_conv_ops() -> frozenset:
 
 
 class FoldCall(Protocol):
-    """What a wrapped pass asks of its policy during one call (see ``fold_pass_subclass``)."""
+    """What a wrapped pass asks of its rule during one call (see ``fold_pass_subclass``)."""
 
-    skip: bool  # do not run the pass at all (policy off)
+    skip: bool  # do not run the pass at all (the rule off)
 
     def hides(self, mul) -> bool: ...  # hide this mul from the pass's matcher (the state guard)
 
@@ -142,7 +145,6 @@ def fold_pass_subclass(name: str, start: Callable[[Any, Any], FoldCall]) -> type
     """A subclass of the installed pass that asks ``start(graph_module, exported_program)`` how to
     run each call. The fold itself is always the installed code: a subclass only skips the call,
     hides muls from the matcher, and hears about each fold (the private names live here only)."""
-    from torch.fx.passes.infra.pass_base import PassResult
 
     base = fold_pass_class()
 
@@ -167,7 +169,7 @@ def fold_pass_subclass(name: str, start: Callable[[Any, Any], FoldCall]) -> type
             mul_name = mul_node.name
             try:
                 result = super()._fold_scale_into_conv(graph, conv_node, mul_node, channel_scale)
-            except Exception as exc:  # noqa: BLE001 - the policy names the site the installed pass crashed on
+            except Exception as exc:  # noqa: BLE001 - the rule names the site the installed pass crashed on
                 raise self._inspector_call.crashed(conv_node, mul_name, exc) from exc
             if result is not None:
                 self._inspector_call.folded(conv_node, mul_name)
@@ -273,8 +275,6 @@ _SIGNATURE_DICTS = ("inputs_to_parameters", "inputs_to_buffers", "inputs_to_lift
 def _caching_classes() -> tuple[type, type]:
     """(program class, signature class): subclasses of torch's whose ``inputs_to_*`` dicts are
     built once per spec list, given for one call to objects this process owns (see below)."""
-    from torch.export import ExportedProgram
-    from torch.export.graph_signature import ExportGraphSignature
 
     def cached(name: str, prop: property) -> property:
         def get(self):
@@ -314,8 +314,6 @@ def fast_signature_lookups(program) -> Iterator[None]:
     keyed by the identity and length of the spec list (the Arm utilities insert into it, or build a
     new signature with a new list), so the dicts are torch's; everything is put back on exit, and no
     class of torch's is touched (other threads and programs see torch as it is)."""
-    from torch.export import ExportedProgram
-    from torch.export.graph_signature import ExportGraphSignature
 
     if program is None or type(program) is not ExportedProgram or "_graph_signature" not in vars(program) \
             or type(program.__dict__["_graph_signature"]) is not ExportGraphSignature:
@@ -340,7 +338,6 @@ def lazy_program(program):
     ``lazy_graph_module``: its copies and the pass's ``recompile()`` then skip codegen, which was
     about half of copying a 1,000-node program. ExportedProgram has no public setter for it; if
     its private ``_graph_module`` has moved, the program is returned as it is (only slower)."""
-    from torch.fx import GraphModule
 
     if isinstance(getattr(program, "_graph_module", None), GraphModule):
         program._graph_module = lazy_graph_module(program._graph_module)
@@ -355,10 +352,6 @@ def program_like(program, graph, signature, state_dict: dict, constants: dict):
     accepted, and the edge dialect's runs every node on fake tensors (most of a toggle's time at
     edge). ExportedProgram has no public way to skip them; if its private fields have moved, the
     public constructor builds it, verifiers and all (only slower)."""
-    import copy
-
-    import torch
-    from torch.export import ExportedProgram
 
     fields = ("_graph_module", "_graph_signature", "_state_dict", "_constants")
     if all(hasattr(program, f) for f in fields):

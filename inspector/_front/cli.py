@@ -6,6 +6,7 @@ shows the traceback instead.
 
 from __future__ import annotations
 
+import time
 import argparse
 import json
 import logging
@@ -15,6 +16,32 @@ import warnings
 from dataclasses import replace
 
 from ..errors import InspectorError, describe, quoted
+from .._rules.rules import rules
+from .._decide.stages import STAGES, STAGE_HELP
+from .._rules.rules import DEFAULT_VARIANTS
+from .._base.limits import MAX_STEPS
+from .._targets.load import random_inputs
+from .._decide.decide import analyze
+from .._present.tables import analysis_text
+from .._numbers.compare import compare
+from .._present.tables import comparison_text
+from .._base.limits import check_steps
+from .._numbers.engines import ENGINE_HELP, ENGINES
+from .._numbers.quantization import quantizations
+from .._numbers.compare import variants_of
+from .._present.tables import attribution_text
+from .._numbers.attribution import attribution
+from .._base.files import check_writable, write_text
+from .._journey.journey import journey
+from .._base.files import write_bytes
+from .._present.render import pipe, svg
+from .._present import explorer
+from .._targets.samples import default, samples
+from .._present.markup import escape, page
+from .._present.tables import analysis_html
+from .._sweep.sweep import sweep
+from .._base.store import location
+from .repro import reproducer
 
 DESCRIPTION = "Inspect ExecuTorch's Arm FoldScalarMulIntoConvPass: which conv->mul sites fold, and why not."
 
@@ -76,17 +103,15 @@ def _parser() -> argparse.ArgumentParser:
 def _model_command_factory(sub):
     """``model_command(name, help, ...)``: a subcommand that takes a model (TARGET, --input-shape,
     --mark, and usually --stage/--rule)."""
-    from .._rules.rules import rules
-    from .._decide.stages import STAGES, STAGE_HELP
 
-    def model_command(name: str, help: str, *, stage_and_policy: bool = True, mark_help: str = "",
+    def model_command(name: str, help: str, *, stage_and_rule: bool = True, mark_help: str = "",
                       markers: bool = True):
         """A subcommand that takes a model: TARGET, --input-shape, --mark, and usually --stage/--rule."""
         cmd = sub.add_parser(name, help=help, description="TARGET is sample:NAME, path/to/file.py:ClassName, or model.pt2.")
         cmd.add_argument("target", metavar="TARGET")
         cmd.add_argument("--input-shape", action="append", default=[], metavar="1,3,8,8",
                          help="shape of one example input (repeat per input); random seeded float32")
-        if stage_and_policy:
+        if stage_and_rule:
             cmd.add_argument("--stage", choices=STAGES, default="edge",
                              help="; ".join(f"{k}: {v}" for k, v in STAGE_HELP.items()) + " (default: edge)")
             cmd.add_argument("--rule", "--policy", dest="rule", default="upstream", metavar="RULE",
@@ -103,14 +128,12 @@ def _model_command_factory(sub):
 
 def _number_commands(model_command) -> None:
     """analyze, compare, attribute and report."""
-    from .._rules.rules import DEFAULT_VARIANTS
-    from .._base.limits import MAX_STEPS
 
     a = model_command("analyze", "list every conv->mul site, its decision and reasons")
     a.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     c = model_command("compare", "quantize each variant, run the TOSA INT reference model, compare with float",
-                      stage_and_policy=False,
+                      stage_and_rule=False,
                       mark_help="mark a site id or node name as carried state in every variant (repeatable)")
     c.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), metavar="P[@Q],...",
                    help=f"comma-separated rules to compare, each optionally @QUANTIZATION "
@@ -123,7 +146,7 @@ def _number_commands(model_command) -> None:
     engine_argument(c)
 
     t = model_command("attribute", "where the quantization error enters: per-node error of each variant and step",
-                      stage_and_policy=False,
+                      stage_and_rule=False,
                       mark_help="mark a site id or node name as carried state in every variant (repeatable)")
     t.add_argument("--variants", default="off,upstream", metavar="P[@Q],...",
                    help="comma-separated rules to compare, each optionally @QUANTIZATION (default: off,upstream)")
@@ -145,11 +168,9 @@ def _number_commands(model_command) -> None:
 
 def _picture_commands(model_command) -> None:
     """repro, render, journey and explorer."""
-    from .._decide.stages import STAGES
-    from .._base.limits import MAX_STEPS
 
     rp = model_command("repro", "write a standalone pytest file reproducing one site (imports only torch and executorch)",
-                       stage_and_policy=False, markers=False)
+                       stage_and_rule=False, markers=False)
     rp.add_argument("--site", required=True, metavar="ID", help="the site id (see analyze)")
     rp.add_argument("--stage", choices=STAGES, default="edge",
                     help="the stage whose graph the test runs the pass on (default: edge)")
@@ -165,7 +186,7 @@ def _picture_commands(model_command) -> None:
     r.add_argument("--out", required=True, metavar="FILE", help="where to write the picture")
 
     j = model_command("journey", "follow one site through the installed Arm pipeline: every pass that touched it",
-                      stage_and_policy=False, markers=False)
+                      stage_and_rule=False, markers=False)
     j.add_argument("--site", required=True, metavar="ID", help="the site id, its index, or its mul's name (see analyze)")
     j.add_argument("--variant", default="upstream", metavar="RULE", help="the fold rule to follow it under (default: upstream)")
     j.add_argument("--tosa", action="store_true", help="also run the lowered program on the TOSA reference model")
@@ -176,7 +197,7 @@ def _picture_commands(model_command) -> None:
     e.add_argument("--out", required=True, metavar="DIR", help="folder to write graph.json and the node data into")
     e.add_argument("--which", choices=("before", "after"), default="before",
                    help="the graph the pass received, or the graph after it (default: before)")
-    e.add_argument("--errors", default=None, metavar="POLICY",
+    e.add_argument("--errors", default=None, metavar="RULE",
                    help="also overlay each node's measured SQNR for this variant (runs the quantized model)")
     e.add_argument("--steps", type=int, default=1, help=f"recurrent steps for --errors, 1 to {MAX_STEPS} (default: 1)")
     e.add_argument("--serve", action="store_true", help="then start Model Explorer on them and print its local URL")
@@ -187,8 +208,6 @@ def _picture_commands(model_command) -> None:
 
 def _other_commands(sub) -> None:
     """demo, samples and sweep."""
-    from .._decide.stages import STAGES
-    from .._base.limits import MAX_STEPS
 
     d = sub.add_parser("demo", help="analyze the default sample under each rule; write an HTML report")
     d.add_argument("--sample", default=None, help="sample name (default: the default sample)")
@@ -241,8 +260,6 @@ def _short(text: str, limit: int = 60) -> str:
 
 
 def _inputs_from_shapes(shapes: list[str]):
-    from .._targets.load import random_inputs
-
     if not shapes:
         return None
     parsed = []
@@ -259,9 +276,6 @@ def _inputs_from_shapes(shapes: list[str]):
 
 
 def _analyze(args) -> int:
-    from .._decide.decide import analyze
-    from .._present.tables import analysis_text
-
     result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage,
                      rule=args.rule, markers=args.mark)
     _print_result(args, result, analysis_text)
@@ -309,11 +323,6 @@ class _ProgressBar:
 
 
 def _compare(args) -> int:
-    from .._numbers.compare import compare
-    from .._present.tables import comparison_text
-
-    from .._base.limits import check_steps
-
     check_steps(args.steps, "--steps")
     result = compare(args.target, _variants_arg(args), example_inputs=_inputs_from_shapes(args.input_shape),
                      markers=args.mark, steps=args.steps, progress=_ProgressBar(), workers=args.workers,
@@ -331,7 +340,6 @@ def _compare(args) -> int:
 
 def engine_argument(cmd) -> None:
     """``--engine tosa|simulation``: what computes the quantized numbers."""
-    from .._numbers.engines import ENGINE_HELP, ENGINES
 
     cmd.add_argument("--engine", choices=ENGINES, default="tosa",
                      help="what computes the quantized numbers: "
@@ -340,7 +348,6 @@ def engine_argument(cmd) -> None:
 
 def quantization_arguments(cmd) -> None:
     """``--quantization NAME`` (every variant that names none) and ``--keep KEY=VALUE`` overrides."""
-    from .._numbers.quantization import quantizations
 
     cmd.add_argument("--quantization", default=None, metavar="NAME",
                      help="quantization of the variants that name none: "
@@ -354,7 +361,6 @@ def _variants_arg(args):
     """The --variants text, with every --keep override applied to each variant."""
     if not args.keep:
         return args.variants
-    from .._numbers.compare import variants_of
 
     overrides = {}
     for item in args.keep:
@@ -366,10 +372,6 @@ def _variants_arg(args):
 
 
 def _attribute(args) -> int:
-    from .._base.limits import check_steps
-    from .._present.tables import attribution_text
-    from .._numbers.attribution import attribution
-
     check_steps(args.steps, "--steps")
     result = attribution(args.target, _variants_arg(args), steps=args.steps, markers=args.mark,
                          example_inputs=_inputs_from_shapes(args.input_shape), progress=_ProgressBar(),
@@ -379,10 +381,6 @@ def _attribute(args) -> int:
 
 
 def _report(args) -> int:
-    from .._base.files import check_writable, write_text
-    from .._base.limits import check_steps
-    from .._decide.decide import analyze
-
     check_steps(args.steps, "--steps")
     out = check_writable(args.out) if args.out else None
     result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage,
@@ -400,9 +398,6 @@ def _report(args) -> int:
 
 
 def _repro(args) -> int:
-    from .._base.files import check_writable
-    from .._decide.decide import analyze
-    from .repro import reproducer
 
     out = check_writable(args.out)
     result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage, rule="upstream")
@@ -417,8 +412,6 @@ def _repro(args) -> int:
 
 
 def _journey(args) -> int:
-    from .._journey.journey import journey
-
     result = journey(args.target, args.site, args.variant, example_inputs=_inputs_from_shapes(args.input_shape),
                      tosa=args.tosa, all_passes=args.all_passes)
     print(json.dumps(result.to_dict(), indent=2) if args.json else result.text())
@@ -426,10 +419,6 @@ def _journey(args) -> int:
 
 
 def _render(args) -> int:
-    from .._base.files import check_writable, write_bytes
-    from .._decide.decide import analyze
-    from .._present.render import pipe, svg
-
     out = check_writable(args.out)
     fmt = args.format or {".png": "png", ".dot": "dot", ".gv": "dot"}.get(out.suffix.lower(), "svg")
     result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage,
@@ -448,11 +437,6 @@ def _render(args) -> int:
 
 
 def _explorer(args) -> int:
-    from .._present import explorer
-    from .._decide.decide import analyze
-
-    from .._base.limits import check_steps
-
     explorer.load_model_explorer()  # not installed: say so before exporting anything
     check_steps(args.steps, "--steps")
     if args.serve:
@@ -461,7 +445,6 @@ def _explorer(args) -> int:
     result = analyze(args.target, inputs, stage=args.stage, rule=args.rule, markers=args.mark)
     errors = None
     if args.errors:
-        from .._numbers.attribution import attribution
 
         measured = attribution(args.target, [args.errors], steps=args.steps, markers=args.mark,
                                example_inputs=inputs, progress=_ProgressBar())
@@ -483,17 +466,6 @@ def _explorer(args) -> int:
 
 
 def _demo(args) -> int:
-    import html
-
-    from .._targets.samples import default, samples
-    from .._decide.decide import analyze
-    from .._rules.rules import rules
-    from .._present.formats import page
-    from .._present.render import svg
-    from .._present.tables import analysis_html, analysis_text
-
-    from .._base.files import check_writable, write_text
-
     check_writable(args.html)
     name = args.sample or default()
     print(f"sample:{name}: {samples.describe(name)}\n")
@@ -501,14 +473,14 @@ def _demo(args) -> int:
     results = [first] + [first.with_rule(p) for p in rules if p != "upstream"]
     for r in results:
         print(analysis_text(r), end="\n\n")
-    strict = next(r for r in results if r.policy == "state-aware-strict")
+    strict = next(r for r in results if r.rule.name == "state-aware-strict")
     try:
         picture = f"<h2>Before | after under state-aware-strict</h2>{svg(strict.render_pair())}"
     except InspectorError as exc:  # no dot: the tables still make a report
-        picture = f"<p><i>{html.escape(str(exc))}</i></p>"
+        picture = f"<p><i>{escape(exc)}</i></p>"
     body = "".join(f"<section>{analysis_html(r)}</section><hr>" for r in results) + picture
-    text = page(f"fold inspector: {name}", f"<h1>fold inspector: sample:{html.escape(name)}</h1>"
-                f"<p>{html.escape(samples.describe(name))}</p>{body}")
+    text = page(f"fold inspector: {name}", f"<h1>fold inspector: sample:{escape(name)}</h1>"
+                f"<p>{escape(samples.describe(name))}</p>{body}")
     out = write_text(check_writable(args.html), text)
     print(f"wrote {out}")
     return 0
@@ -522,8 +494,6 @@ class _SweepBars:
         self.last = 0.0
 
     def __call__(self, bars) -> None:
-        import time
-
         if not self.bar.on:
             return
         now = time.monotonic()
@@ -543,9 +513,6 @@ class _SweepBars:
 
 
 def _sweep(args) -> int:
-    from .._base.limits import check_steps
-    from .._sweep.sweep import sweep
-
     steps = args.steps
     if steps:
         check_steps(steps, "--steps")
@@ -563,7 +530,6 @@ def _sweep(args) -> int:
                        input_shapes=shapes, ray_address=args.ray_address, progress=_SweepBars(), engine=args.engine,
                        confirm=args.confirm)
     except KeyboardInterrupt:
-        from .._base.store import location
 
         where = args.out or location()
         kept = f"the results finished so far are kept in {where}; run the same command again to go on" if where \
@@ -578,8 +544,6 @@ def _sweep(args) -> int:
 
 
 def _samples(args) -> int:
-    from .._targets.samples import samples
-
     for name in samples.names():
         print(f"{name:36} {samples.describe(name)}")
     return 0

@@ -32,6 +32,10 @@ import torch
 
 from .._sites import graph as _graph
 from ..errors import InspectorError, quoted
+from .._base.version import __version__
+from .._decide.decide import analyze
+from .._present.report import Redactor, model_file_of, reproduce_command
+from .._base.files import write_text
 
 _SMALL_SCALE = 64  # scale tensors up to this many elements are written out value by value
 _REPRO_MODULE = "fold_repro"
@@ -51,8 +55,6 @@ class Reproducer:
     notes: tuple[str, ...] = ()  # what the minimal module does not carry over (values replaced, ...)
 
     def write(self, path) -> Path:
-        from .._base.files import write_text
-
         return write_text(path, self.source)
 
 
@@ -379,8 +381,6 @@ def _input_expr(shape, dtype: str = "float32") -> str:
 
 
 def _render(plan: _Plan, model: str, command: str, file: str, counts=(0, 0), decision: str = "fold") -> tuple[str, str]:
-    from .._base.version import __version__
-
     module, _ = _module_source(plan)
     test_name = f"test_{re.sub(r'[^0-9a-zA-Z]+', '_', plan.site.id).strip('_').lower()}_" + (
         "folds" if decision == "fold" else "skipped")
@@ -436,16 +436,14 @@ def _load_source(source: str, folder: Path):
 
 def reproducer(analysis, site_id: str, *, command: str | None = None, file: str = "test_repro.py") -> Reproducer:
     """A standalone pytest file reproducing ``site_id`` of ``analysis`` at its stage (see the module doc)."""
-    from .._decide.decide import analyze
-    from .._present.report import Redactor, model_file_of, reproduce_command
 
     site = analysis.site(site_id)
     plan = _plan(analysis, site)
-    upstream = site if analysis.policy == "upstream" else analysis.with_rule("upstream").site(site_id)
+    upstream = site if analysis.rule.name == "upstream" else analysis.with_rule("upstream").site(site_id)
     decision = upstream.decision
     model = analysis.target.source or analysis.name
     command = command or (reproduce_command(analysis).replace(" report ", " repro ", 1)
-                          .replace(f" --policy {analysis.policy}", "").replace(" --format md", "")
+                          .replace(f" --rule {analysis.rule.name}", "").replace(" --format md", "")
                           + f" --site {site_id} --out {file}")
     with tempfile.TemporaryDirectory(prefix="fold-repro-") as tmp:
         folder = Path(tmp)
@@ -486,7 +484,7 @@ def reproducer(analysis, site_id: str, *, command: str | None = None, file: str 
     notes = list(plan.notes)
     if analysis.rule.is_users:  # the backend's test suite has the installed pass, not the user's rule
         where = analysis.rule.origin.rpartition(":")[0] if analysis.rule.origin else "the session that defined it"
-        notes.append(f"the test checks the installed pass ({decision} here); the rule {analysis.policy} is the "
+        notes.append(f"the test checks the installed pass ({decision} here); the rule {analysis.rule.name} is the "
                      f"user's ({analysis.rule.source}) and is not in executorch: to check it too, import it from "
                      f"{Path(where).name if analysis.rule.origin else where} and run it on Repro()")
     return Reproducer(site_id, plan.stage, decision, test_name, before, after, source, tuple(notes))

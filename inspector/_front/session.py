@@ -25,7 +25,8 @@ from ..errors import InspectorError
 from .._rules.rules import DEFAULT_VARIANTS, rules
 from .._numbers.quantization import quantizations
 
-SESSION_VERSION = 1
+SESSION_VERSION = 2  # 2: the rule is "rule"; version 1 said "policy", and is still read (docs/words.md)
+READS = (1, 2)  # the versions this inspector reads
 GRAPH_VIEWS = ("before", "after", "side by side")
 GRAPH_SCOPES = ("focus", "whole")
 MAX_SESSION_BYTES = 64 * 2 ** 20  # a session with results of 1,000 steps is a few MB
@@ -38,7 +39,7 @@ class Session:
 
     target: str | None  # what to analyze: "sample:NAME", "model.pt2", "model.py:Net"; None for in-memory models
     stage: str  # aten | tfa | edge
-    policy: str  # a rule's name, or "path/to/rules.py:NAME" for a rule of the user's kept in a file
+    rule: str  # a rule's name, or "path/to/rules.py:NAME" for a rule of the user's kept in a file
     markers: tuple[str, ...] = ()  # site ids or node names marked carried state
     selected: str | None = None  # the selected site id
     variants: tuple[str, ...] = DEFAULT_VARIANTS  # rules to run on the reference (names or rule files)
@@ -47,7 +48,7 @@ class Session:
     graph_view: str = "side by side"  # before | after | side by side
     graph_scope: str = "focus"  # focus | whole
     results: Comparison | None = None  # the last reference results
-    results_for: tuple[str, str, tuple[str, ...]] | None = None  # (stage, policy, markers) they were computed for
+    results_for: tuple[str, str, tuple[str, ...]] | None = None  # (stage, rule, markers) they were computed for
 
     @classmethod
     def read(cls, path: str | os.PathLike, *, trust: bool = False) -> "Session":
@@ -71,7 +72,7 @@ class Session:
     @property
     def code_files(self) -> tuple[str, ...]:
         """The Python files building this session would import: the target's, then the rules'."""
-        specs = [self.target, self.policy, *self.variants]
+        specs = [self.target, self.rule, *self.variants]
         return tuple(dict.fromkeys(x.rpartition(":")[0] for x in specs if runs_code(x)))
 
     def to_dict(self) -> dict:
@@ -79,7 +80,7 @@ class Session:
             "version": SESSION_VERSION,
             "target": self.target,
             "stage": self.stage,
-            "policy": self.policy,
+            "rule": self.rule,
             "markers": list(self.markers),
             "selected": self.selected,
             "variants": list(self.variants),
@@ -98,10 +99,11 @@ class Session:
         check = _Checker(source)
         if not isinstance(data, dict) or "version" not in data:
             raise InspectorError(f"{source} is not a fold-inspector session (no version field)")
-        if data["version"] != SESSION_VERSION:
-            raise InspectorError(f"{source} is not a fold-inspector session of version {SESSION_VERSION} "
-                                 f"(version {check.show(data['version'])})")
-        known = {"version", "target", "stage", "policy", "markers", "selected", "variants", "quantizations", "steps",
+        if data["version"] not in READS or isinstance(data["version"], bool):
+            raise InspectorError(f"{source} is not a fold-inspector session of version "
+                                 f"{' or '.join(map(str, READS))} (version {check.show(data['version'])})")
+        named = "rule" if data["version"] >= 2 else "policy"  # version 1 named the rule "policy"
+        known = {"version", "target", "stage", named, "markers", "selected", "variants", "quantizations", "steps",
                  "graph_view", "graph_scope", "results", "results_for"}
         unknown = sorted(str(k) for k in data if k not in known)
         if unknown:
@@ -114,7 +116,7 @@ class Session:
         session = cls(
             target=check.text(data, "target", optional=True),
             stage=check.choice(data, "stage", STAGES),
-            policy=check.rule(data, "policy"),
+            rule=check.rule(data, named),
             markers=check.texts(data, "markers", default=()),
             selected=check.text(data, "selected", optional=True, default=None),
             variants=check.rules(data, "variants", default=cls.variants),
@@ -244,7 +246,7 @@ class _Checker:
         return tuple(value)
 
     def texts(self, data: dict, field: str, *, default: tuple, choices: tuple[str, ...] | None = None,
-              nonempty: bool = False, kind: str = "policy names") -> tuple[str, ...]:
+              nonempty: bool = False, kind: str = "rule names") -> tuple[str, ...]:
         if field not in data:
             return tuple(default)
         value = data[field]
@@ -267,7 +269,7 @@ class _Checker:
     def results_for(self, value: Any) -> tuple[str, str, tuple[str, ...]]:
         if (not isinstance(value, list) or len(value) != 3 or value[0] not in STAGES or not self.is_rule(value[1])
                 or not isinstance(value[2], list) or not all(isinstance(m, str) for m in value[2])):
-            raise self.fail("results_for", "[stage, policy, [markers...]]", value)
+            raise self.fail("results_for", "[stage, rule, [markers...]]", value)
         return value[0], value[1], tuple(value[2])
 
     def results(self, value: Any) -> Comparison:
@@ -285,9 +287,9 @@ class _Checker:
             raise InspectorError(f"{self.source}: field 'results' holds a number too large for a float") from None
         for r in comparison.results:
             self.finite(r)
-            if not self.is_rule(r.variant.policy):
-                raise self.fail("results.variants.policy", "one of " + ", ".join(rules) + " or a rule file",
-                                r.variant.policy)
+            if not self.is_rule(r.variant.rule.name):
+                raise self.fail("results.variants.rule", "one of " + ", ".join(rules) + " or a rule file",
+                                r.variant.rule.name)
             steps = {m.step for m in r.metrics}
             if steps and (min(steps) < 0 or max(steps) >= comparison.steps):
                 raise InspectorError(f"{self.source}: field 'results': variant {self.show(r.variant.label)} has "

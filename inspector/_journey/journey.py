@@ -13,6 +13,7 @@ model on the lowered program.
 
 from __future__ import annotations
 
+import hashlib
 import copy
 import math
 import time
@@ -29,8 +30,8 @@ from .._doors import executorch as _executorch, pipeline as _pipeline, tosa as _
 from .._doors.fold_swap import swapped_fold_pass
 from .._numbers import flow as _flow
 from .._numbers.quantization import DEFAULT, Plan, quantizations
-from .._present.formats import db
-from .._rules.rules import FoldLog, get_rule, policy_pass_class
+from .._base.formats import db
+from .._rules.rules import FoldLog, get_rule, rule_pass_class
 from .._targets import load as _load
 from ..errors import InspectorError, describe, listing, quoted
 from .follow import Follower
@@ -89,13 +90,13 @@ def _journey(rule, loaded, site, stage: str, tosa: bool, all_passes: bool, start
     lowered = None
     with _quiet.captured_fds() as captured, _quiet.quiet_loggers(*_executorch.ARM_PASS_LOGGERS):
         try:
-            with swapped_fold_pass(policy_pass_class(rule, (), FoldLog())), _pipeline.observing(follower):
+            with swapped_fold_pass(rule_pass_class(rule, (), FoldLog())), _pipeline.observing(follower):
                 follower.start(module)
                 follower.phase = "prepare"
                 follower.expect(FUSE, "prepare")
                 prepared = _flow.run_phase("prepare", None, lambda: _tosa.prepare_pt2e(module, plan.quantizer()))
-                if unkept is not None and not loaded.facts.has_stage_graph("tfa"):
-                    loaded.facts.keep_stage_graph("tfa", unkept)  # prepare_pt2e went through: a whole capture's graph
+                if unkept is not None and not _stages.has_stage_graph(loaded, "tfa"):
+                    _stages.keep_stage_graph(loaded, "tfa", unkept)  # prepare_pt2e went through: a whole capture's graph
                 follower.settle(ANNOTATE, "prepare", prepared)
                 points.append(_point("after transform-for-annotation", "torch (float, observers passed through)",
                                      prepared, loaded, follower, eager_site, eager_out, skip_observers=True))
@@ -135,7 +136,6 @@ def _journey(rule, loaded, site, stage: str, tosa: bool, all_passes: bool, start
 
 def program_digest(lowered) -> str:
     """A digest of a lowered program: every TOSA delegate's flatbuffer and the program around them."""
-    import hashlib
 
     program = lowered.exported_program()
     h = hashlib.sha256(program.graph_module.code.encode())
@@ -153,7 +153,7 @@ def _analysis(loaded, stage: str, rule):
     A journey runs ``prepare_pt2e`` itself right after: the graph the fold receives is captured by one
     stopped at the fold (a third of a whole capture), kept as the target's once the journey's own
     ``prepare_pt2e`` went through (``_decide.stages.tfa_graph_until_fold``)."""
-    if stage != "tfa" or loaded.facts.has_stage_graph("tfa"):
+    if stage != "tfa" or _stages.has_stage_graph(loaded, "tfa"):
         return analyze(loaded, stage=stage, rule=rule), None
     graph = _stages.tfa_graph_until_fold(loaded.exported)
     return Decider(loaded, graph).decide(rule, ()), graph

@@ -7,12 +7,10 @@ verb that fills them is ``journey`` (``_journey.journey``), the reading of graph
 
 from __future__ import annotations
 
-import html
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._present.formats import MISSING, db, json_float
+from .._base.data import json_float
 
 # What a pass can do to one of the site's nodes (the ``kind`` of a ``Change``).
 KINDS = ("created", "removed", "op-changed", "inputs-changed", "constant-changed", "constant-renamed",
@@ -38,7 +36,9 @@ class Change:
                 "largest_change": _json_float(self.largest_change)}
 
     def text(self) -> str:
-        return f"{self.kind} {self.role} {self.node}: {self.detail}"
+        """One line: what the pass did to the node."""
+        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        return drawing.text(self)
 
 
 @dataclass(frozen=True)
@@ -75,10 +75,9 @@ class Step:
                 "changes": [c.to_dict() for c in self.changes]}
 
     def text(self) -> str:
-        head = f"{self.phase:<24} {self.name}"
-        if not self.changes:
-            return head + "  (did not touch the site)"
-        return head + "".join(f"\n{'':27}{c.text()}" for c in self.changes)
+        """The step's line and one line per change."""
+        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        return drawing.text(self)
 
 
 @dataclass(frozen=True)
@@ -154,69 +153,29 @@ class Journey:
 
     # ---------------------------------------------------------------- pictures
 
+    # ---------------------------------------------------------------- drawn by the presentation
+
     def picture(self, step: "int | Step"):
         """The site's neighbourhood before and after ``step`` (a touched step or its index), drawn by
         the inspector's renderer with the site's marks: a ``graphviz.Digraph``."""
-        from dataclasses import replace
-
-        from .._present.render import Verdicts, render_pair
-        from ..errors import InspectorError
-
-        chosen = self.steps[step] if isinstance(step, int) else step
-        if chosen.graph_before is None or chosen.graph_after is None or self.site_record is None:
-            raise InspectorError(f"no picture of step {chosen.index} ({chosen.name}): it did not touch the site, "
-                                 "or the journey was read from JSON")
-        names = _names_at(self.steps, chosen, self.conv, self.mul)
-        before = replace(self.site_record, conv=names[0][0], mul=names[0][1], decision="skip", reasons=())
-        after = replace(self.site_record, conv=names[1][0], mul=names[1][1], decision="skip", reasons=())
-        caption = (f"{self.target}, site {self.site}, rule {self.variant}",
-                   f"step {chosen.index}: {chosen.phase} / {chosen.name}")
-        return render_pair(chosen.graph_before, chosen.graph_after, (Verdicts((before,)), Verdicts((after,))),
-                           caption=caption, focus=self.site, hops=2)
-
-    # ---------------------------------------------------------------- presentation
+        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        return drawing.journey_picture(self, step)
 
     def text(self) -> str:
         """A compact timeline: every step that touched the site, the ending, the numbers."""
-        lines = [f"journey of site {self.site} in {self.target} under {self.variant} "
-                 f"({self.decision}; conv {self.conv}, mul {self.mul})",
-                 f"{len(self.passes)} passes ran; {len(self.touched())} steps touched the site, "
-                 f"{self.untouched} passes did not"]
-        for s in self.steps:
-            lines.append(f"[{s.index:>3}] " + s.text())
-        lines.append(f"end: {self.ending.detail}")
-        for p in self.numbers:
-            lines.append(f"  {p.point:<32} site {_sqnr(p.site_sqnr_db)} (max |err| {_num(p.site_max_abs)}), "
-                         f"output {_sqnr(p.output_sqnr_db)}  [{p.engine}]" + (f"  {p.note}" if p.note else ""))
-        lines.extend(f"moved: {m}" for m in self.moved)
-        lines.extend(f"note: {n}" for n in self.notes)
-        return "\n".join(lines)
+        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        return drawing.text(self)
 
     __str__ = text
 
     def html(self) -> str:
         """The timeline as an HTML fragment (every name from the model escaped)."""
-        e = html.escape
-        rows = []
-        for s in self.steps:
-            changes = "<br>".join(e(c.text()) for c in s.changes) or "<i>did not touch the site</i>"
-            rows.append(f"<tr><td>{s.index}</td><td>{e(s.phase)}</td><td><code>{e(s.name)}</code></td>"
-                        f"<td>{changes}</td></tr>")
-        points = "".join(f"<tr><td>{e(p.point)}</td><td>{e(_sqnr(p.site_sqnr_db))}</td><td>{e(_num(p.site_max_abs))}</td>"
-                         f"<td>{e(_sqnr(p.output_sqnr_db))}</td><td>{e(p.engine)}</td><td>{e(p.note)}</td></tr>"
-                         for p in self.numbers)
-        notes = "".join(f"<li>{e(n)}</li>" for n in (*self.moved, *self.notes))
-        return (f"<div class='journey'><h3>Journey of site <code>{e(self.site)}</code> in {e(self.target)} "
-                f"under <code>{e(self.variant)}</code></h3>"
-                f"<p>{len(self.passes)} passes ran; {len(self.touched())} steps touched the site, "
-                f"{self.untouched} passes did not.</p>"
-                f"<table><tr><th>#</th><th>phase</th><th>pass</th><th>what it did to the site</th></tr>{''.join(rows)}"
-                f"</table><p><b>End:</b> {e(self.ending.detail)}</p>"
-                f"<table><tr><th>point</th><th>site SQNR</th><th>site max |err|</th><th>output SQNR</th>"
-                f"<th>engine</th><th>note</th></tr>{points}</table><ul>{notes}</ul></div>")
+        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        return drawing.html(self)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        return {"text/plain": self.text(), "text/html": self.html()}
+        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        return drawing.bundle(self)
 
     def __repr__(self) -> str:
         return (f"<Journey {self.target} site {self.site} under {self.variant}: {len(self.touched())} of "
@@ -232,35 +191,9 @@ class Journey:
 
     def to_dataframe(self):
         """One row per change: the step's fields (index, run, phase, name) and the change's."""
-        import pandas as pd
+        import pandas as pd  # lazy: pandas is only for the notebook user's tables
 
         columns = ["index", "run", "phase", "name", "kind", "role", "node", "detail", "largest_change"]
         rows = [{"index": s.index, "run": s.run, "phase": s.phase, "name": s.name, **c.to_dict()}
                 for s in self.steps for c in s.changes]
         return pd.DataFrame(rows, columns=columns)
-
-
-def _names_at(steps, chosen: Step, conv: str, mul: str) -> tuple[tuple[str, str], tuple[str, str]]:
-    """The conv and mul names before and after ``chosen``, replaying the steps' removals and creations."""
-    now = [conv, mul]
-    before = tuple(now)
-    for s in steps:
-        if s.index == chosen.index:
-            before = tuple(now)
-        for c in s.changes:
-            if c.kind == "created" and c.role in ("conv", "mul"):
-                now[0 if c.role == "conv" else 1] = c.node
-            if c.kind == "removed" and c.role == "mul" and c.node == now[1]:
-                now[1] = ""
-        if s.index == chosen.index:
-            return before, tuple(now)  # type: ignore[return-value]
-    return before, tuple(now)  # type: ignore[return-value]
-
-
-def _sqnr(v) -> str:
-    """An SQNR against float in words: ``exact`` for an exact match, else the dB as formats writes it."""
-    return MISSING if v is None else "exact" if v == math.inf else f"{db(v)} dB"
-
-
-def _num(v) -> str:
-    return MISSING if v is None else f"{v:.3g}"

@@ -1,7 +1,7 @@
 """Where the quantization error enters: per-node error of every variant at every step.
 
 The TOSA reference model only exposes a program's outputs. To look inside, each
-variant of a comparison is quantized again exactly as it was (same policy, markers,
+variant of a comparison is quantized again exactly as it was (same rule, markers,
 calibration and config: the converted pt2e program is deterministic) and both its
 calibrated float graph and its converted graph (quantize/dequantize simulation in
 PyTorch) are run for the comparison's steps, recording every node that survives
@@ -29,14 +29,17 @@ from torch.fx import Node
 from .._sites import graph as _graph
 from .._base import quiet as _quiet
 from .._decide import stages as _stages
-from .compare import compare
-from .results import Comparison, read_engine, read_float, read_int, read_str
+from .compare import compare, died_message
+from .._base.data import dataframe
+from .results import Comparison, Run, read_engine, read_float, read_int, read_str, renamed
 from . import result_store as _disk
 from .variant_cache import attribution_key
 from .flow import is_qdq, quantize, sqnr, stepped
 from .tasks import AttributionTask, model_task, worker_target
 from .._doors.fold_swap import swapped_fold_pass
-from .._rules.rules import FoldLog, policy_pass_class
+from .._rules.rules import FoldLog, rule_pass_class
+from .._workers import pool as _pool
+from .._workers.kinds import task_kind
 from ..errors import InspectorError, describe
 
 # Nodes whose SQNR drops by more than this many dB below their inputs' are where error enters.
@@ -103,7 +106,7 @@ class VariantAttribution:
     """Every recorded node of one variant at every step, and where the error enters."""
 
     label: str  # the variant's label ("upstream", "state-aware+marked(...)")
-    policy: str
+    rule: str  # the name of its rule
     folded: tuple[str, ...]  # site ids folded in this variant's flow
     nodes: tuple[NodeError, ...]  # per (step, node), steps in order, nodes in topological order
     entry_points: tuple[NodeError, ...]  # per node its step of largest drop, the biggest drops first
@@ -132,7 +135,7 @@ class VariantAttribution:
     def to_dict(self) -> dict:
         return {
             "label": self.label,
-            "policy": self.policy,
+            "rule": self.rule,
             "folded": list(self.folded),
             "nodes": [n.to_dict() for n in self.nodes],
             "entry_points": [n.to_dict() for n in self.entry_points],
@@ -141,8 +144,10 @@ class VariantAttribution:
 
     @classmethod
     def from_dict(cls, d: dict) -> "VariantAttribution":
-        _fields(d, cls, {"label", "policy", "folded", "nodes", "entry_points", "simulation_vs_tosa"})
-        return cls(read_str(d["label"]), read_str(d["policy"]), tuple(read_str(f) for f in _list(d["folded"])),
+        old = "policy" in d and "rule" not in d  # written before the word was rule (format 1)
+        _fields(d, cls, {"label", "policy" if old else "rule", "folded", "nodes", "entry_points", "simulation_vs_tosa"})
+        return cls(read_str(d["label"]), read_str(renamed(d, "rule", "policy")),
+                   tuple(read_str(f) for f in _list(d["folded"])),
                    tuple(NodeError.from_dict(n) for n in _list(d["nodes"])),
                    tuple(NodeError.from_dict(n) for n in _list(d["entry_points"])),
                    tuple(OutputAgreement.from_dict(a) for a in _list(d["simulation_vs_tosa"])))
@@ -188,11 +193,12 @@ class Attribution:
     # the engine of the comparison it looked inside: with "simulation" there are no TOSA outputs to agree with
     engine: str = "tosa"
 
-    def variant(self, label_or_policy: str) -> VariantAttribution:
+    def variant(self, label_or_rule: str) -> VariantAttribution:
+        """The variant with this label, or the first one of this rule's name."""
         for v in self.variants:
-            if label_or_policy in (v.label, v.policy):
+            if label_or_rule in (v.label, v.rule):
                 return v
-        raise InspectorError(f"no variant {label_or_policy!r}; variants: {', '.join(v.label for v in self.variants)}")
+        raise InspectorError(f"no variant {label_or_rule!r}; variants: {', '.join(v.label for v in self.variants)}")
 
     def site_errors(self, site: str, step: int | None = None) -> tuple[SiteError, ...]:
         step = self.steps - 1 if step is None else step
@@ -219,9 +225,9 @@ class Attribution:
                    tuple(SiteError.from_dict(s) for s in _list(d["sites"])),
                    tuple(read_str(n) for n in _list(d["order"])), engine=read_engine(d["engine"]))
 
-    def node_errors(self, label_or_policy: str, step: int | None = None) -> dict[str, NodeError]:
+    def node_errors(self, label_or_rule: str, step: int | None = None) -> dict[str, NodeError]:
         """Records of one variant at ``step`` (default: the last), by exported-program node name."""
-        v = self.variant(label_or_policy)
+        v = self.variant(label_or_rule)
         step = self.steps - 1 if step is None else step
         return {n.name: n for n in v.nodes if n.step == step}
 
@@ -229,8 +235,6 @@ class Attribution:
         """A pandas DataFrame: ``"nodes"`` or ``"entry_points"``, one row per node error (the columns of
         ``to_dict()["variants"][i]["nodes"]``, after the variant's label; numbers stay floats), or
         ``"sites"`` (the columns of ``to_dict()["sites"]``)."""
-        from .._present.formats import dataframe
-
         def nodes(which: str):
             return lambda: [{"variant": v.label, **vars(n)} for v in self.variants for n in getattr(v, which)]
 
@@ -238,9 +242,8 @@ class Attribution:
                                 "sites": lambda: [s.to_dict() for s in self.sites]})
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        from .._present.tables import attribution_html, attribution_text
-
-        return {"text/plain": attribution_text(self), "text/html": attribution_html(self)}
+        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        return drawing.bundle(self)
 
     def __repr__(self) -> str:
         return f"<Attribution {self.target}: {', '.join(v.label for v in self.variants)}, {self.steps} step(s)>"
@@ -248,9 +251,8 @@ class Attribution:
     def plot(self, kind: str = "graph", node: str | None = None):
         """A matplotlib Figure: ``graph`` (SQNR along the topological order per variant, last step)
         or ``steps`` (SQNR per step of ``node`` per variant)."""
-        from .._present.plots import plot_attribution
-
-        return plot_attribution(self, kind, node)
+        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        return drawing.plot(self, kind, node)
 
 
 def _fields(d, cls, names=None) -> None:
@@ -366,7 +368,7 @@ def _attribute(comparison, progress: Callable[[str, float], None] | None = None)
         if progress is not None:
             progress(f"{variant.label}: quantize", i / len(comparison.results))
         log = FoldLog()
-        with _quiet.captured_fds(), swapped_fold_pass(policy_pass_class(variant.policy, variant.markers, log)):
+        with _quiet.captured_fds(), swapped_fold_pass(rule_pass_class(variant.rule, variant.markers, log)):
             try:
                 float_gm, quant_gm = quantize(target, variant, calibrated, plan, keep_float=True)
             except InspectorError:
@@ -382,7 +384,7 @@ def _attribute(comparison, progress: Callable[[str, float], None] | None = None)
         agreement = _agreement(sim_outputs, result.outputs, out_scales) if result.engine == "tosa" else []
         entries = _entry_points(records)
         folded_ids = tuple(sorted({sites[m][0] for m in folded}))
-        variants.append(VariantAttribution(variant.label, variant.policy, folded_ids, tuple(records),
+        variants.append(VariantAttribution(variant.label, variant.rule.name, folded_ids, tuple(records),
                                            tuple(entries), tuple(agreement)))
         site_errors += _site_errors(records, sites, folded, variant.label, comparison.steps)
     if progress is not None:
@@ -613,15 +615,12 @@ __all__ = ["Attribution", "NodeError", "OutputAgreement", "SiteError", "VariantA
 
 def _attribute_in_worker(comparison, progress) -> Attribution:
     """``attribute`` in a worker of the warm pool, from the comparison's program archive."""
-    from .._workers import pool as _pool
-    from .compare import died_message
-
     run = getattr(comparison, "run", None)
     if run is None:
         raise InspectorError("this comparison was read from a file: run inspector.compare again to look inside it")
     task = AttributionTask(model_task(run.target), replace(comparison, run=None), run.calibration, run.plans)
     with _pool.warm_pool(1) as pool:
-        pool.submit(("attribution", 0), "inspector._numbers.attribution:attribute_task", task)
+        pool.submit(("attribution", 0), ATTRIBUTION_TASK, task)
         for event in pool.events():
             kind = event[0]
             if kind == "progress":
@@ -637,10 +636,12 @@ def _attribute_in_worker(comparison, progress) -> Attribution:
     raise InspectorError("the attribution's worker gave no answer")  # not reached: the pool reports every task
 
 
+ATTRIBUTION_TASK = "attribution"
+
+
+@task_kind(ATTRIBUTION_TASK)
 def attribute_task(task: AttributionTask, report) -> Attribution:
     """The pool task of ``attribute``: the comparison rebuilt around the worker's copy of the target."""
-    from .results import Run
-
     target = worker_target(task.model)
     comparison = replace(task.comparison, run=Run(target, task.calibration, task.plans))
     return _attribute(comparison, report)

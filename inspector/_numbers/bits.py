@@ -19,7 +19,7 @@ from .compare import compare, variants_of
 from .engines import check_engine
 from .._decide.decide import analyze
 from .quantization import Plan, quantizations, resolve_overrides
-from .._present.formats import db, db_change
+from .._base.formats import db, db_change
 from .results import Comparison, Variant, VariantResult, json_float, read_engine, read_float, read_int, read_str
 from . import result_store as _disk
 from .variant_cache import bits_key
@@ -110,26 +110,20 @@ class Bits:
             raise ValueError("its answer does not follow from its numbers")
         return bits
 
-    def rows(self) -> list[dict[str, str]]:
-        return [{"change": c.change, "where": c.node or "whole model", "variant": c.variant,
-                 "SQNR dB": db(c.sqnr_db), "recovered dB": db_change(c.recovered_db) if c.error is None else c.error}
-                for c in self.changes]
-
     def to_dataframe(self):
-        import pandas as pd
+        """One row per change: the columns of ``to_dict()["changes"]``."""
+        import pandas as pd  # lazy: pandas is only for the notebook user's tables
 
         return pd.DataFrame([c.to_dict() for c in self.changes])
 
     def plot(self):
         """A matplotlib Figure: dB recovered per change (bars), best at the top."""
-        from .._present.plots import plot_bits
-
-        return plot_bits(self)
+        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        return drawing.plot(self)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        from .._present.tables import bits_html, bits_text
-
-        return {"text/plain": bits_text(self), "text/html": bits_html(self)}
+        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        return drawing.bundle(self)
 
     def __repr__(self) -> str:
         return f"<Bits {self.target}: {len(self.changes)} changes, best {self.best.change if self.best else '-'}>"

@@ -1,14 +1,14 @@
 """``compare``: quantize each fold variant, run it on the TOSA INT reference model, measure against float.
 
-This module orchestrates the call: it reads the variants asked for, loads the target, picks
-the calibration, resolves each variant's quantization plan (``_quantization``), answers what it
-can from the cache (``_variant_cache``), computes the float reference once, and runs the rest
-(``_flow.run_variant``) one after another or side by side: variants known to lead to the same
-fold decisions are grouped (``tasks.group_by_decisions``) and run once, on the process's warm
-worker pool (``_pool``; ``variant_task`` runs a ``tasks.VariantTask``, with ``tasks.run_in_worker``
-as its body, shared with the sweep). The
-pool's fork server is started as the call begins, so its warm-up overlaps this process's own
-export and float reference. The records it returns are ``_results``'.
+This module orchestrates the call: it reads the variants asked for (each with its rule, resolved
+here once), loads the target, picks the calibration, resolves each variant's quantization plan
+(``quantization.py``), answers what it can from the cache (``variant_cache.py``), computes the float
+reference once, and runs the rest (``flow.run_variant``) one after another or side by side: variants
+known to lead to the same fold decisions are grouped (``tasks.group_by_decisions``) and run once, on
+the process's warm worker pool (``_workers/pool.py``; the task kind ``compare-variant`` runs a
+``tasks.VariantTask``, with ``tasks.run_in_worker`` as its body, shared with the sweep). The pool's
+fork server is started as the call begins, so its warm-up overlaps this process's own export and
+float reference. The records it returns are ``results.py``'s.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from .._targets import load as _load
 from .._workers import parallel as _parallel, pool as _pool
 from .._decide import stages as _stages
 from .._base.limits import available_memory, check_memory, check_steps, memory_estimate
-from .._rules.rules import (DEFAULT_VARIANTS, Rule, check_rule, ensure_rules, get_rule, marker_tuple, register,
-                            rule_origins)
+from .._rules.rules import DEFAULT_VARIANTS, Rule, get_rule, marker_tuple, register
+from .._workers.kinds import task_kind
 from .quantization import DEFAULT, Plan, Quantization, quantizations, quantization_of, resolve_overrides
 from .results import Comparison, Run, Variant, VariantResult
 from .tasks import VariantTask, group_by_decisions, model_run, run_in_worker
@@ -34,6 +34,9 @@ from .variant_cache import RESULTS, answered, base_key, can_predict, predicted_d
 from ..errors import InspectorError, describe, quoted
 
 Progress = Callable[[str, float], None]
+
+# The fork server imports this before it forks a worker: the stack, and one tiny model through the flow.
+_pool.boot_with("inspector._numbers.worker_boot")
 
 
 def compare(
@@ -120,7 +123,7 @@ def compare(
         _flow.check_recurrent(loaded)
         reference = _flow.float_reference(loaded, steps)
         RESULTS.put_reference(base, reference)
-    if any(get_rule(wanted[i].policy).is_users and not get_rule(wanted[i].policy).origin for i in to_run):
+    if any(wanted[i].rule.is_users and not wanted[i].rule.origin for i in to_run):
         n_workers, isolate = 1, False  # a rule defined in this session only: a worker would not know it
     at_once = side_by_side(loaded, steps, len(to_run), n_workers)
     if to_run:
@@ -177,10 +180,10 @@ def decision_notes(target: _load.Target, wanted: list[Variant], results: list[Va
     for variant, result in zip(wanted, results):
         if result.error is not None or (result.quantization == DEFAULT and not variant.overrides):
             continue
-        if get_rule(variant.policy).pass_class is not None:
+        if variant.rule.pass_class is not None:
             continue  # a rule's own pass class: the installed pass's prediction does not apply
         try:
-            expected = set(predicted_decisions(target, Variant(variant.policy, variant.markers))[0][1])
+            expected = set(predicted_decisions(target, Variant(variant.rule, variant.markers))[0][1])
         except InspectorError:
             return tuple(notes)
         for s in result.sites:
@@ -200,36 +203,37 @@ def variants_of(variants, markers) -> list[Variant]:
         default_markers = marker_tuple(markers)
         items = list(variants)
     except TypeError:
-        raise InspectorError(f"cannot read variants {quoted(variants)}; give policy names, e.g. ('off', 'upstream')") from None
+        raise InspectorError(f"cannot read variants {quoted(variants)}; give rule names, e.g. ('off', 'upstream')") from None
     out = []
     for v in items:
         if isinstance(v, Rule):
-            variant = Variant(register(v, replace=True).name, default_markers)
+            variant = Variant(register(v, replace=True), default_markers)
         elif isinstance(v, Variant):
-            variant = v
+            # a variant read from a file may name a rule this process does not know: one line, before anything runs
+            variant = v if not v.rule.stand_in else replace(v, rule=get_rule(v.rule.name))
         elif isinstance(v, str):
-            policy, quantization = split_variant(v)
-            variant = Variant(policy, default_markers, quantization)
-        elif isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], str):
-            variant = Variant(v[0], marker_tuple(v[1]))
+            # the user's name enters here: "rules.py:NAME" imports the file and becomes the rule NAME
+            name, quantization = split_variant(v)
+            variant = Variant(get_rule(name), default_markers, quantization)
+        elif isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], (str, Rule)):
+            variant = Variant(get_rule(v[0]), marker_tuple(v[1]))
         else:
-            raise InspectorError(f"cannot read variant {quoted(v)}; give a policy name, a Variant, or (policy, markers)")
-        name = check_rule(variant.policy)  # "rules.py:NAME" imports the file and becomes NAME
+            raise InspectorError(f"cannot read variant {quoted(v)}; give a rule name, a Variant, or (rule, markers)")
         if variant.quantization is not None:
             quantizations.get(variant.quantization)  # an unknown name fails here, before anything runs
-        out.append(variant if name == variant.policy else replace(variant, policy=name))
+        out.append(variant)
     if not out:
-        raise InspectorError("no variants to compare; give at least one policy")
+        raise InspectorError("no variants to compare; give at least one rule")
     return out
 
 
 def split_variant(text: str) -> tuple[str, str | None]:
     """``"upstream@a16w8"`` -> ``("upstream", "a16w8")``; ``"upstream"`` -> ``("upstream", None)``.
     Only the last ``@`` counts, and only when what follows it is a name (not part of a path)."""
-    policy, at, quantization = text.rpartition("@")
-    if not at or not policy or "/" in quantization or ":" in quantization:
+    rule, at, quantization = text.rpartition("@")
+    if not at or not rule or "/" in quantization or ":" in quantization:
         return text, None
-    return policy.strip(), quantization.strip()
+    return rule.strip(), quantization.strip()
 
 
 def side_by_side(target: _load.Target, steps: int, variants: int, workers: int) -> int:
@@ -272,7 +276,7 @@ def _run_parallel(target, wanted, plans, to_run, results, base, calibrated, step
     worker forked from the warm server starts at once, and a crash there costs that variant only).
     Variants known to lead to the same fold decisions run once; with ``isolate`` off, a comparison
     left with one computation runs it here."""
-    if sum(plans[i].plain for i in to_run) > 1 and not target.facts.has_stage_graph("tfa"):
+    if sum(plans[i].plain for i in to_run) > 1 and not _stages.has_stage_graph(target, "tfa"):
         # Two runs of the same computation on two workers would cost twice: the tfa graph (a fraction
         # of one variant, while the fork server warms up) tells which variants fold alike.
         with contextlib.suppress(InspectorError):
@@ -284,7 +288,7 @@ def _run_parallel(target, wanted, plans, to_run, results, base, calibrated, step
     # folds when one is asked for, then the rest in order.
     groups = sorted(group_by_decisions(to_run, known.get), key=lambda members: (
         _fold_count(known[members[0]][1]) if members[0] in known else
-        (0 if not get_rule(wanted[members[0]].policy).folds else 1)))
+        (0 if not wanted[members[0]].rule.folds else 1)))
     firsts = [members[0] for members in groups]
     fractions = {i: 0.0 for i in firsts}
 
@@ -314,15 +318,13 @@ def _run_parallel(target, wanted, plans, to_run, results, base, calibrated, step
     if run is None or (len(firsts) == 1 and not isolate):
         outcomes = [run_here(n) for n in range(len(firsts))]
     else:
-        rules = tuple(rule_origins(wanted[i].policy for i in firsts))
         running = max(1, min(at_once, len(firsts)))
         with _pool.warm_pool(running, n_workers) as pool:
             for n in range(len(firsts)):
                 # More at once than cores: the first ones (likely the longest) keep a core each, the rest
                 # share the last core (and take the others' when they end). Every core stays busy to the
                 # end, and the longest variant is not slowed down by the short ones.
-                pool.submit(("variant", n), "inspector._numbers.compare:variant_task",
-                            VariantTask(run, wanted[firsts[n]], plans[firsts[n]], rules),
+                pool.submit(("variant", n), VARIANT_TASK, VariantTask(run, wanted[firsts[n]], plans[firsts[n]]),
                             priority=n, background=running > n_workers and n >= n_workers - 1)
             for event in pool.events():
                 kind, (_, n) = event[0], event[1]
@@ -363,8 +365,11 @@ def died_message(what: str, how: str) -> str:
     return f"{what}: the worker process running it died ({how}); the other results are kept; {hint}"
 
 
+VARIANT_TASK = "compare-variant"
+
+
+@task_kind(VARIANT_TASK)
 def variant_task(task: VariantTask, report):
-    """The pool task of one of compare's variants (see ``_pool``)."""
-    ensure_rules(task.rules)  # a rule from a file is loaded here as the parent knows it
+    """The pool task of one of compare's variants (its rule travelled with it: ``Rule.__reduce__``)."""
     result, decisions, _ = run_in_worker(task.run, task.variant, task.plan, report)
     return result, decisions

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .._present.formats import db, db_change, json_float, quantization_steps
+from .._base.data import json_float
 from ..errors import InspectorError, listing, quoted
 
 TOSA = "tosa"
@@ -82,18 +82,8 @@ class EngineGap:
 
     def text(self) -> str:
         """One line: how far apart the engines were."""
-        steps = self.largest_steps
-        first, second = self.engines
-        return (f"{first} vs {second}: SQNR within {db(self.largest_db)} dB"
-                + (f", outputs within {quantization_steps(steps)} quantization step(s)" if steps is not None else ""))
-
-    def rows(self) -> list[dict[str, str]]:
-        """Per variant, output and step, the gap as table cells."""
-        first, second = self.engines
-        return [{"variant": g.variant, "output": str(g.output), "step": str(g.step + 1),
-                 f"{first} SQNR dB": db(g.sqnr_db), f"{second} SQNR dB": db(g.other_sqnr_db),
-                 "difference dB": db_change(g.db), "max steps apart": quantization_steps(g.max_steps)}
-                for g in self.outputs]
+        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        return drawing.text(self)
 
     def to_dict(self) -> dict:
         steps = self.largest_steps
@@ -101,10 +91,8 @@ class EngineGap:
                 "largest_steps": steps, "outputs": [g.to_dict() for g in self.outputs]}
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        from .._present.tables import html_table, text_table
-
-        return {"text/plain": "\n".join([self.text(), *text_table(self.rows())]),
-                "text/html": html_table("fi-engine-gap", _escape(self.text()), self.rows())}
+        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        return drawing.bundle(self)
 
     def __repr__(self) -> str:
         return f"<EngineGap {self.target}: {self.text()}>"
@@ -132,12 +120,6 @@ def gap(first, second) -> EngineGap:
                                  _db_difference(m.sqnr_db, other.sqnr_db),
                                  _steps_apart(a, b, m.step, m.output, scale), scale))
     return EngineGap(first.target, (first.engine, second.engine), tuple(out))
-
-
-def _escape(text: str) -> str:
-    import html
-
-    return html.escape(text)
 
 
 def _scale(result, output: int) -> float | None:

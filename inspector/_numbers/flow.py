@@ -4,7 +4,7 @@ On a private copy of the target: ``TOSAQuantizer`` under the variant's quantizat
 (``_quantization.Plan``: a8w8 by default, per-node overrides) -> calibrate -> convert
 (``quantize``) -> re-export -> lower for the plan's TOSA specification (TOSA-1.0+INT, or
 +int16 for 16-bit activations) -> the bit-accurate TOSA reference model (``run_variant``),
-under the variant's fold policy
+under the variant's fold rule
 (``_fold_swap``, installed by the caller of ``quantize`` and by ``run_variant``). Also here:
 
 - the calibration rule (``choose_calibration``): which batches the observers see, and for how
@@ -38,7 +38,7 @@ from .._base import quiet as _quiet
 from .._decide import stages as _stages
 from .._base.copies import private_copy
 from .._doors.fold_swap import swapped_fold_pass
-from .._rules.rules import FoldLog, policy_pass_class
+from .._rules.rules import FoldLog, rule_pass_class
 from .quantization import Plan
 from .results import Metrics, NotDelegated, QParams, SiteOutcome, Variant, VariantResult
 from ..errors import InspectorError, UnknownMarker, crash_behind, describe
@@ -277,12 +277,12 @@ def run_variant(target: _load.Target, variant: Variant, calibrated: Calibration,
     mark = _clock(timings, report, PHASES)
 
     # The run captures the tfa graph for later predictions (the default quantizer's graph only).
-    log.snapshots = plan.plain and not target.facts.has_stage_graph("tfa")
+    log.snapshots = plan.plain and not _stages.has_stage_graph(target, "tfa")
     initial = target.initial_buffers()
     # Everything the stack prints on the way (the reference model's C++ warnings on fd 1
     # among it) goes into the variant's log, shown under --debug, never into stdout.
     with _output_kept() as captured:
-        with swapped_fold_pass(policy_pass_class(variant.policy, variant.markers, log)):
+        with swapped_fold_pass(rule_pass_class(variant.rule, variant.markers, log)):
             _, converted = quantize(target, variant, calibrated, plan, mark=mark)
             qparams = _site_qparams(converted, log)
             mark("convert", 3)
@@ -327,9 +327,9 @@ def run_simulated(target: _load.Target, variant: Variant, calibrated: Calibratio
     log = FoldLog()
     mark = _clock(timings, report, SIMULATION_PHASES)
 
-    log.snapshots = plan.plain and not target.facts.has_stage_graph("tfa")
+    log.snapshots = plan.plain and not _stages.has_stage_graph(target, "tfa")
     with _output_kept() as captured:
-        with swapped_fold_pass(policy_pass_class(variant.policy, variant.markers, log)):
+        with swapped_fold_pass(rule_pass_class(variant.rule, variant.markers, log)):
             _, converted = quantize(target, variant, calibrated, plan, mark=mark)
         qparams = _site_qparams(converted, log)
         mark("convert", 3)
@@ -386,7 +386,7 @@ def _outcome(target: _load.Target, log: FoldLog, qparams, quantized, reference):
     if log.snapshots:
         graph = _stages.tfa_graph_of(log)
         if graph is not None:
-            target.facts.keep_stage_graph("tfa", _stages.StageGraph("tfa", graph, None))
+            _stages.keep_stage_graph(target, "tfa", _stages.StageGraph("tfa", graph, None))
     decisions = tuple((stage, tuple(sorted(s.site_id for s in sites if s.folded_at == stage)))
                       for stage in ("tfa", "lowering"))
     return measured, folds, sites, decisions

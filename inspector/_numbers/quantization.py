@@ -27,6 +27,9 @@ from .._doors import executorch as _executorch
 from .._base.hashing import digest
 from .._base.registry import Registry
 from ..errors import InspectorError, quoted
+from .._sites.graph import candidates, site_ids
+from .._decide.stages import stage_graph_of
+from .._sites.graph import aligned_ids
 
 INT = "TOSA-1.0+INT"
 INT16 = "TOSA-1.0+INT+int16"
@@ -276,8 +279,6 @@ def _site_nodes(target) -> dict[str, list[str]]:
     """Site ids and tfa-stage node names -> the exported program's names of the same nodes
     (the mul for a site id; the site's mul or conv for its names at tfa). Site ids are the
     analysis's (``_graph.site_ids``: module path and source line, the same at every stage)."""
-    from .._sites.graph import candidates, site_ids
-    from .._decide.stages import stage_graph_of
 
     aten = candidates(target.exported.graph)
     by_id = {sid: c for sid, c in zip(site_ids(aten), aten)}
@@ -295,7 +296,6 @@ def _site_nodes(target) -> dict[str, list[str]]:
 
 def _aligned_ids(target) -> dict[str, str]:
     """Attribution's aligned node ids (``root:mul``) by exported node name."""
-    from .._sites.graph import aligned_ids
 
     return aligned_ids(target.exported)[0]
 

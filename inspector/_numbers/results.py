@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._present.formats import json_float
+from .._base.data import FORMAT, check_format, dataframe, json_float
+from .._rules.rules import Rule, get_rule, rule_named
 from .engines import ENGINE_TEXT, ENGINES, SIMULATION, SIMULATION_NOTE, TOSA, gap as engine_gap
 from ..errors import InspectorError, listing, quoted
 
@@ -22,26 +23,30 @@ class Variant:
     """One configuration to quantize and run: a fold rule, carried-state markers, a quantization
     and per-node overrides.
 
+    ``rule`` is the rule itself; a name given here (``Variant("upstream")``, or ``path/to/rules.py:NAME``)
+    is looked up once, in ``inspector.rules``, and the variant keeps what it found.
     ``quantization`` names one (``inspector.quantizations``: a8w8, a8w8-per-tensor, a16w8, a8w4, or
     one registered with ``inspector.quantizations.register``); None runs the comparison's own (a8w8 unless
     ``compare(quantization=...)`` says otherwise). ``overrides`` maps a node name, module path or
     site id to ``"float"`` (left unquantized: it runs outside the delegate) or a quantization name.
     """
 
-    policy: str  # a registered rule's name (inspector.rules): off, upstream, state-aware, ...
+    rule: Rule  # the fold rule (inspector.rules): off, upstream, state-aware, ...
     markers: tuple[str, ...] = ()  # site ids or node names marked carried_quant_state
     quantization: str | None = None  # a quantization's name; None: the comparison's
     overrides: tuple[tuple[str, str], ...] = ()  # sorted (key, "float" or quantization name)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.rule, Rule):  # where a user's name for the rule enters: resolved once, here
+            object.__setattr__(self, "rule", get_rule(self.rule))
         if self.overrides:  # a dict or pairs, in one sorted, checked form (the label and keys use it)
-            from .quantization import override_pairs
+            from .quantization import override_pairs  # quantization imports this module
 
             object.__setattr__(self, "overrides", override_pairs(self.overrides))
 
     @property
     def label(self) -> str:
-        label = self.policy + (f"+marked({','.join(self.markers)})" if self.markers else "")
+        label = self.rule.name + (f"+marked({','.join(self.markers)})" if self.markers else "")
         if self.quantization is not None:
             label += f"@{self.quantization}"
         if self.overrides:
@@ -49,7 +54,7 @@ class Variant:
         return label
 
     def to_dict(self) -> dict:
-        return {"policy": self.policy, "markers": list(self.markers), "quantization": self.quantization,
+        return {"rule": self.rule.name, "markers": list(self.markers), "quantization": self.quantization,
                 "overrides": dict(self.overrides), "label": self.label}
 
 
@@ -177,11 +182,12 @@ class Comparison:
         """The variants that ran (the ones with numbers)."""
         return tuple(r for r in self.results if r.error is None)
 
-    def result(self, policy_or_label: str) -> VariantResult:
+    def result(self, rule_or_label: str) -> VariantResult:
+        """The result of the variant with this label, or the first one of this rule's name."""
         for r in self.results:
-            if policy_or_label in (r.variant.label, r.variant.policy):
+            if rule_or_label in (r.variant.label, r.variant.rule.name):
                 return r
-        raise InspectorError(f"no variant {quoted(policy_or_label)}; variants: {listing(r.variant.label for r in self.results)}")
+        raise InspectorError(f"no variant {quoted(rule_or_label)}; variants: {listing(r.variant.label for r in self.results)}")
 
     @property
     def engine_text(self) -> str:
@@ -208,6 +214,7 @@ class Comparison:
 
     def to_dict(self) -> dict:
         return {
+            "format": FORMAT,
             "target": self.target,
             "engine": self.engine,
             "steps": self.steps,
@@ -222,23 +229,23 @@ class Comparison:
         """A pandas DataFrame: ``"metrics"``, one row per variant, step and output (the columns of
         ``to_dict()["variants"][i]["metrics"]``, after the variant's label; numbers stay floats), or
         ``"variants"``, one row per variant (the columns of ``to_dict()["variants"]``)."""
-        from .._present.formats import dataframe
-
         return dataframe(kind, {"metrics": lambda: [{"variant": r.variant.label, **vars(m)}
                                                     for r in self.results for m in r.metrics],
                                 "variants": lambda: [r.to_dict() for r in self.results]})
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        from .._present.tables import comparison_html, comparison_text
-
-        return {"text/plain": comparison_text(self), "text/html": comparison_html(self)}
+        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        return drawing.bundle(self)
 
     def __repr__(self) -> str:
         return f"<Comparison {self.target}: {', '.join(r.variant.label for r in self.results)}, {self.steps} step(s)>"
 
     @classmethod
     def from_dict(cls, data: dict) -> "Comparison":
-        """Rebuild a comparison from ``to_dict()`` (raw output tensors are not kept in JSON)."""
+        """Rebuild a comparison from ``to_dict()`` (raw output tensors are not kept in JSON); a comparison
+        written in format 1 (each variant's rule under "policy") reads the same."""
+        if isinstance(data, dict):
+            check_format(data, "saved comparison")
         try:
             result = cls(_str(data["target"]), _int(data["steps"]), _str(data["calibration"]),
                          _str(data["quantization"]), tuple(_variant_result_from_dict(v) for v in data["variants"]),
@@ -259,20 +266,17 @@ class Comparison:
 
     def plot(self, kind: str = "drift", output: int = 0):
         """A matplotlib Figure: ``drift`` (SQNR per step per variant) or ``channels`` (SQNR per channel)."""
-        from .._present.plots import plot_comparison
-
-        return plot_comparison(self, kind, output)
+        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        return drawing.plot(self, kind, output)
 
 
 def _rules_of(results) -> dict:
-    """Each variant's rule: what it does and where it comes from (a rule not registered in this
-    process, as from a saved session, is left out)."""
-    from .._rules.rules import rules, get_rule
-
+    """Each variant's rule: what it does and where it comes from (a rule this process does not know,
+    as from a saved session, is left out)."""
     out = {}
     for r in results:
-        if r.variant.policy in rules and r.variant.policy not in out:
-            rule = get_rule(r.variant.policy)
+        rule = r.variant.rule
+        if not rule.stand_in and rule.name not in out:
             out[rule.name] = {"help": rule.help, "source": rule.source, "origin": rule.origin}
     return out
 
@@ -303,9 +307,14 @@ def _str(v, optional: bool = False) -> str | None:
     return v
 
 
+def _renamed(data: dict, key: str, old: str):
+    """``data[key]``, or in a file written before the key was renamed (format 1), ``data[old]``."""
+    return data[key] if key in data or old not in data else data[old]
+
+
 # The field readers of ``from_dict``, for the other records read back from JSON (attribution, bits):
 # each raises TypeError or ValueError on a field of the wrong kind.
-read_float, read_int, read_str, read_engine = _float, _int, _str, _engine
+read_float, read_int, read_str, read_engine, renamed = _float, _int, _str, _engine, _renamed
 
 
 def _variant_result_from_dict(d: dict) -> VariantResult:
@@ -316,7 +325,8 @@ def _variant_result_from_dict(d: dict) -> VariantResult:
     if not isinstance(overrides, dict):
         raise TypeError(f"expected overrides as an object, got {type(overrides).__name__}")
     return VariantResult(
-        variant=Variant(_str(v["policy"]), tuple(_str(m) for m in v["markers"]), _str(v.get("quantization"), True),
+        variant=Variant(rule_named(_str(_renamed(v, "rule", "policy"))), tuple(_str(m) for m in v["markers"]),
+                        _str(v.get("quantization"), True),
                         tuple(sorted((_str(k), _str(x)) for k, x in overrides.items()))),
         folds=folds,
         sites=tuple(SiteOutcome(_str(s["id"]), _str(s["folded_at"], True), qp(s["conv_output"]), qp(s["mul_output"]))

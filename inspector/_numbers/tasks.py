@@ -24,6 +24,7 @@ from .engines import SIMULATION
 from .quantization import Plan
 from .results import Comparison, Variant, VariantResult
 from .variant_cache import RESULTS
+from .._targets import pt2 as _pt2
 
 T = TypeVar("T")
 
@@ -60,7 +61,6 @@ class VariantTask:
     run: ModelRun
     variant: Variant
     plan: Plan | None  # how it quantizes; None: the default quantization, resolved in the worker
-    rules: tuple  # rules.rule_origins of the rules it names: the worker loads them as the parent knows them
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,6 @@ def worker_target(model: ModelTask) -> _load.Target:
     next tasks on the same model."""
     target = _WORKER_TARGETS.get(model.key)
     if target is None:
-        from .._targets import pt2 as _pt2
 
         program = _pt2.load_pt2_bytes(model.program)
         target = _load.Target(model.name, program, model.inputs, None, dict(model.recurrent), model.source, model.key)

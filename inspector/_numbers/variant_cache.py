@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .._targets import load as _load
+from .._targets.facts import Fact
 from .._decide import stages as _stages
 from .._base.cache import BoundedCache
 from .._base.hashing import digest as _digest
@@ -55,7 +56,7 @@ def base_key(target: _load.Target, calibrated, steps: int, engine: str = "tosa")
 def variant_identity(variant: Variant, plan) -> tuple:
     """What a variant's numbers depend on besides the base key: its rule's identity (a user's rule by
     its source), its markers, and its plan's identity (the quantization and the nodes its overrides reach)."""
-    return (get_rule(variant.policy).identity, variant.markers, plan.identity)
+    return (variant.rule.identity, variant.markers, plan.identity)
 
 
 def _comparison_key(comparison, kind: str) -> tuple | None:
@@ -84,6 +85,10 @@ def bits_key(first, *options) -> tuple | None:
     return None if key is None else key + (get_rule("off").identity, *options)
 
 
+# What a target keeps of this module's making: per (rule identity, markers), where the pass folds.
+DECISIONS: Fact[tuple] = Fact("fold decisions")
+
+
 def predicted_decisions(target: _load.Target, variant: Variant) -> tuple:
     """Where the pass folds in this variant's flow: ``(("tfa", site ids), ("lowering", ()))``.
 
@@ -91,16 +96,16 @@ def predicted_decisions(target: _load.Target, variant: Variant) -> tuple:
     Only once the tfa graph exists (``can_predict``).
     """
     def decide() -> tuple:
-        folded = folded_site_ids(_stages.stage_graph_of(target, "tfa"), variant.policy, variant.markers)
+        folded = folded_site_ids(_stages.stage_graph_of(target, "tfa"), variant.rule, variant.markers)
         return (("tfa", tuple(sorted(folded))), ("lowering", ()))
 
-    return target.facts.decisions(get_rule(variant.policy).identity, variant.markers, decide)
+    return target.facts.get(DECISIONS, (variant.rule.identity, variant.markers), decide)
 
 
 def can_predict(target: _load.Target, plan) -> bool:
     """Fold decisions can be predicted cheaply: the default quantizer without overrides (``plan``:
     a ``_quantization.Plan``), and its tfa graph captured."""
-    return plan.plain and target.facts.has_stage_graph("tfa")
+    return plan.plain and _stages.has_stage_graph(target, "tfa")
 
 
 def answered(result: VariantResult, variant: Variant) -> VariantResult:
@@ -122,7 +127,7 @@ class VariantCache:
     def _shares_decisions(variant: Variant) -> bool:
         """Variants with the same fold decisions give the same result when the installed pass does
         every fold; a rule's own pass class may fold differently (so it is keyed by itself only)."""
-        return get_rule(variant.policy).pass_class is None
+        return variant.rule.pass_class is None
 
     @staticmethod
     def _decisions_key(base: tuple, plan, decisions: tuple) -> tuple:

@@ -27,11 +27,11 @@ FAILED: str | None = None  # why the warm-up did not finish, if it did not
 
 
 def _warm_up() -> None:
-    import torch
+    import torch  # the warm-up imports what every worker inherits: this module is the fork server's only
     from torch import nn
 
     try:
-        import tqdm
+        import tqdm  # optional: a progress bar in the stack would start a monitor thread
 
         tqdm.tqdm.monitor_interval = 0  # no monitor thread (a progress bar in the stack would start one)
     except ImportError:
@@ -67,7 +67,7 @@ def _warm_up() -> None:
         _flow.run_variant(target, Variant("upstream"), calibrated, Plan.of(quantizations.get(DEFAULT), {}), 1,
                           reference, lambda phase, fraction: None)
     _load.clear_targets()
-    import threading
+    import threading  # checked after the warm-up: no thread may be left in the server
 
     others = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
     if others:

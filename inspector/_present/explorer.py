@@ -17,6 +17,11 @@ Model Explorer is an optional extra: ``pip install 'fold-inspector[explorer]'``.
 
 from __future__ import annotations
 
+import importlib.util
+import socket
+import subprocess
+import time
+import urllib.request
 import json
 import math
 import os
@@ -29,6 +34,8 @@ from typing import Any
 from .._sites import graph as _graph
 from .._base import quiet as _quiet
 from ..errors import InspectorError, quoted
+from .._base.files import write_text
+from .styles import STYLES, site_kind
 
 MANIFEST = "manifest.json"
 GRAPH_FILE = "graph.json"
@@ -65,7 +72,6 @@ class ExplorerFiles:
 
 def available() -> bool:
     """Whether Model Explorer (the ``explorer`` extra) is installed."""
-    import importlib.util
 
     return importlib.util.find_spec("model_explorer") is not None
 
@@ -74,7 +80,7 @@ def load_model_explorer():
     if not available():
         raise InspectorError(f"Model Explorer is not installed; install it with: {INSTALL_HINT}")
     with _quiet.quiet_imports():
-        import model_explorer
+        import model_explorer  # lazy: Model Explorer is the optional `explorer` extra
         from model_explorer import node_data_builder
         from model_explorer.pytorch_exported_program_adapter_impl import PytorchExportedProgramAdapterImpl
         from model_explorer.utils import convert_adapter_response
@@ -105,7 +111,7 @@ def graph_json(analysis, which: str = "before") -> tuple[dict, int]:
         raise InspectorError(f"Model Explorer's PyTorch adapter could not convert the {analysis.stage} graph: "
                              f"{type(exc).__name__}: {exc}") from None
     data = convert({"graphs": graphs["graphs"]})
-    graph_id = f"{analysis.name} ({analysis.stage}, {which}, policy {analysis.policy})"
+    graph_id = f"{analysis.name} ({analysis.stage}, {which}, rule {analysis.rule.name})"
     data["graphs"][0]["id"] = graph_id
     # A graph collection: the JSON shape Model Explorer's page loads from a file path.
     return {"label": analysis.name, "graphs": data["graphs"]}, len(gm.graph.nodes)
@@ -115,7 +121,6 @@ def overlays(analysis, which: str = "before", *, errors=None, step: int | None =
     """Node data by file name (Model Explorer's GraphNodeData JSON, keyed by the FX node names of the
     ``which`` graph): decisions, the state path and, with ``errors`` (a variant of an attribution),
     the SQNR layer. Nodes the graph does not have (a folded mul, after the pass) are left out."""
-    from .styles import STYLES, site_kind
 
     _, ndb, _, _ = load_model_explorer()
     gm, verdicts = analysis.verdicts(which, errors=errors, step=step)
@@ -165,7 +170,6 @@ def overlays(analysis, which: str = "before", *, errors=None, step: int | None =
 def to_model_explorer(analysis, folder: str | os.PathLike, *, errors=None, step: int | None = None,
                       which: str = "before") -> ExplorerFiles:
     """Write the graph and its overlays into ``folder`` (created if needed); see the module doc."""
-    from .._base.files import write_text
 
     folder = Path(folder).expanduser()
     if folder.exists() and not folder.is_dir():
@@ -182,7 +186,7 @@ def to_model_explorer(analysis, folder: str | os.PathLike, *, errors=None, step:
     files = ExplorerFiles(folder.resolve(), written[0].resolve(), tuple(p.resolve() for p in written[1:]), nodes,
                           graph["graphs"][0]["id"])
     manifest = {"graph": GRAPH_FILE, "node_data": [p.name for p in files.node_data], "graph_id": files.graph_id,
-                "nodes": nodes, "sites": len(analysis.sites), "stage": analysis.stage, "policy": analysis.policy,
+                "nodes": nodes, "sites": len(analysis.sites), "stage": analysis.stage, "rule": analysis.rule.name,
                 "markers": list(analysis.markers)}
     write_text(folder / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     return files
@@ -224,7 +228,7 @@ def serve(folder: str | os.PathLike, *, host: str = "127.0.0.1", port: int = DEF
           announce=print) -> None:
     """Start Model Explorer on a folder ``to_model_explorer`` wrote; blocks until Ctrl-C."""
     load_model_explorer()
-    from model_explorer import server
+    from model_explorer import server  # lazy: Model Explorer is the optional `explorer` extra
 
     graph, node_data = read_manifest(folder)
     check_port(host, port)
@@ -237,7 +241,6 @@ def serve(folder: str | os.PathLike, *, host: str = "127.0.0.1", port: int = DEF
 
 def check_port(host: str, port: int) -> None:
     """Fail in one line if nothing can listen on ``host:port`` (Model Explorer would wait forever)."""
-    import socket
 
     if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
         raise InspectorError(f"port must be an integer from 1 to 65535, got {quoted(port)}")
@@ -251,7 +254,6 @@ def check_port(host: str, port: int) -> None:
 
 def free_port() -> int:
     """A port nothing listens on now."""
-    import socket
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -269,9 +271,6 @@ def start(folder: str | os.PathLike, *, port: int | None = None, host: str = "12
     """Run ``serve`` on ``folder`` in a process of its own and wait until it answers (it imports
     torch first: a few seconds). Returns ``(process, port)``; the server's output goes to
     ``server.log`` in the folder. Stop it with ``process.terminate()``."""
-    import subprocess
-    import time
-    import urllib.request
 
     folder = Path(folder)
     read_manifest(folder)  # a folder without an export fails here, in one line

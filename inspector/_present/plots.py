@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from .formats import db, plot_db
+from .._base.formats import db, plot_db
+from ..errors import InspectorError, quoted
 
 
 def plot_comparison(comparison, kind: str = "drift", output: int = 0):
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # lazy: matplotlib only when a plot is asked for
 
-    from ..errors import InspectorError, quoted
 
     if kind not in ("drift", "channels"):
         raise InspectorError(f"unknown plot kind {quoted(kind)}; choose 'drift' or 'channels'")
@@ -38,9 +38,8 @@ def plot_comparison(comparison, kind: str = "drift", output: int = 0):
 def plot_attribution(attribution, kind: str = "graph", node: str | None = None):
     """``graph``: SQNR of every recorded node along the exported program's topological order, per
     variant, at the last step; ``steps``: SQNR of ``node`` (an aligned id) per step, per variant."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # lazy: matplotlib only when a plot is asked for
 
-    from ..errors import InspectorError, quoted
 
     if kind not in ("graph", "steps"):
         raise InspectorError(f"unknown plot kind {quoted(kind)}; choose 'graph' or 'steps'")
@@ -76,7 +75,7 @@ def plot_attribution(attribution, kind: str = "graph", node: str | None = None):
 
 def plot_bits(bits):
     """dB each change recovers over the baseline (horizontal bars, the best at the top)."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # lazy: matplotlib only when a plot is asked for
 
     measured = [c for c in bits.changes if c.recovered_db is not None]
     fig = Figure(figsize=(7, max(2.0, 0.4 * len(measured) + 1.2)), layout="constrained")

@@ -19,6 +19,7 @@ label); ``dot`` then XML-escapes it in the SVG, so no model string can inject ma
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections import deque
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from torch.fx import Node
 
 from .._sites import graph as _graph
 from ..errors import InspectorError, quoted
-from .formats import db
+from .._base.formats import db
 from .styles import LEGEND, STYLES, site_kind
 
 WHICH = ("before", "after")
@@ -227,7 +228,7 @@ def pipe(digraph: graphviz.Digraph, fmt: str) -> bytes:
 # ---------------------------------------------------------------- escaping
 
 
-def _escape(value: Any, clip: int | None = None) -> str:
+def _dot_text(value: Any, clip: int | None = None) -> str:
     """A model-derived string as literal DOT text: backslashes doubled, newlines as DOT's ``\\n``."""
     s = str(value)
     if clip is not None and len(s) > clip:
@@ -242,7 +243,7 @@ def _joined(lines, sep: str = "\\n", clip: int | None = None, end: str = "") -> 
     strings); a line that does not fit is cut and says so."""
     out, total = [], 0
     for line in lines:
-        piece = _escape(line, clip if clip is not None else _MAX_STRING // 2) + end
+        piece = _dot_text(line, clip if clip is not None else _MAX_STRING // 2) + end
         if total + len(piece) + len(sep) > _MAX_STRING:
             out.append("… (cut: too long to draw)" + end)
             break
@@ -757,7 +758,7 @@ def _label(view: _View, n: Node, kind: str) -> tuple[str, str]:
     if trace:
         tip += ["", "stack trace:", trace]
     # Site ids stay whole in labels (they are what the user searches for); other text is clipped.
-    clipped = (_escape(line, _ID_CLIP if line.startswith("site ") else _CLIP) for line in label)
+    clipped = (_dot_text(line, _ID_CLIP if line.startswith("site ") else _CLIP) for line in label)
     return graphviz.nohtml("\\n".join(clipped)), _tooltip(*tip)
 
 
@@ -765,7 +766,6 @@ def _node_id(prefix: str, name: str) -> str:
     """The DOT id of a node: its FX name, or for a very long name a short stable stand-in."""
     if len(name) <= _MAX_ID:
         return prefix + name
-    import hashlib
 
     return f"{prefix}{name[:_MAX_ID // 2]}…{hashlib.sha1(name.encode()).hexdigest()[:12]}"
 

@@ -14,8 +14,8 @@ a GitHub issue, or JSON; the same facts in each, from the same code (CLI, API an
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
 import base64
-import html
 import io
 import json
 import os
@@ -27,9 +27,13 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from .formats import GITHUB_COMMENT_LIMIT, db, markdown_table, page
+from .._base.formats import db
+from .markup import GITHUB_COMMENT_LIMIT, escape, markdown_table, md_code, page
 from .tables import analysis_html, comparison_html, comparison_rows, site_rows, stale_html
 from ..errors import InspectorError, quoted
+from .._base.version import __version__
+from .render import render_pair, svg
+from dataclasses import replace
 
 FORMATS = ("html", "md", "json")
 _MD_BUDGET = GITHUB_COMMENT_LIMIT - 5_536  # leaves room for the truncation notes
@@ -40,7 +44,6 @@ _MD_BUDGET = GITHUB_COMMENT_LIMIT - 5_536  # leaves room for the truncation note
 
 def environment() -> dict[str, str]:
     """The versions a maintainer needs to reproduce a report."""
-    from importlib.metadata import PackageNotFoundError, version
 
     def v(name: str) -> str:
         try:
@@ -48,7 +51,6 @@ def environment() -> dict[str, str]:
         except PackageNotFoundError:
             return "not installed"
 
-    from .._base.version import __version__
 
     return {"python": platform.python_version(), "torch": v("torch"), "executorch": v("executorch"),
             "tosa-tools": v("tosa-tools"), "torchao": v("torchao"), "fold-inspector": __version__,
@@ -78,10 +80,10 @@ class Redactor:
 
     def __call__(self, text: str) -> str:
         for prefix, replacement in self.prefixes:
-            forms = {prefix, html.escape(prefix)}
+            forms = {prefix, escape(prefix)}
             forms |= {f.replace("-", "&#45;") for f in forms}
             if self.html:
-                replacement = html.escape(replacement)
+                replacement = escape(replacement)
             for form in forms:
                 if form in text:
                     # "<prefix>/x" -> "<replacement>/x", or "x" when the replacement is a relative root
@@ -130,11 +132,11 @@ def reproduce_command(analysis, comparison=None, fmt: str = "md") -> str:
     """The command line that makes the same report (the target as the user named it)."""
     target = analysis.target.source or analysis.name
     parts = ["python", "-m", "inspector", "report", target, "--stage", analysis.stage,
-             "--policy", analysis.rule.origin or analysis.policy]
+             "--rule", analysis.rule.origin or analysis.rule.name]
     for m in analysis.marker_ids:
         parts += ["--mark", m]
     if comparison is not None:
-        parts += ["--variants", ",".join(r.variant.policy + (f"@{r.variant.quantization}" if r.variant.quantization else "")
+        parts += ["--variants", ",".join(r.variant.rule.name + (f"@{r.variant.quantization}" if r.variant.quantization else "")
                                          for r in comparison.results), "--steps", str(comparison.steps)]
         if comparison.engine != "tosa":
             parts += ["--engine", comparison.engine]
@@ -145,7 +147,7 @@ def reproduce_command(analysis, comparison=None, fmt: str = "md") -> str:
 def summary(analysis, comparison=None) -> str:
     """One paragraph: what the installed pass did here, what it risks, what the numbers said."""
     folded, skipped = analysis.folded, analysis.skipped
-    text = (f"At stage {analysis.stage}, under policy {analysis.policy}, the installed FoldScalarMulIntoConvPass "
+    text = (f"At stage {analysis.stage}, under the rule {analysis.rule.name}, the installed FoldScalarMulIntoConvPass "
             f"sees {len(analysis.sites)} conv->mul site{'s' * (len(analysis.sites) != 1)}: {len(folded)} folded, "
             f"{len(skipped)} skipped.")
     reasons: dict[str, int] = {}
@@ -203,7 +205,7 @@ def report_dict(analysis, comparison=None, *, command: str = "", journeys=()) ->
 
 _BODY = """<h1>fold inspector report: {title}</h1>
 <p class="fi-summary">{summary}</p>
-<p>stage <code>{stage}</code>, policy <code>{policy}</code> ({source}); executorch FoldScalarMulIntoConvPass as installed.</p>
+<p>stage <code>{stage}</code>, rule <code>{rule}</code> ({source}); executorch FoldScalarMulIntoConvPass as installed.</p>
 <h2>Sites</h2>{sites}
 <h2>Graphs (before | after)</h2>{graphs}
 <h2>{results_title} vs float</h2>{results}
@@ -213,19 +215,17 @@ _BODY = """<h1>fold inspector report: {title}</h1>
 
 def report_html(analysis, comparison=None, *, results_for=None, full_traces: bool = False,
                 command: str | None = None, journeys=()) -> str:
-    """The self-contained report page. ``results_for`` is the ``(stage, policy, markers)`` the
+    """The self-contained report page. ``results_for`` is the ``(stage, rule, markers)`` the
     comparison was computed for, when that may differ from ``analysis.configuration``."""
-    from .render import render_pair, svg
 
     try:
         (before, v_before), (after, v_after) = analysis.verdicts("before"), analysis.verdicts("after")
         if not full_traces:
-            from dataclasses import replace
 
             v_before, v_after = (replace(v, trace=user_frames) for v in (v_before, v_after))
         graphs = svg(render_pair(before, after, (v_before, v_after), caption=analysis.caption(None)))
     except InspectorError as exc:  # no dot: say so, keep the rest of the report
-        graphs = f"<p><i>{html.escape(str(exc))}</i></p>"
+        graphs = f"<p><i>{escape(str(exc))}</i></p>"
     if comparison is None:
         results = "<p><i>no reference run</i></p>"
     else:
@@ -233,41 +233,29 @@ def report_html(analysis, comparison=None, *, results_for=None, full_traces: boo
         banner = stale_html(results_for) if stale else ""
         results = banner + comparison_html(comparison) + "".join(
             figure_img(comparison.plot(kind)) for kind in ("drift", "channels"))
-    env = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in environment().items())
+    env = "".join(f"<tr><td>{escape(k)}</td><td>{escape(v)}</td></tr>" for k, v in environment().items())
     template = _BODY
     if journeys:  # an optional section: the page is unchanged without it (each journey escapes its own names)
         section = "<h2>Journeys through the Arm pipeline</h2>" + "".join(
             j.html().replace("{", "{{").replace("}", "}}") for j in journeys)
         template = template.replace("<h2>Environment</h2>", section + "\n<h2>Environment</h2>")
-    body = template.format(title=html.escape(analysis.name), stage=html.escape(analysis.stage),
-                        policy=html.escape(analysis.policy), source=html.escape(analysis.rule.source),
-                        summary=html.escape(summary(analysis, comparison)),
+    body = template.format(title=escape(analysis.name), stage=escape(analysis.stage),
+                        rule=escape(analysis.rule.name), source=escape(analysis.rule.source),
+                        summary=escape(summary(analysis, comparison)),
                         sites=analysis_html(analysis, comparison), graphs=graphs, results=results,
-                        results_title=html.escape(comparison.engine_text if comparison is not None
+                        results_title=escape(comparison.engine_text if comparison is not None
                                                   else "TOSA INT reference"),
                         environment=f"<table class='fi-table'>{env}</table>",
-                        command=html.escape(command or reproduce_command(analysis, comparison, "html")))
+                        command=escape(command or reproduce_command(analysis, comparison, "html")))
     return page(f"fold inspector report: {analysis.name}", body, style=".fi-stale{background:#fff3cd;padding:4px}")
-
-
-def md_code(text, *, cell: bool = False, limit: int = 300) -> str:
-    """``text`` as a Markdown code span: shown literally (no link, image, HTML or emphasis inside).
-    In a table ``cell``, pipes are escaped too (GFM splits cells on them even in code spans)."""
-    text = " ".join(str(text).split())  # one line
-    if len(text) > limit:
-        text = text[: limit - 1] + "…"
-    fence = "`" * (max((len(r) for r in re.findall(r"`+", text)), default=0) + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") or not text else ""
-    span = f"{fence}{pad}{text}{pad}{fence}"
-    return span.replace("|", "\\|") if cell else span
 
 
 def report_markdown(analysis, comparison=None, *, command: str | None = None, journeys=()) -> str:
     """A GitHub comment: summary, site table, comparison table, versions, the command, details."""
     command = command or reproduce_command(analysis, comparison, "md")
     env = environment()
-    head = [f"### fold inspector: {md_code(analysis.name)} at stage `{analysis.stage}`, policy `{analysis.policy}`",
-            "", f"Rule {md_code(analysis.policy)}: {md_code(analysis.rule.help)}, from {md_code(analysis.rule.source)}", "",
+    head = [f"### fold inspector: {md_code(analysis.name)} at stage `{analysis.stage}`, rule `{analysis.rule.name}`",
+            "", f"Rule {md_code(analysis.rule.name)}: {md_code(analysis.rule.help)}, from {md_code(analysis.rule.source)}", "",
             summary_md(analysis, comparison), ""]
     rows = [[md_code(r.site, cell=True), f"**{r.decision}**" + (" (marked)" if r.marked else ""),
              "<br>".join(md_code(x.code, cell=True) for x in r.reasons) or "–",

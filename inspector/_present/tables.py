@@ -8,16 +8,12 @@ is escaped for HTML here.
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass
 
 from .._sites.reasons import Reason, Risk
-from .formats import MISSING, db, quantization_steps
+from .._base.formats import MISSING, db, db_change, error, quantization_steps
+from .markup import escape
 from .styles import STYLES, site_kind
-
-
-def _esc(value) -> str:
-    return html.escape(str(value), quote=True)
 
 
 @dataclass(frozen=True)
@@ -56,26 +52,26 @@ class SiteRow:
     # -- HTML fragments (escaped), shared by the table and the widget
 
     def decision_html(self) -> str:
-        out = (f"<span class='fi-decision fi-{_esc(self.decision)}' style='color:{self.colour};font-weight:600'>"
-               f"{_esc(self.decision)}</span>")
+        out = (f"<span class='fi-decision fi-{escape(self.decision)}' style='color:{self.colour};font-weight:600'>"
+               f"{escape(self.decision)}</span>")
         if self.mismatch:
-            out += f"<br><span class='fi-mismatch'>MISMATCH: {_esc(self.mismatch)}</span>"
+            out += f"<br><span class='fi-mismatch'>MISMATCH: {escape(self.mismatch)}</span>"
         return out
 
     def reasons_html(self) -> str:
-        return "<br>".join(f"<code>{_esc(r.code)}</code> {_esc(r.message)}<br><small>{_esc(r.detail)}</small>"
+        return "<br>".join(f"<code>{escape(r.code)}</code> {escape(r.message)}<br><small>{escape(r.detail)}</small>"
                            for r in self.reasons) or "&ndash;"
 
     def risks_html(self) -> str:
-        return "<br>".join(f"&#9888; <code>{_esc(r.code)}</code> <small>{_esc(r.detail)}</small>"
+        return "<br>".join(f"&#9888; <code>{escape(r.code)}</code> <small>{escape(r.detail)}</small>"
                            for r in self.risks) or "&ndash;"
 
     def details_html(self) -> str:
         """Reasons, risks, scale, the nodes, and where it folded in the last run: the widget's cell."""
         risks = "".join("<br>" + line for line in self.risks_html().split("<br>")) if self.risks else ""
-        where = f"<br><small>in the quantized flow: {_esc(self.folded_where)}</small>" if self.folded_where else ""
-        return (f"<span class='fi-reasons'>{self.reasons_html()}{risks}<br><small>scale: {_esc(self.scale)}; "
-                f"{_esc(self.conv)} &rarr; {_esc(self.mul)}</small>{where}</span>")
+        where = f"<br><small>in the quantized flow: {escape(self.folded_where)}</small>" if self.folded_where else ""
+        return (f"<span class='fi-reasons'>{self.reasons_html()}{risks}<br><small>scale: {escape(self.scale)}; "
+                f"{escape(self.conv)} &rarr; {escape(self.mul)}</small>{where}</span>")
 
 
 def site_rows(analysis, comparison=None, *, sites=None, where: dict | None = None) -> list[SiteRow]:
@@ -92,7 +88,7 @@ def site_rows(analysis, comparison=None, *, sites=None, where: dict | None = Non
 
 
 def analysis_text(analysis) -> str:
-    head = f"{analysis.name}  stage={analysis.stage}  policy={analysis.policy}"
+    head = f"{analysis.name}  stage={analysis.stage}  rule={analysis.rule.name}"
     if analysis.markers:
         head += f"  markers={', '.join(analysis.markers)}"
     rows = [r.cells() for r in site_rows(analysis)]
@@ -122,32 +118,32 @@ _STYLE = (
 
 
 def analysis_html(analysis, comparison=None) -> str:
-    head = f"<b>{_esc(analysis.name)}</b> stage <code>{_esc(analysis.stage)}</code>, policy <code>{_esc(analysis.policy)}</code>"
+    head = f"<b>{escape(analysis.name)}</b> stage <code>{escape(analysis.stage)}</code>, rule <code>{escape(analysis.rule.name)}</code>"
     if analysis.markers:
-        head += ", markers " + ", ".join(f"<code>{_esc(m)}</code>" for m in analysis.markers)
+        head += ", markers " + ", ".join(f"<code>{escape(m)}</code>" for m in analysis.markers)
     rows = site_rows(analysis, comparison)
     if not rows:
         return f"<div class='fi-analysis'>{head}<p>no conv-&gt;mul sites</p></div>"
     cells = [
-        f"<tr class='fi-site-{_esc(r.decision)}'><td><code>{_esc(r.site)}</code>{' &#9873;' if r.marked else ''}</td>"
-        f"<td>{r.decision_html()}</td><td>{_esc(r.conv)} <small>({_esc(r.conv_op)})</small> &rarr; {_esc(r.mul)}</td>"
-        f"<td>{_esc(r.scale)}</td><td>{r.reasons_html()}</td><td>{r.risks_html()}</td></tr>"
+        f"<tr class='fi-site-{escape(r.decision)}'><td><code>{escape(r.site)}</code>{' &#9873;' if r.marked else ''}</td>"
+        f"<td>{r.decision_html()}</td><td>{escape(r.conv)} <small>({escape(r.conv_op)})</small> &rarr; {escape(r.mul)}</td>"
+        f"<td>{escape(r.scale)}</td><td>{r.reasons_html()}</td><td>{r.risks_html()}</td></tr>"
         for r in rows
     ]
     table = (
         "<table class='fi-table'><thead><tr><th>site</th><th>decision</th><th>conv &rarr; mul</th>"
         "<th>scale</th><th>reasons</th><th>risks</th></tr></thead><tbody>" + "".join(cells) + "</tbody></table>"
     )
-    notes = "".join(f"<p class='fi-note'>note: {_esc(n)}</p>" for n in analysis.notes)
-    return f"<div class='fi-analysis'>{_STYLE}{head}{table}<p>{_esc(analysis.summary())}</p>{notes}</div>"
+    notes = "".join(f"<p class='fi-note'>note: {escape(n)}</p>" for n in analysis.notes)
+    return f"<div class='fi-analysis'>{_STYLE}{head}{table}<p>{escape(analysis.summary())}</p>{notes}</div>"
 
 
 def stale_html(results_for) -> str:
-    """The banner over results computed for another (stage, policy, markers)."""
-    stage, policy, markers = results_for
+    """The banner over results computed for another (stage, rule, markers)."""
+    stage, rule, markers = results_for
     return ("<div class='fi-stale' style='background:#fff3cd;padding:4px'>&#9888; stale: these results were "
-            f"computed for stage {_esc(stage)}, policy {_esc(policy)}, markers "
-            f"{_esc(', '.join(markers) or 'none')}; run the reference again</div>")
+            f"computed for stage {escape(stage)}, rule {escape(rule)}, markers "
+            f"{escape(', '.join(markers) or 'none')}; run the reference again</div>")
 
 
 def comparison_rows(comparison) -> list[dict[str, str]]:
@@ -168,8 +164,8 @@ def comparison_rows(comparison) -> list[dict[str, str]]:
                 "output": str(o),
                 "SQNR dB": db(m.sqnr_db),
                 "SQNR step 1": db(first.sqnr_db),
-                "max |err|": f"{m.max_abs_error:.4g}",
-                "MSE": f"{m.mse:.3g}",
+                "max |err|": error(m.max_abs_error),
+                "MSE": error(m.mse),
                 "flushed": f"{m.flushed_to_zero:.1%}",
                 "min ch SQNR": db(min(m.sqnr_per_channel_db) if m.sqnr_per_channel_db else None),
             })
@@ -191,8 +187,8 @@ def html_table(kind: str, head: str, rows: list[dict[str, str]], tail: str = "")
     if not rows:
         return f"<div class='{kind}'>{head}{tail}</div>"
     cols = list(rows[0])
-    body = "".join("<tr>" + "".join(f"<td>{_esc(r[c])}</td>" for c in cols) + "</tr>" for r in rows)
-    header = "".join(f"<th>{_esc(c)}</th>" for c in cols)
+    body = "".join("<tr>" + "".join(f"<td>{escape(r[c])}</td>" for c in cols) + "</tr>" for r in rows)
+    header = "".join(f"<th>{escape(c)}</th>" for c in cols)
     return (f"<div class='{kind}'>{_STYLE}{head}<table class='fi-table'><thead><tr>{header}</tr></thead>"
             f"<tbody>{body}</tbody></table>{tail}</div>")
 
@@ -211,26 +207,33 @@ def comparison_text(comparison) -> str:
 
 
 def comparison_html(comparison) -> str:
-    head = (f"<b>{_esc(comparison.target)}</b>: {_esc(comparison.engine_text)} vs float, {comparison.steps} step(s)"
-            f"<br><small>calibration: {_esc(comparison.calibration)}; quantization: {_esc(comparison.quantization)}</small>")
-    tail = "".join(f"<div class='fi-error'>{_esc(r.variant.label)}: not run: {_esc(r.error)}</div>"
+    head = (f"<b>{escape(comparison.target)}</b>: {escape(comparison.engine_text)} vs float, {comparison.steps} step(s)"
+            f"<br><small>calibration: {escape(comparison.calibration)}; quantization: {escape(comparison.quantization)}</small>")
+    tail = "".join(f"<div class='fi-error'>{escape(r.variant.label)}: not run: {escape(r.error)}</div>"
                    for r in comparison.errors)
-    tail += "".join(f"<div class='fi-note'>note: {_esc(n)}</div>" for n in comparison.notes)
+    tail += "".join(f"<div class='fi-note'>note: {escape(n)}</div>" for n in comparison.notes)
     if comparison.engine_note:
-        tail += f"<div class='fi-note fi-engine'>engine: {_esc(comparison.engine_note)}</div>"
+        tail += f"<div class='fi-note fi-engine'>engine: {escape(comparison.engine_note)}</div>"
     return html_table("fi-comparison", head, comparison_rows(comparison), tail)
 
 
 # ---------------------------------------------------------------- is it the fold or the bits?
 
 
+def bits_rows(bits) -> list[dict[str, str]]:
+    """One dict of display strings per change, best first."""
+    return [{"change": c.change, "where": c.node or "whole model", "variant": c.variant,
+             "SQNR dB": db(c.sqnr_db), "recovered dB": db_change(c.recovered_db) if c.error is None else c.error}
+            for c in bits.changes]
+
+
 def bits_text(bits) -> str:
-    return "\n".join([bits.answer(), *text_table(bits.rows()), *(f"note: {n}" for n in bits.notes)])
+    return "\n".join([bits.answer(), *text_table(bits_rows(bits)), *(f"note: {n}" for n in bits.notes)])
 
 
 def bits_html(bits) -> str:
-    notes = "".join(f"<div class='fi-note'>note: {_esc(n)}</div>" for n in bits.notes)
-    return html_table("fi-bits", f"<b>{_esc(bits.answer())}</b>", bits.rows(), notes)
+    notes = "".join(f"<div class='fi-note'>note: {escape(n)}</div>" for n in bits.notes)
+    return html_table("fi-bits", f"<b>{escape(bits.answer())}</b>", bits_rows(bits), notes)
 
 
 # ---------------------------------------------------------------- attribution
@@ -243,7 +246,7 @@ def attribution_rows(attribution) -> list[dict[str, str]]:
         for r in v.entry_points:
             rows.append({"variant": v.label, "node": r.node, "op": r.op, "site": r.site or "-", "role": r.role or "-",
                          "step": str(r.step + 1), "SQNR dB": db(r.sqnr_db), "drop dB": db(r.drop_db),
-                         "max |err|": f"{r.max_abs_error:.3g}"})
+                         "max |err|": error(r.max_abs_error)})
     return rows
 
 
@@ -272,47 +275,56 @@ def agreement_text(attribution) -> list[str]:
     return lines
 
 
-def _table_text(rows: list[dict[str, str]]) -> list[str]:
-    if not rows:
-        return ["(none)"]
-    cols = list(rows[0])
-    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in cols}
-    return (["  ".join(c.ljust(widths[c]) for c in cols).rstrip(), "  ".join("-" * widths[c] for c in cols)]
-            + ["  ".join(r[c].ljust(widths[c]) for c in cols).rstrip() for r in rows])
-
-
 def attribution_text(attribution) -> str:
     lines = [f"{attribution.target}: where the quantization error enters, {attribution.steps} step(s)",
              f"calibration: {attribution.calibration}", "",
              "where the error enters (the node's SQNR falls below its inputs' by more than 1 dB):"]
-    lines += _table_text(attribution_rows(attribution))
-    lines += ["", "sites (last step):"] + _table_text(attribution_site_rows(attribution))
+    lines += text_table(attribution_rows(attribution)) or ["(none)"]
+    lines += ["", "sites (last step):"] + (text_table(attribution_site_rows(attribution)) or ["(none)"])
     lines += ["", *agreement_text(attribution)]
     return "\n".join(lines).rstrip()
 
 
 def _table_html(rows: list[dict[str, str]]) -> str:
-    if not rows:
-        return "<p><i>none</i></p>"
-    cols = list(rows[0])
-    body = "".join("<tr>" + "".join(f"<td>{_esc(r[c])}</td>" for c in cols) + "</tr>" for r in rows)
-    return (f"<table class='fi-table'><thead><tr>{''.join(f'<th>{_esc(c)}</th>' for c in cols)}</tr></thead>"
-            f"<tbody>{body}</tbody></table>")
+    return html_table("fi-rows", "", rows) if rows else "<p><i>none</i></p>"
 
 
 def attribution_html(attribution) -> str:
-    agreement = "".join(f"<li>{_esc(line)}</li>" for line in agreement_text(attribution))
-    return (f"<div class='fi-attribution'>{_STYLE}<b>{_esc(attribution.target)}</b>: where the quantization error "
+    agreement = "".join(f"<li>{escape(line)}</li>" for line in agreement_text(attribution))
+    return (f"<div class='fi-attribution'>{_STYLE}<b>{escape(attribution.target)}</b>: where the quantization error "
             f"enters, {attribution.steps} step(s)<br><small>calibration: "
-            f"{_esc(attribution.calibration)}</small><h4>Where the error enters</h4>"
+            f"{escape(attribution.calibration)}</small><h4>Where the error enters</h4>"
             f"{_table_html(attribution_rows(attribution))}<h4>Sites (last step)</h4>"
             f"{_table_html(attribution_site_rows(attribution))}<ul class='fi-agreement'>{agreement}</ul></div>")
+
+
+def gap_rows(gap) -> list[dict[str, str]]:
+    """Per variant, output and step, how far two engines' numbers were apart, as table cells."""
+    first, second = gap.engines
+    return [{"variant": g.variant, "output": str(g.output), "step": str(g.step + 1),
+             f"{first} SQNR dB": db(g.sqnr_db), f"{second} SQNR dB": db(g.other_sqnr_db),
+             "difference dB": db_change(g.db), "max steps apart": quantization_steps(g.max_steps)}
+            for g in gap.outputs]
+
+
+def gap_text(gap) -> str:
+    """One line: how far apart the engines were."""
+    steps = gap.largest_steps
+    first, second = gap.engines
+    return (f"{first} vs {second}: SQNR within {db(gap.largest_db)} dB"
+            + (f", outputs within {quantization_steps(steps)} quantization step(s)" if steps is not None else ""))
+
+
+def gap_table_text(gap) -> str:
+    return "\n".join([gap_text(gap), *text_table(gap_rows(gap))])
+
+
+def gap_table_html(gap) -> str:
+    return html_table("fi-engine-gap", escape(gap_text(gap)), gap_rows(gap))
 
 
 def gap_html(gap) -> str:
     """How far a preview (one engine's comparison) was from the numbers that replaced it (another's):
     one line, then per variant, output and step."""
-    from html import escape
-
-    return (f"<details class='fi-engine-gap'><summary>{escape('the preview was ' + gap.text())}</summary>"
-            + html_table("fi-engine-gap-rows", "", gap.rows()) + "</details>")
+    return (f"<details class='fi-engine-gap'><summary>{escape('the preview was ' + gap_text(gap))}</summary>"
+            + html_table("fi-engine-gap-rows", "", gap_rows(gap)) + "</details>")

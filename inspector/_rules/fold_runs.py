@@ -26,7 +26,7 @@ class FoldRun:
 
 
 class FoldLog:
-    """Collects a ``FoldRun`` per call of a policy pass; safe to share between threads."""
+    """Collects a ``FoldRun`` per call of a rule's pass; safe to share between threads."""
 
     def __init__(self, snapshots: bool = False) -> None:
         self.snapshots = snapshots

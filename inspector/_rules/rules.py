@@ -10,6 +10,11 @@ guard such as the one executorch PR #21234 proposes: an open pull request, in no
 
 from __future__ import annotations
 
+from importlib.metadata import entry_points
+from pathlib import Path
+from dataclasses import replace as _replace
+import hashlib
+import inspect
 import re
 import time
 from dataclasses import dataclass, field
@@ -24,6 +29,10 @@ from .._doors import executorch as _executorch
 from .._sites import graph as _graph
 from .fold_runs import FoldLog, FoldRun, resolve_markers, start_run, unknown_marker
 from ..errors import FoldPassCrash, InspectorError, crash_behind, describe, listing, quoted
+from .._targets.load import import_file
+from .._sites.scale import scale_summary
+from .._base.hashing import digest
+import warnings
 
 @dataclass(frozen=True)
 class StateGuard:
@@ -89,7 +98,6 @@ class Rule:
     (``register``), and nothing else in the inspector branches on a rule's name.
     """
     name: str  # what users type: --rule NAME, analyze(rule=NAME), a variant's label
-    name: str  # what users type: --policy NAME, analyze(policy=NAME), a variant's label
     help: str  # one line: what the rule does
     source: str  # where the rule comes from (the installed pass, an open upstream PR, this project, a file)
     folds: bool = True  # False: the pass never runs, nothing folds
@@ -113,8 +121,6 @@ class Rule:
         user's, its name, file and the source of its guard or pass class (an edited rule is another)."""
         if not self.is_users:
             return (self.name,)
-        import hashlib
-        import inspect
 
         code = self.check if self.check is not None else self.pass_class
         try:
@@ -145,6 +151,22 @@ class Rule:
         return (isinstance(other, Rule) and (self.name, self.help, self.source, self.folds, self.guard, self.origin)
                 == (other.name, other.help, other.source, other.folds, other.guard, other.origin)
                 and self.check is other.check and self.pass_class is other.pass_class)
+
+    # A rule travels to a worker as what rebuilds it there (its name, file and identity), never as its code:
+    # the worker finds the same rule registered, or loads it again from its file (``travelled``).
+    def __reduce__(self):
+        return travelled, (self.name, self.origin, rule_identity(self))
+
+    def __copy__(self) -> "Rule":
+        return self  # frozen, and its guard or pass class is the user's own object
+
+    def __deepcopy__(self, memo) -> "Rule":
+        return self
+
+    @property
+    def stand_in(self) -> bool:
+        """A rule read from a file by name only (a saved result of a rule this process does not know)."""
+        return self.source == _STAND_IN
 
     @classmethod
     def from_pass(cls, pass_class: type, *, name: str | None = None, help: str | None = None,
@@ -188,7 +210,6 @@ ENTRY_POINT_GROUP = "fold_inspector.rules"  # plugins: a callable that receives 
 
 def _discover(registry) -> None:
     """Register the rules plugins offer through the ``fold_inspector.rules`` entry points (once)."""
-    from importlib.metadata import entry_points
 
     for point in entry_points(group=ENTRY_POINT_GROUP):
         try:
@@ -198,7 +219,6 @@ def _discover(registry) -> None:
             else:
                 loaded(register)
         except Exception as exc:  # noqa: BLE001 - a broken plugin must not take every rule with it
-            import warnings
 
             warnings.warn(f"the fold-rule plugin {point.name} ({point.value}) failed to load: {describe(exc)}",
                           stacklevel=2)
@@ -254,9 +274,6 @@ def load_rule(spec: str) -> Rule:
     """``path/to/file.py:NAME``: import the file and register what NAME is: a rule made with
     ``@inspector.rule``, a guard function of a ``RuleContext``, or a pass class with the installed
     pass's constructor (``Rule.from_pass``). The rule keeps its file as ``origin``."""
-    from pathlib import Path
-
-    from .._targets.load import import_file
 
     file, _, attr = spec.rpartition(":")
     if not file.endswith(".py") or not attr.isidentifier():
@@ -278,7 +295,6 @@ def load_rule(spec: str) -> Rule:
                        (callable(v) and getattr(v, "__module__", None) == module.__name__))
         raise InspectorError(f"{Path(file).name} has no rule, guard function or pass class {quoted(attr)}; "
                              f"found: {listing(found) or 'none'}")
-    from dataclasses import replace as _replace
 
     return register(_replace(rule, origin=origin), replace=True)
 
@@ -318,7 +334,6 @@ def rule_skips(rule: Rule, graph, program, stage: str, cands, ids, reach: _graph
     or a ``Skip``, or takes longer than ``GUARD_SECONDS`` on a site is one line naming the rule."""
     if rule.check is None:
         return {}
-    from .._sites.scale import scale_summary
 
     marked = set(marked)
     to_output = _graph.reaches_output(graph)
@@ -349,9 +364,9 @@ def rule_skips(rule: Rule, graph, program, stage: str, cands, ids, reach: _graph
     return out
 
 
-def policy_pass_class(policy: "str | Rule", markers: Iterable[str] = (), log: FoldLog | None = None,
+def rule_pass_class(rule: "str | Rule", markers: Iterable[str] = (), log: FoldLog | None = None,
                       hidden: frozenset[str] | None = None, site_ids: dict[str, str] | None = None) -> type:
-    """A subclass of the installed pass that applies ``policy`` and ``markers`` and reports to ``log``.
+    """A subclass of the installed pass that applies ``rule`` and ``markers`` and reports to ``log``.
 
     Markers (site ids or node names) are set on the graph the pass receives, in
     ``meta["carried_quant_state"]`` and ``meta["custom"]``, before the guard reads them.
@@ -361,34 +376,34 @@ def policy_pass_class(policy: "str | Rule", markers: Iterable[str] = (), log: Fo
     The subclass is made by the door (``_executorch.fold_pass_subclass``): the fold itself
     is always the installed code.
     """
-    policy = get_rule(policy)
+    rule = get_rule(rule)
     markers = tuple(markers)
-    if policy.pass_class is not None:
-        from .user_pass import user_pass_class
+    if rule.pass_class is not None:
+        from .user_pass import user_pass_class  # cycle: user_pass builds on this module
 
-        return user_pass_class(policy, markers, log)
+        return user_pass_class(rule, markers, log)
     return _executorch.fold_pass_subclass(
-        policy.name, lambda gm, program: _PolicyCall(policy, markers, log, gm, program, hidden, site_ids))
+        rule.name, lambda gm, program: _RuleCall(rule, markers, log, gm, program, hidden, site_ids))
 
 
-class _PolicyCall:
-    """One call of a policy pass: marks the graph, hides guarded muls, records what folded."""
+class _RuleCall:
+    """One call of a rule's pass: marks the graph, hides guarded muls, records what folded."""
 
-    def __init__(self, policy: Rule, markers: tuple[str, ...], log: FoldLog | None, graph_module: GraphModule,
+    def __init__(self, rule: Rule, markers: tuple[str, ...], log: FoldLog | None, graph_module: GraphModule,
                  program, hidden: frozenset[str] | None = None, site_ids: dict[str, str] | None = None) -> None:
         graph = graph_module.graph
         run = start_run(graph_module, program, markers, log, site_ids)
         self.run, self.log = run, log
-        self.skip = not policy.folds
+        self.skip = not rule.folds
         if hidden is None:
-            self.guarded = guarded_muls(policy, graph, program)
-            if policy.check is not None:  # a user's guard, read on the graph as the pass receives it
+            self.guarded = guarded_muls(rule, graph, program)
+            if rule.check is not None:  # a user's guard, read on the graph as the pass receives it
                 cands = _graph.candidates(graph)
                 reach = _graph.state_reach(graph, program.graph_signature if program is not None else None,
                                            in_place_writes=True)
                 stage = "tfa" if program is None else "lowering"
                 by_name = {n.name: n for n in graph.nodes}
-                for name in rule_skips(policy, graph, program, stage, cands, _graph.site_ids(cands), reach):
+                for name in rule_skips(rule, graph, program, stage, cands, _graph.site_ids(cands), reach):
                     self.guarded.setdefault(by_name[name], ["rule"])
         else:
             self.guarded = {n: [] for n in graph.nodes if n.name in hidden}
@@ -413,26 +428,26 @@ class _PolicyCall:
             self.log.add(self.run)
 
 
-def guard_reach(policy: "str | Rule", graph, signature, also_marked: Iterable[Node] = ()) -> _graph.StateReach:
-    """What ``policy``'s state guard reads on ``graph``: which nodes reach which state boundary
-    (nothing for the policies without a guard)."""
-    return get_rule(policy).reach(graph, signature, also_marked)
+def guard_reach(rule: "str | Rule", graph, signature, also_marked: Iterable[Node] = ()) -> _graph.StateReach:
+    """What ``rule``'s state guard reads on ``graph``: which nodes reach which state boundary
+    (nothing for the rules without a guard)."""
+    return get_rule(rule).reach(graph, signature, also_marked)
 
 
-def guarded_muls(policy: "str | Rule", graph, program) -> dict[Node, list[str]]:
+def guarded_muls(rule: "str | Rule", graph, program) -> dict[Node, list[str]]:
     """Muls the state guard hides from the pass, with the boundary kinds each one reaches."""
-    reach = guard_reach(policy, graph, program.graph_signature if program is not None else None)
+    reach = guard_reach(rule, graph, program.graph_signature if program is not None else None)
     return {n: list(reach.kinds(n)) for n in graph.nodes if _graph.is_mul(n) and reach.kinds(n)}
 
 
-def run_pass(graph_module: GraphModule, program, policy: "str | Rule", markers: tuple[str, ...] = (),
+def run_pass(graph_module: GraphModule, program, rule: "str | Rule", markers: tuple[str, ...] = (),
              stage: str = "", hidden: frozenset[str] | None = None,
              site_ids: dict[str, str] | None = None) -> FoldRun:
-    """Run ``policy``'s pass on ``graph_module`` (rewritten in place: give it a private copy);
+    """Run ``rule``'s pass on ``graph_module`` (rewritten in place: give it a private copy);
     ``hidden``: the muls the guard hides, by name, instead of the guard's own reading of this graph;
     ``site_ids``: mul name -> site id, when the caller found the sites already."""
     log = FoldLog()
-    pass_class = policy_pass_class(policy, markers, log, hidden, site_ids)
+    pass_class = rule_pass_class(rule, markers, log, hidden, site_ids)
     fold_pass = pass_class(program) if program is not None else pass_class(tfa_pass=True)
     try:
         with _executorch.fast_signature_lookups(program):
@@ -448,42 +463,47 @@ def run_pass(graph_module: GraphModule, program, policy: "str | Rule", markers: 
     return log.runs[-1]
 
 
-def folded_site_ids(stage_graph, policy: "str | Rule", markers: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """The ids of the sites ``policy``'s pass folds on ``stage_graph`` (a private copy is rewritten)."""
+def folded_site_ids(stage_graph, rule: "str | Rule", markers: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The ids of the sites ``rule``'s pass folds on ``stage_graph`` (a private copy is rewritten)."""
     gm, program = stage_graph.fresh_copy()
     _, unknown = resolve_markers(gm.graph, markers)
     if unknown:
         raise unknown_marker(unknown[0], stage_graph.stage, _graph.site_ids(_graph.candidates(gm.graph)))
-    return tuple(run_pass(gm, program, policy, markers, stage_graph.stage).folded_ids)
+    return tuple(run_pass(gm, program, rule, markers, stage_graph.stage).folded_ids)
 
 
-# ---------------------------------------------------------------- rules in worker processes
+# ---------------------------------------------------------------- rules in worker processes and files
 
 
-def rule_identity(name: str) -> str:
+def rule_identity(rule: "str | Rule") -> str:
     """A rule's identity in a few characters (a user's rule: by its source)."""
-    from .._base.hashing import digest
 
-    return digest(get_rule(name).identity)[:20]
-
-
-def ensure_rules(rules) -> None:
-    """Make a parent's rules (``rule_origins``) known in this worker as the parent knows them: a rule from a file is (re)loaded
-    from that file when this process does not know it, or knows an older version of it."""
-    for name, origin, identity in rules:
-        try:
-            if rule_identity(name) == identity:
-                continue
-        except InspectorError:
-            pass
-        if not origin:
-            raise InspectorError(f"rule {name!r} is not known in this worker process; define it in a file and "
-                                 "name it path/to/rules.py:NAME")
-        load_rule(origin)
-        if rule_identity(name) != identity:
-            raise InspectorError(f"rule {name!r} in {origin} changed while the sweep ran; run it again")
+    return digest(get_rule(rule).identity)[:20]
 
 
-def rule_origins(names) -> list[tuple[str, str, str]]:
-    """What a worker needs to know each rule as this process does: name, file (if any), identity."""
-    return [(name, get_rule(name).origin, rule_identity(name)) for name in dict.fromkeys(names)]
+def travelled(name: str, origin: str, identity: str) -> Rule:
+    """The rule a parent process sent (``Rule.__reduce__``), as this process knows it: the one registered
+    under ``name`` when it is the same, else loaded again from its file (one line if it cannot be)."""
+    try:
+        if rule_identity(name) == identity:
+            return get_rule(name)
+    except InspectorError:
+        pass
+    if not origin:
+        raise InspectorError(f"rule {name!r} is not known in this worker process; define it in a file and "
+                             "name it path/to/rules.py:NAME")
+    loaded = load_rule(origin)
+    if rule_identity(loaded) != identity:
+        raise InspectorError(f"rule {name!r} in {origin} changed while the work ran; run it again")
+    return loaded
+
+
+_STAND_IN = "a file that names it (this process does not know the rule)"
+
+
+def rule_named(name: str) -> Rule:
+    """The rule a file names (a saved comparison, session or sweep): the registered one, or, for a name this
+    process does not know, a stand-in that says so (it reads and shows; it cannot run)."""
+    if name in rules:
+        return rules.get(name)
+    return Rule(name, "a rule this process does not know", _STAND_IN)

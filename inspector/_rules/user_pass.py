@@ -27,13 +27,13 @@ from .fold_runs import start_run
 from ..errors import InspectorError, describe, quoted
 
 
-def user_pass_class(policy, markers: tuple[str, ...], log) -> type:
-    """A subclass of ``policy.pass_class`` that runs it as above and reports a ``FoldRun`` to ``log``."""
-    base = policy.pass_class
-    name = quoted(policy.name)
+def user_pass_class(rule, markers: tuple[str, ...], log) -> type:
+    """A subclass of ``rule.pass_class`` that runs it as above and reports a ``FoldRun`` to ``log``."""
+    base = rule.pass_class
+    name = quoted(rule.name)
 
     class Run(base):  # type: ignore[misc, valid-type]
-        __doc__ = f"{base.__name__}, the pass of rule {policy.name}, held to the fold."
+        __doc__ = f"{base.__name__}, the pass of rule {rule.name}, held to the fold."
 
         def __init__(self, *args, **kwargs):
             try:
@@ -59,13 +59,13 @@ def user_pass_class(policy, markers: tuple[str, ...], log) -> type:
             except Exception as exc:  # noqa: BLE001
                 raise InspectorError(f"the pass of rule {name} left a graph that fails graph.lint(): "
                                      f"{describe(exc)}") from None
-            run.folded = before.folded_in(graph_module, policy.name)
+            run.folded = before.folded_in(graph_module, rule.name)
             run.folded_ids = [run.site_ids[m] for m in run.folded]
             if log is not None:
                 log.add(run)
             return result
 
-    Run.__name__ = Run.__qualname__ = f"{base.__name__}[{policy.name}]"
+    Run.__name__ = Run.__qualname__ = f"{base.__name__}[{rule.name}]"
     return Run
 
 

@@ -21,12 +21,13 @@ from .reasons import Reason, ReasonCode as R
 
 @dataclass
 class Context:
-    """What every check may read: the graph as the pass receives it, and the policy."""
+    """What every check may read: the graph as the pass receives it, and the rule deciding it."""
 
     stage: str
-    policy: Any  # the rule deciding (a _policies.Rule)
+    rule: str  # the name of the rule deciding
+    folds: bool  # the rule lets the pass run at all (False: 'off')
     program: Any  # ExportedProgram or None (tfa)
-    reach: _graph.StateReach  # the state guard's view for this policy (empty for upstream/off)
+    reach: _graph.StateReach  # the rule's state guard's view (empty for upstream/off)
     predicted_fold: set  # muls the explainer already predicts folded (earlier in graph order)
     order: dict | None = None  # node -> position in the graph: nodes are named in graph order
     skips: dict = field(default_factory=dict)  # mul name -> (site id, Skip): what a user's guard keeps from the pass
@@ -62,9 +63,9 @@ def _effective_users(conv: Node, ctx: Context) -> list[Node]:
 # ---------------------------------------------------------------- the checks, in pass order
 
 
-def policy_off(ctx, c):
-    if not ctx.policy.folds:
-        return Reason.of(R.POLICY_OFF, f"{c.mul.name} is left as it is under policy {ctx.policy.name!r}")
+def rule_off(ctx, c):
+    if not ctx.folds:
+        return Reason.of(R.RULE_OFF, f"{c.mul.name} is left as it is under rule {ctx.rule!r}")
 
 
 def disallowed_by_quantizer(ctx, c):
@@ -86,7 +87,7 @@ def _state_check(kind: str, code: R) -> Check:
 def skipped_by_rule(ctx, c):
     if c.mul.name in ctx.skips:
         _, skip = ctx.skips[c.mul.name]
-        return Reason(f"rule:{skip.code}", f"the rule {ctx.policy.name!r} keeps this site from the pass", skip.detail)
+        return Reason(f"rule:{skip.code}", f"the rule {ctx.rule!r} keeps this site from the pass", skip.detail)
 
 
 def mul_op_not_matched(ctx, c):
@@ -229,7 +230,7 @@ def weight_shared(ctx, c):
 
 
 CHECKS: tuple[Check, ...] = (
-    policy_off,
+    rule_off,
     disallowed_by_quantizer,
     _state_check(_graph.MARKER, R.MARKED_CARRIED_STATE),
     _state_check(_graph.BUFFER, R.FEEDS_BUFFER_MUTATION),

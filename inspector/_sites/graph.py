@@ -15,6 +15,7 @@ from torch.fx import Node
 
 from .._doors import executorch as _executorch
 from .._base.cache import FactTable, WeakCache
+from torch.export.graph_signature import InputKind, OutputKind
 
 CARRIED_STATE_KEY = "carried_quant_state"
 # A node with more neighbours ends a neighbourhood walk: a focused picture and the region it is drawn
@@ -337,7 +338,6 @@ def state_writes(graph: torch.fx.Graph, signature: Any = None) -> list[StateWrit
     nodes = list(graph.nodes)
     buffer_inputs: set[str] = set()
     if signature is not None:
-        from torch.export.graph_signature import InputKind, OutputKind
 
         buffer_inputs = {s.arg.name for s in signature.input_specs if s.kind == InputKind.BUFFER}
         out = next((n for n in reversed(nodes) if n.op == "output"), None)
@@ -361,7 +361,6 @@ def placeholder_roles(signature: Any = None) -> tuple[set[str], set[str]]:
     by an exported program's graph signature (empty sets without one)."""
     if signature is None:
         return set(), set()
-    from torch.export.graph_signature import InputKind
 
     buffers, constants = set(), set()
     for spec in signature.input_specs:
@@ -528,7 +527,6 @@ def output_values(graph: torch.fx.Graph, signature: Any = None, user_only: bool 
         else:
             values.append(value)
     if user_only and signature is not None:
-        from torch.export.graph_signature import OutputKind
 
         values = [v for v, spec in zip(values, signature.output_specs) if spec.kind == OutputKind.USER_OUTPUT]
     return values
@@ -592,7 +590,6 @@ ALIGNED_SKIP_OPS = ("getitem", "_guards_fn", "_assert", "sym_size", "alias")
 def aligned_ids(program) -> tuple[dict[str, str], dict[str, tuple[str, str, int]]]:
     """Aligned ids of the exported program's nodes: ``<module or root>:<op>`` (``#k`` when repeated),
     and (module, op, order) per node name."""
-    from torch.export.graph_signature import InputKind
 
     kinds = {s.arg.name: s.kind for s in program.graph_signature.input_specs if getattr(s.arg, "name", None)}
     buffers = {s.arg.name: s.target for s in program.graph_signature.input_specs if s.kind == InputKind.BUFFER}

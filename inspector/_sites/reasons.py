@@ -23,7 +23,7 @@ class _Code(str, enum.Enum):
 class ReasonCode(_Code):
     """Why a site is skipped; ``.value`` is the stable code and ``.sentence`` says it in words."""
 
-    POLICY_OFF = ("policy-off", "the policy 'off' never folds")
+    RULE_OFF = ("rule-off", "the rule 'off' never folds")
     DISALLOWED_BY_QUANTIZER = ("disallowed-by-quantizer", "the quantizer excluded this node from transform-for-annotation")
     MARKED_CARRIED_STATE = ("marked-carried-state", "the mul output reaches a node marked carried_quant_state")
     FEEDS_BUFFER_MUTATION = ("feeds-buffer-mutation", "the mul output is written back into a mutable buffer")

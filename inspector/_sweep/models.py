@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+from importlib.metadata import version
 import os
 import tomllib
 from dataclasses import dataclass, replace
@@ -12,6 +14,11 @@ from .._base.hashing import digest
 from .._base.limits import check_steps
 from ..errors import InspectorError, first_line, listing, quoted
 from .store import FORMAT_VERSION
+from .._targets.samples import samples
+from .._targets.samples import samples as sample_registry
+from .._base.limits import check_shape
+from .._base.version import __version__
+import torch
 
 
 @dataclass(frozen=True)
@@ -28,11 +35,6 @@ class ModelSpec:
         file (a sample: its package's sources), the input shapes and the stack's versions. A second
         sweep finds its results in the store by this key without loading anything, while the files the
         model was built from (its record's ``sources``: the helpers its file imports) are unchanged."""
-        from importlib.metadata import version
-
-        import torch
-
-        from .._base.version import __version__
 
         return digest(FORMAT_VERSION, self.target, _content_of(self.target), self.input_shapes,
                       torch.__version__, version("executorch"), version("tosa-tools"), __version__)
@@ -44,9 +46,6 @@ class ModelSpec:
 
 def _content_of(target: str) -> str:
     """A digest of the bytes a target is built from (edited files give another key)."""
-    import inspect
-
-    from .._targets.samples import samples
 
     if target.startswith("sample:"):
         try:
@@ -72,7 +71,6 @@ def models_from(models: Iterable[Any] = (), *, samples: bool = False,
     listing models (``[[model]]`` tables), ``ModelSpec`` records; ``samples`` adds every built-in sample.
     ``input_shapes`` applies to the targets given here (not to those in TOML files, which say their own).
     ``exclude`` drops models by label or sample name (``--samples --exclude generated_blocks``)."""
-    from .._targets.samples import samples as sample_registry
 
     shapes = _shapes(input_shapes, "input shape") if input_shapes else None
     out: list[ModelSpec] = []
@@ -165,7 +163,6 @@ def _spec(target: str, label: str, shapes, steps, root: Path) -> ModelSpec:
         return ModelSpec(f"{(root / file).resolve()}:{cls}", label, shapes, steps)
     if target.endswith(".pt2"):
         return ModelSpec(str((root / target).resolve()), label, shapes, steps)
-    from .._targets.samples import samples
 
     if target in samples.names():
         return ModelSpec(f"sample:{target}", label, shapes, steps)
@@ -179,7 +176,6 @@ def _shapes(shapes, what: str) -> tuple[tuple[int, ...], ...]:
         out = ()
     if not out or any(not s or any(isinstance(d, bool) or not isinstance(d, int) or d <= 0 for d in s) for s in out):
         raise InspectorError(f"{what} must be lists of positive integers, e.g. [1, 3, 8, 8]; got {quoted(shapes)}")
-    from .._base.limits import check_shape
 
     for s in out:
         check_shape(s, what)

@@ -114,7 +114,7 @@ class SweepRow:
 
     target: str  # the model
     stage: str  # aten, tfa or edge
-    policy: str  # the rule's name
+    rule: str  # the rule's name
     sites: int | None = None  # sites found at this stage (None: the stage could not be decided)
     folded: tuple[str, ...] = ()  # ids of the sites the rule folds
     skipped: tuple[str, ...] = ()  # ids of the sites it skips
@@ -128,7 +128,7 @@ class SweepRow:
         """The row's JSON; ``where=True`` adds where each site is (the form the store keeps)."""
         decided = {"sites": self.sites, "folded": list(self.folded), "skipped": list(self.skipped),
                    "reasons": {k: list(v) for k, v in self.reasons.items()}}
-        head = {"target": self.target, "stage": self.stage, "policy": self.policy}
+        head = {"target": self.target, "stage": self.stage, "rule": self.rule}
         if self.error is not None:
             return {**head, "error": self.error, **decided}
         return {**head, **decided, **({"where": {k: dict(v) for k, v in self.where.items()}} if where else {}),
@@ -136,19 +136,36 @@ class SweepRow:
 
     @classmethod
     def from_dict(cls, data) -> "SweepRow":
-        """A row as ``to_dict(where=True)`` wrote it; InspectorError when it is not one."""
+        """A row as ``to_dict(where=True)`` wrote it (or a sweep of format 1, which said "policy"); InspectorError
+        when it is not one."""
         if not isinstance(data, dict):
             raise _bad("row", data)
+        data = renamed_rule(data)
         sites = _whole(data.get("sites"), "row", data, optional=True)
         reasons = _mapping(data.get("reasons", {}), "row", data)
         where = _mapping(data.get("where", {}), "row", data)
         if not all(isinstance(v, dict) for v in where.values()):
             raise _bad("row", data)
-        return cls(_text(data, "target", "row"), _text(data, "stage", "row"), _text(data, "policy", "row"), sites,
+        return cls(_text(data, "target", "row"), _text(data, "stage", "row"), _text(data, "rule", "row"), sites,
                    _texts(data.get("folded", []), "row", data), _texts(data.get("skipped", []), "row", data),
                    {k: _texts(v, "row", data) for k, v in reasons.items()},
                    {k: dict(v) for k, v in where.items()}, _text(data, "error", "row", optional=True),
                    _number(data.get("seconds"), "row", data))
+
+
+# The one reason code renamed with the word (format 1 of the sweep's records wrote it).
+_OLD_REASONS = {"policy-off": "rule-off"}
+
+
+def renamed_rule(data: dict) -> dict:
+    """A record of format 1 (its rule under "policy", the reason code "policy-off") as this format writes it."""
+    if "policy" not in data or "rule" in data:
+        return data
+    data = {("rule" if k == "policy" else k): v for k, v in data.items()}
+    if isinstance(data.get("reasons"), dict):
+        data["reasons"] = {site: [_OLD_REASONS.get(c, c) for c in codes] if isinstance(codes, list) else codes
+                           for site, codes in data["reasons"].items()}
+    return data
 
 
 # A variant's measured fields, in the order of its JSON; a variant that did not run has none of them.
@@ -163,7 +180,7 @@ class SweepVariant:
 
     target: str  # the model
     variant: str  # the variant's label (its rule, markers, quantization)
-    policy: str  # its rule's name
+    rule: str  # its rule's name
     steps: int  # recurrent steps compared
     stage: str = NUMBERS_STAGE  # the stage whose decisions its numbers follow
     engine: str = "tosa"  # what computed the numbers: "tosa" or "simulation"
@@ -188,7 +205,7 @@ class SweepVariant:
 
     def to_dict(self) -> dict:
         d = {"target": self.target, "stage": self.stage, "engine": self.engine, "variant": self.variant,
-             "policy": self.policy, "markers": list(self.markers), "quantization": self.quantization,
+             "rule": self.rule, "markers": list(self.markers), "quantization": self.quantization,
              "overrides": dict(self.overrides), "steps": self.steps, "sqnr_db_last": self.sqnr_db_last,
              "sqnr_db_worst": self.sqnr_db_worst}
         if self.error is None:
@@ -203,12 +220,13 @@ class SweepVariant:
 
     @classmethod
     def from_dict(cls, data) -> "SweepVariant":
-        """A variant as ``to_dict`` wrote it; InspectorError when it is not one."""
+        """A variant as ``to_dict`` wrote it (or a sweep of format 1); InspectorError when it is not one."""
         if not isinstance(data, dict):
             raise _bad("variant", data)
+        data = renamed_rule(data)
         error = _text(data, "error", "variant", optional=True)
         fields = dict(target=_text(data, "target", "variant"), variant=_text(data, "variant", "variant"),
-                      policy=_text(data, "policy", "variant"), steps=_whole(data.get("steps"), "variant", data),
+                      rule=_text(data, "rule", "variant"), steps=_whole(data.get("steps"), "variant", data),
                       stage=_text(data, "stage", "variant"),
                       engine=_text(data, "engine", "variant"), markers=_texts(data.get("markers"), "variant", data),
                       quantization=_text(data, "quantization", "variant"),
@@ -259,29 +277,29 @@ class ChangedSite:
         return d
 
 
-def sqnr_by_policy(variants) -> dict[str, dict[str, float]]:
+def sqnr_by_rule(variants) -> dict[str, dict[str, float]]:
     """model -> rule -> SQNR at the last step, from the variants that ran without markers."""
     out: dict[str, dict[str, float]] = {}
     for v in variants:
         if v.error is None and not v.markers:
-            out.setdefault(v.target, {})[v.policy] = v.sqnr_db_last
+            out.setdefault(v.target, {})[v.rule] = v.sqnr_db_last
     return out
 
 
-def changed_sites(policies, rows, variants) -> tuple[ChangedSite, ...]:
+def changed_sites(rules, rows, variants) -> tuple[ChangedSite, ...]:
     """Every site whose decision differs between the rules, per model and stage. Only a change at
     tfa carries SQNR figures: the quantized flow folds there, so a change at aten or edge alone does
     not reach its numbers."""
     by_model: dict[tuple[str, str], dict[str, SweepRow]] = {}
     for row in rows:
         if row.error is None:
-            by_model.setdefault((row.target, row.stage), {})[row.policy] = row
-    sqnr = sqnr_by_policy(variants)
+            by_model.setdefault((row.target, row.stage), {})[row.rule] = row
+    sqnr = sqnr_by_rule(variants)
     out = []
     for (target, stage), mine in by_model.items():
         if len(mine) < 2:
             continue
-        order = [p for p in policies if p in mine]
+        order = [p for p in rules if p in mine]
         site_ids = dict.fromkeys(s for p in order for s in (*mine[p].folded, *mine[p].skipped))
         for site in site_ids:
             decisions = {p: ("fold" if site in mine[p].folded else "skip" if site in mine[p].skipped else "absent")
@@ -292,7 +310,7 @@ def changed_sites(policies, rows, variants) -> tuple[ChangedSite, ...]:
             numbers = {}
             if sqnr.get(target) and stage == NUMBERS_STAGE:
                 values = sqnr[target]
-                base = values.get(policies[0])
+                base = values.get(rules[0])
                 numbers = dict(sqnr_db_last={p: values.get(p) for p in order},
                                sqnr_delta_db={p: sqnr_delta(values.get(p), base) for p in order[1:]})
             out.append(ChangedSite(target, stage, site, decisions,

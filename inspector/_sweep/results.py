@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
-from .._present.formats import jsonable
+from .._base.data import FORMAT, jsonable
+from .._base.formats import GITHUB_COMMENT_LIMIT
 from ..errors import InspectorError, quoted
-from .formats import FORMATS, GITHUB_COMMENT_LIMIT, redactor, sweep_html, sweep_markdown, sweep_plot
 from .records import (NUMBERS_STAGE, UNCHANGED_DB, ChangedSite, SweepModel, SweepRow, SweepVariant, changed_sites,
-                      sqnr_by_policy, sqnr_delta, table_number)
+                      sqnr_by_rule, sqnr_delta, table_number)
+
+
+# The formats a sweep is written in (``Sweep.format``; the presentation, ``_present/sweep.py``, writes each).
+FORMATS = ("md", "html", "json", "csv")
 
 
 @dataclass(frozen=True)
@@ -21,7 +24,7 @@ class Sweep:
     NUMBERS_STAGE = NUMBERS_STAGE  # the stage whose decisions the quantized numbers follow
     UNCHANGED_DB = UNCHANGED_DB  # an SQNR difference below this is "unchanged"
 
-    policies: tuple[str, ...]  # the rules, the first one the baseline deltas are taken against
+    rules: tuple[str, ...]  # the rules, the first one the baseline deltas are taken against
     stages: tuple[str, ...]  # the stages decided
     steps: int  # recurrent steps compared (0: decisions only)
     models: tuple[SweepModel, ...]  # per model: target, error (None), fingerprint, timings
@@ -39,30 +42,30 @@ class Sweep:
         """Every site whose decision differs between the rules, per model and stage (derived from
         rows and variants). Only a change at tfa carries SQNR figures: the quantized flow folds
         there, so a change at aten or edge alone does not reach its numbers."""
-        return changed_sites(self.policies, self.rows, self.variants)
+        return changed_sites(self.rules, self.rows, self.variants)
 
     def summary(self) -> list[str]:
         """One sentence per rule against the baseline: how many sites it changes, in how many models,
         and what that does to the SQNR at the last step."""
-        base = self.policies[0]
+        base = self.rules[0]
         k = sum(1 for m in self.models if m.error is None)
         changed = self.changed
-        sqnr = sqnr_by_policy(self.variants)
+        sqnr = sqnr_by_rule(self.variants)
         lines = []
-        for policy in self.policies[1:]:
-            mine = [c for c in changed if c.decisions.get(policy) != c.decisions.get(base)]
+        for rule in self.rules[1:]:
+            mine = [c for c in changed if c.decisions.get(rule) != c.decisions.get(base)]
             models = sorted({c.target for c in mine})
-            line = (f"`{policy}` changes {len(mine)} site{'s' * (len(mine) != 1)} in {len(models)} of {k} "
+            line = (f"`{rule}` changes {len(mine)} site{'s' * (len(mine) != 1)} in {len(models)} of {k} "
                     f"model{'s' * (k != 1)} against `{base}`")
             if self.steps and NUMBERS_STAGE not in self.stages:
                 line += (f"; {NUMBERS_STAGE} was not decided in this sweep, so its changes cannot be tied to the "
                          f"quantized numbers (the quantized flow folds at {NUMBERS_STAGE}: add it to the stages)")
             elif self.steps:
-                compared = {t for t, values in sqnr.items() if policy in values and base in values}
+                compared = {t for t, values in sqnr.items() if rule in values and base in values}
                 measured = sorted({c.target for c in mine if c.stage == NUMBERS_STAGE} & compared)
                 better = worse = same = 0
                 for target in measured:
-                    d = sqnr_delta(sqnr[target][policy], sqnr[target][base])
+                    d = sqnr_delta(sqnr[target][rule], sqnr[target][base])
                     if d is None:
                         continue
                     if abs(d) < UNCHANGED_DB:
@@ -92,7 +95,7 @@ class Sweep:
     def to_dict(self) -> dict:
         """The JSON contract: models, rows, changed, variants (and how the sweep ran)."""
         return jsonable({
-            "policies": list(self.policies), "stages": list(self.stages), "steps": self.steps,
+            "format": FORMAT, "rules": list(self.rules), "stages": list(self.stages), "steps": self.steps,
             "engine": self.engine, "models": [m.to_dict() for m in self.models],
             "rows": [r.to_dict() for r in self.rows],
             "changed": [c.to_dict() for c in self.changed], "variants": [v.to_dict() for v in self.variants],
@@ -102,23 +105,25 @@ class Sweep:
         })
 
     def to_json(self) -> str:
-        return json.dumps(redactor().value(self.to_dict()), indent=2, allow_nan=False)
+        """``to_dict()`` as JSON text, local paths redacted."""
+        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        return drawing.sweep_json(self)
 
     def to_dataframe(self, kind: str = "rows"):
         """A pandas DataFrame: ``"rows"`` (one per model x stage x rule, with its variant's SQNR),
         ``"changed"`` (one per changed site, with SQNR deltas) or ``"variants"``."""
-        import pandas as pd
+        import pandas as pd  # lazy: pandas is only for the notebook user's tables
 
         if kind == "rows":
-            sqnr = {(v.target, v.policy): v for v in self.variants if not v.markers}
+            sqnr = {(v.target, v.rule): v for v in self.variants if not v.markers}
             records = []
             for r in self.rows:
-                v = sqnr.get((r.target, r.policy))
-                records.append({"target": r.target, "stage": r.stage, "policy": r.policy, "sites": r.sites,
+                v = sqnr.get((r.target, r.rule))
+                records.append({"target": r.target, "stage": r.stage, "rule": r.rule, "sites": r.sites,
                                 "folded": len(r.folded), "skipped": len(r.skipped), "error": r.error,
                                 "sqnr_db_last": table_number(v.sqnr_db_last if v else None),
                                 "sqnr_db_worst": table_number(v.sqnr_db_worst if v else None)})
-            return pd.DataFrame.from_records(records, columns=["target", "stage", "policy", "sites", "folded",
+            return pd.DataFrame.from_records(records, columns=["target", "stage", "rule", "sites", "folded",
                                                                "skipped", "error", "sqnr_db_last", "sqnr_db_worst"])
         if kind == "changed":
             records = []
@@ -139,33 +144,38 @@ class Sweep:
         raise InspectorError(f"unknown table {quoted(kind)}; choose rows, changed or variants")
 
     def to_csv(self) -> str:
-        return redactor()(self.to_dataframe("rows").to_csv(index=False))
+        """One line per model x stage x rule (the ``rows`` table), local paths redacted."""
+        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        return drawing.sweep_csv(self)
 
     def to_markdown(self, limit: int = GITHUB_COMMENT_LIMIT) -> str:
         """A comment for a pull request: the summary, then the changed sites with their models, reasons
         and SQNR deltas, then every model; within ``limit`` characters (rows left out are counted)."""
-        return redactor()(sweep_markdown(self, limit))
+        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        return drawing.sweep_markdown(self, limit)
 
     def to_html(self) -> str:
         """A self-contained HTML page (every model-derived string escaped)."""
-        return redactor(html_text=True)(sweep_html(self))
+        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        return drawing.sweep_page(self)
 
     def format(self, fmt: str) -> str:
         """The sweep in one of ``FORMATS``."""
-        if fmt not in FORMATS:
-            raise InspectorError(f"unknown format {quoted(fmt)}; choose one of: {', '.join(FORMATS)}")
-        return {"md": self.to_markdown, "html": self.to_html, "json": self.to_json, "csv": self.to_csv}[fmt]()
+        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        return drawing.sweep_format(self, fmt)
 
     def plot(self):
         """A bar per changed site: the SQNR delta of each rule against the baseline (matplotlib)."""
-        return sweep_plot(self)
+        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        return drawing.plot(self)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        return {"text/plain": repr(self), "text/html": sweep_html(self, page=False)}
+        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        return drawing.bundle(self)
 
     def __repr__(self) -> str:
         failed = sum(1 for m in self.models if m.error)
-        return (f"<Sweep {len(self.models)} models x {len(self.policies)} rules x {len(self.stages)} stages: "
+        return (f"<Sweep {len(self.models)} models x {len(self.rules)} rules x {len(self.stages)} stages: "
                 f"{len(self.changed)} changed sites" + (f", {failed} failed" if failed else "") + ">")
 
 

@@ -13,12 +13,11 @@ from pathlib import Path
 
 from .._base import store as _store
 from .._base.hashing import digest
-from .._rules.rules import get_rule
 from .._numbers.quantization import quantizations
 from .._numbers.results import Variant
-from .._present.formats import jsonable
+from .._base.data import jsonable
 
-FORMAT_VERSION = 2  # of the sweep's records (1: plain JSON files in out/, no longer read)
+FORMAT_VERSION = 3  # of the sweep's records (3: a rule is "rule"; 2 said "policy", read by records.renamed_rule; 1: plain JSON files in out/, no longer read)
 
 # The kinds of the sweep's entries (``Store.name(kind, ...)``).
 MODEL, ROW, VARIANT = "sweep-model", "sweep-row", "sweep-variant"
@@ -62,12 +61,7 @@ def unchanged(sources) -> bool:
     return True
 
 
-def rule_key(policy: str) -> tuple:
-    """A rule's part of a key: its identity (a user's rule: by its source; one without: not kept)."""
-    return get_rule(policy).identity
-
-
 def variant_key(variant: Variant, steps: int, engine: str) -> tuple:
     """A variant's part of a key: its rule, markers, quantization and overrides, the steps, the engine."""
     identity = quantizations.get(variant.quantization or "a8w8").identity
-    return (get_rule(variant.policy).identity, variant.markers, steps, identity, variant.overrides, engine)
+    return (variant.rule.identity, variant.markers, steps, identity, variant.overrides, engine)

@@ -26,6 +26,7 @@ How it runs:
 
 from __future__ import annotations
 
+from dataclasses import replace
 import os
 import time
 from dataclasses import dataclass, field
@@ -35,15 +36,19 @@ from typing import Any, Iterable, Sequence
 from .._workers import pool as _pool
 from .._base import store as _store
 from .._base.limits import check_steps
-from .._rules.rules import check_rule, get_rule
+from .._rules.rules import Rule, get_rule, register
 from .._numbers.results import Variant
 from .._numbers.tasks import VariantTask, group_by_decisions
 from ..errors import InspectorError, listing, quoted
-from .formats import FORMATS
 from .models import ModelSpec, models_from, read_models_toml
 from .records import NUMBERS_STAGE, UNCHANGED_DB, Progress, SweepBar, SweepModel, SweepRow, SweepVariant
-from .results import Sweep
-from .store import MODEL, ROW, VARIANT, Records, rule_key, unchanged, variant_key
+from .results import FORMATS, Sweep
+from .store import MODEL, ROW, VARIANT, Records, unchanged, variant_key
+from .work import MODEL_TASK, VARIANT_TASK
+from .._numbers.compare import variants_of, workers_of
+from .._numbers.engines import TOSA, check_engine
+from .._numbers.engines import SIMULATION_NOTE
+from .._decide.stages import check_stage
 
 
 def sweep(
@@ -82,8 +87,6 @@ def sweep(
     decisions at tfa differ between the rules, where a reviewer of a rule change looks: their rows
     are replaced by TOSA's and marked ``"confirmed"``; the others stay the simulation's.
     """
-    from .._numbers.compare import variants_of, workers_of
-    from .._numbers.engines import TOSA, check_engine
 
     engine = check_engine(engine)
 
@@ -97,7 +100,7 @@ def sweep(
                              f"list with {NUMBERS_STAGE} (--engine simulation --steps N --stages {NUMBERS_STAGE} --confirm)")
     if steps:
         check_steps(steps)
-    compare_variants = variants_of(variants, None) if variants is not None else [Variant(p) for p in rules]
+    compare_variants = variants_of(variants, None) if variants is not None else [Variant(r) for r in rules]
     if not steps and variants is not None:
         raise InspectorError("variants are compared on the TOSA reference: give steps >= 1 (--steps N or --compare)")
     n_workers = workers_of(workers)
@@ -122,12 +125,12 @@ def _out_folder(out) -> Path:
 def _swept(specs, rules, stage_list, steps, variants, compare_variants, workers, n_workers, executor, out,
            ray_address, progress, engine, confirm, t_start) -> Sweep:
     """The sweep asked of ``sweep``, inside its result store (``_store.using``)."""
-    from .._numbers.engines import SIMULATION_NOTE, TOSA
 
     store = Records(_store.store())
-    origins = _origins([*rules, *(v.policy for v in compare_variants)])
     notes = []
-    local_only = [name for name, origin, _ in origins if get_rule(name).is_users and not origin]
+    # A rule defined in this process only (no file) cannot travel to a worker (``Rule.__reduce__``).
+    local_only = list(dict.fromkeys(r.name for r in (*rules, *(v.rule for v in compare_variants))
+                                    if r.is_users and not r.origin))
     if local_only:
         notes.append(f"rule {listing(local_only)} lives in this process only (not in a file), so every task ran "
                      "here, one after another: save it in a file and name it path/to/rules.py:NAME to use workers")
@@ -140,14 +143,14 @@ def _swept(specs, rules, stage_list, steps, variants, compare_variants, workers,
         state.plan(spec)
     if state.pending_models:
         with _pool.pool_for(executor, n_workers, ray_address, inline=bool(local_only)) as pool:
-            state.run(pool, origins)
+            state.run(pool)
     notes += state.notes
     cached = sum(1 for v in state.results.values() if v.cached)
     if cached:
         notes.append(f"{cached} variant{'s' * (cached != 1)} answered by warm worker processes from an earlier sweep "
                      "of the same model, or from the result store (same numbers, no time spent); "
                      "inspector.clear_cache(disk=True) stops those workers and empties the store")
-    result = Sweep(tuple(rules), tuple(stage_list), steps, tuple(state.model_rows()), tuple(state.rows_in_order()),
+    result = Sweep(tuple(r.name for r in rules), tuple(stage_list), steps, tuple(state.model_rows()), tuple(state.rows_in_order()),
                  tuple(state.variants_in_order()), executor="inline" if local_only else executor,
                  seconds=time.perf_counter() - t_start, reused=state.reused,
                  out=str(out) if out is not None else None, notes=tuple(notes), engine=engine)
@@ -162,7 +165,6 @@ def _confirmed(simulated: Sweep, specs: list[ModelSpec], asked: dict, t_start: f
     """``simulated`` with the variants of every model whose decisions at tfa differ between the rules
     run again on the TOSA reference model: those rows are TOSA's, marked ``confirmed``; the others
     stay the simulation's, marked not confirmed."""
-    from dataclasses import replace
 
     differ = {c.target for c in simulated.changed if c.stage == NUMBERS_STAGE}
     chosen = [spec for spec in specs if spec.label in differ]
@@ -197,40 +199,32 @@ def _model_record(record: dict) -> bool:
     return isinstance(record.get("fingerprint"), str) and isinstance(record.get("timings", {}), dict)
 
 
-def _rules(policies) -> list[str]:
-    from .._rules.rules import Rule, register
-
-    if isinstance(policies, (str, Rule)):
-        policies = [p.strip() for p in policies.split(",")] if isinstance(policies, str) else [policies]
-    names = []
-    for p in policies:
+def _rules(rules) -> list[Rule]:
+    """The rules a user named (names, ``path/to/rules.py:NAME`` or ``Rule`` objects), each resolved here,
+    once; the first is the baseline."""
+    if isinstance(rules, (str, Rule)):
+        rules = [p.strip() for p in rules.split(",")] if isinstance(rules, str) else [rules]
+    found: dict[str, Rule] = {}
+    for p in rules:
         if isinstance(p, Rule):
-            names.append(register(p, replace=True).name)
+            rule = register(p, replace=True)
         elif isinstance(p, str) and p.strip():
-            names.append(check_rule(p.strip()))
+            rule = get_rule(p.strip())
         else:
             raise InspectorError(f"cannot read rule {quoted(p)}; give rule names such as upstream,state-aware")
-    if not names:
+        found.setdefault(rule.name, rule)
+    if not found:
         raise InspectorError("no rules to sweep; give at least one, e.g. --rules upstream,state-aware")
-    return list(dict.fromkeys(names))
+    return list(found.values())
 
 
 def _stage_list(stages) -> list[str]:
-    from .._decide.stages import check_stage
-
     if isinstance(stages, str):
         stages = [s.strip() for s in stages.split(",") if s.strip()]
     out = [check_stage(s) for s in stages]
     if not out:
         raise InspectorError("no stages to sweep; give at least one of aten, tfa, edge")
     return list(dict.fromkeys(out))
-
-
-def _origins(names) -> list[tuple[str, str, str]]:
-    """What a worker needs to know each rule as this process does: name, file (if any), identity."""
-    from .._rules.rules import rule_origins
-
-    return rule_origins(names)
 
 
 @dataclass
@@ -255,10 +249,11 @@ class _State:
 
     def __init__(self, specs, rules, stages, steps, variants, store: Records, progress) -> None:
         self.specs, self.rules, self.stages, self.steps = specs, rules, stages, steps
+        self.rule_of = {r.name: r for r in rules}
         self.variants = variants
         self.store, self.progress = store, progress
         self.models: dict[str, SweepModel] = {}  # label -> model record
-        self.rows: dict[tuple, SweepRow] = {}  # (label, stage, policy) -> row
+        self.rows: dict[tuple, SweepRow] = {}  # (label, stage, rule) -> row
         self.results: dict[tuple, SweepVariant] = {}  # (label, variant label) -> variant row
         self.pending_models: list[ModelSpec] = []
         self.keys: dict[str, str] = {}  # label -> content key
@@ -268,7 +263,6 @@ class _State:
         self.compared = _Phase("variants compared")
         self.waiting: dict[str, list] = {}  # label -> variant groups in flight
         self.need: dict[str, tuple] = {}  # label -> (rows, variants) still to compute
-        self.origins: list = []
         self.engine = "tosa"  # what computes the variants' numbers (part of their keys in the store)
         self.root: str | None = None  # the result store's folder (None: off): every task carries it to its worker
 
@@ -297,18 +291,18 @@ class _State:
         if record is not None:
             fingerprint = record["fingerprint"]
             found = []
-            for stage, policy in missing_rows:
-                row = _read(SweepRow, self.store.read(ROW, fingerprint, stage, rule_key(policy)), "row",
-                            {}, target=spec.label, policy=policy)
+            for stage, rule in missing_rows:
+                row = _read(SweepRow, self.store.read(ROW, fingerprint, stage, rule.identity), "row",
+                            {}, target=spec.label, rule=rule.name)
                 if row is not None and row.error is None and row.stage == stage:
-                    self.rows[(spec.label, stage, policy)] = row
-                    found.append((stage, policy))
+                    self.rows[(spec.label, stage, rule.name)] = row
+                    found.append((stage, rule))
             missing_rows = [pair for pair in missing_rows if pair not in found]
             still = []
             for v in missing_variants:
                 stored = self.store.read(VARIANT, fingerprint, *self._variant_key(v, spec))
                 got = _read(SweepVariant, stored, "variant", {"engine": self.engine}, target=spec.label,
-                            variant=v.label, policy=v.policy)
+                            variant=v.label, rule=v.rule.name)
                 if got is not None:
                     self.results[(spec.label, v.label)] = got
                 else:
@@ -323,12 +317,12 @@ class _State:
 
     def _all_rows(self, spec):
         for stage in self.stages:
-            for policy in self.rules:
-                yield stage, policy
+            for rule in self.rules:
+                yield stage, rule
 
     # ------------------------------------------------------------ running
 
-    def run(self, pool, origins) -> None:
+    def run(self, pool) -> None:
         self.analysed.total = len(self.pending_models)
         self.compared.total = sum(len(self.need[s.label][1]) for s in self.pending_models)
         self.analysed.started = time.perf_counter()
@@ -336,14 +330,13 @@ class _State:
             rows, variants = self.need[spec.label]
             payload = {"spec": {"target": spec.target, "label": spec.label,
                                 "input_shapes": [list(s) for s in spec.input_shapes] if spec.input_shapes else None},
-                       "rules": origins, "need": rows, "store": self.root,
+                       "need": rows, "store": self.root,
                        "compare": ({"steps": self._steps_of(spec),
                                     "variants": {v.label: v for v in variants}, "engine": self.engine}
                                    if variants else None)}
             # Models first, in the order given (each is short), so that every variant is known early ...
-            pool.submit(("model", spec.label), "inspector._sweep.work:prepare_model", payload, priority=0)
+            pool.submit(("model", spec.label), MODEL_TASK, payload, priority=0)
         self._report()
-        self.origins = origins
         specs = {s.label: s for s in self.pending_models}
         for event in pool.events():
             kind, (task, label, *rest) = event[0], event[1]
@@ -380,9 +373,10 @@ class _State:
         fingerprint = value["fingerprint"]
         self.models[spec.label] = SweepModel(spec.label, None, fingerprint, value["timings"])
         for row in value["rows"]:
-            self.rows[(spec.label, row.stage, row.policy)] = row
+            self.rows[(spec.label, row.stage, row.rule)] = row
             if row.error is None:
-                self.store.write({"row": row.to_dict(where=True)}, ROW, fingerprint, row.stage, rule_key(row.policy))
+                self.store.write({"row": row.to_dict(where=True)}, ROW, fingerprint, row.stage,
+                                 self.rule_of[row.rule].identity)
         self.store.write({"target": spec.label, "error": None, "fingerprint": fingerprint,
                           "timings": value["timings"], "sources": value.get("sources")},
                          MODEL, self.keys[spec.label])
@@ -400,8 +394,7 @@ class _State:
         for members in groups:
             first = members[0]
             self.waiting.setdefault(spec.label, []).append(members)
-            pool.submit(("variant", spec.label, first.label), "inspector._sweep.work:run_variant",
-                        VariantTask(prepared["run"], first, None, tuple(self.origins)),
+            pool.submit(("variant", spec.label, first.label), VARIANT_TASK, VariantTask(prepared["run"], first, None),
                         # ... then the variants, biggest program first: the last to finish are short ones,
                         # so no worker idles at the end while another lowers a big model.
                         priority=1 + 1 / (1 + prepared.get("nodes", 0)))
@@ -430,7 +423,7 @@ class _State:
     def _put_variant(self, spec: ModelSpec, v: Variant, data: dict, write: bool) -> None:
         row = SweepVariant.from_dict({
             "target": spec.label, "stage": NUMBERS_STAGE, "engine": self.engine, "variant": v.label,
-            "policy": v.policy, "markers": list(v.markers), "quantization": v.quantization or "a8w8",
+            "rule": v.rule.name, "markers": list(v.markers), "quantization": v.quantization or "a8w8",
             "overrides": dict(v.overrides), "steps": self._steps_of(spec), "sqnr_db_last": None,
             "sqnr_db_worst": None, **data})
         self.results[(spec.label, v.label)] = row
@@ -456,8 +449,8 @@ class _State:
             if model is not None and model.error:
                 continue
             for stage in self.stages:
-                for policy in self.rules:
-                    row = self.rows.get((s.label, stage, policy))
+                for rule in self.rules:
+                    row = self.rows.get((s.label, stage, rule.name))
                     if row is not None:
                         out.append(row)
         return out

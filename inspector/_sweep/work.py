@@ -1,6 +1,7 @@
 """What a sweep's workers run: one model's analysis, and one variant of one model.
 
-Both are module-level functions of ``(task, report)`` (``_pool`` runs them by name) taking and
+Both are module-level functions of ``(task, report)`` (task kinds ``sweep-model`` and ``sweep-variant``,
+which the pool runs by kind) taking and
 returning plain picklable data (a variant is a ``tasks.VariantTask``, as compare's are; a row a
 ``records.SweepRow``), so the same call runs in a spawned process, a Ray task or this
 process. A model is loaded and exported once, in ``prepare_model``; the variants get its exported
@@ -11,6 +12,9 @@ same numbers.
 
 from __future__ import annotations
 
+import sys
+import sysconfig
+from pathlib import Path
 import time
 
 from .._base import store as _store
@@ -18,19 +22,23 @@ from .._numbers import flow as _flow
 from .._targets import load as _load
 from .._decide import stages as _stages
 from .._decide.decide import decider_of
-from .._rules.rules import check_rule, ensure_rules, get_rule
+from .._workers.kinds import task_kind
 from .._numbers.compare import plan_of
 from .._numbers.tasks import VariantTask, model_run, run_in_worker, worker_target
 from .._numbers.quantization import quantization_of
 from .._numbers.variant_cache import base_key, can_predict, predicted_decisions
 from ..errors import InspectorError, describe
 from .records import SweepRow
+from .._base.hashing import digest
 
 
-def row_of(label: str, stage: str, policy: str, analysis, seconds: float) -> SweepRow:
-    """One (model, stage, rule) row of the sweep: the sites and what the rule decided at each."""
+MODEL_TASK, VARIANT_TASK = "sweep-model", "sweep-variant"
+
+
+def row_of(label: str, stage: str, rule: str, analysis, seconds: float) -> SweepRow:
+    """One (model, stage, rule) row of the sweep: the sites and what the rule (named ``rule``) decided at each."""
     return SweepRow(
-        label, stage, policy, len(analysis.sites),
+        label, stage, rule, len(analysis.sites),
         folded=tuple(s.id for s in analysis.sites if s.folded),
         skipped=tuple(s.id for s in analysis.sites if not s.folded),
         reasons={s.id: tuple(s.reason_codes) for s in analysis.sites if not s.folded},
@@ -39,6 +47,7 @@ def row_of(label: str, stage: str, policy: str, analysis, seconds: float) -> Swe
     )
 
 
+@task_kind(MODEL_TASK)
 def prepare_model(payload: dict, report) -> dict:
     """Load and export one model, decide every (stage, rule) row asked for, and, when variants are to
     be compared, everything they need: the program archive, the calibration, the float reference,
@@ -49,7 +58,6 @@ def prepare_model(payload: dict, report) -> dict:
 
 
 def _prepare_model(payload: dict, report) -> dict:
-    ensure_rules(payload["rules"])
     spec = payload["spec"]
     label = spec["label"]
     timings: dict[str, float] = {}
@@ -65,22 +73,22 @@ def _prepare_model(payload: dict, report) -> dict:
         try:
             decider = decider_of(target, stage)
         except InspectorError as exc:
-            rows += [SweepRow(label, stage, p, error=str(exc)) for s, p in need if s == stage]
+            rows += [SweepRow(label, stage, rule.name, error=str(exc)) for s, rule in need if s == stage]
             continue
         finally:
             timings[f"stage {stage}"] = time.perf_counter() - t1
-        for s, policy in need:
+        for s, rule in need:  # each rule travelled as what rebuilds it here (Rule.__reduce__)
             if s != stage:
                 continue
             t2 = time.perf_counter()
             try:
-                analysis = decider.decide(get_rule(policy), ())
+                analysis = decider.decide(rule, ())
             except InspectorError as exc:
-                rows.append(SweepRow(label, stage, policy, error=str(exc)))
+                rows.append(SweepRow(label, stage, rule.name, error=str(exc)))
                 continue
             seconds = time.perf_counter() - t2
             timings[f"decide {stage}"] = timings.get(f"decide {stage}", 0.0) + seconds
-            rows.append(row_of(label, stage, policy, analysis, seconds))
+            rows.append(row_of(label, stage, rule.name, analysis, seconds))
         report("analysed", (n + 1) / (len(stages) + bool(payload["compare"])))
     out = {"name": target.name, "fingerprint": target.key, "rows": rows, "timings": timings, "compare": None,
            "compare_error": None, "sources": user_sources()}
@@ -96,11 +104,6 @@ def user_sources() -> dict[str, str]:
     """The Python files of this process's modules outside the installed stack and the inspector, by
     digest: the user's code a model was built from (its file and the helpers that file imports; more
     at worst). A sweep trusts a model's record in the store only while they are unchanged."""
-    import sys
-    import sysconfig
-    from pathlib import Path
-
-    from .._base.hashing import digest
 
     installed = {Path(p).resolve() for p in (*sysconfig.get_paths().values(), sys.prefix, sys.base_prefix)}
     inspector_folder = Path(__file__).resolve().parent.parent
@@ -136,7 +139,7 @@ def _for_variants(target, asked: dict, timings: dict) -> dict:
         _stages.stage_graph_of(target, "tfa")
         for label, variant in asked["variants"].items():
             if (can_predict(target, plan_of(target, variant, quantization_of(None)))
-                    and get_rule(variant.policy).pass_class is None):
+                    and variant.rule.pass_class is None):
                 decisions[label] = predicted_decisions(target, variant)
     except InspectorError:
         decisions = {}  # no prediction: every variant runs
@@ -149,12 +152,11 @@ def _for_variants(target, asked: dict, timings: dict) -> dict:
     return {"run": run, "decisions": decisions, "nodes": len(target.exported.graph.nodes)}
 
 
+@task_kind(VARIANT_TASK)
 def run_variant(task: VariantTask, report) -> dict:
     """One variant of one model on the TOSA INT reference model, from the prepared program (the same
     worker body as compare's: ``tasks.run_in_worker``)."""
-    ensure_rules(task.rules)
     variant = task.variant
-    check_rule(variant.policy)
     plan = task.plan or plan_of(worker_target(task.run.model), variant, quantization_of(None))
     result, _, cached = run_in_worker(task.run, variant, plan, report)
     return {**summary_of(result), "cached": cached, **({"timings": {}} if cached else {})}

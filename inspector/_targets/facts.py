@@ -1,52 +1,55 @@
-"""What is derived from one target once and kept with it, asked for by name.
+"""What is derived from one target once and kept with it, under names whose types their makers declare.
 
-A ``Target`` holds one ``Facts``: its stage graphs, a decider per stage, the fold decisions each
-rule leads to on its tfa graph, and its models' initial buffers. Each is made by the module that
-knows how (``_decide/stages.py``, ``_decide/decide.py``, ``_numbers/variant_cache.py``, ``load``),
-which hands ``make`` in; this is only where they are kept: one bounded cache (``_base/cache.py``),
-emptied by ``inspector.clear_cache()`` and gone with its target.
+A ``Target`` holds one ``Facts``. What it keeps is named by a ``Fact[T]``, declared (with the type ``T``
+of what it holds) by the module that makes it, which hands ``make`` in; this module only keeps them, in
+one bounded cache (``_base/cache.py``), emptied by ``inspector.clear_cache()`` and gone with its target.
+So nothing here holds an object of a higher layer under ``Any``: each fact's type is its maker's. What a
+target keeps (docs/design.md, "How the core is built"):
+
+- ``stages.STAGE_GRAPH``: ``Fact[StageGraph]``, per stage, the graph the pass sees (``_decide/stages.py``);
+- ``decide.DECIDER``: ``Fact[Decider]``, per stage, the decider of that graph (``_decide/decide.py``);
+- ``variant_cache.DECISIONS``: ``Fact[tuple]``, per (rule identity, markers), the sites the pass folds at tfa;
+- ``load.INITIAL_BUFFERS``: ``Fact[dict[str, Tensor]]``, every buffer's initial value (``_targets/load.py``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Hashable
+from typing import Callable, Generic, Hashable, TypeVar
 
 from .._base.cache import BoundedCache
 
+T = TypeVar("T")
+
+
+class Fact(Generic[T]):
+    """The name of one kind of thing a target derives, with the type of what it holds (``Fact[StageGraph]``)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<Fact {self.name}>"
+
 
 class Facts:
-    """What one target has derived so far, asked for by name; bounded."""
+    """What one target has derived so far, each under its ``Fact`` and a key; bounded."""
 
     def __init__(self, maxsize: int = 64) -> None:
         self._kept = BoundedCache(maxsize, "target facts")
 
-    def stage_graph(self, stage: str, make: Callable[[], Any]) -> Any:
-        """The target's graph at ``stage`` (a ``_decide.stages.StageGraph``), made once."""
-        return self._kept.get_or_compute(("stage", stage), make)
+    def get(self, fact: Fact[T], key: Hashable, make: Callable[[], T]) -> T:
+        """What ``fact`` holds under ``key``, made once by ``make``."""
+        return self._kept.get_or_compute((fact.name, key), make)
 
-    def has_stage_graph(self, stage: str) -> bool:
-        """Whether the graph at ``stage`` is made already (a tfa graph makes fold predictions cheap)."""
-        return ("stage", stage) in self._kept
+    def has(self, fact: Fact[T], key: Hashable) -> bool:
+        """Whether ``fact`` holds something under ``key`` already."""
+        return (fact.name, key) in self._kept
 
-    def keep_stage_graph(self, stage: str, graph: Any) -> None:
-        """Keep ``graph`` as the target's graph at ``stage`` (a compare's run captured it on the way)."""
-        self._kept.put(("stage", stage), graph)
-
-    def decider(self, stage: str, make: Callable[[], Any]) -> Any:
-        """The ``Decider`` of the target's graph at ``stage``, made once."""
-        return self._kept.get_or_compute(("decider", stage), make)
-
-    def keep_decider(self, stage: str, decider: Any) -> None:
-        """Keep ``decider`` as the one at ``stage`` (its stage graph was captured again)."""
-        self._kept.put(("decider", stage), decider)
-
-    def decisions(self, rule: Hashable, markers: tuple, make: Callable[[], tuple]) -> tuple:
-        """Where the pass folds under the rule of identity ``rule`` with ``markers``, made once."""
-        return self._kept.get_or_compute(("decisions", rule, markers), make)
-
-    def initial_buffers(self, make: Callable[[], dict]) -> dict:
-        """Every buffer's initial value by module path, made once."""
-        return self._kept.get_or_compute("initial buffers", make)
+    def keep(self, fact: Fact[T], key: Hashable, value: T) -> None:
+        """Keep ``value`` as what ``fact`` holds under ``key`` (made on the way by something else)."""
+        self._kept.put((fact.name, key), value)
 
     def __len__(self) -> int:
         return len(self._kept)
@@ -59,4 +62,4 @@ class Facts:
         return f"<Facts: {len(self)}/{self._kept.maxsize}>"
 
 
-__all__ = ["Facts"]
+__all__ = ["Fact", "Facts"]

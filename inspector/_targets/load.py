@@ -26,9 +26,14 @@ from .._base.copies import copy_parameters_aside, private_copy, swap_parameters
 from .._base.cache import BoundedCache
 from .._base.hashing import digest, program_fingerprint
 from ..errors import InspectorError, describe, first_line, listing, quoted
-from .facts import Facts
+from .facts import Fact, Facts
+from .._base.limits import check_shape
+from .samples import samples
+from . import pt2 as _pt2
 
 SAMPLE_PREFIX = "sample:"
+# What a target keeps of this module's making: every buffer's initial value by module path.
+INITIAL_BUFFERS: Fact[dict[str, torch.Tensor]] = Fact("initial buffers")
 
 
 @dataclass(frozen=True)
@@ -49,7 +54,7 @@ class Target:
 
     def initial_buffers(self) -> dict[str, torch.Tensor]:
         """Every buffer's initial value by module path (state starts from these in every run)."""
-        return self.facts.initial_buffers(lambda: {k: v.detach().clone() for k, v in self.eager().named_buffers()})
+        return self.facts.get(INITIAL_BUFFERS, (), lambda: {k: v.detach().clone() for k, v in self.eager().named_buffers()})
 
     def eager(self) -> nn.Module:
         """A fresh private module computing the model in float (eager copy, or the program's module)."""
@@ -111,22 +116,16 @@ def _load(target: Any, example_inputs: Any) -> Target:
 
 
 def _is_sample(name: str) -> bool:
-    from .samples import samples
-
     return name in samples.names()
 
 
 def _from_sample(name: str, example_inputs: Any) -> Target:
-    from .samples import samples
-
     model = samples.get(name)
     return _from_module(model, example_inputs, SAMPLE_PREFIX + name)
 
 
 def load_pt2(path: str | os.PathLike) -> torch.export.ExportedProgram:
     """Load a ``.pt2`` archive without running code from it (see ``inspector._targets.pt2.load_pt2``)."""
-    from . import pt2 as _pt2
-
     return _pt2.load_pt2(path)
 
 
@@ -252,7 +251,6 @@ def _from_program(program, example_inputs: Any, name: str) -> Target:
 def random_inputs(shapes, what: str = "input shape") -> tuple:
     """Seeded random float32 inputs in [-1, 1) of these shapes (what ``--input-shape`` and a sweep's
     ``input_shape`` give a model): the same shapes give the same tensors in every process."""
-    from .._base.limits import check_shape
 
     gen = torch.Generator().manual_seed(0)
     out = []

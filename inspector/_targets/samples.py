@@ -9,6 +9,7 @@ directly, e.g. from a notebook.
 
 from __future__ import annotations
 
+from importlib.metadata import entry_points
 from dataclasses import dataclass
 from typing import Callable
 
@@ -39,8 +40,6 @@ def _entry(name: str, factory: Callable, description: str = "", *, default: bool
 
 
 def _discover(registry) -> None:
-    from importlib.metadata import entry_points
-
     for point in entry_points(group=ENTRY_POINT_GROUP):
         point.load()(register)
 

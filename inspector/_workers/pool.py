@@ -1,6 +1,6 @@
 """Where a sweep's tasks run: a pool of spawned worker processes, a Ray cluster, or this process.
 
-Every executor takes the same tasks (a module-level function named by ``module:name`` and a
+Every executor takes the same tasks (a registered task kind, ``kinds.task_kind``, and a
 picklable payload) and reports the same events, so the sweep's scheduler never asks which one
 it has:
 
@@ -15,19 +15,22 @@ task it held. (``concurrent.futures.ProcessPoolExecutor`` cannot: one dead worke
 future of the pool.) Ctrl-C in the parent stops the workers and propagates.
 
 Workers are forked from a fork server (``multiprocessing``'s ``forkserver``) that has imported
-torch, executorch and the quantizer and run one tiny model through the whole flow
-(``_worker_boot``): a worker costs a fork, not the 4 s of imports and 7 s of first calls a spawned
-process pays. ``start_server()`` starts that server in the background (the first comparison or
+what the layers above name with ``boot_with`` (torch, executorch, the quantizer, and one tiny model
+run through the whole flow): a worker costs a fork, not the 4 s of imports and 7 s of first calls a
+spawned process pays. ``start_server()`` starts that server in the background (the first comparison or
 widget does), so its warm-up overlaps the parent's own export and capture. On a platform without
 ``forkserver`` workers are spawned.
 """
 
 from __future__ import annotations
 
+import resource
+from multiprocessing import forkserver
+from multiprocessing import spawn, util
+from multiprocessing.context import reduction, set_spawning_popen
 import atexit
 import contextlib
 import heapq
-import importlib
 import io
 import multiprocessing
 import multiprocessing.context
@@ -41,10 +44,15 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from .._base.cache import also_clear
+from . import kinds as _kinds
 from ..errors import InspectorError, quoted
+from .._base import quiet as _quiet
+import torch
+from .parallel import available_workers
+from .parallel import main_not_imported
 
 Event = tuple
 
@@ -56,7 +64,7 @@ class _Job:
     priority: float  # lower runs first
     serial: int  # then in submission order
     key: Any = field(compare=False)
-    function: str = field(compare=False)  # "module:name"
+    kind: str = field(compare=False)  # a registered task kind (kinds.task_kind)
     payload: Any = field(compare=False)
     background: bool = field(default=False, compare=False)  # gives way on a shared core (see BACKGROUND_NICE)
 
@@ -69,10 +77,12 @@ class _Queued:
         self._jobs: list[_Job] = []  # a heap
         self._serial = 0
 
-    def submit(self, key, function: str, payload, *, priority: float = 0, background: bool = False) -> None:
-        """Queue a task (lower ``priority`` first); a ``background`` one runs nicer while it shares the cores."""
+    def submit(self, key, kind: str, payload, *, priority: float = 0, background: bool = False) -> None:
+        """Queue a task of ``kind`` (lower ``priority`` first); a ``background`` one runs nicer while it shares
+        the cores."""
+        _kinds.function_of(kind)  # an unknown kind fails here, in the caller, not in a worker
         self._serial += 1
-        heapq.heappush(self._jobs, _Job(priority, self._serial, key, function, payload, background))
+        heapq.heappush(self._jobs, _Job(priority, self._serial, key, kind, payload, background))
 
     def _next_job(self) -> _Job:
         return heapq.heappop(self._jobs)
@@ -86,11 +96,6 @@ class _Queued:
 # more tasks than there are cores, the urgent one (the longest, run first) keeps a core of its own while the
 # others share what is left, instead of everyone getting the same share until the end.
 BACKGROUND_NICE = 10
-
-
-def _resolve(function: str) -> Callable:
-    module, _, name = function.partition(":")
-    return getattr(importlib.import_module(module), name)
 
 
 OUT_OF_MEMORY = 86  # a worker's exit status when a task or its answer did not fit its memory
@@ -121,9 +126,6 @@ def _worker_main(conn, threads: int, setup: dict) -> None:
     """A worker's whole life: run tasks sent over ``conn`` until the parent closes it. ``setup`` is
     the parent's environment, working folder, import path and memory cap at the worker's start (a
     worker forked from the fork server would otherwise see the server's, from when it started)."""
-    import torch
-
-    from .._base import quiet as _quiet
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     # A script reads the parent's stdout (`sweep --format json | jq`): whatever native code or a
@@ -148,7 +150,7 @@ def _worker_main(conn, threads: int, setup: dict) -> None:
             os._exit(OUT_OF_MEMORY)  # the task alone does not fit: the parent reports it
         if message is None:
             return
-        key, function, payload, wanted_threads, background = message
+        key, kind, module, payload, wanted_threads, background = message
         if wanted_threads != threads:  # the pool was resized: share the cores anew (results do not depend on it)
             threads = wanted_threads
             torch.set_num_threads(threads)
@@ -159,7 +161,7 @@ def _worker_main(conn, threads: int, setup: dict) -> None:
         if background:
             _renice(nice + BACKGROUND_NICE)
         try:
-            event = run_one(key, function, payload, report)
+            event = run_one(key, kind, payload, report, module)
             # back to its niceness before answering (only a privileged process may lower it: one that cannot
             # retires after this answer, and the pool forks a fresh one for the next task)
             restored = not background or _renice(nice)
@@ -195,6 +197,18 @@ def _recv(conn):
     return pickle.loads(conn.recv_bytes())
 
 
+@dataclass(frozen=True)
+class _Pickled:
+    """A task's payload as its pickle: the worker reads it inside the task (``run_one``), so what cannot be
+    read there (a rule that travels by its file, and the file changed) is that task's error."""
+
+    data: bytes
+
+    @classmethod
+    def of(cls, payload) -> "_Pickled":
+        return cls(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
+
+
 # A worker's address space may be capped (bytes beyond what it holds once torch is imported): a run that
 # needs more fails in that worker, as an out-of-memory would, and never takes the machine.
 MEMORY_LIMIT_ENV = "FOLD_INSPECTOR_WORKER_MEMORY"
@@ -203,7 +217,6 @@ MEMORY_LIMIT_ENV = "FOLD_INSPECTOR_WORKER_MEMORY"
 def _limit_memory(extra: str | None) -> None:
     if not extra:
         return
-    import resource
 
     with open("/proc/self/statm") as f:
         size = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
@@ -211,10 +224,14 @@ def _limit_memory(extra: str | None) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
-def run_one(key, function: str, payload, report) -> Event:
-    """Run one task here and turn what happens into an event (an exception is one line)."""
+def run_one(key, kind: str, payload, report, module: str | None = None) -> Event:
+    """Run one task of ``kind`` here and turn what happens into an event (an exception is one line).
+    ``payload`` may be its pickle (from another process): read inside, so a payload that cannot be read
+    here (a rule whose file changed) is that task's error, not the worker's end."""
     try:
-        return ("done", key, _resolve(function)(payload, report))
+        if isinstance(payload, _Pickled):
+            payload = pickle.loads(payload.data)
+        return ("done", key, _kinds.function_of(kind, module)(payload, report))
     except InspectorError as exc:
         return ("error", key, str(exc), exc.details)
     except Exception as exc:  # noqa: BLE001 - reported in the parent, in one line
@@ -233,7 +250,7 @@ class InlinePool(_Queued):
         while self._jobs:
             job = self._next_job()
             progress: list[Event] = []
-            yield run_one(job.key, job.function, job.payload,
+            yield run_one(job.key, job.kind, job.payload,
                           lambda phase, fraction, key=job.key: progress.append(("progress", key, phase, fraction)))
 
     def close(self) -> None:
@@ -258,7 +275,6 @@ class LocalPool(_Queued):
     def resize(self, workers: int, cores: int | None = None) -> None:
         """Run up to ``workers`` tasks at a time from now on, sharing ``cores`` (default: the cores
         available); idle workers beyond that are stopped."""
-        from .parallel import available_workers
 
         self.workers = workers
         self.threads = max(1, (cores or available_workers()) // workers)  # the cores are shared by the workers
@@ -279,8 +295,6 @@ class LocalPool(_Queued):
             self._busy.clear()
 
     def _start(self) -> None:
-        from .parallel import main_not_imported
-
         parent, child = self._ctx.Pipe(duplex=True)
         setup = {"environ": dict(os.environ), "cwd": os.getcwd(), "path": list(sys.path),
                  "memory": os.environ.get(MEMORY_LIMIT_ENV)}
@@ -304,7 +318,8 @@ class LocalPool(_Queued):
             process, conn = self._idle.pop()
             job = self._next_job()
             try:
-                _send(conn, (job.key, job.function, job.payload, self.threads, job.background))
+                _send(conn, (job.key, job.kind, _kinds.module_of(job.kind), _Pickled.of(job.payload), self.threads,
+                             job.background))
             except (BrokenPipeError, OSError):
                 conn.close()
                 if fresh:  # a new worker died taking this task in (out of memory reading it): the task's end
@@ -388,7 +403,15 @@ def _stop_worker(process, conn, wait: bool = True) -> None:
 # ---------------------------------------------------------------- the fork server
 
 
-BOOT_MODULE = "inspector._numbers.worker_boot"
+# What the fork server imports before it forks a worker: named by the layers above (``boot_with``), which
+# know what their tasks need warm; this layer names none of them.
+_BOOT: list[str] = []
+
+
+def boot_with(module: str) -> None:
+    """Have the fork server import ``module`` (warming what the tasks need) before the first worker forks."""
+    if module not in _BOOT:
+        _BOOT.append(module)
 _FORKSERVER = "forkserver" in multiprocessing.get_all_start_methods()  # else workers are spawned
 _SERVER_LOCK = threading.Lock()
 _OTHER_POOLS = 0  # pools of their own open now (a second sweep meanwhile): their workers need the server
@@ -410,15 +433,14 @@ def start_server() -> None:
     IDLE_SECONDS idle, and at exit."""
     if not _FORKSERVER:
         return
-    from multiprocessing import forkserver
 
     server = forkserver._forkserver
     with _SERVER_LOCK:
         # The server loads our boot module. It must not import the parent's __main__ (a script without a
         # __name__ guard would run there): that is multiprocessing's default preload, dropped here.
         preload = [m for m in server._preload_modules if m != "__main__"]
-        if BOOT_MODULE not in preload:
-            server.set_forkserver_preload([*preload, BOOT_MODULE])
+        if any(m not in preload for m in _BOOT):
+            server.set_forkserver_preload([*preload, *(m for m in _BOOT if m not in preload)])
         server.ensure_running()
 
 
@@ -427,7 +449,6 @@ def stop_server() -> None:
     Only once no worker of it is left: it waits for them."""
     if not _FORKSERVER:
         return
-    from multiprocessing import forkserver
 
     with _SERVER_LOCK:
         if _OTHER_POOLS or (_SHARED is not None and _SHARED.alive):
@@ -440,7 +461,6 @@ def server_pid() -> int | None:
     """The fork server's process id while it runs (for tests and memory accounting)."""
     if not _FORKSERVER:
         return None
-    from multiprocessing import forkserver
 
     return forkserver._forkserver._forkserver_pid
 
@@ -452,9 +472,6 @@ class _WarmPopen(popen_forkserver.Popen):
     process-wide is swapped, so a start from a background thread is safe."""
 
     def _launch(self, process_obj):
-        from multiprocessing import forkserver, spawn, util
-        from multiprocessing.context import reduction, set_spawning_popen
-
         prep_data = {k: v for k, v in spawn.get_preparation_data(process_obj._name).items()
                      if k not in ("init_main_from_path", "init_main_from_name")}
         buf = io.BytesIO()
@@ -591,12 +608,12 @@ def _sigint_ignored():
         signal.signal(signal.SIGINT, saved)
 
 
-def _ray_entry(function: str, payload):
+def _ray_entry(kind: str, module: str, payload):
     """A Ray task: the same function a local worker runs (Ray reports progress per task only)."""
-    from .._base import quiet as _quiet
+    from .._base import quiet as _quiet  # in the Ray worker, at its first task
 
     _quiet.install_warning_filters()
-    return run_one(None, function, payload, lambda phase, fraction: None)
+    return run_one(None, kind, payload, lambda phase, fraction: None, module)
 
 
 class RayPool(_Queued):
@@ -606,7 +623,7 @@ class RayPool(_Queued):
 
     def __init__(self, address: str | None = None, workers: int | None = None) -> None:
         try:
-            import ray
+            import ray  # lazy: Ray is the optional `ray` extra
         except ImportError:
             raise InspectorError("the Ray executor needs Ray: pip install 'fold-inspector[ray]' "
                                  "(ray==2.60.0), or use executor='local'") from None
@@ -641,7 +658,7 @@ class RayPool(_Queued):
     def _fill(self) -> None:
         while self._jobs and len(self._pending) < self._slots:
             job = self._next_job()
-            self._pending[self._remote.remote(job.function, job.payload)] = job.key
+            self._pending[self._remote.remote(job.kind, _kinds.module_of(job.kind), _Pickled.of(job.payload))] = job.key
 
     def events(self) -> Iterator[Event]:
         ray = self._ray
@@ -681,7 +698,6 @@ def shutdown_ray() -> None:
     if not _RAY_STARTED:
         return
     _RAY_STARTED = False
-    import sys
 
     ray = sys.modules.get("ray")
     if ray is not None:

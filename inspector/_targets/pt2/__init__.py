@@ -36,6 +36,7 @@ schema, with the pytree-spec and operator rules), ``_sizes`` (the size-expressio
 
 from __future__ import annotations
 
+import tempfile
 import contextlib
 import io
 import os
@@ -87,6 +88,7 @@ def load_pt2(path: str | os.PathLike) -> torch.export.ExportedProgram:
         raise InspectorError(f"refusing to load {shown}: the archive is malformed ({type(exc).__name__})") from None
     try:
         with _no_code_from_archives():
+            # lazy: torch's private archive reader, looked up when one is read
             from torch.export.pt2_archive import _package
 
             contents = _package.load_pt2(checked.buffer)
@@ -114,7 +116,6 @@ def load_pt2(path: str | os.PathLike) -> torch.export.ExportedProgram:
 def load_pt2_bytes(data: bytes) -> torch.export.ExportedProgram:
     """``load_pt2`` for an archive held in memory (a program sent to a worker process or a Ray task):
     the same checks, on a private temporary file."""
-    import tempfile
 
     with tempfile.TemporaryDirectory(prefix="fold-inspector-") as folder:
         path = Path(folder) / "program.pt2"
@@ -142,7 +143,7 @@ def _no_code_from_archives():
     torch 2.13 already defaults to, and refuses pickled objects rather than running them), and it
     is restored on every exit path. torch offers no per-call hook for the unpicklers its archive
     reader uses, so a context variable cannot stand in for it here."""
-    from torch.export.pt2_archive import _package
+    from torch.export.pt2_archive import _package  # lazy: torch's private archive reader, looked up when one is read
 
     def refuse(*_args, **_kwargs):
         raise _Refused("it holds pickled custom or opaque objects, which could run code")
@@ -243,6 +244,7 @@ def _check_example_form(program: torch.export.ExportedProgram, inputs) -> None:
     if not (isinstance(inputs, tuple) and len(inputs) == 2 and isinstance(inputs[0], tuple)
             and isinstance(inputs[1], dict)):
         raise _Refusal("example inputs are not an (args tuple, kwargs dict) pair", _SAMPLE_INPUTS)
+    # lazy: a private torch name, looked up when an archive is read
     from torch.export._unlift import _check_inputs_match
 
     try:

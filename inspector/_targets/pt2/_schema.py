@@ -76,6 +76,7 @@ _HOP_ALLOWED = frozenset({
 
 @typing.no_type_check
 def _sym_op_names() -> frozenset[str]:
+    # lazy: torch's private serde names, looked up when an archive is read
     from torch._export.serde.serialize import _SYM_OPS
 
     return frozenset(f"{op.__module__}.{op.__name__}" for op in _SYM_OPS)
@@ -221,7 +222,7 @@ class _Walker:
     _hints_cache: dict[type, dict[str, Any]] = {}
 
     def __init__(self, rel: str) -> None:
-        from torch._export.serde import schema
+        from torch._export.serde import schema  # lazy: torch's private serde names, looked up when an archive is read
 
         self.schema = schema
         self.rel = rel
@@ -233,6 +234,7 @@ class _Walker:
         self.walk(doc, self.schema.ExportedProgram, "program")
 
     def check_payload_config(self, doc: Any, folder: str, tensor_sizes: dict[str, int]) -> None:
+        # lazy: torch's private serde names, looked up when an archive is read
         from torch._export.serde.serialize import _SERIALIZE_TO_TORCH_DTYPE
 
         self.walk(doc, self.schema.PayloadConfig, "config")

@@ -1,21 +1,48 @@
-"""A sweep in its four output formats: Markdown (a pull-request comment), HTML, JSON and CSV, and
-its plot."""
+"""A sweep drawn: Markdown (a pull-request comment), an HTML page or fragment, JSON and CSV (local paths
+redacted), and its plot. The record (``_sweep/results.py``'s ``Sweep``) holds the numbers; this draws them."""
 
 from __future__ import annotations
 
-import html
+import json
 
-from .._present.formats import GITHUB_COMMENT_LIMIT, db, db_change, markdown_table, page as html_page, plot_db, seconds
-from .records import NUMBERS_STAGE, UNCHANGED_DB, sqnr_by_policy
+from .._base.formats import db, db_change, plot_db, seconds
+from .._sweep.records import NUMBERS_STAGE, UNCHANGED_DB, sqnr_by_rule
+from .._sweep.results import FORMATS
+from ..errors import InspectorError, quoted
+from .markup import GITHUB_COMMENT_LIMIT, escape as _e, markdown_table, md_code, page as html_page
+from .report import Redactor
 
-FORMATS = ("md", "html", "json", "csv")
-__all__ = ["FORMATS", "GITHUB_COMMENT_LIMIT", "sweep_markdown", "sweep_html", "sweep_plot", "redactor"]
+__all__ = ["sweep_comment", "sweep_csv", "sweep_format", "sweep_html", "sweep_json", "sweep_markdown", "sweep_page",
+           "sweep_plot"]
 
 
-def redactor(html_text: bool = False):
-    from .._present.report import Redactor
+def sweep_json(s) -> str:
+    """The sweep's JSON (``Sweep.to_dict``), local paths redacted."""
+    return json.dumps(Redactor().value(s.to_dict()), indent=2, allow_nan=False)
 
-    return Redactor(html=html_text)
+
+def sweep_csv(s) -> str:
+    """One line per model x stage x rule (``Sweep.to_dataframe("rows")``), local paths redacted."""
+    return Redactor()(s.to_dataframe("rows").to_csv(index=False))
+
+
+def sweep_format(s, fmt: str) -> str:
+    """The sweep in one of ``FORMATS`` (md, html, json, csv)."""
+    if fmt not in FORMATS:
+        raise InspectorError(f"unknown format {quoted(fmt)}; choose one of: {', '.join(FORMATS)}")
+    writers = {"md": lambda: sweep_comment(s), "html": lambda: sweep_page(s), "json": lambda: sweep_json(s),
+               "csv": lambda: sweep_csv(s)}
+    return writers[fmt]()
+
+
+def sweep_comment(s, limit: int = GITHUB_COMMENT_LIMIT) -> str:
+    """A comment for a pull request (``sweep_markdown``), local paths redacted."""
+    return Redactor()(sweep_markdown(s, limit))
+
+
+def sweep_page(s) -> str:
+    """A self-contained HTML page, local paths redacted."""
+    return Redactor(html=True)(sweep_html(s))
 
 
 # ---------------------------------------------------------------- Markdown and HTML
@@ -27,65 +54,63 @@ def _steps_text(s) -> str:
 
 
 def _md(text) -> str:
-    from .._present.report import md_code
-
     return md_code(str(text), cell=True, limit=120)
 
 
 def simulated_pairs(s) -> set:
     """The (model, rule) pairs whose numbers are the simulation's in a sweep that mixes engines (one
     whose differing models were confirmed on TOSA); empty when every number comes from one engine."""
-    engines = {(v.target, v.policy): v.engine for v in s.variants if not v.error}
+    engines = {(v.target, v.rule): v.engine for v in s.variants if not v.error}
     if len(set(engines.values())) < 2:
         return set()
     return {pair for pair, engine in engines.items() if engine != "tosa"}
 
 
-def _sqnr_cell(sim: set, target: str, policy: str, value) -> str:
-    return db(value) + (" (sim)" if (target, policy) in sim else "")
+def _sqnr_cell(sim: set, target: str, rule: str, value) -> str:
+    return db(value) + (" (sim)" if (target, rule) in sim else "")
 
 
 def sweep_markdown(s, limit: int) -> str:
-    head = [f"### Fold rules over {len(s.models)} models: " + " vs ".join(f"`{p}`" for p in s.policies),
+    head = [f"### Fold rules over {len(s.models)} models: " + " vs ".join(f"`{p}`" for p in s.rules),
             "", f"Stages: {', '.join(s.stages)}" + (f"; TOSA INT reference, {_steps_text(s)}." if s.steps else "."),
             "", *[f"- {line}" for line in s.summary()], ""]
     changed = s.changed
-    others = s.policies[1:]
+    others = s.rules[1:]
     table: list[str] = []
     if changed:
-        header = ["model", "stage", "site", *[f"`{p}`" for p in s.policies]]
+        header = ["model", "stage", "site", *[f"`{p}`" for p in s.rules]]
         if s.steps:
-            header += [f"SQNR `{s.policies[0]}`", *[f"Δ dB `{p}`" for p in others]]
+            header += [f"SQNR `{s.rules[0]}`", *[f"Δ dB `{p}`" for p in others]]
         cells_of = []
         for c in changed:
             cells = [_md(c.target), c.stage, _md(c.site)]
-            for p in s.policies:
+            for p in s.rules:
                 decision = c.decisions.get(p, "–")
                 reasons = c.reasons.get(p, [])
                 cells.append(decision + (f" ({', '.join(reasons)})" if reasons else ""))
             if s.steps:
-                cells.append(db((c.sqnr_db_last or {}).get(s.policies[0])))
+                cells.append(db((c.sqnr_db_last or {}).get(s.rules[0])))
                 cells += [db_change((c.sqnr_delta_db or {}).get(p)) for p in others]
             cells_of.append(cells)
         table += ["#### Sites whose decision differs", "", *markdown_table(header, cells_of)]
     else:
         table += ["No site's decision differs between the rules.", ""]
-    header = ["model", *[f"folded `{p}`" for p in s.policies], *([f"SQNR `{p}`" for p in s.policies] if s.steps else [])]
+    header = ["model", *[f"folded `{p}`" for p in s.rules], *([f"SQNR `{p}`" for p in s.rules] if s.steps else [])]
     model_cells = []
     shown = NUMBERS_STAGE if NUMBERS_STAGE in s.stages else s.stages[-1]
-    rows = {(r.target, r.policy): r for r in s.rows if r.stage == shown}
-    sqnr = sqnr_by_policy(s.variants)
+    rows = {(r.target, r.rule): r for r in s.rows if r.stage == shown}
+    sqnr = sqnr_by_rule(s.variants)
     sim = simulated_pairs(s)
     for m in s.models:
         if m.error:
             model_cells.append([_md(m.target), f"failed: {_md(m.error)}"])
             continue
         cells = [_md(m.target)]
-        for p in s.policies:
+        for p in s.rules:
             r = rows.get((m.target, p))
             cells.append("error" if r is None or r.error else f"{len(r.folded)}/{r.sites}")
         if s.steps:
-            cells += [_sqnr_cell(sim, m.target, p, sqnr.get(m.target, {}).get(p)) for p in s.policies]
+            cells += [_sqnr_cell(sim, m.target, p, sqnr.get(m.target, {}).get(p)) for p in s.rules]
         model_cells.append(cells)
     models = ["", "#### Models", "", f"Folded sites out of all sites at {shown}" + (
         "; SQNR (dB) at the last step on the TOSA INT reference, whose flow folds at tfa" if s.steps else "")
@@ -117,29 +142,25 @@ text-align:left;vertical-align:top}th{background:#f3f3f3}.fold{color:#1b5e20}.sk
 .better{color:#1b5e20}.worse{color:#b71c1c}code{font-size:12px}"""
 
 
-def _e(value) -> str:
-    return html.escape(str(value), quote=True)
-
-
 def sweep_html(s, page: bool = True) -> str:
-    parts = [f"<h2>Fold rules over {len(s.models)} models: {' vs '.join(_e(p) for p in s.policies)}</h2>",
+    parts = [f"<h2>Fold rules over {len(s.models)} models: {' vs '.join(_e(p) for p in s.rules)}</h2>",
              "<ul>" + "".join(f"<li>{_e(line)}</li>" for line in s.summary()) + "</ul>"]
     changed = s.changed
     if changed:
-        head = "".join(f"<th>{_e(p)}</th>" for p in s.policies)
+        head = "".join(f"<th>{_e(p)}</th>" for p in s.rules)
         if s.steps:
-            head += f"<th>SQNR {_e(s.policies[0])}</th>" + "".join(f"<th>Δ dB {_e(p)}</th>" for p in s.policies[1:])
+            head += f"<th>SQNR {_e(s.rules[0])}</th>" + "".join(f"<th>Δ dB {_e(p)}</th>" for p in s.rules[1:])
         body = []
         for c in changed:
             cells = [f"<td>{_e(c.target)}</td><td>{_e(c.stage)}</td><td><code>{_e(c.site)}</code></td>"]
-            for p in s.policies:
+            for p in s.rules:
                 d = c.decisions.get(p, "–")
                 reasons = ", ".join(c.reasons.get(p, []))
                 cells.append(f"<td class='{_e(d)}'>{_e(d)}" + (f"<br><small>{_e(reasons)}</small>" if reasons else "")
                              + "</td>")
             if s.steps:
-                cells.append(f"<td>{_e(db((c.sqnr_db_last or {}).get(s.policies[0])))}</td>")
-                for p in s.policies[1:]:
+                cells.append(f"<td>{_e(db((c.sqnr_db_last or {}).get(s.rules[0])))}</td>")
+                for p in s.rules[1:]:
                     d = (c.sqnr_delta_db or {}).get(p)
                     cls = "" if d is None or abs(d) < UNCHANGED_DB else "better" if d > 0 else "worse"
                     cells.append(f"<td class='{cls}'>{_e(db_change(d))}</td>")
@@ -149,13 +170,13 @@ def sweep_html(s, page: bool = True) -> str:
     else:
         parts.append("<p>No site's decision differs between the rules.</p>")
     rows = []
-    sqnr = sqnr_by_policy(s.variants)
+    sqnr = sqnr_by_rule(s.variants)
     sim = simulated_pairs(s)
     for r in s.rows:
-        v = sqnr.get(r.target, {}).get(r.policy)
+        v = sqnr.get(r.target, {}).get(r.rule)
         status = _e(r.error) if r.error else f"{len(r.folded)} folded / {r.sites} sites"
-        rows.append(f"<tr><td>{_e(r.target)}</td><td>{_e(r.stage)}</td><td>{_e(r.policy)}</td>"
-                    f"<td>{status}</td>" + (f"<td>{_e(_sqnr_cell(sim, r.target, r.policy, v))}</td>"
+        rows.append(f"<tr><td>{_e(r.target)}</td><td>{_e(r.stage)}</td><td>{_e(r.rule)}</td>"
+                    f"<td>{status}</td>" + (f"<td>{_e(_sqnr_cell(sim, r.target, r.rule, v))}</td>"
                                             if s.steps else "") + "</tr>")
     failed = [m for m in s.models if m.error]
     rows += [f"<tr><td>{_e(m.target)}</td><td colspan='4'>failed: {_e(m.error)}</td></tr>" for m in failed]
@@ -176,7 +197,7 @@ def sweep_html(s, page: bool = True) -> str:
 def sweep_plot(s):
     """A bar per changed site: the SQNR delta of each rule against the baseline (a matplotlib Figure,
     without pyplot's global state)."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # lazy: matplotlib only when a plot is asked for
 
     changed = [c for c in s.changed if c.sqnr_delta_db]  # tfa changes: the ones with numbers
     fig = Figure(figsize=(8, max(2.0, 0.35 * len(changed) + 1)))
@@ -185,16 +206,16 @@ def sweep_plot(s):
         ax.text(0.5, 0.5, "no changed site with a comparison", ha="center", va="center")
         ax.set_axis_off()
         return fig
-    others = s.policies[1:]
+    others = s.rules[1:]
     height = 0.8 / max(1, len(others))
     labels = [f"{c.target} · {c.stage} · {c.site[:40]}" for c in changed]
-    for j, policy in enumerate(others):
-        values = [plot_db(c.sqnr_delta_db.get(policy)) for c in changed]
-        ax.barh([i + j * height for i in range(len(changed))], values, height=height, label=policy)
+    for j, rule in enumerate(others):
+        values = [plot_db(c.sqnr_delta_db.get(rule)) for c in changed]
+        ax.barh([i + j * height for i in range(len(changed))], values, height=height, label=rule)
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_yticks([i + height * (len(others) - 1) / 2 for i in range(len(changed))], labels, fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel(f"SQNR at the last step minus {s.policies[0]}'s (dB)")
+    ax.set_xlabel(f"SQNR at the last step minus {s.rules[0]}'s (dB)")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
