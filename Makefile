@@ -73,8 +73,8 @@ bench: setup
 	done; \
 	[ "$$found" -eq 1 ] || echo "no bench/bench_*.py scripts found"
 
-# A fuzzing campaign of the readers of untrusted input (.pt2 archives, sessions, CLI numbers) with
-# a random seed, until Ctrl-C: FUZZ_SECONDS=N bounds it, FUZZ_SEED=N replays one, FUZZ_KINDS=pt2,cli
+# A fuzzing campaign of the readers of untrusted input (.pt2 archives, sessions, CLI numbers, store entries) with
+# a random seed, until Ctrl-C: FUZZ_SECONDS=N bounds it, FUZZ_SEED=N replays one, FUZZ_KINDS=pt2,store
 # picks readers. Failing inputs are saved in tests/fuzz_corpus/, which tests/test_fuzz.py replays.
 fuzz: $(STAMP)
 	$(VENV_PYTHON) scripts/fuzz.py

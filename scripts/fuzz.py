@@ -5,7 +5,7 @@ tests/test_fuzz.py). Environment:
 
 * ``FUZZ_SECONDS``: stop after this many seconds (default: run until Ctrl-C);
 * ``FUZZ_SEED``: the seed (default: a random one, printed first); the same seed makes the same cases;
-* ``FUZZ_KINDS``: which readers, of ``pt2,session,cli`` (default: all three).
+* ``FUZZ_KINDS``: which readers, of ``pt2,session,cli,store`` (default: all four).
 
 Prints cases/s and findings as it goes. Every failing input is saved in tests/fuzz_corpus/ with a
 note of what failed, and tests/test_fuzz.py replays it from then on. Exits 1 if anything was found.
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import fuzzing  # noqa: E402 - found through the path above
 
-SCHEDULE = ("pt2", "pt2", "session", "pt2", "pt2", "session", "cli")  # archives are the widest door
+SCHEDULE = ("pt2", "pt2", "session", "pt2", "pt2", "session", "cli", "store")  # archives are the widest door
 ANALYZE_EVERY = 20  # of the archives that load, analyze one in this many (~1 s each)
 PROGRESS_SECONDS = 10.0
 

@@ -1,10 +1,11 @@
-"""Seeded mutators and the judge for fuzzing what reads a stranger's bytes (project issue 21).
+"""Seeded mutators and the judge for fuzzing what reads a stranger's bytes (project issues 21 and 40).
 
-Three readers take input that may come from anyone (docs/design.md, "What is trusted"): ``.pt2``
-archives (``inspector._targets.pt2``), session files (``inspector._front.session.read_session``) and the command
-line's numeric and shape arguments (``inspector._front.cli.main``). Every case must end in a result or in
-one ``InspectorError`` line, within ``CASE_SECONDS``, without the process growing by
-``MEMORY_BYTES``, and without running the code planted in it.
+Four readers take input that may come from anyone (docs/design.md, "What is trusted"): ``.pt2``
+archives (``inspector._targets.pt2``), session files (``inspector._front.session.read_session``), the command
+line's numeric and shape arguments (``inspector._front.cli.main``) and the result store's entries
+(``inspector._base.store``: a sweep's ``out=`` is shared). Every case must end in a result or in
+one ``InspectorError`` line (an entry: a miss, written over when computed again), within
+``CASE_SECONDS``, without the process growing by ``MEMORY_BYTES``, and without running the code planted in it.
 
 tests/test_fuzz.py (a fixed seed, a bounded count) and scripts/fuzz.py (``make fuzz``: a random
 seed, until stopped) share this module, so what the campaign finds replays in the suite from
@@ -40,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "fuzz_corpus"
 MiB = 1 << 20
 
-KINDS = ("pt2", "session", "cli")
+KINDS = ("pt2", "session", "cli", "store")
 CASE_SECONDS = 5.0  # one case, including the analysis of a program that loaded
 MEMORY_BYTES = 512 * MiB  # how much one case may raise the process's peak RSS
 MAX_ERROR_CHARS = 2000  # the bound tests/test_bad_inputs.py holds every CLI error line to
@@ -136,6 +137,7 @@ class Bases:
 
     archives: dict[str, list[tuple[str, bytes]]]
     sessions: dict[str, bytes]
+    entries: dict[str, tuple[dict, dict, bytes]] = dataclasses.field(default_factory=dict)  # name -> data, arrays, its file
     bombs: dict[str, bytes] = dataclasses.field(default_factory=dict)  # archive name -> its deflate bomb, built on first use
 
     def bomb(self, name: str) -> bytes:
@@ -171,7 +173,7 @@ def build_bases(folder: Path) -> Bases:
     program = torch.export.export(model, (torch.randn(2, 3, 8, 8),), dynamic_shapes=(dims,))
     members = _unzip(_saved(program))
     archives["dynamic_conv_mul"] = [(n, _with_guard(d) if n.endswith("models/model.json") else d) for n, d in members]
-    return Bases(archives, _session_bases(folder))
+    return Bases(archives, _session_bases(folder), _store_bases(folder / STORE_FOLDER))
 
 
 def _saved(program) -> bytes:
@@ -239,6 +241,10 @@ class Arena:
     @property
     def tmp(self) -> Path:
         return self.folder / "tmp"
+
+    @property
+    def store(self) -> Path:
+        return self.folder / STORE_FOLDER
 
 
 @contextlib.contextmanager
@@ -1019,21 +1025,180 @@ def cli_arguments_ok(argv: list[str]) -> bool:
     return True
 
 
+# ----------------------------------------------------------------------------- store cases
+
+# What may be found where the result store expects an entry (issue 40): each must be a miss, in
+# bounded time and memory, and written over by a regular file when the answer is computed again.
+PLANTS = {
+    "device": "a link to /dev/zero",
+    "fifo": "a FIFO no one writes",
+    "sparse": "an 8 GiB sparse file",
+    "folder": "a folder named like the entry, a link out of it inside",
+    "elsewhere": "a link to the entry moved into another folder",
+}
+SPARSE_BYTES = 8 << 30  # truncate(): no disk used, but a reader that trusts the size asks for 8 GiB
+
+
+def plant(path: Path, kind: str, elsewhere: Path) -> None:
+    """Put ``kind`` (of ``PLANTS``) where the entry ``path`` is; "elsewhere" moves the entry into the
+    folder ``elsewhere`` and links to it there (valid, signed: it must still not be read)."""
+    if kind == "elsewhere":
+        elsewhere.mkdir(parents=True, exist_ok=True)
+        target = elsewhere / path.name
+        target.write_bytes(path.read_bytes())
+        path.unlink()
+        path.symlink_to(target)
+        return
+    path.unlink(missing_ok=True)
+    if kind == "device":
+        path.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "sparse":
+        with open(path, "xb") as f:
+            f.truncate(SPARSE_BYTES)
+    elif kind == "folder":
+        path.mkdir()
+        (path / "inside.entry").write_bytes(b"not an entry")
+        (path / "out").symlink_to(path.parent.parent, target_is_directory=True)  # removing it must not follow
+    else:
+        raise ValueError(f"no plant {kind!r}")
+
+
+STORE_FOLDER = "store"  # in the arena
+# The arena store's secret: fixed, so an entry kept in the corpus is signed as it was when found.
+STORE_SECRET = hashlib.sha256(b"fold-inspector fuzz store").digest()
+
+
+def _store_bases(root: Path) -> dict[str, tuple[dict, dict, bytes]]:
+    """Four real entries (JSON only, with arrays, a long text) under fixed names, in a store whose
+    secret is ``STORE_SECRET``."""
+    import numpy as np
+
+    from inspector._base.store import Store
+
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(root / "secret", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(STORE_SECRET)
+    store = Store(root)
+    out = {}
+    for n in range(4):
+        name = f"fuzz-{n}"
+        data = {"n": n, "text": "x" * (n * 50), "numbers": [1.5, "inf", None]}
+        arrays = {"a": np.arange(n * 30 + 1), "b": np.ones((2, n + 1), dtype=np.float32)} if n else {}
+        if not store.put(name, data, arrays):
+            raise RuntimeError(f"the fuzz store could not keep {name}")
+        out[name] = (data, arrays, (root / "entries" / f"{name}.entry").read_bytes())
+    return out
+
+
+def store_case(label: str, name: str, kind: str, body: bytes) -> "Case":
+    """A case of the store: entry ``name`` replaced by ``body`` (kind "bytes") or by a plant of
+    ``PLANTS`` ("elsewhere": a link to ``body`` in another folder)."""
+    return Case("store", label, f"{name}\n{kind}\n".encode() + body)
+
+
+def _store_parts(data: bytes) -> tuple[str, str, bytes]:
+    name, kind, body = data.split(b"\n", 2)
+    return name.decode(), kind.decode(), body
+
+
+def make_store_case(bases: Bases, seed: int, index: int) -> "Case":
+    """A real entry with bytes flipped, cut, inserted or spliced from another, or random bytes, now and
+    then signed again with the store's secret (so the reader below the signature is reached); or
+    something put() never writes (``PLANTS``) where the entry was."""
+    rng = random.Random(f"{seed}:store:{index}")
+    name = rng.choice(sorted(bases.entries))
+    raw = bases.entries[name][2]
+    label = f"seed {seed} store #{index} {name}: "
+    if rng.random() < 0.3:
+        kind = rng.choice(sorted(PLANTS))
+        return store_case(label + PLANTS[kind], name, kind, raw if kind == "elsewhere" else b"")
+    body, what = _mutate_entry(raw, bases, rng)
+    if rng.random() < 0.3 and len(body) > _ENTRY_START:
+        body = _signed(name, body[_ENTRY_START:])
+        what += ", signed again"
+    return store_case(label + what, name, "bytes", body)
+
+
+_ENTRY_START = 8 + 32  # MAGIC and the HMAC: the payload follows
+
+
+def _signed(name: str, payload: bytes) -> bytes:
+    from inspector._base.store import MAGIC, Store
+
+    return MAGIC + Store._mac(STORE_SECRET, name, payload) + payload
+
+
+def _mutate_entry(raw: bytes, bases: Bases, rng: random.Random) -> tuple[bytes, str]:
+    roll = rng.random()
+    if roll < 0.3:
+        return _flip(raw, rng), "bytes flipped"
+    if roll < 0.5:
+        return _cut(raw, rng), "truncated"
+    if roll < 0.65:
+        at = rng.randrange(len(raw))
+        return raw[:at] + rng.randbytes(rng.randint(1, 64)) + raw[at:], "bytes inserted"
+    if roll < 0.8:
+        other = bases.entries[rng.choice(sorted(bases.entries))][2]
+        cut = rng.randrange(len(raw))
+        return raw[:cut] + other[cut:], "spliced with another entry"
+    if roll < 0.9:  # a header length and a JSON header that lie
+        from inspector._base.store import environment
+
+        header = json.dumps({"format": 1, "name": "x", "environment": environment(), "data": {},
+                             "arrays": ["a"]}).encode()
+        payload = rng.choice((0, 1, 2 ** 31, 2 ** 64 - 1, rng.randrange(2 ** 64))).to_bytes(8, "big") + header
+        return raw[:_ENTRY_START] + payload + rng.randbytes(rng.randrange(300)), "a header that lies"
+    return rng.randbytes(rng.randrange(200)), "random bytes"
+
+
+def _mapped() -> int | None:
+    """The process's address space now (Linux), or None."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+@contextlib.contextmanager
+def capped(memory: int):
+    """The process's address space bounded to what it maps now plus ``memory`` while inside (Linux;
+    elsewhere unbounded): a reader that reads a device or a huge file whole raises MemoryError at
+    once instead of taking the machine's memory until it is killed."""
+    mapped = _mapped()
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if mapped is None:
+        yield
+        return
+    limit = mapped + memory if hard == resource.RLIM_INFINITY else min(mapped + memory, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
 # ----------------------------------------------------------------------------- cases
 
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-    kind: str  # "pt2", "session" or "cli"
+    kind: str  # "pt2", "session", "cli" or "store"
     label: str  # how it was made (seed, index, base, mutations): enough to rebuild and to read
-    data: bytes  # the archive, the session file, or the CLI's argv as JSON
+    data: bytes  # the archive, the session file, the CLI's argv as JSON, or an entry's name, plant and bytes
 
     @property
     def digest(self) -> str:
         return hashlib.sha1(self.kind.encode() + b"\0" + self.data).hexdigest()[:12]
 
 
-MAKERS = {"pt2": make_pt2_case, "session": make_session_case, "cli": make_cli_case}
+MAKERS = {"pt2": make_pt2_case, "session": make_session_case, "cli": make_cli_case, "store": make_store_case}
 
 
 def make_case(bases: Bases, kind: str, seed: int, index: int) -> Case:
@@ -1094,7 +1259,7 @@ class Judge:
 
     def judge(self, case: Case, *, analyze: bool = False) -> Verdict:
         runner = {"pt2": lambda: self._pt2(case, analyze), "session": lambda: self._session(case),
-                  "cli": lambda: self._cli(case)}[case.kind]
+                  "cli": lambda: self._cli(case), "store": lambda: self._store(case)}[case.kind]
         return self.run(runner)
 
     def run(self, runner: Callable[[], str]) -> Verdict:
@@ -1217,6 +1382,53 @@ class Judge:
         _arguments_checked_first(argv, text)
         return "exit 2"
 
+    def _store(self, case: Case) -> str:
+        """The entry in place, then what a verb does: get (a miss unless these are the entry's own bytes),
+        the scan (len, size, trim), and on a miss put, which must leave a regular file that reads back."""
+        import numpy as np
+
+        from inspector._base.store import Store
+
+        name, kind, body = _store_parts(case.data)
+        data, arrays, original = self.arena.bases.entries[name]
+        store = Store(self.arena.store)
+        path = self.arena.store / "entries" / f"{name}.entry"
+        elsewhere = self.arena.folder / "store-elsewhere"
+        _remove(path)
+        path.write_bytes(body)
+        if kind != "bytes":
+            plant(path, kind, elsewhere)
+        what = "mutated bytes" if kind == "bytes" else PLANTS[kind]
+        with capped(self.memory):  # a reader that reads a device or a huge file whole stops here
+            got = store.get(name)
+            signed = kind == "bytes" and body != original and _signed(name, body[_ENTRY_START:]) == body
+            if got is not None:
+                if kind != "bytes":
+                    raise _Problem(f"read {what} (put() never writes one)")
+                if body != original and not signed:
+                    raise _Problem("read mutated bytes as the entry")
+                if not signed and (got.data != data or sorted(got.arrays) != sorted(arrays) or
+                                   not all(np.array_equal(got.arrays[k], v) for k, v in arrays.items())):
+                    raise _Problem("read back other than written")
+                if not isinstance(got.data, dict) or not all(isinstance(a, np.ndarray) for a in got.arrays.values()):
+                    raise _Problem("read back something that is not an entry")
+            if kind != "bytes" and name in store:
+                raise _Problem(f"{what} counts as an entry")
+            if len(store) != len(self.arena.bases.entries) - (kind != "bytes") or store.trim():
+                raise _Problem(f"with {what} in place the store counts {len(store)} entries or trims some")
+            if got is None:  # computed again: written over
+                if not store.put(name, data, arrays):
+                    raise _Problem(f"{what} could not be written over")
+                if not path.is_file() or path.is_symlink() or store.get(name) is None:
+                    raise _Problem(f"written over {what}, the entry does not read back")
+        if kind == "elsewhere" and (elsewhere / path.name).read_bytes() != body:
+            raise _Problem("the entry a link led to was changed")
+        if not (self.arena.store / "secret").is_file():
+            raise _Problem("the store's secret is gone (a link out of a folder was followed)")
+        if got is None:
+            return "miss, written over"
+        return "read, signed again" if signed else "read, its own bytes"
+
 
 def _arguments_checked_first(argv: list[str], text: str) -> None:
     """Valid arguments reach the work (the missing model); an invalid one is named before any model is loaded."""
@@ -1251,14 +1463,15 @@ def _dumps_sorted(value: Any) -> str:
 
 
 def _remove(path: Path) -> None:
+    """Remove ``path``, never following a link (a link, a FIFO: the name itself)."""
     import shutil
 
-    shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+    shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink(missing_ok=True)
 
 
 # ----------------------------------------------------------------------------- the corpus
 
-_SUFFIX = {"pt2": ".zip", "session": ".session.json", "cli": ".argv.json"}  # .zip: git ignores *.pt2
+_SUFFIX = {"pt2": ".zip", "session": ".session.json", "cli": ".argv.json", "store": ".entry.bin"}  # .zip: git ignores *.pt2
 NOTE_SUFFIX = ".note.json"
 
 

@@ -1,4 +1,5 @@
-"""Fuzzing what reads a stranger's bytes (project issue 21): .pt2 archives, session files, CLI numbers.
+"""Fuzzing what reads a stranger's bytes (project issues 21 and 40): .pt2 archives, session files, CLI
+numbers, the result store's entries.
 
 A fixed seed and a bounded count here; ``make fuzz`` runs the same mutators (tests/fuzzing.py) with
 a random seed until stopped. Every case must end in a result or one InspectorError line, within
@@ -29,6 +30,7 @@ SEED = 21  # the issue's number: any fixed seed would do
 ARCHIVE_CASES = 2000
 SESSION_CASES = 1000
 CLI_CASES = 300
+STORE_CASES = 600  # a few milliseconds each
 ANALYZED = 8  # archives that load despite their mutation and also go through inspector.analyze (~1 s each)
 
 
@@ -79,6 +81,17 @@ def test_cli_arguments(judge, capsys):
     argvs = [json.loads(fuzzing.make_case(judge.arena.bases, "cli", SEED, i).data) for i in range(CLI_CASES)]
     valid = sum(map(fuzzing.cli_arguments_ok, argvs))
     assert 0 < valid < CLI_CASES, valid  # both kinds of argument lists were tried
+
+
+def test_store_entries(judge, capsys):
+    """Mutated entries and what put() never writes (a link to a device, a FIFO, an 8 GiB sparse file, a
+    folder, a link to a valid entry elsewhere): each a miss (or the entry's own bytes, read), written over."""
+    outcomes, problems, seconds = _fuzz(judge, "store", STORE_CASES)
+    _report(capsys, "store", outcomes, seconds)
+    assert not problems, f"{len(problems)} of {STORE_CASES} entries broke a rule; first: " + " | ".join(problems[:5])
+    labels = [fuzzing.make_case(judge.arena.bases, "store", SEED, i).label for i in range(STORE_CASES)]
+    assert all(any(what in label for label in labels) for what in fuzzing.PLANTS.values()), "every plant was tried"
+    assert outcomes["miss, written over"] > STORE_CASES // 2 and any("signed again" in label for label in labels), outcomes
 
 
 # ----------------------------------------------------------------------------- the corpus
@@ -162,6 +175,37 @@ def test_the_judge_catches_a_broken_loader(judge, monkeypatch, name):
     loader, needle = _BROKEN_LOADERS[name]
     monkeypatch.setattr(inspector._targets.pt2, "load_pt2_bytes", loader)
     verdict = judge.stricter(seconds=0.5, memory=32 << 20).judge(_valid_case(judge))
+    assert verdict.problem and needle in verdict.problem, verdict
+
+
+def _before_issue_40(path, limit):
+    """The store's reader before issue 40: ``exists()``, then ``read_bytes()``: any link followed, anything
+    opened (a FIFO waits for a writer), read whole."""
+    from pathlib import Path
+
+    if not Path(path).exists():
+        return None
+    try:
+        return bytearray(Path(path).read_bytes())
+    except OSError:
+        return None
+
+
+_BROKEN_STORE_READERS = {  # what the old reader does with each plant, and what the judge says of it
+    "elsewhere": "read a link to the entry",
+    "device": "raised MemoryError",
+    "sparse": "raised MemoryError",
+    "fifo": "still running after 0.5 s",
+}
+
+
+@pytest.mark.parametrize("kind", list(_BROKEN_STORE_READERS))
+def test_the_judge_catches_the_store_reader_before_issue_40(judge, monkeypatch, kind):
+    """Each plant is caught when the store reads it as it did before (tight limits: quick, small)."""
+    needle = _BROKEN_STORE_READERS[kind]
+    monkeypatch.setattr(inspector._base.store, "read_regular", _before_issue_40)
+    case = fuzzing.store_case("control", "fuzz-1", kind, judge.arena.bases.entries["fuzz-1"][2])
+    verdict = judge.stricter(seconds=0.5, memory=32 << 20).judge(case)
     assert verdict.problem and needle in verdict.problem, verdict
 
 

@@ -6,10 +6,14 @@ Each test here uses a folder of its own; the rest of the suite runs with a fresh
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
 import random
+import resource
+import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -19,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import fuzzing
 import inspector
 from inspector._base import store as _store
 
@@ -224,6 +229,104 @@ def test_fuzzed_entries_are_ignored_never_raised(tmp_path):
             payload = rng.randrange(2 ** 64).to_bytes(8, "big") + header + payload
         raw = _store.MAGIC + _store.Store._mac(secret, "x", payload) + payload
         assert _store.decode(raw, "x", secret) is None, case
+
+
+# ---------------------------------------------------------------- what the store refuses to read (issue 40)
+
+
+@contextlib.contextmanager
+def _bounded(seconds: float = 5.0, memory: int = 256 << 20):
+    """Inside: at most ``seconds`` (a FIFO's open that waits is cut short: TimeoutError) and ``memory``
+    more address space (a device or a huge file read whole: MemoryError), never the machine's; and the
+    process's peak RSS grows by less than ``memory``."""
+    def late(signum, frame):
+        raise TimeoutError(f"still running after {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, late)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    try:
+        with fuzzing.capped(memory):
+            yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - peak < memory
+
+
+@pytest.mark.parametrize("kind", list(fuzzing.PLANTS))
+def test_a_planted_entry_is_a_miss_in_bounded_time_and_memory_and_is_written_over(tmp_path, kind):
+    """What put() never writes, in place of an entry (a link to /dev/zero, a FIFO, an 8 GiB sparse file, a
+    folder, a link to the valid entry moved elsewhere): get, in, len, size, trim and clear neither read
+    nor follow it, within seconds and without growing; put writes a regular file over it."""
+    root, elsewhere = tmp_path / "store", tmp_path / "elsewhere"
+    s = _store.Store(root)
+    name, kept = s.name("variant", "planted"), s.name("variant", "kept")
+    assert s.put(name, {"x": 1}, ARRAYS) and s.put(kept, {"x": 0}, ARRAYS)
+    path = root / "entries" / f"{name}.entry"
+    fuzzing.plant(path, kind, elsewhere)
+    start = time.perf_counter()
+    with _bounded():
+        assert s.get(name) is None and name not in s
+        assert len(s) == 1 and s.size() < 1 << 20  # only the other entry: an 8 GiB one would trim it out
+        assert s.trim() == 0 and _equal(s.get(kept), {"x": 0}, ARRAYS)
+        assert s.put(name, {"x": 2}, ARRAYS)  # computed again: written over, never through
+        assert stat.S_ISREG(os.lstat(path).st_mode) and _equal(s.get(name), {"x": 2}, ARRAYS)
+        moved = path.read_bytes()
+        fuzzing.plant(path, kind, elsewhere)
+        s.clear()
+    assert time.perf_counter() - start < 5
+    assert not list((root / "entries").iterdir())  # the plant went too, a folder with what it held
+    assert (root / "secret").is_file() and (kind != "elsewhere" or (elsewhere / path.name).read_bytes() == moved)
+
+
+def test_a_secret_or_an_entries_folder_the_store_did_not_make_turns_it_off(tmp_path):
+    """The secret a link, a FIFO or a folder, or the entries folder a link to another store's: the store
+    is off, with one warning, in bounded time (the secret is never opened but as a regular file)."""
+    for kind in ("device", "fifo", "folder", "elsewhere"):
+        root = tmp_path / kind
+        _store.Store(root).put("a", {"x": 1})
+        fuzzing.plant(root / "secret", kind, tmp_path / f"{kind}-elsewhere")
+        fresh = _store.Store(root)
+        with _bounded(), pytest.warns(RuntimeWarning, match="secret .* is not a regular file"):
+            assert fresh.get("a") is None
+        assert not fresh.put("b", {"x": 1}), kind
+    other = tmp_path / "other"
+    _store.Store(other).put("a", {"x": 1})
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    shutil.copy2(other / "secret", linked / "secret")  # the same secret: only the link is wrong
+    (linked / "entries").symlink_to(other / "entries", target_is_directory=True)
+    with pytest.warns(RuntimeWarning, match="entries folder .* is not a folder"):
+        assert _store.Store(linked).get("a") is None
+
+
+def test_an_answer_bigger_than_an_entry_can_be_is_not_kept_nor_read(tmp_path, monkeypatch):
+    """put() writes nothing past MAX_ENTRY_BYTES, so get() reads nothing past it: a file bigger is not an entry."""
+    s = _store.Store(tmp_path)
+    assert s.put("small", {"x": 1}) and s.put("big", {"x": 1}, {"a": np.zeros(4096, dtype=np.uint8)})
+    monkeypatch.setattr(_store, "MAX_ENTRY_BYTES", 4096)
+    assert not s.put("bigger", {"x": 1}, {"a": np.zeros(4096, dtype=np.uint8)}) and s.get("bigger") is None
+    assert s.get("big") is None and "big" not in s and s.get("small") is not None
+    assert len(s) == 1 and not (tmp_path / "entries" / "big.entry").exists()  # removed by the scan
+
+
+def test_a_sweep_record_naming_a_file_that_is_not_a_plain_one_is_changed(tmp_path):
+    """A model's record names the user's files it was built from: one that is now a link (even to the same
+    bytes), a FIFO, a device, a folder or too big is "changed" (its model analysed again), in bounded time."""
+    from inspector._base.hashing import digest
+    from inspector._sweep.store import unchanged
+
+    helper = tmp_path / "helper.py"
+    helper.write_text("SCALE = 0.5\n")
+    was = digest(helper.read_bytes())
+    assert unchanged({str(helper): was})
+    for kind in fuzzing.PLANTS:
+        path = tmp_path / f"{kind}.py"
+        path.write_text("SCALE = 0.5\n")
+        fuzzing.plant(path, kind, tmp_path / "elsewhere")
+        with _bounded():
+            assert not unchanged({str(helper): was, str(path): was}), kind
 
 
 # ---------------------------------------------------------------- compare, from disk, in a new process
@@ -521,3 +624,115 @@ def test_an_attribution_and_a_bits_in_a_new_process_are_answered_from_the_store(
         computed, read = first[f"{what}_seconds"], again[f"{what}_seconds"]
         print(f"{what} ({engine}): computed {computed:.2f} s, from the store in a new process {read:.2f} s "
               f"({read / computed:.3f}x)")
+
+
+# ---------------------------------------------------------------- the verbs, with planted entries (issue 40)
+
+PLANTED_CHILD = """
+import json, resource, signal, sys, time
+from pathlib import Path
+
+import inspector
+from inspector._numbers import attribution, bits
+
+import fuzzing
+
+store, out, engine, kinds = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4].split(",")
+SAMPLE = "sample:conv_mul_scalar"
+work = []  # the attributions and bits computed (not read back)
+for module, name in ((attribution, "_attribute"), (bits, "analyze")):
+    def counted(*args, _real=getattr(module, name), _name=name, **kwargs):
+        work.append(_name)
+        return _real(*args, **kwargs)
+    setattr(module, name, counted)
+
+
+def ask() -> dict:
+    \"\"\"Every verb's answer, the memory caches emptied first (only the store may answer), and what was computed.\"\"\"
+    inspector.clear_cache()
+    before, got, t = len(work), {}, time.perf_counter()
+    c = inspector.compare(SAMPLE, ("off", "upstream"), engine=engine, workers=1)
+    got["compare"] = [[[m.sqnr_db, m.max_abs_error] for m in r.metrics] for r in c.results]
+    got["outputs"] = [[t.tolist() for step in r.outputs for t in step] for r in c.results]
+    got["cached"] = [r.cached for r in c.results]
+    if engine == "simulation":  # the TOSA run is compare's: the others are the same reads of the store
+        got["attribution"] = inspector.attribution(SAMPLE, ("off", "upstream"), engine=engine, workers=1).to_dict()
+        got["bits"] = inspector.bits(SAMPLE, engine=engine, workers=1).to_dict()
+        s = inspector.sweep([SAMPLE], ("upstream",), stages=("tfa",), steps=1, engine=engine, workers=1, out=str(out))
+        got["sweep"] = [{k: v for k, v in r.to_dict().items() if k not in ("seconds", "timings")}
+                        for r in (*s.rows, *s.variants)]
+        got["reused"] = s.reused
+    got["work"] = work[before:]
+    got["seconds"] = time.perf_counter() - t
+    return got
+
+
+def entries() -> list:
+    return sorted(p for folder in (store, out) for p in (folder / "entries").glob("*.entry"))
+
+
+clean = ask()
+kept = ask()  # from the store: these entries answer
+found = entries()
+for n, path in enumerate(found):  # every entry planted, the kinds in turn
+    fuzzing.plant(path, kinds[n % len(kinds)], store.parent / "elsewhere" / path.parent.parent.name)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+signal.alarm(180)  # a reader that waits on a FIFO ends the process, never hangs the test
+with fuzzing.capped(1 << 30):  # a reader that reads a device or a huge file whole fails here, not the machine
+    planted = ask()
+signal.alarm(0)
+print(json.dumps({"clean": clean, "kept": kept, "planted": planted,
+                  "planted_entries": {f"{p.parent.parent.name}/{p.name}": kinds[n % len(kinds)] for n, p in enumerate(found)},
+                  "grown": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - peak,
+                  "regular": [f"{p.parent.parent.name}/{p.name}" for p in found if p.is_file() and not p.is_symlink()]}))
+"""
+
+
+def _planted_child(tmp_path: Path, engine: str, kinds) -> dict:
+    store = tmp_path / "store"
+    env = {**os.environ, _store.ENV: str(store), "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
+    out = subprocess.run([sys.executable, "-c", PLANTED_CHILD, str(store), str(tmp_path / "out"), engine, ",".join(kinds)],
+                         env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, (out.returncode, out.stderr[-3000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _computed_again_equal(got: dict, answers) -> None:
+    """The store answered the second ask (so the planted entries are the ones read); with every entry
+    planted, everything was computed again, equal to the clean run, within seconds and without growing."""
+    clean, kept, planted = got["clean"], got["kept"], got["planted"]
+    assert all(kept["cached"]) and kept["work"] == [] and kept.get("reused", 1) > 0
+    assert not any(planted["cached"]) and planted.get("reused", 0) == 0
+    assert sorted(planted["work"]) == sorted(clean["work"]) and bool(clean["work"]) == ("attribution" in clean)
+    for what in answers:
+        assert planted[what] == clean[what], what
+    assert sorted(got["regular"]) == sorted(got["planted_entries"])  # each plant written over by a regular file
+    assert planted["seconds"] < 2 * clean["seconds"] + 10  # a plant costs a miss: the same work as the clean run
+    assert got["grown"] < 256 << 20, got["grown"]  # and no memory past it
+
+
+@pytest.mark.slow  # a new process (the unit tests above are the quick loop's)
+def test_compare_attribution_bits_and_a_sweeps_out_folder_with_planted_entries_compute_again(tmp_path):
+    """Every entry compare, attribution, bits and sweep(out=) read, replaced by a plant (each kind on some:
+    a link to /dev/zero, a FIFO, an 8 GiB sparse file, a folder, a link to the entry elsewhere): their
+    answers are computed again, equal to the clean run's, the plants written over."""
+    got = _planted_child(tmp_path, "simulation", list(fuzzing.PLANTS))
+    kinds = got["planted_entries"]
+    for verb in ("variant-", "reference-", "attribution-", "bits-", "sweep-model-", "sweep-row-", "sweep-variant-"):
+        assert any(name.split("/")[1].startswith(verb) for name in kinds), verb  # each verb read a planted entry
+    assert set(kinds.values()) == set(fuzzing.PLANTS)
+    _computed_again_equal(got, ("compare", "outputs", "attribution", "bits", "sweep"))
+    print(f"planted: clean {got['clean']['seconds']:.1f} s, planted {got['planted']['seconds']:.1f} s, "
+          f"peak RSS +{got['grown'] >> 20} MiB")
+
+
+@pytest.mark.slow
+@pytest.mark.requires_tosa
+def test_a_tosa_compare_with_its_entries_planted_computes_them_again(tmp_path):
+    """The issue's three plants (a link to /dev/zero, a FIFO, an 8 GiB sparse file) in place of a real TOSA
+    compare's results and reference: the same numbers and outputs, bit for bit, computed again."""
+    got = _planted_child(tmp_path, "tosa", ("device", "fifo", "sparse"))
+    assert sorted(got["planted_entries"].values()) == ["device", "fifo", "sparse"]
+    _computed_again_equal(got, ("compare", "outputs"))
+    print(f"planted (tosa): clean {got['clean']['seconds']:.1f} s, planted {got['planted']['seconds']:.1f} s, "
+          f"peak RSS +{got['grown'] >> 20} MiB")

@@ -12,6 +12,11 @@ Entries are written whole or not at all (a temporary file renamed into place): t
 writing the same entry at once leave one of their two equal copies, never a mix. Reading an
 entry marks it used (its modification time); past the size bound the least recently used go first.
 
+Only what the store itself could have written is read (``read_regular``): a regular file, opened
+without following a link and without blocking, of at most ``MAX_ENTRY_BYTES`` (put() writes no
+more), in chunks. A link, a FIFO, a device, a folder or a bigger file named like an entry is a
+miss in bounded time and memory (a sweep's ``out=`` is shared: its writers are not all the user).
+
 Where: ``FOLD_INSPECTOR_STORE`` names a folder, or ``off`` turns the store off; by default the
 platform's cache folder (``platformdirs.user_cache_dir("fold-inspector")``); within ``using(folder)``
 that folder (a sweep's ``out=``, and every worker task, which carries its parent's folder). The bound is
@@ -30,6 +35,7 @@ import io
 import json
 import os
 import secrets
+import shutil
 import stat
 import tempfile
 import time
@@ -55,6 +61,13 @@ _MAC_BYTES = 32
 _SECRET_BYTES = 32
 _SUFFIX = ".entry"
 _STALE_TEMP_SECONDS = 3600  # a temporary file this old was left by a process that died mid-write
+# The largest entry put() writes, and so the most get() reads: far below the store's bound (a sixteenth
+# of the default), far above an answer's usual size (kilobytes to a few megabytes). A bigger answer is
+# computed again each time, never kept.
+MAX_ENTRY_BYTES = 64 << 20
+_CHUNK = 1 << 20  # read in pieces of this size
+# Never through a link, never waiting for a FIFO's writer; not inherited by a worker started meanwhile.
+_READ = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 # This process's environment and its stores (their secrets read once): a few folders at most.
@@ -116,8 +129,10 @@ class Store:
         try:
             self.root.mkdir(parents=True, exist_ok=True, mode=0o700)  # the user's own, as the secret is
             self._entries.mkdir(exist_ok=True, mode=0o700)
+            if not stat.S_ISDIR(os.lstat(self._entries).st_mode):
+                return self._refuse(f"its entries folder {self._entries} is not a folder (a link?)")
             path = self.root / "secret"
-            if not path.exists():
+            if not _exists(path):
                 fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".secret.")  # 0600 from the start
                 try:
                     os.write(fd, secrets.token_bytes(_SECRET_BYTES))
@@ -127,9 +142,13 @@ class Store:
                     pass
                 finally:
                     os.unlink(tmp)
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            if not stat.S_ISREG(os.lstat(path).st_mode):  # a link, FIFO or device is never opened
+                return self._refuse(f"its secret {path} is not a regular file")
+            fd = os.open(path, _READ)
             try:
                 info = os.fstat(fd)
+                if not stat.S_ISREG(info.st_mode):  # swapped since the look
+                    return self._refuse(f"its secret {path} is not a regular file")
                 secret = os.read(fd, _SECRET_BYTES + 1)
             finally:
                 os.close(fd)
@@ -151,34 +170,31 @@ class Store:
         return None
 
     @staticmethod
-    def _mac(secret: bytes, name: str, payload: bytes) -> bytes:
-        return hmac.new(secret, MAGIC + name.encode() + b"\0" + payload, hashlib.sha256).digest()
+    def _mac(secret: bytes, name: str, payload) -> bytes:
+        mac = hmac.new(secret, MAGIC + name.encode() + b"\0", hashlib.sha256)
+        mac.update(payload)  # fed, not concatenated: no copy of the payload
+        return mac.digest()
 
     # ------------------------------------------------------------ reading and writing
 
     def get(self, name: str) -> Entry | None:
         """The entry ``name``, or None when there is none or it cannot be trusted (then it is computed again)."""
         path = self._entries / (name + _SUFFIX)
-        if not path.exists():
+        raw = read_regular(path, MAX_ENTRY_BYTES)
+        if raw is None:
             return None
         secret = self._key()
         if secret is None:
             return None
-        try:
-            raw = path.read_bytes()
-        except OSError:
-            return None
         entry = decode(raw, name, secret)
-        if entry is not None:
-            try:
-                os.utime(path)  # used now: the last to go when the store is trimmed
-            except OSError:
-                pass
+        if entry is not None and os.utime in os.supports_follow_symlinks:
+            with _quiet():  # used now: the last to go when the store is trimmed (a link put there since: itself)
+                os.utime(path, follow_symlinks=False)
         return entry
 
     def __contains__(self, name: str) -> bool:
-        """An entry ``name`` is on disk (whether it can be trusted is ``get``'s question)."""
-        return (self._entries / (name + _SUFFIX)).exists()
+        """A file that could be entry ``name`` is on disk (whether it can be trusted is ``get``'s question)."""
+        return _regular(self._entries / (name + _SUFFIX))
 
     def put(self, name: str, data: Mapping, arrays: Mapping[str, np.ndarray] | None = None) -> bool:
         """Keep ``data`` (JSON-ready) and ``arrays`` as entry ``name``; False if it cannot be kept."""
@@ -189,12 +205,19 @@ class Store:
             raw = encode(name, data, arrays or {}, secret)
         except (TypeError, ValueError):
             return False  # not data (an object JSON or numpy cannot write without pickles): not kept
+        if len(raw) > MAX_ENTRY_BYTES:
+            return False  # more than get() reads: computed again each time
+        path = self._entries / (name + _SUFFIX)
         try:
             fd, tmp = tempfile.mkstemp(dir=self._entries, prefix=".", suffix=".tmp")
             try:
                 with os.fdopen(fd, "wb") as f:
                     f.write(raw)
-                os.replace(tmp, self._entries / (name + _SUFFIX))
+                try:
+                    os.replace(tmp, path)  # over a link or a FIFO: replaces the name, never what it points to
+                except IsADirectoryError:
+                    _remove(path)  # a folder named like the entry: never an answer
+                    os.replace(tmp, path)
             except BaseException:
                 with _quiet():
                     os.unlink(tmp)
@@ -205,7 +228,9 @@ class Store:
         return True
 
     def _files(self) -> list[tuple[float, int, Path]]:
-        """(last use, size, path) of every entry; temporary files left by a dead writer are removed."""
+        """(last use, size, path) of every entry (a regular file put() could have written); removed
+        on the way, never followed: a temporary file left by a dead writer, a link, a FIFO, a device
+        or a file too big named like an entry (a folder so named is put()'s and clear()'s to remove)."""
         out = []
         now = time.time()
         try:
@@ -217,8 +242,14 @@ class Store:
                 info = item.stat(follow_symlinks=False)
             except OSError:
                 continue
+            if stat.S_ISDIR(info.st_mode):
+                continue
             if item.name.endswith(_SUFFIX):
-                out.append((info.st_mtime, info.st_size, Path(item.path)))
+                if stat.S_ISREG(info.st_mode) and info.st_size <= MAX_ENTRY_BYTES:
+                    out.append((info.st_mtime, info.st_size, Path(item.path)))
+                    continue
+                with _quiet():
+                    os.unlink(item.path)  # the name itself, whatever it points to
             elif item.name.endswith(".tmp") and now - info.st_mtime > _STALE_TEMP_SECONDS:
                 with _quiet():
                     os.unlink(item.path)
@@ -246,10 +277,17 @@ class Store:
         return removed
 
     def clear(self) -> None:
-        """Remove every entry (the secret stays: it is the user's, not an answer)."""
-        for _, _, path in self._files():
-            with _quiet():
-                path.unlink()
+        """Remove every entry and whatever else is named like one, a folder too, never following a link
+        (the secret stays: it is the user's, not an answer)."""
+        self._files()  # the links, FIFOs and files too big
+        try:
+            scan = list(os.scandir(self._entries))
+        except OSError:
+            return
+        for item in scan:
+            if item.name.endswith(_SUFFIX):
+                with _quiet():
+                    _remove(Path(item.path))
 
     def __repr__(self) -> str:
         return f"<Store {self.root}: {len(self)} entries, bound {self.max_bytes >> 20} MB>"
@@ -269,17 +307,18 @@ def encode(name: str, data: Mapping, arrays: Mapping[str, np.ndarray], secret: b
     return MAGIC + Store._mac(secret, name, payload) + payload
 
 
-def decode(raw: bytes, name: str, secret: bytes) -> Entry | None:
-    """The entry in ``raw`` if it is entry ``name``, signed with ``secret``, of this environment; else None."""
+def decode(raw, name: str, secret: bytes) -> Entry | None:
+    """The entry in ``raw`` (bytes-like) if it is entry ``name``, signed with ``secret``, of this environment; else None."""
+    raw = memoryview(raw)  # slices are views: the payload is not copied to be checked
     start = len(MAGIC) + _MAC_BYTES
-    if len(raw) < start + 8 or not raw.startswith(MAGIC):
+    if len(raw) < start + 8 or raw[:len(MAGIC)] != MAGIC:
         return None
     payload = raw[start:]
-    if not hmac.compare_digest(raw[len(MAGIC):start], Store._mac(secret, name, payload)):
+    if not hmac.compare_digest(bytes(raw[len(MAGIC):start]), Store._mac(secret, name, payload)):
         return None  # nothing unsigned is parsed
     try:
         size = int.from_bytes(payload[:8], "big")
-        header = json.loads(payload[8:8 + size].decode())
+        header = json.loads(bytes(payload[8:8 + size]).decode())
         if not isinstance(header, dict) or header.get("format") != FORMAT or header.get("name") != name \
                 or header.get("environment") != environment() or not isinstance(header.get("data"), dict):
             return None
@@ -292,6 +331,69 @@ def decode(raw: bytes, name: str, secret: bytes) -> Entry | None:
         return Entry(header["data"], arrays)
     except Exception:  # noqa: BLE001 - a signed entry we cannot read is still only a miss
         return None
+
+
+def read_regular(path: str | os.PathLike, limit: int) -> bytearray | None:
+    """The bytes of ``path`` if it is a regular file of at most ``limit`` bytes; None if it is not there,
+    is a link, a FIFO, a device or a folder, is bigger, or changed while read. Never blocks; reads in
+    chunks, never past the size it had when opened."""
+    try:
+        seen = os.lstat(path)
+        if not stat.S_ISREG(seen.st_mode) or seen.st_size > limit:
+            return None  # not opened at all: opening a FIFO or a device can wait, or do something
+        fd = os.open(path, _READ)
+    except (OSError, ValueError):  # ValueError: a name with a NUL
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or (info.st_dev, info.st_ino) != (seen.st_dev, seen.st_ino) \
+                or info.st_size > limit:
+            return None  # another file since the look
+        data = bytearray(info.st_size)
+        view = memoryview(data)
+        with io.FileIO(fd, closefd=False) as f:
+            done = 0
+            while done < len(data):
+                n = f.readinto(view[done:done + _CHUNK])
+                if not n:
+                    return None  # shorter than it was: changed while read
+                done += n
+            if f.read(1):
+                return None  # longer than it was: changed while read
+        view.release()
+        return data
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _regular(path: Path) -> bool:
+    """A regular file (not followed) of at most ``MAX_ENTRY_BYTES`` is at ``path``."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_size <= MAX_ENTRY_BYTES
+
+
+def _exists(path: Path) -> bool:
+    """Something is at ``path``, a link that leads nowhere too."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _remove(path: Path) -> None:
+    """Remove ``path`` without following a link: a file, a link or a FIFO itself; a folder with all it holds."""
+    if not stat.S_ISDIR(os.lstat(path).st_mode):
+        os.unlink(path)
+    elif shutil.rmtree.avoids_symlink_attacks:  # rmtree checks every folder is the one it looked at
+        shutil.rmtree(path)
+    else:  # where rmtree could be led out of the folder by a link swapped in: left, the entry stays a miss
+        raise IsADirectoryError(f"{path} is a folder")
 
 
 class _quiet:

@@ -4,12 +4,11 @@ written as it finishes and read back by the next sweep.
 ``out=FOLDER`` names the store: ``Store(FOLDER)``, the same class, signing, entry format and trust
 rules as every other answer kept on disk, and the compare results of the sweep's variants are kept
 there too. Without ``out=``, the store in use (``FOLD_INSPECTOR_STORE`` or the platform's folder).
-An entry that is corrupt, foreign, from another version or planted is not read: computed again.
+An entry that is corrupt, foreign, from another version or planted, or not a regular file at all (a link,
+a FIFO, a folder), is not read: computed again.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from .._base import store as _store
 from .._base.hashing import digest
@@ -21,6 +20,9 @@ FORMAT_VERSION = 3  # of the sweep's records (3: a rule is "rule"; 2 said "polic
 
 # The kinds of the sweep's entries (``Store.name(kind, ...)``).
 MODEL, ROW, VARIANT = "sweep-model", "sweep-row", "sweep-variant"
+# The biggest user's Python file a model's record is checked against (``work.user_sources`` keeps resolved
+# paths, so a link there now is a change too): a file past it is "changed", its model analysed again.
+MAX_SOURCE_BYTES = 16 << 20
 
 
 class Records:
@@ -49,14 +51,16 @@ def _stable(key: tuple) -> bool:
 
 
 def unchanged(sources) -> bool:
-    """The files a model's record was built from (``work.user_sources``) are all as they were then."""
+    """The files a model's record was built from (``work.user_sources``) are all as they were then.
+    Read as the store reads its entries (``read_regular``): a name that is now a link, a FIFO, a device,
+    a folder or a file past ``MAX_SOURCE_BYTES`` is "changed", in bounded time and memory."""
     if not isinstance(sources, dict):
         return False  # a record that does not say: computed again
     for path, was in sources.items():
-        try:
-            if digest(Path(path).read_bytes()) != was:
-                return False
-        except (OSError, TypeError):
+        if not isinstance(path, str):
+            return False
+        data = _store.read_regular(path, MAX_SOURCE_BYTES)
+        if data is None or digest(bytes(data)) != was:
             return False
     return True
 
