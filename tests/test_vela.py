@@ -209,6 +209,8 @@ def test_the_unfolded_mul_is_a_row_of_its_own_mapped_to_the_fx_mul(target):
         ops = vela.tosa_ops(module)  # this flatbuffer has no locations: the door lowers the delegate again
         run = vela.compile(bytes(module.processed_bytes), config)
         sources[on] = [(layer, vela.layer_source(layer, ops)) for layer in run.layers]
+        # a row's source_id is its TOSA op's position: Conv2D -> CONV2D, Mul -> MUL, Transpose -> TRANSPOSE
+        assert [ops[layer.tosa_index].op for layer in run.layers] == [layer.operator.upper() for layer in run.layers]
         assert all(source in names for _, source in sources[on])
         assert {source for layer, source in sources[on] if layer.operator == "Conv2D"} == {"conv2d"}
         nodes = vela.layer_nodes(module)
