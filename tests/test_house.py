@@ -229,7 +229,7 @@ def test_the_design_folder_map_is_true():
 
 
 def test_only_the_doors_touch_executorch():
-    doors = {"_doors.executorch", "_doors.tosa", "_doors.pipeline"}
+    doors = {"_doors.executorch", "_doors.tosa", "_doors.pipeline", "_doors.vela"}
     for name, tree in _modules().items():
         imported = {m for m in _imports(tree, name) if m.split(".")[0] in ("executorch", "torchao", "tosa_reference_model")}
         named = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
@@ -422,7 +422,7 @@ def test_compare_runs_a_registered_rule():
 REGISTRIES = {("_targets.samples", "_DEFAULT")}
 # Memos of the installed stack's fixed facts (imported classes and modules): a fixed, small set of keys.
 STACK_MEMOS = {("_doors.executorch", "_ready"), ("_doors.executorch", "_get"),
-               ("_doors.executorch", "_caching_classes"), ("_doors.tosa", "_ready")}
+               ("_doors.executorch", "_caching_classes"), ("_doors.tosa", "_ready"), ("_doors.vela", "_ready")}
 
 
 def _core_modules():

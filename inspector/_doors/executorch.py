@@ -74,15 +74,16 @@ def _import(module: str) -> ModuleType:
         raise InspectorError(f"cannot import {module} ({exc}); install it with: {_INSTALL}") from None
 
 
-def installed_version() -> str:
+def installed_version(package: str = "executorch") -> str:
     try:
-        return version("executorch")
+        return version(package)
     except PackageNotFoundError:
         return "(not installed)"
 
 
-def check_required(required=REQUIRED, supported: str = SUPPORTED) -> None:
-    """Every name in ``required`` exists, or one line: which one is missing and what is supported."""
+def check_required(required=REQUIRED, supported: str = SUPPORTED, package: str = "executorch",
+                   install: str = _INSTALL) -> None:
+    """Every name in ``required`` exists, or one line: which one is missing, and what of ``package`` is supported."""
     for module, name, attributes in required:
         try:
             owner = _import(module)
@@ -93,8 +94,8 @@ def check_required(required=REQUIRED, supported: str = SUPPORTED) -> None:
             missing = f"{module.rsplit('.', 1)[-1]} has no {name}" if value is None else next(
                 (f"{name} has no {a}" for a in attributes if not hasattr(value, a)), None)
         if missing:
-            raise InspectorError(f"executorch {installed_version()} is not supported: {missing}; "
-                                 f"supported: {supported} ({_INSTALL})")
+            raise InspectorError(f"{package} {installed_version(package)} is not supported: {missing}; "
+                                 f"supported: {supported} ({install})")
 
 
 @functools.cache
