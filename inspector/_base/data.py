@@ -57,4 +57,50 @@ def dataframe(kind: str, tables: dict):
     return pd.DataFrame.from_records(tables[kind]())
 
 
-__all__ = ["FORMAT", "check_format", "dataframe", "json_float", "jsonable"]
+# The field readers of every record's ``from_dict``: each raises TypeError on a field of the wrong kind,
+# so a file that is not what it says is refused, field by field.
+
+
+def read_float(v) -> float:
+    """A number (or the strings JSON writes for inf, -inf and nan)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise TypeError(f"expected a number, got {type(v).__name__}")
+    return float(v)  # float("inf") / float("-inf") / float("nan") read the strings back
+
+
+def read_int(v) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"expected an integer, got {type(v).__name__}")
+    return v
+
+
+def read_str(v, optional: bool = False) -> str | None:
+    if v is None and optional:
+        return None
+    if not isinstance(v, str):
+        raise TypeError(f"expected a string, got {type(v).__name__}")
+    return v
+
+
+def read_list(v) -> list:
+    if not isinstance(v, list):
+        raise TypeError(f"expected a list, got {type(v).__name__}")
+    return v
+
+
+def read_fields(d, cls, extra=frozenset()) -> dict:
+    """``d`` is an object with exactly the fields of the dataclass ``cls`` (and ``extra``, written for readers)."""
+    if not isinstance(d, dict):
+        raise TypeError(f"expected an object, got {type(d).__name__}")
+    if set(d) != set(cls.__dataclass_fields__) | set(extra):
+        raise ValueError(f"not the fields of a {cls.__name__}")
+    return d
+
+
+def renamed(data: dict, key: str, old: str):
+    """``data[key]``, or in a file written before the key was renamed (format 1), ``data[old]``."""
+    return data[key] if key in data or old not in data else data[old]
+
+
+__all__ = ["FORMAT", "check_format", "dataframe", "json_float", "jsonable", "read_fields", "read_float", "read_int",
+           "read_list", "read_str", "renamed"]

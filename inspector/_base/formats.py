@@ -47,6 +47,27 @@ def error(value) -> str:
     return format(float(value), ".3g")
 
 
+def cycles(value) -> str:
+    """A count of cycles (Vela's estimate) a user reads: ``88,840``; ``–`` for none."""
+    if value is None:
+        return MISSING
+    return f"{int(value):,}"
+
+
+def cycles_change(value) -> str:
+    """A change in cycles, always signed: ``+32,768``, ``-7,970``, ``–``."""
+    if value is None:
+        return MISSING
+    return f"{int(value):+,}"
+
+
+def share(value) -> str:
+    """A fraction as a percentage a user reads: ``27.0%``; ``–`` for none."""
+    if value is None:
+        return MISSING
+    return f"{float(value):.1%}"
+
+
 def seconds(value) -> str:
     """A duration a user reads: ``0.4 s``, ``12 s``."""
     if value is None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch.fx import GraphModule
@@ -108,8 +108,22 @@ def stage_graph_of(target, stage: str) -> StageGraph:
     return target.facts.get(STAGE_GRAPH, stage, make)
 
 
+def tfa_graph_for(target, key: str, quantizer: Callable[[], Any]) -> StageGraph:
+    """The graph the fold receives in ``quantizer()``'s transform-for-annotation, kept as ``key`` (``"tfa"`` is the
+    default quantizer's, ``stage_graph_of(target, "tfa")``; an accelerator's own quantizer may run other passes)."""
+    if key == "tfa":
+        return stage_graph_of(target, "tfa")
+
+    def make() -> StageGraph:
+        with no_gc_pauses():
+            return StageGraph("tfa", *_capture_tfa_graph(target.exported, quantizer()))
+
+    return target.facts.get(STAGE_GRAPH, key, make)
+
+
 def has_stage_graph(target, stage: str) -> bool:
-    """Whether ``target``'s graph at ``stage`` is made already (a tfa graph makes fold predictions cheap)."""
+    """Whether ``target``'s graph at ``stage`` (or a tfa graph kept as ``tfa@NAME``) is made already (a tfa graph
+    makes fold predictions cheap)."""
     return target.facts.has(STAGE_GRAPH, stage)
 
 
@@ -137,7 +151,7 @@ _NEVER_RAN = ("the quantizer's transform-for-annotation pipeline never ran the f
 _FAILED_BEFORE = "the quantizer's transform-for-annotation failed before the fold pass ran: "
 
 
-def _capture_tfa_graph(exported) -> tuple[GraphModule, None, tuple[str, ...]]:
+def _capture_tfa_graph(exported, quantizer=None) -> tuple[GraphModule, None, tuple[str, ...]]:
     """Run the quantizer's real ``prepare_pt2e`` and keep the graph the fold receives there.
 
     ``prepare_pt2e`` fuses BatchNorm into the preceding conv before it calls the
@@ -150,7 +164,7 @@ def _capture_tfa_graph(exported) -> tuple[GraphModule, None, tuple[str, ...]]:
 
     log = FoldLog(snapshots=True)
     gm = copy.deepcopy(exported).module(check_guards=False)
-    quantizer = _executorch.tosa_int_quantizer()
+    quantizer = quantizer if quantizer is not None else _executorch.tosa_int_quantizer()
     notes: tuple[str, ...] = ()
     try:
         with swapped_fold_pass(rule_pass_class("off", log=log)), _quiet.quiet_loggers(*_executorch.ARM_PASS_LOGGERS):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import tempfile
 import threading
 from typing import Iterator
 
@@ -21,6 +22,7 @@ SPEC = "TOSA-1.0+INT"
 _QUANTIZE = "torchao.quantization.pt2e.quantize_pt2e"
 _PARTITIONER = "executorch.backends.arm.tosa.partitioner"
 _RUNNER = "executorch.backends.arm.test.runner_utils"
+_ARM_SPEC = "executorch.backends.arm.common.arm_compile_spec"
 
 REQUIRED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (_QUANTIZE, "prepare_pt2e", ()),
@@ -29,6 +31,7 @@ REQUIRED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (_PARTITIONER, "TOSAPartitioner", ()),
     (_PARTITIONER, "WhyNoPartitionReporter", ("report_reject",)),
     (_RUNNER, "TosaReferenceModelDispatch", ()),
+    (_ARM_SPEC, "ArmCompileSpec", ("DebugMode",)),
 )
 
 
@@ -61,10 +64,20 @@ def convert_pt2e(module):
     return _get(_QUANTIZE, "convert_pt2e")(module)
 
 
-def lower(program, spec: str = SPEC):
-    """``to_edge_transform_and_lower`` with the TOSA partitioner; returns the edge program manager."""
-    partitioner = _get(_PARTITIONER, "TOSAPartitioner")(_executorch.tosa_compile_spec(spec))
-    return _get("executorch.exir", "to_edge_transform_and_lower")(program, partitioner=[partitioner])
+def lower(program, spec: str = SPEC, *, locations: bool = False):
+    """``to_edge_transform_and_lower`` with the TOSA partitioner; returns the edge program manager.
+
+    ``locations``: every TOSA operator carries the node it comes from (``ArmCompileSpec.DebugMode.TOSA``, which
+    writes its dumps into a private folder, removed after): how Vela's rows are mapped back to the sites. The
+    operators, the reference model's outputs and Vela's cycles are the same either way (docs/cost.md)."""
+    compile_spec = _executorch.tosa_compile_spec(spec)
+    with contextlib.ExitStack() as stack:
+        if locations:
+            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="inspector-tosa-"))
+            compile_spec.dump_intermediate_artifacts_to(folder).dump_debug_info(
+                _get(_ARM_SPEC, "ArmCompileSpec").DebugMode.TOSA)
+        partitioner = _get(_PARTITIONER, "TOSAPartitioner")(compile_spec)
+        return _get("executorch.exir", "to_edge_transform_and_lower")(program, partitioner=[partitioner])
 
 
 _REJECTED: contextvars.ContextVar[dict | None] = contextvars.ContextVar("inspector_rejections", default=None)

@@ -50,6 +50,7 @@ _ARCH = "ethosu.vela.architecture_features"
 
 REQUIRED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (_ETHOSU_SPEC, "EthosUCompileSpec", ()),
+    ("executorch.backends.arm.quantizer", "EthosUQuantizer", ("set_global", "transform_for_annotation")),
     (_ARM_SPEC, "ArmCompileSpec", ("DebugMode",)),
     (_TOSA_SPEC, "TosaCompileSpec", ("_from_list", "_to_list", "dump_intermediate_artifacts_to", "dump_debug_info")),
     (_TOSA_BACKEND, "TOSABackend", ("preprocess",)),
@@ -114,6 +115,14 @@ def vela_config(accelerator: str, system_config: str | None = None, memory_mode:
     arch = _architecture(accelerator, options["config"], options["system-config"], options["memory-mode"])
     return VelaConfig(accelerator, options["system-config"], options["memory-mode"], float(arch.core_clock),
                       str(spec.tosa_spec), flags, int(arch.num_macs_per_cycle) * int(arch.ncores))
+
+
+def ethos_u_quantizer(accelerator: str, system_config: str | None, memory_mode: str | None, config):
+    """``EthosUQuantizer`` for an Ethos-U configuration, as ExecuTorch quantizes for it, with a global config."""
+    spec = _get(_ETHOSU_SPEC, "EthosUCompileSpec")(accelerator, system_config=system_config, memory_mode=memory_mode)
+    quantizer = _get("executorch.backends.arm.quantizer", "EthosUQuantizer")(spec)
+    quantizer.set_global(config if config is not None else _executorch.symmetric_quantization_config())
+    return quantizer
 
 
 def _architecture(accelerator: str, config: str, system_config: str, memory_mode: str):

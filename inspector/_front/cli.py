@@ -26,7 +26,8 @@ from .._present.tables import analysis_text
 from .._numbers.compare import compare
 from .._present.tables import comparison_text
 from .._base.limits import check_steps
-from .._numbers.engines import ENGINE_HELP, ENGINES
+from .._numbers.engines import engines
+from .._cost.accelerators import DEFAULT as DEFAULT_ACCELERATOR, accelerators
 from .._numbers.quantization import quantizations
 from .._numbers.compare import variants_of
 from .._present.tables import attribution_text
@@ -326,7 +327,7 @@ def _compare(args) -> int:
     check_steps(args.steps, "--steps")
     result = compare(args.target, _variants_arg(args), example_inputs=_inputs_from_shapes(args.input_shape),
                      markers=args.mark, steps=args.steps, progress=_ProgressBar(), workers=args.workers,
-                     quantization=args.quantization, engine=args.engine)
+                     quantization=args.quantization, engine=args.engine, accelerator=args.accelerator)
     if args.debug:
         for r in result.results:
             if r.log.strip():
@@ -339,11 +340,21 @@ def _compare(args) -> int:
 
 
 def engine_argument(cmd) -> None:
-    """``--engine tosa|simulation``: what computes the quantized numbers."""
+    """``--engine tosa|simulation`` (what computes the quantized numbers) and ``--accelerator NAME`` (what
+    every variant is lowered for: on an Ethos-U, Vela prices it)."""
 
-    cmd.add_argument("--engine", choices=ENGINES, default="tosa",
+    cmd.add_argument("--engine", choices=engines.names(), default="tosa",
                      help="what computes the quantized numbers: "
-                          + "; ".join(f"{k}: {v}" for k, v in ENGINE_HELP.items()) + " (default: tosa)")
+                          + "; ".join(f"{k}: {v}" for k, v in engines.help().items()) + " (default: tosa)")
+    accelerator_argument(cmd)
+
+
+def accelerator_argument(cmd) -> None:
+    """``--accelerator NAME``: what every variant is lowered for (``inspector.accelerators``)."""
+    cmd.add_argument("--accelerator", choices=accelerators.names(), default=DEFAULT_ACCELERATOR, metavar="NAME",
+                     help="what every variant is lowered for: tosa-int (the generic TOSA-1.0+INT profile, no cost) or "
+                          "an Ethos-U configuration, whose cost Vela estimates (cycles, NPU operations, memory): "
+                          + ", ".join(accelerators.names()) + f" (default: {DEFAULT_ACCELERATOR})")
 
 
 def quantization_arguments(cmd) -> None:
@@ -375,7 +386,7 @@ def _attribute(args) -> int:
     check_steps(args.steps, "--steps")
     result = attribution(args.target, _variants_arg(args), steps=args.steps, markers=args.mark,
                          example_inputs=_inputs_from_shapes(args.input_shape), progress=_ProgressBar(),
-                         quantization=args.quantization, engine=args.engine)
+                         quantization=args.quantization, engine=args.engine, accelerator=args.accelerator)
     _print_result(args, result, attribution_text)
     return 0
 
@@ -387,7 +398,8 @@ def _report(args) -> int:
                      rule=args.rule, markers=args.mark)
     comparison = None
     if args.variants:
-        comparison = result.compare(args.variants, steps=args.steps, progress=_ProgressBar(), engine=args.engine)
+        comparison = result.compare(args.variants, steps=args.steps, progress=_ProgressBar(), engine=args.engine,
+                                        accelerator=args.accelerator)
     text = result.report(comparison, format=args.format, full_traces=args.full_traces)
     if out is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")

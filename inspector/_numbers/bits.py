@@ -16,7 +16,8 @@ from typing import Any, Callable
 
 from .attribution import attribute
 from .compare import compare, variants_of
-from .engines import check_engine
+from .engines import engine_of
+from .._cost.accelerators import accelerator_of
 from .._decide.decide import analyze
 from .quantization import Plan, quantizations, resolve_overrides
 from .._base.formats import db, db_change
@@ -144,6 +145,7 @@ def bits(
     progress: Callable[[str, float], None] | None = None,
     isolate: bool = False,
     engine: str = "tosa",
+    accelerator=None,
 ) -> Bits:
     """Is it the fold or the bits? The SQNR at the last step of ``target`` under ``rule`` at
     ``quantization`` (the baseline), and with each change: the fold off (rule ``off``),
@@ -151,18 +153,21 @@ def bits(
     (attribution's, on the baseline) kept in float, ranked by the dB each recovers. ``isolate`` runs
     the native work in worker processes (see ``compare``). ``engine="simulation"`` measures every
     change on the quantize/dequantize simulation (no lowering; a note says what it cannot show).
+    ``accelerator`` is what every change is lowered for (see ``compare``); on an NPU each change's cost is in
+    its comparison's results (``Bits.comparison``).
     The answer is kept in the result store (docs/store.md): asked again, in this process or another,
     it is read from there after the baseline's comparison (itself read from the store), without
     its ``comparison``; an answer with a failed change is not kept."""
     check_bits_args(max_sites, entry_points)
-    engine = check_engine(engine)
+    engine = engine_of(engine).name
+    chip = accelerator_of(accelerator)
     baseline = variants_of([f"{rule}@{quantization}"], markers)[0]
     part = (lambda start, width: None if progress is None else (lambda phase, f: progress(phase, start + width * f)))
     first = compare(target, [baseline], example_inputs=example_inputs, steps=steps, progress=part(0.0, 0.2),
-                    workers=1, isolate=isolate, engine=engine)
+                    workers=1, isolate=isolate, engine=engine, accelerator=chip)
     loaded = first.run.target
     try:
-        wide_plan = Plan.of(quantizations.get(wide)).identity
+        wide_plan = Plan.of(quantizations.get(wide), (), chip).identity
     except InspectorError:
         wide_plan = None  # an unknown width: that change fails below, and the answer is not kept
     key = None if wide_plan is None else bits_key(first, wide_plan, max_sites, entry_points)
@@ -188,7 +193,7 @@ def bits(
     planned += [("keep in float", "entry point", name, Variant(rule, baseline.markers, quantization, {name: "float"}))
                 for name in entries if name not in site_muls]
     comparison = compare(loaded, [baseline, *(v for *_, v in planned)], steps=steps, progress=part(0.3, 0.7),
-                         workers=workers, isolate=isolate, engine=engine)
+                         workers=workers, isolate=isolate, engine=engine, accelerator=chip)
     base_db = _worst_last(comparison.results[0])
     changes = []
     for (change, kind, node, _), result in zip(planned, comparison.results[1:]):

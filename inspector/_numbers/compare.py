@@ -29,7 +29,8 @@ from .._workers.kinds import task_kind
 from .quantization import DEFAULT, Plan, Quantization, quantizations, quantization_of, resolve_overrides
 from .results import Comparison, Run, Variant, VariantResult
 from .tasks import VariantTask, group_by_decisions, model_run, run_in_worker
-from .engines import SIMULATION, check_engine
+from .engines import Engine, engine_of
+from .._cost.accelerators import TOSA_INT, Accelerator, accelerator_of
 from .variant_cache import RESULTS, answered, base_key, can_predict, predicted_decisions
 from ..errors import InspectorError, describe, quoted
 
@@ -51,7 +52,8 @@ def compare(
     progress: Progress | None = None,
     workers: int | None = None,
     isolate: bool = False,
-    engine: str = "tosa",
+    engine: "str | Engine" = "tosa",
+    accelerator: "str | Accelerator | None" = None,
 ) -> Comparison:
     """Quantize, lower and run each variant on the TOSA INT reference model; compare with float.
 
@@ -82,10 +84,17 @@ def compare(
     records, marked ``engine="simulation"``, with the one line of what it cannot show
     (``Comparison.engine_note``). It runs in this process. ``Comparison.gap`` says how far it was
     from the TOSA reference's answer.
+
+    ``accelerator`` is what every variant is lowered for (``inspector.accelerators``; default ``tosa-int``, the
+    generic TOSA INT profile). On an Ethos-U (``"ethos-u55-128"``, ``"ethos-u85-256"``, ...) each variant is
+    quantized with ExecuTorch's ``EthosUQuantizer`` and lowered with that accelerator's TOSA specification; the
+    TOSA reference model runs that flatbuffer and Vela compiles the same one: each result's ``cost`` is Vela's
+    estimate (cycles, operations, memory, per layer and site), and ``Comparison.tradeoff()`` sets cycles beside dB.
     """
     check_steps(steps)
-    engine = check_engine(engine)
-    if engine == SIMULATION:
+    engine = engine_of(engine)
+    chip = accelerator_of(accelerator)
+    if not engine.in_workers:
         workers, isolate = 1, False  # no lowering and no reference model: nothing worth a worker
     default = quantization_of(quantization)
     wanted = variants_of(variants, markers)
@@ -94,15 +103,15 @@ def compare(
         _pool.start_server()  # warms up in its own process while this one loads and exports
     loaded = _load.load(target, example_inputs)
     calibrated = _flow.choose_calibration(loaded, calibration, steps)
-    base = base_key(loaded, calibrated, steps, engine)
+    base = base_key(loaded, calibrated, steps, engine.name)
     plans: list[Plan | None] = []
     results: list[VariantResult | None] = [None] * len(wanted)
     for i, variant in enumerate(wanted):
         try:
-            plans.append(plan_of(loaded, variant, default))
+            plans.append(plan_of(loaded, variant, default, chip))
         except InspectorError as exc:
             plans.append(None)
-            results[i] = failed(variant, default, exc)
+            results[i] = failed(variant, default, exc, accelerator=chip.name)
 
     def report(i: int, phase: str, fraction: float) -> None:
         if progress is not None:
@@ -130,7 +139,7 @@ def compare(
         check_memory(loaded, steps, len(to_run), at_once, isolate or at_once > 1)
     if to_run and (isolate or at_once > 1):
         _run_parallel(loaded, wanted, plans, to_run, results, base, calibrated, steps, reference, n_workers, at_once,
-                      progress, isolate)
+                      progress, isolate, engine)
     else:
         for i in to_run:
             variant = wanted[i]
@@ -140,11 +149,10 @@ def compare(
                 report(i, "cached", 1.0)
                 continue
             try:
-                run = _flow.run_simulated if engine == SIMULATION else _flow.run_variant
-                result, decisions = run(loaded, variant, calibrated, plans[i], steps, reference,
-                                        lambda phase, fraction, i=i: report(i, phase, fraction))
+                result, decisions = engine.run(loaded, variant, calibrated, plans[i], steps, reference,
+                                               lambda phase, fraction, i=i: report(i, phase, fraction))
             except InspectorError as exc:
-                results[i] = failed(variant, plans[i].quantization, exc, plans[i].spec)
+                results[i] = failed(variant, plans[i].quantization, exc, plans[i].spec, chip.name)
                 continue
             RESULTS.put(base, variant, plans[i], result, decisions)
             results[i] = result
@@ -155,27 +163,32 @@ def compare(
         progress("done", 1.0)
     return Comparison(loaded.name, steps, calibrated.text, default.text, tuple(results),
                       reference=tuple(tuple(step) for step in reference),
-                      run=Run(loaded, calibrated, tuple(plans)), notes=decision_notes(loaded, wanted, results),
-                      engine=engine)
+                      run=Run(loaded, calibrated, tuple(plans)), notes=decision_notes(loaded, wanted, results, chip),
+                      engine=engine.name, accelerator=chip.name)
 
 
-def plan_of(target: _load.Target, variant: Variant, default: Quantization) -> Plan:
-    """How ``variant`` quantizes ``target``: its quantization (or the comparison's), and the nodes
-    of the exported program its overrides reach (one line if one names nothing)."""
+def plan_of(target: _load.Target, variant: Variant, default: Quantization,
+            accelerator: Accelerator = TOSA_INT) -> Plan:
+    """How ``variant`` quantizes ``target`` for ``accelerator``: its quantization (or the comparison's), and the
+    nodes of the exported program its overrides reach (one line if one names nothing)."""
     quantization = quantizations.get(variant.quantization) if variant.quantization is not None else default
     nodes = resolve_overrides(target, variant.overrides, variant.label)
-    return Plan.of(quantization, nodes)
+    return Plan.of(quantization, nodes, accelerator)
 
 
-def failed(variant: Variant, quantization: Quantization, exc: InspectorError, spec: str | None = None) -> VariantResult:
+def failed(variant: Variant, quantization: Quantization, exc: InspectorError, spec: str | None = None,
+           accelerator: str = TOSA_INT.name) -> VariantResult:
     """The record of a variant that could not run: its one-line error, no numbers."""
     return VariantResult(variant, {"tfa": 0, "lowering": 0}, (), (), (), {}, quantization=quantization.name,
-                         spec=spec or quantization.spec, error=str(exc), log=getattr(exc, "details", "") or "")
+                         spec=spec or quantization.spec, error=str(exc), log=getattr(exc, "details", "") or "",
+                         accelerator=accelerator)
 
 
-def decision_notes(target: _load.Target, wanted: list[Variant], results: list[VariantResult]) -> tuple[str, ...]:
+def decision_notes(target: _load.Target, wanted: list[Variant], results: list[VariantResult],
+                   accelerator: Accelerator = TOSA_INT) -> tuple[str, ...]:
     """Where a variant's quantization changed a fold decision: a site it folds or not against the
     same rule and markers under plain a8w8 (the decision ``analyze`` shows at tfa)."""
+    plain = Plan.of(quantizations.get(DEFAULT), (), accelerator)
     notes = []
     for variant, result in zip(wanted, results):
         if result.error is not None or (result.quantization == DEFAULT and not variant.overrides):
@@ -183,7 +196,7 @@ def decision_notes(target: _load.Target, wanted: list[Variant], results: list[Va
         if variant.rule.pass_class is not None:
             continue  # a rule's own pass class: the installed pass's prediction does not apply
         try:
-            expected = set(predicted_decisions(target, Variant(variant.rule, variant.markers))[0][1])
+            expected = set(predicted_decisions(target, Variant(variant.rule, variant.markers), plain)[0][1])
         except InspectorError:
             return tuple(notes)
         for s in result.sites:
@@ -270,19 +283,20 @@ def _fold_count(decisions) -> int:
 
 
 def _run_parallel(target, wanted, plans, to_run, results, base, calibrated, steps, reference, n_workers, at_once,
-                  progress, isolate: bool) -> None:
+                  progress, isolate: bool, engine: Engine) -> None:
     """Run the variants in ``to_run`` on the process's warm worker pool (``_pool``), ``at_once`` at a
     time sharing ``n_workers`` cores; this process only hands them out and gathers the results (a
     worker forked from the warm server starts at once, and a crash there costs that variant only).
     Variants known to lead to the same fold decisions run once; with ``isolate`` off, a comparison
     left with one computation runs it here."""
-    if sum(plans[i].plain for i in to_run) > 1 and not _stages.has_stage_graph(target, "tfa"):
+    plain = [plans[i] for i in to_run if plans[i].plain]
+    if len(plain) > 1 and not _stages.has_stage_graph(target, plain[0].tfa_key):
         # Two runs of the same computation on two workers would cost twice: the tfa graph (a fraction
         # of one variant, while the fork server warms up) tells which variants fold alike.
         with contextlib.suppress(InspectorError):
-            _stages.stage_graph_of(target, "tfa")
+            _stages.tfa_graph_for(target, plain[0].tfa_key, plain[0].quantizer)
     # The fold decisions each variant leads to, where they are cheap to know (once the tfa graph exists).
-    known = {i: (plans[i].identity, predicted_decisions(target, wanted[i])) for i in to_run
+    known = {i: (plans[i].identity, predicted_decisions(target, wanted[i], plans[i])) for i in to_run
              if can_predict(target, plans[i])}
     # The variant that folds least first (the most ops to lower: likely the longest), a rule that never
     # folds when one is asked for, then the rest in order.
@@ -302,13 +316,13 @@ def _run_parallel(target, wanted, plans, to_run, results, base, calibrated, step
     def run_here(n: int):
         i = firsts[n]
         try:
-            return _flow.run_variant(target, wanted[i], calibrated, plans[i], steps, reference,
-                                     lambda phase, fraction: report(n, phase, fraction))
+            return engine.run(target, wanted[i], calibrated, plans[i], steps, reference,
+                              lambda phase, fraction: report(n, phase, fraction))
         except InspectorError as exc:
-            return failed(wanted[i], plans[i].quantization, exc, plans[i].spec), None
+            return failed(wanted[i], plans[i].quantization, exc, plans[i].spec, plans[i].accelerator.name), None
 
     try:
-        run = model_run(target, calibrated, steps, reference, base)
+        run = model_run(target, calibrated, steps, reference, base, engine.name)
     except Exception as exc:  # noqa: BLE001 - a program torch cannot save cannot travel to a worker
         if isolate:
             raise InspectorError(f"torch.export.save cannot write {target.name}'s program, so it cannot run in a "
@@ -340,7 +354,7 @@ def _run_parallel(target, wanted, plans, to_run, results, base, calibrated, step
                                                details=event[3])
                     else:  # died: that variant alone is lost
                         error = InspectorError(died_message(f"variant {label}", event[2]))
-                    outcomes[n] = (failed(wanted[i], plans[i].quantization, error, plans[i].spec), None)
+                    outcomes[n] = (failed(wanted[i], plans[i].quantization, error, plans[i].spec, plans[i].accelerator.name), None)
     for members, (result, decisions) in zip(groups, outcomes):
         first = members[0]
         if result.error is not None:

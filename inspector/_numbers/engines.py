@@ -1,4 +1,5 @@
-"""The two engines that produce a variant's quantized numbers, and how far apart they are.
+"""The engines that produce a variant's quantized numbers (``Engine`` objects, one registry), and how far
+two engines' answers are apart.
 
 - ``tosa`` (the default, the authority): quantize, re-export, lower with the Arm backend, run the
   bit-accurate TOSA reference model (``flow.run_variant``).
@@ -17,30 +18,65 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 from .._base.data import json_float
+from .._base.registry import Registry
 from ..errors import InspectorError, listing, quoted
 
-TOSA = "tosa"
-SIMULATION = "simulation"
-ENGINES = (TOSA, SIMULATION)
-ENGINE_HELP = {
-    TOSA: "lower with the Arm backend and run the bit-accurate TOSA reference model (the authority)",
-    SIMULATION: "run the converted program's quantize/dequantize simulation in PyTorch: no lowering, no TOSA (a preview)",
-}
-# What a reader sees next to numbers, in words (tables, reports, the widget).
-ENGINE_TEXT = {TOSA: "TOSA INT reference", SIMULATION: "quantize/dequantize simulation (preview, not TOSA)"}
+
+@dataclass(frozen=True)
+class Engine:
+    """One way to compute a variant's quantized numbers: the flow asks it, never branches on its name."""
+
+    name: str  # what users type: engine="simulation", --engine simulation
+    help: str  # one line: what it runs
+    text: str  # what a reader sees next to its numbers
+    note: str  # what it cannot show, said with every one of its numbers ("" for the authority)
+    lowers: bool  # it lowers the program (a lowered program is what an accelerator's cost is read from)
+    in_workers: bool  # worth a worker process (the simulation runs no native lowering or reference model)
+    authority: bool  # its numbers are the ones the others are measured against
+
+    def run(self, target, variant, calibrated, plan, steps: int, reference, report):
+        """One variant's flow on this engine: ``(result, decisions)`` (see ``flow.run_variant``)."""
+        return self._runner()(target, variant, calibrated, plan, steps, reference, report)
+
+    def _runner(self) -> Callable:
+        from . import flow as _flow  # cycle: the flow fills the records that name their engine (results.py)
+
+        return _flow.run_variant if self.lowers else _flow.run_simulated
+
+
+def _checked(engine: Engine) -> Engine:
+    if not isinstance(engine, Engine):
+        raise InspectorError(f"an engine is an Engine, got a {type(engine).__name__}")
+    return engine
+
+
+# The engines, in one registry (the shape of rules, quantizations and accelerators).
+engines = Registry("engine", make=_checked, line=lambda e: e.help, fixed=lambda e: True)
+
+TOSA = engines.register(Engine(
+    "tosa", "lower with the Arm backend and run the bit-accurate TOSA reference model (the authority)",
+    "TOSA INT reference", "", lowers=True, in_workers=True, authority=True))
 # The one line said with every simulated number: what the simulation cannot show.
 SIMULATION_NOTE = ("simulation: the converted program run in PyTorch, not lowered and not run on the TOSA reference "
-                   "model; a failure only the lowering hits and nodes the delegate would not take are not shown, "
-                   "and integer rescales may round differently")
+                   "model; a failure only the lowering hits, nodes the delegate would not take and an accelerator's "
+                   "cost are not shown, and integer rescales may round differently")
+SIMULATION = engines.register(Engine(
+    "simulation",
+    "run the converted program's quantize/dequantize simulation in PyTorch: no lowering, no TOSA (a preview)",
+    "quantize/dequantize simulation (preview, not TOSA)", SIMULATION_NOTE, lowers=False, in_workers=False,
+    authority=False))
 
 
-def check_engine(engine) -> str:
-    """``engine`` if it is one of ``ENGINES``, else one line naming them."""
-    if engine not in ENGINES:
-        raise InspectorError(f"unknown engine {quoted(engine)}; choose one of {listing(ENGINES)}")
-    return engine
+def engine_of(engine: "str | Engine") -> Engine:
+    """The engine ``engine`` names (one line naming the choices if it names none)."""
+    if isinstance(engine, Engine):
+        return engine
+    if engine not in engines:
+        raise InspectorError(f"unknown engine {quoted(engine)}; choose one of {listing(engines.names())}")
+    return engines.get(engine)
 
 
 @dataclass(frozen=True)

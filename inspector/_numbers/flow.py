@@ -53,12 +53,13 @@ CALIBRATION_NOISE = 0.1  # perturbation std, relative to each input's own std
 CALIBRATION_SEED = 0
 
 # The phases of one variant's run ("stage" is reserved for the graph the pass sees).
-PHASES = ("export", "prepare", "calibrate", "convert", "re-export", "lower", "reference", "metrics")
+PHASES = ("export", "prepare", "calibrate", "convert", "re-export", "lower", "reference", "cost", "metrics")
 
 # The ops of quantize/dequantize simulation in a converted or lowered program (matched in the
 # target's name), and the op that computes dynamic qparams, which is part of it too.
 QDQ_OPS = ("quantize_per_tensor", "dequantize_per_tensor", "quantize_per_channel", "dequantize_per_channel")
 CHOOSE_QPARAMS = "choose_qparams"
+BOUNDARY = "(de)quantization at the delegate's input or output"  # why a q/dq node is outside the delegate
 
 
 # ---------------------------------------------------------------- calibration
@@ -276,9 +277,10 @@ def run_variant(target: _load.Target, variant: Variant, calibrated: Calibration,
     log = FoldLog()
     mark = _clock(timings, report, PHASES)
 
-    # The run captures the tfa graph for later predictions (the default quantizer's graph only).
-    log.snapshots = plan.plain and not _stages.has_stage_graph(target, "tfa")
+    # The run captures the tfa graph for later predictions (the default quantization's, per accelerator).
+    log.snapshots = plan.plain and not _stages.has_stage_graph(target, plan.tfa_key)
     initial = target.initial_buffers()
+    chip = plan.accelerator
     # Everything the stack prints on the way (the reference model's C++ warnings on fd 1
     # among it) goes into the variant's log, shown under --debug, never into stdout.
     with _output_kept() as captured:
@@ -290,7 +292,8 @@ def run_variant(target: _load.Target, variant: Variant, calibrated: Calibration,
                                 lambda: torch.export.export(converted, copy.deepcopy(target.inputs)))
             mark("re-export", 4)
             with _tosa.partition_rejections() as rejected:
-                lowered = run_phase("lower", variant, lambda: _tosa.lower(reexported, plan.spec))
+                # on an NPU every TOSA operator carries its node: how Vela's rows reach the sites
+                lowered = run_phase("lower", variant, lambda: _tosa.lower(reexported, plan.spec, locations=chip.costs))
             mark("lower", 5)
         program = lowered.exported_program()
         module = program.module()
@@ -302,13 +305,37 @@ def run_variant(target: _load.Target, variant: Variant, calibrated: Calibration,
 
         quantized = run_phase("the TOSA reference model", variant, on_the_reference_model)
     mark("reference", 6)
-    measured, folds, sites, decisions = _outcome(target, log, qparams, quantized, reference)
-    mark("metrics", 7)
-    result = VariantResult(variant, folds, sites, measured, _not_delegated(program, rejected), timings,
+    outside = _not_delegated(program, rejected)
+    cost, cost_error = None, None
+    if chip.costs:
+        try:  # the same flatbuffer the reference model ran, compiled by Vela: numbers and cost from one program
+            with _output_kept():
+                cost = chip.cost(lowered, _site_names(log), sum(1 for n in outside if n.reason != BOUNDARY))
+        except InspectorError as exc:
+            cost_error = f"variant {variant.label}: {exc}"
+        mark("cost", 7)
+    measured, folds, sites, decisions = _outcome(target, log, qparams, quantized, reference, plan.tfa_key)
+    mark("metrics", 8)
+    result = VariantResult(variant, folds, sites, measured, outside, timings,
                            quantization=plan.quantization.name, spec=plan.spec,
                            outputs=tuple(tuple(step) for step in quantized), log=captured.text,
-                           output_scales=output_scales(converted))
+                           output_scales=output_scales(converted), accelerator=chip.name, cost=cost,
+                           cost_error=cost_error)
     return result, decisions
+
+
+def _site_names(log: FoldLog) -> dict[str, tuple[str, str]]:
+    """Exported-program node name -> (site id, "conv" or "mul"), from what the run's tfa fold saw (its nodes
+    keep the exported program's names: the roots of every lowered node's provenance)."""
+    tfa = next((r for r in log.runs if r.tfa), None)
+    if tfa is None:
+        return {}
+    names = {}
+    for mul, site_id in tfa.site_ids.items():
+        names[mul] = (site_id, "mul")
+        if tfa.convs.get(mul):
+            names.setdefault(tfa.convs[mul], (site_id, "conv"))
+    return names
 
 
 # The phases of one variant's run on the simulation engine: no re-export, lowering or reference run.
@@ -327,7 +354,7 @@ def run_simulated(target: _load.Target, variant: Variant, calibrated: Calibratio
     log = FoldLog()
     mark = _clock(timings, report, SIMULATION_PHASES)
 
-    log.snapshots = plan.plain and not _stages.has_stage_graph(target, "tfa")
+    log.snapshots = plan.plain and not _stages.has_stage_graph(target, plan.tfa_key)
     with _output_kept() as captured:
         with swapped_fold_pass(rule_pass_class(variant.rule, variant.markers, log)):
             _, converted = quantize(target, variant, calibrated, plan, mark=mark)
@@ -336,11 +363,13 @@ def run_simulated(target: _load.Target, variant: Variant, calibrated: Calibratio
         quantized = run_phase("the quantize/dequantize simulation", variant,
                            lambda: run_steps(converted, target, steps))
     mark("simulate", 4)
-    measured, folds, sites, decisions = _outcome(target, log, qparams, quantized, reference)
+    measured, folds, sites, decisions = _outcome(target, log, qparams, quantized, reference, plan.tfa_key)
     mark("metrics", 5)
     result = VariantResult(variant, folds, sites, measured, (), timings, quantization=plan.quantization.name,
                            spec=plan.spec, outputs=tuple(tuple(step) for step in quantized), log=captured.text,
-                           engine="simulation", output_scales=output_scales(converted))
+                           engine="simulation", output_scales=output_scales(converted), accelerator=plan.accelerator.name,
+                           cost_error=("the simulation does not lower the program: its cost comes with the TOSA run"
+                                       if plan.accelerator.costs else None))
     return result, decisions
 
 
@@ -374,9 +403,9 @@ def _clock(timings: dict, report, phases: tuple) -> Callable[[str, int], None]:
     return mark
 
 
-def _outcome(target: _load.Target, log: FoldLog, qparams, quantized, reference):
+def _outcome(target: _load.Target, log: FoldLog, qparams, quantized, reference, tfa_key: str = "tfa"):
     """What one variant's run measured and decided, on either engine: ``(metrics, folds, sites,
-    decisions)``; the tfa graph the run captured is kept for later predictions."""
+    decisions)``; the tfa graph the run captured is kept for later predictions (as ``tfa_key``)."""
     measured = tuple(
         metrics(o, s, q, f)
         for s, (q_outs, f_outs) in enumerate(zip(quantized, reference))
@@ -386,7 +415,7 @@ def _outcome(target: _load.Target, log: FoldLog, qparams, quantized, reference):
     if log.snapshots:
         graph = _stages.tfa_graph_of(log)
         if graph is not None:
-            _stages.keep_stage_graph(target, "tfa", _stages.StageGraph("tfa", graph, None))
+            _stages.keep_stage_graph(target, tfa_key, _stages.StageGraph("tfa", graph, None))
     decisions = tuple((stage, tuple(sorted(s.site_id for s in sites if s.folded_at == stage)))
                       for stage in ("tfa", "lowering"))
     return measured, folds, sites, decisions
@@ -458,7 +487,7 @@ def _not_delegated(program, rejected: dict[str, str]) -> tuple[NotDelegated, ...
         if n.name in rejected:
             reason = rejected[n.name]
         elif is_qdq(n):
-            reason = "(de)quantization at the delegate's input or output"
+            reason = BOUNDARY
         else:
             reason = "not claimed by the TOSA partitioner (no reason reported)"
         out.append(NotDelegated(n.name, target, reason))

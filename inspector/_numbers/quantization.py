@@ -30,6 +30,7 @@ from ..errors import InspectorError, quoted
 from .._sites.graph import candidates, site_ids
 from .._decide.stages import stage_graph_of
 from .._sites.graph import aligned_ids
+from .._cost.accelerators import TOSA_INT, Accelerator
 
 INT = "TOSA-1.0+INT"
 INT16 = "TOSA-1.0+INT+int16"
@@ -191,37 +192,52 @@ def override_pairs(overrides: Mapping[str, str] | Iterable[tuple[str, str]] | No
 
 @dataclass(frozen=True)
 class Plan:
-    """How one variant quantizes: its quantization, and the nodes its overrides reach."""
+    """How one variant quantizes and what it is lowered for: its quantization, the nodes its overrides reach,
+    and the accelerator (which quantizer, which TOSA specification, whether a cost is read)."""
 
     quantization: Quantization
     nodes: tuple[tuple[str, str], ...] = ()  # (exported node name, "float" or quantization name)
     widths: tuple[Quantization, ...] = ()  # the quantizations the overrides name
+    accelerator: Accelerator = TOSA_INT  # what the variant is lowered for (inspector.accelerators)
 
     @classmethod
-    def of(cls, quantization: Quantization, nodes: tuple[tuple[str, str], ...] = ()) -> "Plan":
+    def of(cls, quantization: Quantization, nodes: tuple[tuple[str, str], ...] = (),
+           accelerator: Accelerator = TOSA_INT) -> "Plan":
         names = sorted({v for _, v in nodes if v != FLOAT})
-        return cls(quantization, nodes, tuple(quantizations.get(n) for n in names))
+        plan = cls(quantization, nodes, tuple(quantizations.get(n) for n in names), accelerator)
+        plan.spec  # a quantization the accelerator's TOSA specification cannot lower fails here, before anything runs
+        return plan
 
     def _width(self, name: str) -> Quantization:
         return next(q for q in self.widths if q.name == name)
 
     @property
     def spec(self) -> str:
-        return combined_spec(q.spec for q in (self.quantization, *self.widths))
+        """The TOSA specification the variant lowers with: what its quantizations need, on its accelerator."""
+        return self.accelerator.spec(combined_spec(q.spec for q in (self.quantization, *self.widths)))
 
     @property
     def plain(self) -> bool:
-        """The default quantization with no overrides: the graph ``analyze`` decides on at tfa."""
+        """The default quantization with no overrides: the graph ``analyze`` decides on at tfa (the accelerator's
+        own quantizer's, on an NPU: its tfa graph is kept apart, ``stages.tfa_key``)."""
         return self.quantization.name == DEFAULT and self.quantization.builtin and not self.nodes
+
+    @property
+    def tfa_key(self) -> str:
+        """Under which name the target keeps the tfa graph this plan's quantizer folds on (``stages.tfa_graph_for``):
+        ``tfa`` for the default accelerator, ``tfa@NAME`` for another (its quantizer's passes may differ)."""
+        return "tfa" if not self.accelerator.costs else f"tfa@{self.accelerator.name}"
 
     @property
     def identity(self) -> tuple:
         over = tuple((n, v if v == FLOAT else self._width(v).identity) for n, v in self.nodes)
-        return (self.quantization.identity, self.spec, digest(over) if over else "")
+        return (self.quantization.identity, self.spec, digest(over) if over else "") + (
+            (self.accelerator.identity,) if self.accelerator.costs else ())  # tosa-int: the keys of before
 
     def quantizer(self):
-        """A ``TOSAQuantizer`` for this plan: the global config, and each override's nodes."""
-        quantizer = _executorch.tosa_int_quantizer(self.spec, self.quantization.build())
+        """The accelerator's quantizer for this plan (``TOSAQuantizer``, ``EthosUQuantizer``): the global config,
+        and each override's nodes."""
+        quantizer = self.accelerator.quantizer(self.spec, self.quantization.build())
         for value in sorted({v for _, v in self.nodes}):
             config = None if value == FLOAT else self._width(value).build()
             quantizer.set_node_finder(config, _tagged_nodes(value))

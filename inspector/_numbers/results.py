@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._base.data import FORMAT, check_format, dataframe, json_float
+from .._base.data import FORMAT, check_format, dataframe, json_float, read_float, read_int, read_str, renamed
 from .._rules.rules import Rule, get_rule, rule_named
-from .engines import ENGINE_TEXT, ENGINES, SIMULATION, SIMULATION_NOTE, TOSA, gap as engine_gap
+from .._cost.records import Cost
+from .engines import TOSA, engine_of, engines, gap as engine_gap
 from ..errors import InspectorError, listing, quoted
 
 
@@ -123,6 +124,15 @@ class VariantResult:
     engine: str = "tosa"  # what produced the numbers: "tosa" (the reference model) or "simulation" (engines.py)
     # per flat output, the quantization step of the converted program's last dequantize (None: not quantized)
     output_scales: tuple = field(default=(), repr=False, compare=False)
+    accelerator: str = "tosa-int"  # what it was lowered for (inspector.accelerators)
+    cost: Cost | None = None  # Vela's estimate of its lowered program on that accelerator (None: no NPU, or none made)
+    cost_error: str | None = None  # why an NPU variant with numbers has no cost (one line)
+
+    def worst(self, step: int | None = None) -> Metrics | None:
+        """The output with the lowest SQNR at ``step`` (default: the step where some output is lowest): the
+        one figure the trade-off and the advice read."""
+        candidates = [m for m in self.metrics if step is None or m.step == step]
+        return min(candidates, key=lambda m: m.sqnr_db, default=None)
 
     def at_step(self, step: int, output: int = 0) -> Metrics:
         return next(m for m in self.metrics if m.step == step and m.output == output)
@@ -153,6 +163,9 @@ class VariantResult:
             "not_delegated": [vars(n) for n in self.not_delegated],
             "timings": dict(self.timings),
             "cached": self.cached,
+            "accelerator": self.accelerator,
+            "cost": self.cost.to_dict() if self.cost is not None else None,
+            "cost_error": self.cost_error,
         }
 
 
@@ -171,6 +184,7 @@ class Comparison:
     run: "Run | None" = field(default=None, repr=False, compare=False)
     notes: tuple[str, ...] = ()  # what the reader must know: a fold decision a quantization changed
     engine: str = "tosa"  # what produced every number: "tosa" or "simulation" (see engines.py)
+    accelerator: str = "tosa-int"  # what every variant was lowered for (inspector.accelerators)
 
     @property
     def errors(self) -> tuple[VariantResult, ...]:
@@ -192,17 +206,23 @@ class Comparison:
     @property
     def engine_text(self) -> str:
         """The engine in words, as tables and titles say it."""
-        return ENGINE_TEXT.get(self.engine, self.engine)
+        return engine_of(self.engine).text
 
     @property
     def engine_note(self) -> str:
         """What the engine cannot show, in one line ("" for the TOSA reference)."""
-        return SIMULATION_NOTE if self.engine == SIMULATION else ""
+        return engine_of(self.engine).note
 
     def gap(self, other: "Comparison"):
         """How far this comparison and ``other`` (the same question, usually on the other engine) are
         apart: an ``EngineGap`` (per variant, output and step: dB and quantization steps)."""
         return engine_gap(self, other)
+
+    def tradeoff(self):
+        """On an NPU accelerator: per variant Vela's cycles beside its dB, per site the cycles folding it buys
+        (a ``Tradeoff``)."""
+        from .tradeoff import tradeoff  # cycle: the trade-off reads these records
+        return tradeoff(self)
 
     def folded_where(self) -> dict[str, str]:
         """Per site id, where it folded in each variant: ``"off: not folded; upstream: tfa"``."""
@@ -217,6 +237,7 @@ class Comparison:
             "format": FORMAT,
             "target": self.target,
             "engine": self.engine,
+            "accelerator": self.accelerator,
             "steps": self.steps,
             "calibration": self.calibration,
             "quantization": self.quantization,
@@ -250,7 +271,8 @@ class Comparison:
             result = cls(_str(data["target"]), _int(data["steps"]), _str(data["calibration"]),
                          _str(data["quantization"]), tuple(_variant_result_from_dict(v) for v in data["variants"]),
                          notes=tuple(_str(n) for n in data.get("notes", ())),
-                         engine=_engine(data.get("engine", TOSA)))
+                         engine=_engine(data.get("engine", TOSA.name)),
+                         accelerator=_str(data.get("accelerator", "tosa-int")))
         except KeyError as exc:
             raise InspectorError(f"not a saved comparison: missing field {exc}") from None
         except (TypeError, ValueError, AttributeError) as exc:
@@ -282,39 +304,13 @@ def _rules_of(results) -> dict:
 
 
 def _engine(v) -> str:
-    if v not in ENGINES:
+    if not isinstance(v, str) or v not in engines:
         raise ValueError(f"unknown engine {quoted(v)}")
     return v
 
 
-def _float(v) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
-        raise TypeError(f"expected a number, got {type(v).__name__}")
-    return float(v)  # float("inf") / float("-inf") / float("nan") read the strings back
-
-
-def _int(v) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise TypeError(f"expected an integer, got {type(v).__name__}")
-    return v
-
-
-def _str(v, optional: bool = False) -> str | None:
-    if v is None and optional:
-        return None
-    if not isinstance(v, str):
-        raise TypeError(f"expected a string, got {type(v).__name__}")
-    return v
-
-
-def _renamed(data: dict, key: str, old: str):
-    """``data[key]``, or in a file written before the key was renamed (format 1), ``data[old]``."""
-    return data[key] if key in data or old not in data else data[old]
-
-
-# The field readers of ``from_dict``, for the other records read back from JSON (attribution, bits):
-# each raises TypeError or ValueError on a field of the wrong kind.
-read_float, read_int, read_str, read_engine, renamed = _float, _int, _str, _engine, _renamed
+_float, _int, _str, _renamed = read_float, read_int, read_str, renamed  # the readers' short names here
+read_engine = _engine  # for the other records read back from JSON (attribution, bits)
 
 
 def _variant_result_from_dict(d: dict) -> VariantResult:
@@ -344,7 +340,10 @@ def _variant_result_from_dict(d: dict) -> VariantResult:
         quantization=_str(d.get("quantization", "a8w8")),
         spec=_str(d.get("tosa_spec", "TOSA-1.0+INT")),
         error=_str(d.get("error"), True),
-        engine=_engine(d.get("engine", TOSA)),
+        engine=_engine(d.get("engine", TOSA.name)),
+        accelerator=_str(d.get("accelerator", "tosa-int")),
+        cost=Cost.from_dict(d["cost"]) if d.get("cost") is not None else None,
+        cost_error=_str(d.get("cost_error"), True),
     )
 
 

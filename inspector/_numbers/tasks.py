@@ -15,12 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Sequence, TypeVar
 
-from . import flow as _flow
 from .._targets import load as _load
 from .._workers import parallel as _parallel
 from .._base import store as _store
 from .._base.cache import BoundedCache
-from .engines import SIMULATION
+from .engines import engine_of
 from .quantization import Plan
 from .results import Comparison, Variant, VariantResult
 from .variant_cache import RESULTS
@@ -50,7 +49,7 @@ class ModelRun:
     steps: int  # how many recurrent steps each variant runs
     reference: Any  # the float outputs per step
     base_key: tuple  # variant_cache.base_key of the above: the results' cache key but the variant
-    engine: str = "tosa"  # engines.TOSA or engines.SIMULATION: what computes the numbers
+    engine: str = "tosa"  # the name of the engine that computes the numbers (inspector's engines registry)
     store: str | None = None  # the result store's folder the parent uses (None: off); the worker uses it too
 
 
@@ -123,8 +122,8 @@ def run_in_worker(run: ModelRun, variant: Variant, plan: Plan, report) -> tuple[
         if hit is not None:
             report("cached", 1.0)
             return hit, None, True
-        flow = _flow.run_simulated if run.engine == SIMULATION else _flow.run_variant
-        result, decisions = flow(target, variant, run.calibration, plan, run.steps, run.reference, report)
+        result, decisions = engine_of(run.engine).run(target, variant, run.calibration, plan, run.steps, run.reference,
+                                                      report)
         RESULTS.put(run.base_key, variant, plan, result, decisions)
     return result, decisions, False
 

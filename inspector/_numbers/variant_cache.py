@@ -89,23 +89,26 @@ def bits_key(first, *options) -> tuple | None:
 DECISIONS: Fact[tuple] = Fact("fold decisions")
 
 
-def predicted_decisions(target: _load.Target, variant: Variant) -> tuple:
+def predicted_decisions(target: _load.Target, variant: Variant, plan=None) -> tuple:
     """Where the pass folds in this variant's flow: ``(("tfa", site ids), ("lowering", ()))``.
 
-    The real pass on the captured tfa graph; in the INT flow nothing is left to fold in lowering.
-    Only once the tfa graph exists (``can_predict``).
+    The real pass on the tfa graph of the plan's quantizer (default: the default accelerator's); in the INT flow
+    nothing is left to fold in lowering. Only once that tfa graph exists (``can_predict``).
     """
+    key = plan.tfa_key if plan is not None else "tfa"
+
     def decide() -> tuple:
-        folded = folded_site_ids(_stages.stage_graph_of(target, "tfa"), variant.rule, variant.markers)
+        graph = _stages.tfa_graph_for(target, key, plan.quantizer if plan is not None else None)
+        folded = folded_site_ids(graph, variant.rule, variant.markers)
         return (("tfa", tuple(sorted(folded))), ("lowering", ()))
 
-    return target.facts.get(DECISIONS, (variant.rule.identity, variant.markers), decide)
+    return target.facts.get(DECISIONS, (variant.rule.identity, variant.markers, key), decide)
 
 
 def can_predict(target: _load.Target, plan) -> bool:
-    """Fold decisions can be predicted cheaply: the default quantizer without overrides (``plan``:
-    a ``_quantization.Plan``), and its tfa graph captured."""
-    return plan.plain and _stages.has_stage_graph(target, "tfa")
+    """Fold decisions can be predicted cheaply: the default quantization without overrides (``plan``: a
+    ``quantization.Plan``), and the tfa graph of its accelerator's quantizer captured."""
+    return plan.plain and _stages.has_stage_graph(target, plan.tfa_key)
 
 
 def answered(result: VariantResult, variant: Variant) -> VariantResult:
@@ -145,7 +148,7 @@ class VariantCache:
         if hit is not None:  # computed in this process, maybe while another store was in use: kept in this one too
             _disk.keep_result(key, hit, missing_only=True)
         if hit is None and can_predict(target, plan) and self._shares_decisions(variant):
-            hit = self._entries.get(self._decisions_key(base, plan, predicted_decisions(target, variant)))
+            hit = self._entries.get(self._decisions_key(base, plan, predicted_decisions(target, variant, plan)))
         if hit is None and (hit := _disk.load_result(key)) is not None:
             self._entries.put(key, hit)
         return answered(hit, variant) if hit is not None else None

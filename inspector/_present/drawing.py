@@ -20,6 +20,7 @@ from .._numbers.attribution import Attribution
 from .._numbers.bits import Bits
 from .._numbers.engines import EngineGap
 from .._numbers.results import Comparison
+from .._numbers.tradeoff import Tradeoff
 from .._sweep.results import Sweep
 from ..errors import InspectorError
 from . import journey as _journey, plots as _plots, report as _report, sweep as _sweep, tables as _tables
@@ -61,6 +62,8 @@ text.register(Bits, _tables.bits_text)
 html.register(Bits, _tables.bits_html)
 text.register(Sweep, repr)
 html.register(Sweep, lambda s: _sweep.sweep_html(s, page=False))
+text.register(Tradeoff, _tables.tradeoff_text)
+html.register(Tradeoff, _tables.tradeoff_html)
 text.register(Journey, _journey.journey_text)
 html.register(Journey, _journey.journey_html)
 text.register(Step, _journey.step_text)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .._sites.reasons import Reason, Risk
-from .._base.formats import MISSING, db, db_change, error, quantization_steps
+from .._base.formats import MISSING, cycles, cycles_change, db, db_change, error, quantization_steps, share
+from .._cost.records import ESTIMATE
 from .markup import escape
 from .styles import STYLES, site_kind
 
@@ -152,6 +153,7 @@ def comparison_rows(comparison) -> list[dict[str, str]]:
     last = comparison.steps - 1
     # The quantization column shows once variants differ in it (else the heading says it).
     mixed = len({(r.quantization, r.variant.overrides) for r in comparison.results}) > 1
+    costed = any(r.cost is not None for r in comparison.results)  # Vela's cycles, on an NPU accelerator
     for r in comparison.measured:
         outputs = sorted({m.output for m in r.metrics})
         for o in outputs:
@@ -168,8 +170,44 @@ def comparison_rows(comparison) -> list[dict[str, str]]:
                 "MSE": error(m.mse),
                 "flushed": f"{m.flushed_to_zero:.1%}",
                 "min ch SQNR": db(min(m.sqnr_per_channel_db) if m.sqnr_per_channel_db else None),
+                **({"cycles": cycles(r.cost.cycles) if r.cost is not None else MISSING,
+                    "NPU ops": str(r.cost.npu_ops) if r.cost is not None else MISSING} if costed else {}),
             })
     return rows
+
+
+def tradeoff_rows(t) -> list[dict[str, str]]:
+    """Per variant: Vela's cycles beside the worst output's SQNR, and against the baseline (off)."""
+    return [{"variant": v.label, "folded sites": str(len(v.folded)), "cycles": cycles(v.cycles),
+             "NPU ops": MISSING if v.npu_ops is None else str(v.npu_ops), "SQNR dB (last step)": db(v.sqnr_db),
+             "worst dB": db(v.worst_db),
+             **({f"cycles vs {t.baseline}": cycles_change(-v.saved if v.saved is not None else None),
+                 f"dB vs {t.baseline}": db_change(v.db_change)} if t.baseline else {})}
+            for v in t.variants]
+
+
+def price_rows(t) -> list[dict[str, str]]:
+    """Per site: the cycles folding it buys (its mul's rows where it is not folded), and where that comes from."""
+    base = next((v for v in t.variants if v.label == t.baseline), None)
+    total = base.cycles if base is not None else None
+    return [{"site": p.site, "folding buys (cycles)": cycles(p.bought),
+             f"of {t.baseline or 'the baseline'}": share(p.bought / total if p.bought is not None and total else None),
+             "folded in": ", ".join(p.folded_in) or "none", "from": p.how} for p in t.sites]
+
+
+def tradeoff_text(t) -> str:
+    lines = [f"{t.target} on {t.accelerator}: what the fold buys (cycles: {ESTIMATE})",
+             *text_table(tradeoff_rows(t)), "", "per site:", *(text_table(price_rows(t)) or ["(no site)"]),
+             *(f"note: {n}" for n in t.notes)]
+    return "\n".join(lines)
+
+
+def tradeoff_html(t) -> str:
+    notes = "".join(f"<div class='fi-note'>note: {escape(n)}</div>" for n in t.notes)
+    head = (f"<b>{escape(t.target)}</b> on <code>{escape(t.accelerator)}</code>: what the fold buys"
+            f"<br><small>cycles: {escape(ESTIMATE)}</small>")
+    return html_table("fi-tradeoff", head, tradeoff_rows(t),
+                      "<h4>What folding each site buys</h4>" + _table_html(price_rows(t)) + notes)
 
 
 def text_table(rows: list[dict[str, str]]) -> list[str]:
@@ -193,27 +231,43 @@ def html_table(kind: str, head: str, rows: list[dict[str, str]], tail: str = "")
             f"<tbody>{body}</tbody></table>{tail}</div>")
 
 
+def _costed(comparison) -> bool:
+    return any(r.cost is not None for r in comparison.measured)
+
+
+def _accelerator_text(comparison) -> str:
+    return "" if comparison.accelerator == "tosa-int" else f", lowered for {comparison.accelerator}"
+
+
 def comparison_text(comparison) -> str:
-    head = (f"{comparison.target}: {comparison.engine_text} vs float, {comparison.steps} step(s)"
-            f"{' (metrics at the last step)' if comparison.steps > 1 else ''}")
+    head = (f"{comparison.target}: {comparison.engine_text} vs float{_accelerator_text(comparison)}, "
+            f"{comparison.steps} step(s){' (metrics at the last step)' if comparison.steps > 1 else ''}")
     rows = comparison_rows(comparison)
     errors = [f"{r.variant.label}: not run: {r.error}" for r in comparison.errors]
     if not rows:
         return "\n".join([head, *errors])
     lines = [head, *text_table(rows), *errors, *(f"note: {n}" for n in comparison.notes),
              *([f"engine: {comparison.engine_note}"] if comparison.engine_note else []),
-             f"calibration: {comparison.calibration}", f"quantization: {comparison.quantization}"]
+             f"calibration: {comparison.calibration}", f"quantization: {comparison.quantization}",
+             *(f"cost: {r.cost_error}" for r in comparison.measured if r.cost_error)]
+    if _costed(comparison):
+        lines += ["", tradeoff_text(comparison.tradeoff())]
     return "\n".join(lines)
 
 
 def comparison_html(comparison) -> str:
-    head = (f"<b>{escape(comparison.target)}</b>: {escape(comparison.engine_text)} vs float, {comparison.steps} step(s)"
+    head = (f"<b>{escape(comparison.target)}</b>: {escape(comparison.engine_text)} vs float"
+            f"{escape(_accelerator_text(comparison))}, {comparison.steps} step(s)"
             f"<br><small>calibration: {escape(comparison.calibration)}; quantization: {escape(comparison.quantization)}</small>")
     tail = "".join(f"<div class='fi-error'>{escape(r.variant.label)}: not run: {escape(r.error)}</div>"
                    for r in comparison.errors)
     tail += "".join(f"<div class='fi-note'>note: {escape(n)}</div>" for n in comparison.notes)
     if comparison.engine_note:
         tail += f"<div class='fi-note fi-engine'>engine: {escape(comparison.engine_note)}</div>"
+    tail += "".join(f"<div class='fi-note fi-cost'>cost: {escape(r.cost_error)}</div>"
+                    for r in comparison.measured if r.cost_error)
+    if _costed(comparison):
+        tail += tradeoff_html(comparison.tradeoff())
     return html_table("fi-comparison", head, comparison_rows(comparison), tail)
 
 

@@ -46,8 +46,7 @@ from .results import FORMATS, Sweep
 from .store import MODEL, ROW, VARIANT, Records, unchanged, variant_key
 from .work import MODEL_TASK, VARIANT_TASK
 from .._numbers.compare import variants_of, workers_of
-from .._numbers.engines import TOSA, check_engine
-from .._numbers.engines import SIMULATION_NOTE
+from .._numbers.engines import engine_of
 from .._decide.stages import check_stage
 
 
@@ -88,13 +87,14 @@ def sweep(
     are replaced by TOSA's and marked ``"confirmed"``; the others stay the simulation's.
     """
 
-    engine = check_engine(engine)
+    chosen = engine_of(engine)
+    engine = chosen.name
 
     t_start = time.perf_counter()
     specs = models_from(models, samples=samples, input_shapes=input_shapes, exclude=exclude)
     rules = _rules(rules)
     stage_list = _stage_list(stages)
-    if confirm and (engine == TOSA or not steps or NUMBERS_STAGE not in stage_list):
+    if confirm and (chosen.authority or not steps or NUMBERS_STAGE not in stage_list):
         raise InspectorError(f"confirm re-runs on the TOSA reference what a simulated sweep compared where the rules "
                              f"decide differently at {NUMBERS_STAGE}: give engine='simulation', steps >= 1 and a stage "
                              f"list with {NUMBERS_STAGE} (--engine simulation --steps N --stages {NUMBERS_STAGE} --confirm)")
@@ -137,8 +137,8 @@ def _swept(specs, rules, stage_list, steps, variants, compare_variants, workers,
     state = _State(specs, rules, stage_list, steps, compare_variants, store, progress)
     state.root = _store.where()  # the folder of the store this sweep is inside (None: off)
     state.engine = engine
-    if steps and engine != TOSA:
-        notes.append(SIMULATION_NOTE)
+    if steps and engine_of(engine).note:
+        notes.append(engine_of(engine).note)
     for spec in specs:
         state.plan(spec)
     if state.pending_models:

@@ -1,0 +1,138 @@
+"""What the fold buys and what it costs, side by side: per variant Vela's cycles beside its dB, and per site
+the cycles folding it buys (its mul's own rows in the variant that folds nothing, ``off``).
+
+A ``Tradeoff`` is read from a ``Comparison`` on an NPU accelerator (``Comparison.tradeoff()``); nothing runs.
+The dB of a variant is the worst output's SQNR at the last step (at the worst step too, for recurrent models).
+A site whose mul Vela fuses into another operation has no row of its own: its price is then only in the
+difference of two variants' totals, and the record says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .._base.data import dataframe, json_float
+from .._cost.records import ESTIMATE
+from ..errors import InspectorError
+
+
+@dataclass(frozen=True)
+class VariantTrade:
+    """One variant: its cycles and its numbers."""
+
+    label: str  # the variant's label
+    rule: str  # its rule's name
+    folded: tuple[str, ...]  # the sites it folds
+    cycles: int | None  # Vela's total (None: no cost, see the comparison's errors)
+    npu_ops: int | None
+    sqnr_db: float | None  # the worst output's SQNR at the last step
+    worst_db: float | None  # the lowest SQNR of any output at any step
+    saved: int | None = None  # cycles it saves against the baseline (off), when there is one
+    db_change: float | None = None  # its sqnr_db minus the baseline's
+
+    def to_dict(self) -> dict:
+        return {"label": self.label, "rule": self.rule, "folded": list(self.folded), "cycles": self.cycles,
+                "npu_ops": self.npu_ops, "sqnr_db": _json(self.sqnr_db), "worst_db": _json(self.worst_db),
+                "saved": self.saved, "db_change": _json(self.db_change)}
+
+
+@dataclass(frozen=True)
+class SitePrice:
+    """What folding one site buys on the accelerator: its mul's cycles where it is not folded."""
+
+    site: str  # the site id
+    bought: int | None  # the cycles of its mul's own rows in the baseline (None: no row of its own)
+    how: str  # where the figure comes from, in words
+    folded_in: tuple[str, ...]  # the variants that fold it
+
+    def to_dict(self) -> dict:
+        return {"site": self.site, "bought": self.bought, "how": self.how, "folded_in": list(self.folded_in)}
+
+
+@dataclass(frozen=True)
+class Tradeoff:
+    """Per variant cycles and dB, per site the cycles folding it buys: the fold's price on one accelerator."""
+
+    target: str
+    accelerator: str
+    baseline: str | None  # the label of the variant that folds nothing (the site prices are read there)
+    variants: tuple[VariantTrade, ...]
+    sites: tuple[SitePrice, ...]
+    notes: tuple[str, ...] = ()
+
+    def variant(self, label_or_rule: str) -> VariantTrade:
+        for v in self.variants:
+            if label_or_rule in (v.label, v.rule):
+                return v
+        raise InspectorError(f"no variant {label_or_rule!r} in this trade-off")
+
+    def to_dict(self) -> dict:
+        return {"target": self.target, "accelerator": self.accelerator, "baseline": self.baseline,
+                "estimate": ESTIMATE, "variants": [v.to_dict() for v in self.variants],
+                "sites": [s.to_dict() for s in self.sites], "notes": list(self.notes)}
+
+    def to_dataframe(self, kind: str = "variants"):
+        """A pandas DataFrame: ``"variants"`` or ``"sites"`` (the columns of ``to_dict()``'s lists)."""
+        return dataframe(kind, {"variants": lambda: [v.to_dict() for v in self.variants],
+                                "sites": lambda: [s.to_dict() for s in self.sites]})
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        return drawing.bundle(self)
+
+    def __repr__(self) -> str:
+        return f"<Tradeoff {self.target} on {self.accelerator}: {len(self.variants)} variants, {len(self.sites)} sites>"
+
+
+def _json(v):
+    return None if v is None else json_float(v)
+
+
+def tradeoff(comparison) -> Tradeoff:
+    """The trade-off of ``comparison`` (on an NPU accelerator): cycles beside dB, the price of every site."""
+    measured = [r for r in comparison.measured if r.cost is not None]
+    if not measured:
+        raise InspectorError(f"no variant of this comparison has a cost (accelerator {comparison.accelerator}): "
+                             "compare on an Ethos-U, e.g. accelerator='ethos-u55-128', with the TOSA engine")
+    base = next((r for r in measured if not any(s.folded_at for s in r.sites)), None)
+    notes = []
+    if base is None:
+        notes.append("no variant folds nothing (add 'off'): no site's price can be read, only the totals")
+    last = comparison.steps - 1
+    rows = []
+    for r in comparison.results:
+        if r.error is not None:
+            continue
+        worst_last = r.worst(last)
+        worst_any = r.worst()
+        cycles = r.cost.cycles if r.cost is not None else None
+        saved = base.cost.cycles - cycles if base is not None and cycles is not None else None
+        base_db = base.worst(last).sqnr_db if base is not None else None
+        rows.append(VariantTrade(r.variant.label, r.variant.rule.name,
+                                 tuple(s.site_id for s in r.sites if s.folded_at), cycles,
+                                 r.cost.npu_ops if r.cost is not None else None,
+                                 worst_last.sqnr_db if worst_last else None, worst_any.sqnr_db if worst_any else None,
+                                 saved, (worst_last.sqnr_db - base_db) if base_db is not None and worst_last else None))
+        if r.cost is None and r.cost_error:
+            notes.append(r.cost_error)
+    site_ids = list(dict.fromkeys(s.site_id for r in comparison.measured for s in r.sites))
+    prices = []
+    for site in site_ids:
+        folded_in = tuple(r.variant.label for r in comparison.measured if any(s.site_id == site and s.folded_at
+                                                                               for s in r.sites))
+        if base is None:
+            prices.append(SitePrice(site, None, "no variant that folds nothing to read it in", folded_in))
+            continue
+        rows_of_mul = [layer for layer in base.cost.layers if layer.site == site and layer.role == "mul"]
+        if rows_of_mul:
+            prices.append(SitePrice(site, sum(layer.cycles for layer in rows_of_mul),
+                                    f"its mul's {len(rows_of_mul)} row(s) in {base.variant.label}", folded_in))
+        else:
+            prices.append(SitePrice(site, None, f"its mul has no row of its own in {base.variant.label} (Vela fused "
+                                                "it into another operation): only the variants' totals show its "
+                                                "price", folded_in))
+    return Tradeoff(comparison.target, comparison.accelerator, base.variant.label if base is not None else None,
+                    tuple(rows), tuple(prices), tuple(dict.fromkeys(notes + list(base.cost.notes if base else ()))))
+
+
+__all__ = ["SitePrice", "Tradeoff", "VariantTrade", "tradeoff"]

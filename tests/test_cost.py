@@ -1,0 +1,182 @@
+"""What the fold buys: a variant's cost on an Ethos-U, from Vela compiling the flatbuffer the TOSA reference ran.
+
+The reference is ExecuTorch's own Ethos-U flow with no inspector code in its path (``_executorch_cycles``:
+torch, executorch, torchao and Vela; the fold turned off by swapping the class the Arm pass manager builds),
+on the same sample model and the same calibration batches the comparison used: each variant's total cycles
+must equal what that flow gives within 1%, and the unfolded mul's rows must be what the ``off`` variant's
+site price says.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import csv
+import functools
+import io
+import os
+
+import pytest
+import torch
+
+import inspector
+
+pytestmark = pytest.mark.requires_tosa
+
+SAMPLES = {"stateful_conv_mul": "StatefulConvMul", "conv_mul_channel_scale": "ConvMulChannelScale"}
+ACCELERATORS = ("ethos-u55-128", "ethos-u85-256")
+
+
+@contextlib.contextmanager
+def _fold(on: bool):
+    """The fold as installed, or a pass that does nothing in its place (the pass manager looks the class up)."""
+    from executorch.backends.arm._passes import arm_pass_manager
+    from executorch.exir.pass_base import ExportPass
+    from torch.fx.passes.infra.pass_base import PassResult
+
+    class NoFold(ExportPass):
+        def __init__(self, *args, **kwargs):
+            super().__init__()
+
+        def call(self, graph_module):
+            return PassResult(graph_module, False)
+
+    installed = arm_pass_manager.FoldScalarMulIntoConvPass
+    if not on:
+        arm_pass_manager.FoldScalarMulIntoConvPass = NoFold
+    try:
+        yield
+    finally:
+        arm_pass_manager.FoldScalarMulIntoConvPass = installed
+
+
+@functools.cache
+def _executorch_cycles(sample: str, accelerator: str, on: bool, batches: int) -> tuple[int, tuple]:
+    """ExecuTorch's Ethos-U flow on the sample (EthosUQuantizer, EthosUPartitioner, Vela through EthosUBackend),
+    calibrated as the comparison was: (total cycles over every Vela call, the per-layer rows)."""
+    import sample_models.models as models
+    from executorch.backends.arm.ethosu import EthosUCompileSpec, EthosUPartitioner
+    from executorch.backends.arm.ethosu import backend as ethosu_backend
+    from executorch.backends.arm.quantizer import EthosUQuantizer, get_symmetric_quantization_config
+    from executorch.exir import to_edge_transform_and_lower
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    model = getattr(models, SAMPLES[sample])().eval()
+    inputs = model.example_inputs()
+    calibration = _calibration(sample, batches)
+    calls = []
+    installed = ethosu_backend.vela_compile
+
+    def collecting(flatbuffer, args, **kwargs):
+        with contextlib.redirect_stdout(io.StringIO()):  # Vela prints kilobytes per call
+            result = installed(flatbuffer, [*args, "--verbose-performance"], **kwargs)
+        folder = os.path.join(kwargs["intermediate_path"], "output")
+        (summary,) = [n for n in os.listdir(folder) if n.startswith("out_summary_")]
+        with open(os.path.join(folder, summary), newline="") as f:
+            total = int(float(next(csv.DictReader(f))["cycles_total"]))
+        with open(os.path.join(folder, "out_per-layer.csv"), newline="") as f:
+            calls.append((total, tuple(csv.DictReader(f))))  # every delegate overwrites the same files: read now
+        return result
+
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder, _fold(on):
+        spec = EthosUCompileSpec(accelerator).dump_intermediate_artifacts_to(folder)
+        module = torch.export.export(copy.deepcopy(model), inputs).module(check_guards=False)
+        quantizer = EthosUQuantizer(spec)
+        quantizer.set_global(get_symmetric_quantization_config(is_per_channel=True))
+        prepared = prepare_pt2e(module, quantizer)
+        with torch.no_grad():
+            for batch in calibration:
+                if hasattr(model, "state"):  # the flow's calibration starts every batch from the initial state
+                    prepared.state.zero_()
+                prepared(*batch)
+        converted = convert_pt2e(prepared)
+        if hasattr(model, "state"):
+            converted.state.zero_()
+        ethosu_backend.vela_compile = collecting
+        try:
+            to_edge_transform_and_lower(torch.export.export(converted, inputs), partitioner=[EthosUPartitioner(spec)])
+        finally:
+            ethosu_backend.vela_compile = installed
+    assert calls, "ExecuTorch's flow called Vela for no delegate"
+    return sum(total for total, _ in calls), tuple(row for _, rows in calls for row in rows)
+
+
+@functools.cache
+def _calibration(sample: str, batches: int):
+    """The calibration the comparison chose (its batches; a stateful sample runs one step each: steps=1)."""
+    comparison = _compare(sample, ACCELERATORS[0])
+    return tuple(tuple(b) for b in comparison.run.calibration.batches)[:batches]
+
+
+@functools.cache
+def _compare(sample: str, accelerator: str):
+    return inspector.compare(f"sample:{sample}", ("off", "upstream"), accelerator=accelerator, workers=1)
+
+
+@pytest.mark.parametrize("accelerator", ACCELERATORS)
+@pytest.mark.parametrize("sample", SAMPLES)
+def test_each_variants_cycles_are_executorchs_own_ethos_u_flow(sample, accelerator):
+    comparison = _compare(sample, accelerator)
+    off, upstream = comparison.results
+    assert comparison.accelerator == accelerator and off.accelerator == accelerator
+    assert off.cost is not None and upstream.cost is not None, (off.cost_error, upstream.cost_error)
+    assert [s.folded_at for s in off.sites] == [None] and [s.folded_at for s in upstream.sites] == ["tfa"]
+    batches = len(comparison.run.calibration.batches)
+    for result, on in ((off, False), (upstream, True)):
+        theirs, _ = _executorch_cycles(sample, accelerator, on, batches)
+        assert abs(result.cost.cycles - theirs) <= 0.01 * theirs, (result.variant.label, result.cost.cycles, theirs)
+    assert upstream.cost.cycles < off.cost.cycles and upstream.cost.npu_ops == off.cost.npu_ops - 1
+
+
+@pytest.mark.parametrize("sample", SAMPLES)
+def test_the_off_variants_site_price_is_the_unfolded_muls_rows_on_ethos_u55(sample):
+    comparison = _compare(sample, "ethos-u55-128")
+    off = comparison.result("off")
+    (site,) = [s.site_id for s in off.sites]
+    _, rows = _executorch_cycles(sample, "ethos-u55-128", False, len(comparison.run.calibration.batches))
+    theirs = sum(int(float(r["Op Cycles"])) for r in rows if r["Original Operator"] == "Mul")
+    mine = [layer for layer in off.cost.layers if layer.role == "mul"]
+    assert mine and all(layer.operator == "Mul" and layer.site == site for layer in mine)
+    assert off.cost.site_cycles(site, "mul") == theirs > 0
+    price = comparison.tradeoff().sites[0]
+    assert price.site == site and price.bought == theirs and price.folded_in == ("upstream",)
+    assert comparison.tradeoff().variant("upstream").saved == off.cost.cycles - comparison.result("upstream").cost.cycles
+
+
+def test_a_per_channel_scale_on_u55_costs_the_flash_reads():
+    """The per-channel scale is a constant kept in off-chip flash on u55's Shared_Sram: its mul waits on it."""
+    off = _compare("conv_mul_channel_scale", "ethos-u55-128").result("off")
+    (mul,) = [layer for layer in off.cost.layers if layer.role == "mul"]
+    assert dict(mul.access_cycles)["off_chip_flash"] > mul.npu_cycles and mul.cycles > mul.npu_cycles
+
+
+def test_the_cost_reads_back_from_json_and_the_store_and_is_an_estimate(tmp_path):
+    comparison = _compare("stateful_conv_mul", "ethos-u85-256")
+    data = comparison.to_dict()
+    assert data["accelerator"] == "ethos-u85-256"
+    cost = data["variants"][0]["cost"]
+    assert cost["estimate"].startswith("Vela's estimate") and cost["cycles"] == comparison.results[0].cost.cycles
+    again = inspector.Comparison.from_dict(data)
+    assert [r.cost for r in again.results] == [r.cost for r in comparison.results]
+    inspector.clear_cache()  # memory forgets: the next answer is the store's
+    kept = inspector.compare("sample:stateful_conv_mul", ("off", "upstream"), accelerator="ethos-u85-256", workers=1)
+    assert all(r.cached for r in kept.results)
+    assert [r.cost for r in kept.results] == [r.cost for r in comparison.results]
+    frame = kept.results[0].cost.to_dataframe()
+    assert list(frame.columns) == list(cost["layers"][0]) and len(frame) == len(cost["layers"])
+
+
+def test_an_unknown_accelerator_is_one_line_naming_the_choices():
+    with pytest.raises(inspector.InspectorError, match="unknown accelerator 'nope'; choose one of: tosa-int, ") as info:
+        inspector.compare("sample:conv_mul_scalar", ["upstream"], accelerator="nope", workers=1)
+    assert "ethos-u55-128" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_tosa_int_has_no_cost_and_its_results_are_as_before():
+    comparison = inspector.compare("sample:conv_mul_scalar", ("off", "upstream"), workers=1)
+    assert comparison.accelerator == "tosa-int" and all(r.cost is None and r.cost_error is None
+                                                        for r in comparison.results)
+    with pytest.raises(inspector.InspectorError, match="has a cost"):
+        comparison.tradeoff()
