@@ -17,6 +17,7 @@ from ._numbers.bits import Bits, bits
 from ._numbers.quantization import Quantization, quantizations
 from ._sweep.sweep import ModelSpec, Sweep, models_from, sweep
 from ._numbers.results import Comparison, NotDelegated, Variant, VariantResult
+from ._cost.accelerators import Accelerator, accelerators
 from ._base.cache import clear_all as clear_cache
 from ._workers.pool import start_server as start_workers
 from .errors import ExplanationMismatchWarning, InspectorError
@@ -34,6 +35,8 @@ __all__ = [
     # compare: the TOSA INT reference, under the quantizations of one registry
     "compare", "Comparison", "Variant", "VariantResult", "NotDelegated", "DEFAULT_VARIANTS", "Quantization",
     "quantizations", "clear_cache", "start_workers",
+    # what the fold buys: accelerators (one registry), each NPU variant's cost from Vela
+    "accelerators", "Accelerator",
     # is it the fold or the bits? where the error enters
     "bits", "Bits", "attribution", "Attribution",
     # sweep: many models x rules x stages, one table

@@ -9,7 +9,7 @@ from ._front.session import GRAPH_SCOPES, GRAPH_VIEWS
 from ._present.explorer import ExplorerFiles
 from ._present.render import LEGEND, STYLES, Verdicts, render, render_pair, site_kind, svg
 from ._present.report import figure_img, report_html
-from ._present.tables import (SiteRow, analysis_html, analysis_text, attribution_html, attribution_text, bits_html,
+from ._present.tables import (SiteRow, site_prices, analysis_html, analysis_text, attribution_html, attribution_text, bits_html,
                               bits_text, comparison_html, comparison_text, gap_html, site_rows, stale_html)
 from ._sweep.sweep import SweepBar
 from ._present.markup import escape
@@ -19,7 +19,7 @@ __all__ = [
     # graphs: one picture per (graph, verdicts), colours from one table
     "render", "render_pair", "svg", "Verdicts", "STYLES", "LEGEND", "site_kind",
     # tables: one row per site; each record as text and as HTML
-    "SiteRow", "site_rows", "analysis_text", "analysis_html", "comparison_text", "comparison_html", "bits_text",
+    "SiteRow", "site_rows", "site_prices", "analysis_text", "analysis_html", "comparison_text", "comparison_html", "bits_text",
     "bits_html", "attribution_text", "attribution_html", "stale_html", "gap_html",
     # pages and figures
     "report_html", "figure_img", "ExplorerFiles",

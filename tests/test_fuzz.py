@@ -237,7 +237,8 @@ def test_the_judge_catches_a_session_read_without_trust(judge, monkeypatch):
 
 def test_the_judge_catches_an_argument_checked_late(judge, monkeypatch):
     """With the shape bounds unchecked, the CLI reaches the model first: the judge names it."""
-    monkeypatch.setattr("inspector._base.limits.check_shape", lambda shape, what="input shape": shape)
+    for where in ("inspector._base.limits", "inspector._targets.load", "inspector._sweep.models"):  # wherever bound
+        monkeypatch.setattr(f"{where}.check_shape", lambda shape, what="input shape": shape)
     argv = ["analyze", fuzzing.MISSING_PT2, "--input-shape", "1,1,1,1,1,1,1,1,1"]
     case = fuzzing.Case("cli", "control", json.dumps(argv).encode())
     assert "not checked before the model" in (judge.judge(case).problem or "")

@@ -18,16 +18,19 @@ import pytest
 
 import inspector
 from inspector._workers import pool as _pool
+from inspector._workers.kinds import task_kind
 from sample_models.big import ConvStack
 
 pytestmark = [pytest.mark.requires_tosa]
 
 
+@task_kind("test-niceness")
 def niceness(payload, report):
     """A pool task: the niceness it ran at."""
     return os.getpriority(os.PRIO_PROCESS, 0)
 
 
+@task_kind("test-unprivileged")
 def unprivileged(payload, report):
     """A pool task: this worker becomes an unprivileged process (as a user's worker is)."""
     if os.geteuid() == 0:
@@ -50,8 +53,8 @@ def fresh_pool():
 def test_a_background_task_runs_nicer_and_its_worker_returns_to_its_niceness():
     base = _base()
     with _pool.warm_pool(2, 2) as pool:
-        pool.submit("urgent", f"{__name__}:niceness", None, priority=0)
-        pool.submit("background", f"{__name__}:niceness", None, priority=1, background=True)
+        pool.submit("urgent", "test-niceness", None, priority=0)
+        pool.submit("background", "test-niceness", None, priority=1, background=True)
         seen = {event[1]: event[2] for event in pool.events() if event[0] == "done"}
         assert seen == {"urgent": base, "background": min(19, base + _pool.BACKGROUND_NICE)}
         workers = [process for process, _ in pool._idle]
@@ -59,17 +62,17 @@ def test_a_background_task_runs_nicer_and_its_worker_returns_to_its_niceness():
             assert len(workers) == 2
             assert [os.getpriority(os.PRIO_PROCESS, p.pid) for p in workers] == [base, base]
         # whichever worker takes the next tasks (a retired one is replaced), they run at the base niceness
-        pool.submit("again", f"{__name__}:niceness", None)
-        pool.submit("and again", f"{__name__}:niceness", None)
+        pool.submit("again", "test-niceness", None)
+        pool.submit("and again", "test-niceness", None)
         assert [event[2] for event in pool.events() if event[0] == "done"] == [base, base]
 
 
 def test_a_worker_that_may_not_lower_its_niceness_again_retires_and_is_replaced():
     base = _base()
     with _pool.warm_pool(1, 1) as pool:
-        pool.submit("drop", f"{__name__}:unprivileged", None, priority=0)
-        pool.submit("background", f"{__name__}:niceness", None, priority=1, background=True)
-        pool.submit("next", f"{__name__}:niceness", None, priority=2)
+        pool.submit("drop", "test-unprivileged", None, priority=0)
+        pool.submit("background", "test-niceness", None, priority=1, background=True)
+        pool.submit("next", "test-niceness", None, priority=2)
         seen = {event[1]: event[2] for event in pool.events()}
         assert seen["drop"] != 0
         assert seen["background"] == min(19, base + _pool.BACKGROUND_NICE)

@@ -16,16 +16,18 @@ from ._jobs import JobView
 NOT_RUN = "<i>no reference run yet</i>"
 PREVIEW = ("<div class='fi-preview'><b>preview (simulation)</b>: numbers of the quantize/dequantize simulation "
            "(no lowering), not of the TOSA INT reference; a run replaces them with the reference's when it ends</div>")
+COST_LATER = ("<div class='fi-cost-later'>the cost (Vela's cycles) comes with the TOSA run: the simulation does not "
+              "lower the program</div>")
 
 
 class ReferencePanel:
     """Owns the variant picker, the steps input, the run button, its progress and the results."""
 
-    exposed = ("variant_picker", "quantization_picker", "steps_input", "run_button", "bits_button", "progress",
-               "progress_label", "results", "gap_results", "plots", "bits_results")
+    exposed = ("variant_picker", "quantization_picker", "accelerator_picker", "steps_input", "run_button",
+               "bits_button", "progress", "progress_label", "results", "gap_results", "plots", "bits_results")
 
     def __init__(self, variants: tuple[str, ...], *, on_run: Callable, on_bits: Callable,
-                 quantizations: tuple[str, ...] = ("a8w8",)) -> None:
+                 quantizations: tuple[str, ...] = ("a8w8",), accelerator: str = "tosa-int") -> None:
         self.variant_picker = W.SelectMultiple(options=list(inspector.rules), value=tuple(variants),
                                                description="variants", rows=4,
                                                tooltip=rules_tooltip()).add_class("fi-variants")
@@ -34,6 +36,9 @@ class ReferencePanel:
             description="quantization", rows=4,
             tooltip=quantizations_tooltip(),
         ).add_class("fi-quantizations")
+        self.accelerator_picker = W.Dropdown(
+            options=list(inspector.accelerators), value=accelerator, description="accelerator",
+            tooltip=accelerators_tooltip(), layout=W.Layout(width="300px")).add_class("fi-accelerator")
         self.steps_input = W.BoundedIntText(value=1, min=1, max=present.MAX_STEPS, description="steps",
                                             layout=W.Layout(width="160px")).add_class("fi-steps")
         self.run_button = W.Button(description="Run TOSA INT reference", icon="play", button_style="primary",
@@ -56,7 +61,7 @@ class ReferencePanel:
         self.view = W.VBox([
             W.HTML("<b>TOSA INT reference</b>"),
             W.HBox([self.variant_picker, self.quantization_picker,
-                    W.VBox([self.steps_input, self.run_button, self.bits_button])]),
+                    W.VBox([self.accelerator_picker, self.steps_input, self.run_button, self.bits_button])]),
             W.HBox([self.progress, self.progress_label]),
             self.results, self.gap_results, self.plots, self.bits_results,
         ]).add_class("fi-reference")
@@ -64,6 +69,11 @@ class ReferencePanel:
     @property
     def quantizations(self) -> tuple[str, ...]:
         return tuple(self.quantization_picker.value)
+
+    @property
+    def accelerator(self) -> str:
+        """What the next run lowers every variant for (on an Ethos-U, Vela prices it)."""
+        return self.accelerator_picker.value
 
     def variants(self) -> list[str]:
         """The picked rules at each picked quantization: ``upstream`` when only the default a8w8 is
@@ -95,7 +105,7 @@ class ReferencePanel:
             return
         banner = present.stale_html(comparison_for) if stale else ""
         if comparison.engine != "tosa":
-            banner += PREVIEW
+            banner += PREVIEW + (COST_LATER if comparison.accelerator != "tosa-int" else "")
         self.gap_results.value = present.gap_html(gap) if gap is not None else ""
         self.results.value = banner + present.comparison_html(comparison)
         self.plots.value = "".join(present.figure_img(comparison.plot(kind)) for kind in ("drift", "channels"))
@@ -107,11 +117,20 @@ class ReferencePanel:
             self.variant_picker.options = list(inspector.rules)
             self.variant_picker.value = tuple(v for v in chosen if v in inspector.rules)
         self.variant_picker.tooltip = rules_tooltip()
+        if tuple(self.accelerator_picker.options) != tuple(inspector.accelerators):
+            chosen = self.accelerator
+            self.accelerator_picker.options = list(inspector.accelerators)
+            self.accelerator_picker.value = chosen if chosen in inspector.accelerators else "tosa-int"
         if tuple(self.quantization_picker.options) != tuple(inspector.quantizations):
             chosen = self.quantizations
             self.quantization_picker.options = list(inspector.quantizations)
             self.quantization_picker.value = tuple(q for q in chosen if q in inspector.quantizations)
         self.quantization_picker.tooltip = quantizations_tooltip()
+
+
+def accelerators_tooltip() -> str:
+    """Every accelerator on a line of its own: name and what it is."""
+    return "\n".join(f"{name}: {inspector.accelerators.describe(name)}" for name in inspector.accelerators)
 
 
 def quantizations_tooltip() -> str:

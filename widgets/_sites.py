@@ -27,7 +27,7 @@ class SiteTable:
         self._rows: dict[str, W.HBox] = {}
         self._classes: dict[str, set[str]] = {}  # the CSS classes each row has now
         self._shown: dict[str, tuple] = {}  # site id -> (site, marked, selected) its row shows now
-        self._where: tuple = (None, {})  # (comparison, its folded_where()) the rows show
+        self._where: tuple = (None, {}, {})  # (comparison, its folded_where(), its site prices) the rows show
 
     def render(self, analysis: inspector.Analysis, comparison, selected: str | None) -> None:
         ids = [s.id for s in analysis.sites]
@@ -38,15 +38,16 @@ class SiteTable:
             self._row_ids = ids
             empty = [W.HTML("<i>no conv-&gt;mul sites in this model</i>")] if not ids else []
             self.sites_box.children = [W.HTML(HEADER), *self._rows.values(), *empty]
-        if self._where[0] is not comparison:  # other results: every row says where its site folded
-            self._where = (comparison, comparison.folded_where() if comparison is not None else {})
+        if self._where[0] is not comparison:  # other results: every row says where its site folded, and its price
+            self._where = (comparison, comparison.folded_where() if comparison is not None else {},
+                           present.site_prices(comparison))
             self._shown = {}
         # Only the rows whose site record, marker or selection changed are written again (a toggle
         # changes a few of them; the records of the others are the same objects).
         marked = set(analysis.marker_ids)
         shown = {s.id: (s, s.id in marked, s.id == selected) for s in analysis.sites}
         changed = [s for s in analysis.sites if self._shown.get(s.id) != shown[s.id]]
-        for r in present.site_rows(analysis, comparison, sites=changed, where=self._where[1]):
+        for r in present.site_rows(analysis, comparison, sites=changed, where=self._where[1], prices=self._where[2]):
             self._update_row(r, shown[r.site][1], shown[r.site][2])
             self._shown[r.site] = shown[r.site]
 

@@ -89,7 +89,7 @@ class FoldInspector(W.VBox):
     def __init__(self, target: Any, example_inputs: Any = None, *, stage: str = "tfa", rule: Any = "upstream",
                  markers: Iterable[str] = (), variants: Iterable[Any] = inspector.DEFAULT_VARIANTS, steps: int | None = None,
                  graph_view: str = "side by side", focus_selected: bool = True, rules: Iterable[Any] = (),
-                 isolate: bool = True) -> None:
+                 isolate: bool = True, accelerator: Any = "tosa-int") -> None:
         super().__init__()
         self.add_class("fi-app")
         # The reference, attribution and bits runs do their native work (quantizer, lowering, the TOSA
@@ -103,6 +103,8 @@ class FoldInspector(W.VBox):
             _rule_name(extra)  # registered: the pickers offer it (a rule file is imported: code you run)
         rule = _rule_name(rule)
         _check_choice("graph_view", graph_view, present.GRAPH_VIEWS)
+        accelerator = (inspector.accelerators.register(accelerator, replace=True) if isinstance(
+            accelerator, inspector.Accelerator) else inspector.accelerators.get(accelerator)).name
         variants = (variants,) if isinstance(variants, (str, inspector.Rule)) else tuple(variants)
         variants = tuple(_rule_name(v) for v in variants)
         if isinstance(target, os.PathLike):
@@ -122,7 +124,7 @@ class FoldInspector(W.VBox):
 
         if isinstance(target, inspector.Analysis):
             stage, rule = target.stage, target.rule.name
-        self._build_panels(stage, rule, variants, graph_view, focus_selected)
+        self._build_panels(stage, rule, variants, graph_view, focus_selected, accelerator)
         if isinstance(target, inspector.Analysis):
             self.analysis = target
         else:
@@ -135,7 +137,7 @@ class FoldInspector(W.VBox):
 
     # ------------------------------------------------------------------ layout
 
-    def _build_panels(self, stage, rule, variants, graph_view, focus_selected) -> None:
+    def _build_panels(self, stage, rule, variants, graph_view, focus_selected, accelerator="tosa-int") -> None:
         safely = self._safely
         self._picker = ModelPicker(self._target_ref, on_pick=self._on_model)
         self._header = Header(stage, rule, self._picker.model_picker, on_stage=self._on_stage,
@@ -144,7 +146,7 @@ class FoldInspector(W.VBox):
                                 on_marker=self._on_marker)
         self._graphs = GraphPanel(graph_view, focus_selected, on_change=lambda _: safely(self._render_graph))
         self._reference = ReferencePanel(variants, on_run=lambda _: safely(self.run_reference),
-                                         on_bits=lambda _: safely(self.run_bits))
+                                         on_bits=lambda _: safely(self.run_bits), accelerator=accelerator)
         self._attribution = AttributionPanel(on_run=lambda _: safely(self.run_attribution),
                                              on_variant=lambda _: safely(self._render_attribution),
                                              on_node=lambda _: safely(self._render_curve))
@@ -210,8 +212,9 @@ class FoldInspector(W.VBox):
 
     @property
     def stale(self) -> bool:
-        """The shown reference results were computed for other markers, rule or stage."""
-        return self.comparison is not None and self._comparison_for != self._current_config()
+        """The shown reference results were computed for other markers, rule, stage or accelerator."""
+        return self.comparison is not None and (self._comparison_for != self._current_config()
+                                                or self.comparison.accelerator != self._reference.accelerator)
 
     @property
     def engine_gap(self):
@@ -230,17 +233,22 @@ class FoldInspector(W.VBox):
 
         It answers first, then exactly: the quantize/dequantize simulation's numbers (no lowering) are
         shown as soon as they exist, marked *preview (simulation)*; the TOSA reference run goes on and
-        replaces them, with how far apart the two were (``engine_gap``)."""
+        replaces them, with how far apart the two were (``engine_gap``). On an Ethos-U accelerator the cost
+        (Vela's cycles, and each site's price in the site table) comes with the TOSA results."""
+        accelerator = self._reference.accelerator
+
         def compute(analysis, variants, steps, config, progress):
             preview = None
             try:
                 preview = analysis.compare(variants, markers=config[2], steps=steps, engine="simulation",
+                                           accelerator=accelerator,
                                            progress=lambda p, f: progress(f"preview: {p}", PREVIEW_SHARE * f))
             except InspectorError:
                 pass  # no preview: the TOSA run below says what is wrong, or answers anyway
             if preview is not None:
                 progress.show(lambda: show_preview(preview, config))
             exact = analysis.compare(variants, markers=config[2], steps=steps, isolate=self.isolate,
+                                     accelerator=accelerator,
                                      progress=lambda p, f: progress(f"TOSA: {p}",
                                                                     PREVIEW_SHARE + (1 - PREVIEW_SHARE) * f))
             return preview, exact
@@ -261,8 +269,10 @@ class FoldInspector(W.VBox):
 
     def run_attribution(self, wait: bool = False) -> None:
         """Find where the error enters, for the picked variants and steps, in the background."""
+        accelerator = self._reference.accelerator
+
         def compute(analysis, variants, steps, config, progress):
-            comparison = analysis.compare(variants, markers=config[2], steps=steps,
+            comparison = analysis.compare(variants, markers=config[2], steps=steps, accelerator=accelerator,
                                           progress=lambda p, f: progress(p, 0.6 * f), isolate=self.isolate)
             return comparison, inspector.attribution(comparison, progress=lambda p, f: progress(p, 0.6 + 0.4 * f),
                                                    isolate=self.isolate)
@@ -281,10 +291,12 @@ class FoldInspector(W.VBox):
     def run_bits(self, wait: bool = False) -> None:
         """Is it the fold or the bits? From the rule picked above at the first quantization picked:
         what the fold off, 16-bit activations and each node kept in float recover, in the background."""
+        accelerator = self._reference.accelerator
+
         def compute(analysis, variants, steps, config, progress):
             quantization = (self._reference.quantizations or ("a8w8",))[0]
             return inspector.bits(analysis.target, steps, rule=analysis.rule.name, quantization=quantization,
-                                  markers=config[2], progress=progress, isolate=self.isolate)
+                                  markers=config[2], progress=progress, isolate=self.isolate, accelerator=accelerator)
 
         def show(bits, config):
             self.bits = bits
@@ -344,7 +356,7 @@ class FoldInspector(W.VBox):
             target=self._target_ref, stage=self.analysis.stage, rule=_rule_ref(self.analysis.rule.name),
             markers=tuple(self.analysis.markers), selected=self.selected,
             variants=tuple(_rule_ref(v) for v in self.variant_picker.value) or ("upstream",),
-            quantizations=self._reference.quantizations or ("a8w8",),
+            quantizations=self._reference.quantizations or ("a8w8",), accelerator=self._reference.accelerator,
             steps=self._reference.steps,
             graph_view=self.graph_which.value, graph_scope=self.graph_scope.value,
             results=self.comparison, results_for=self._comparison_for if self.comparison is not None else None,
@@ -375,7 +387,7 @@ class FoldInspector(W.VBox):
             raise InspectorError(f"{Path(path).name} was saved from an in-memory model: pass target= to load_session")
         app = cls(target, example_inputs, stage=session.stage, rule=session.rule, markers=session.markers,
                   variants=session.variants, steps=session.steps, graph_view=session.graph_view,
-                  focus_selected=session.graph_scope == "focus")
+                  focus_selected=session.graph_scope == "focus", accelerator=session.accelerator)
         app.quantization_picker.value = session.quantizations
         app._apply_session(session)
         app._session.say(f"restored {Path(path).name}")
@@ -408,6 +420,7 @@ class FoldInspector(W.VBox):
         self._header.set_rule_quietly(analysis.rule.name)
         self.variant_picker.value = tuple(_rule_name(v) for v in session.variants)
         self.quantization_picker.value = session.quantizations
+        self.accelerator_picker.value = session.accelerator
         self.steps_input.value = session.steps
         self.graph_which.value = session.graph_view
         self.graph_scope.value = session.graph_scope

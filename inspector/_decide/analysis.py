@@ -253,13 +253,14 @@ class Analysis:
         from .._present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.report(self, comparison, format=format, out=out, results_for=results_for, full_traces=full_traces)
 
-    def to_model_explorer(self, folder, *, errors=None, step: int | None = None, which: str = "before"):
-        """Write the whole graph and its overlays (decisions, state path, and with ``errors`` a
-        variant of an attribution, the per-node SQNR) into ``folder`` for Google's Model Explorer.
+    def to_model_explorer(self, folder, *, errors=None, step: int | None = None, which: str = "before", cost=None):
+        """Write the whole graph and its overlays (decisions, state path, with ``errors`` a variant of an
+        attribution, the per-node SQNR, and with ``cost`` a variant result's ``Cost``, Vela's cycles per node)
+        into ``folder`` for Google's Model Explorer.
         Needs the ``explorer`` extra. Returns an ``ExplorerFiles`` (paths, and the command that
         opens them); ``python -m inspector explorer TARGET --out DIR --serve`` serves them."""
         from .._present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.to_model_explorer(self, folder, errors=errors, step=step, which=which)
+        return drawing.to_model_explorer(self, folder, errors=errors, step=step, which=which, cost=cost)
 
     def verdicts(self, which: str = "before", *, errors=None, step: int | None = None, focus: str | None = None,
                  hops: int = 2, hide: Iterable[str] = ("constants",)):

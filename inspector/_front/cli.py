@@ -192,6 +192,7 @@ def _picture_commands(model_command) -> None:
     j.add_argument("--variant", default="upstream", metavar="RULE", help="the fold rule to follow it under (default: upstream)")
     j.add_argument("--tosa", action="store_true", help="also run the lowered program on the TOSA reference model")
     j.add_argument("--all-passes", action="store_true", help="list every pass, not only those that touched the site")
+    accelerator_argument(j)
     j.add_argument("--json", action="store_true", help="print JSON instead of the timeline")
 
     e = model_command("explorer", "write the whole graph and its overlays for Google's Model Explorer (big graphs)")
@@ -425,7 +426,7 @@ def _repro(args) -> int:
 
 def _journey(args) -> int:
     result = journey(args.target, args.site, args.variant, example_inputs=_inputs_from_shapes(args.input_shape),
-                     tosa=args.tosa, all_passes=args.all_passes)
+                     tosa=args.tosa, all_passes=args.all_passes, accelerator=args.accelerator)
     print(json.dumps(result.to_dict(), indent=2) if args.json else result.text())
     return 0
 

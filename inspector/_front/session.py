@@ -24,6 +24,7 @@ from .._numbers.results import Comparison
 from ..errors import InspectorError
 from .._rules.rules import DEFAULT_VARIANTS, rules
 from .._numbers.quantization import quantizations
+from .._cost.accelerators import accelerators
 
 SESSION_VERSION = 2  # 2: the rule is "rule"; version 1 said "policy", and is still read (docs/words.md)
 READS = (1, 2)  # the versions this inspector reads
@@ -45,6 +46,7 @@ class Session:
     variants: tuple[str, ...] = DEFAULT_VARIANTS  # rules to run on the reference (names or rule files)
     quantizations: tuple[str, ...] = ("a8w8",)  # the quantizations each variant runs under (inspector.quantizations)
     steps: int = 1  # recurrent steps of a reference run
+    accelerator: str = "tosa-int"  # what a reference run lowers for (inspector.accelerators)
     graph_view: str = "side by side"  # before | after | side by side
     graph_scope: str = "focus"  # focus | whole
     results: Comparison | None = None  # the last reference results
@@ -86,6 +88,7 @@ class Session:
             "variants": list(self.variants),
             "quantizations": list(self.quantizations),
             "steps": self.steps,
+            "accelerator": self.accelerator,
             "graph_view": self.graph_view,
             "graph_scope": self.graph_scope,
             "results": self.results.to_dict() if self.results is not None else None,
@@ -104,7 +107,7 @@ class Session:
                                  f"{' or '.join(map(str, READS))} (version {check.show(data['version'])})")
         named = "rule" if data["version"] >= 2 else "policy"  # version 1 named the rule "policy"
         known = {"version", "target", "stage", named, "markers", "selected", "variants", "quantizations", "steps",
-                 "graph_view", "graph_scope", "results", "results_for"}
+                 "accelerator", "graph_view", "graph_scope", "results", "results_for"}
         unknown = sorted(str(k) for k in data if k not in known)
         if unknown:
             raise InspectorError(f"{source}: unknown field {check.show(unknown[0])}; known: {', '.join(sorted(known))}")
@@ -123,6 +126,7 @@ class Session:
             quantizations=check.texts(data, "quantizations", default=cls.quantizations, choices=tuple(quantizations),
                                       nonempty=True, kind="quantization names"),
             steps=check.steps(data, "steps", default=1),
+            accelerator=check.choice(data, "accelerator", tuple(accelerators), default=cls.accelerator),
             graph_view=check.choice(data, "graph_view", GRAPH_VIEWS, default=cls.graph_view),
             graph_scope=check.choice(data, "graph_scope", GRAPH_SCOPES, default=cls.graph_scope),
             results=check.results(results) if results is not None else None,

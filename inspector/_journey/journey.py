@@ -17,6 +17,7 @@ import hashlib
 import copy
 import math
 import time
+from dataclasses import replace
 from typing import Any, Iterable
 
 import torch
@@ -30,7 +31,8 @@ from .._doors import executorch as _executorch, pipeline as _pipeline, tosa as _
 from .._doors.fold_swap import swapped_fold_pass
 from .._numbers import flow as _flow
 from .._numbers.quantization import DEFAULT, Plan, quantizations
-from .._base.formats import db
+from .._base.formats import cycles, db
+from .._cost.accelerators import accelerator_of
 from .._rules.rules import FoldLog, get_rule, rule_pass_class
 from .._targets import load as _load
 from ..errors import InspectorError, describe, listing, quoted
@@ -48,7 +50,7 @@ PARTITION = "partition: the TOSA delegate's part"
 
 def journey(target: Any, site: "str | int | None" = None, variant: str = "upstream", *,
             example_inputs: Any = None, stage: str = "tfa", tosa: bool = False,
-            all_passes: bool = False) -> Journey:
+            all_passes: bool = False, accelerator: Any = None) -> Journey:
     """Follow one site of ``target`` through the installed Arm pipeline under the fold rule ``variant``.
 
     ``site`` is a site id, its index, or its mul's name (``None``: the model's only site); the
@@ -56,24 +58,27 @@ def journey(target: Any, site: "str | int | None" = None, variant: str = "upstre
     Every pass the pipeline runs is listed in ``Journey.passes``; the steps that touched the site
     (its conv, mul, scale, weight, bias, or what stands for them later) in ``Journey.steps``, with
     what each did (every pass with ``all_passes=True``). ``tosa=True`` also runs the lowered
-    program on the TOSA reference model for the last number. The pipeline is the installed one:
-    observing it changes nothing it runs.
+    program on the TOSA reference model for the last number. ``accelerator`` is what the pipeline lowers
+    for (see ``compare``); on an Ethos-U the journey ends with what Vela made of the site (an NPU operation of
+    its own, fused into another, or gone into the conv), its cycles Vela's estimate. The pipeline is the
+    installed one: observing it changes nothing it runs.
     """
     started = time.perf_counter()
     rule = get_rule(variant)
+    chip = accelerator_of(accelerator)
     loaded = _load.load(target, example_inputs)
     # The collector paused from the site's analysis on, as while a stage graph is built: the journey's own
     # heap (graphs, snapshots) made each full collection inside the ~200 passes walk it again (1.2-1.5x a
     # compare worker's lowering), and the collections around the pipeline were a tenth of a small sample's
     # journey. (Loading, an export whose garbage could be large on a real network, is left outside.)
     with no_gc_pauses():
-        return _journey(rule, loaded, site, stage, tosa, all_passes, started)
+        return _journey(rule, loaded, site, stage, tosa, all_passes, started, chip)
 
 
-def _journey(rule, loaded, site, stage: str, tosa: bool, all_passes: bool, started: float) -> Journey:
+def _journey(rule, loaded, site, stage: str, tosa: bool, all_passes: bool, started: float, chip) -> Journey:
     analysis, unkept = _analysis(loaded, stage, rule)
     chosen = _find_site(analysis, site)
-    plan = Plan.of(quantizations.get(DEFAULT))
+    plan = Plan.of(quantizations.get(DEFAULT), (), chip)
     follower = Follower({chosen.conv: ("conv",), chosen.mul: ("mul", "output")}, all_passes=all_passes)
     notes: list[str] = []
     module = copy.deepcopy(loaded.exported).module(check_guards=False)
@@ -95,7 +100,7 @@ def _journey(rule, loaded, site, stage: str, tosa: bool, all_passes: bool, start
                 follower.phase = "prepare"
                 follower.expect(FUSE, "prepare")
                 prepared = _flow.run_phase("prepare", None, lambda: _tosa.prepare_pt2e(module, plan.quantizer()))
-                if unkept is not None and not _stages.has_stage_graph(loaded, "tfa"):
+                if unkept is not None and not chip.costs and not _stages.has_stage_graph(loaded, "tfa"):
                     _stages.keep_stage_graph(loaded, "tfa", unkept)  # prepare_pt2e went through: a whole capture's graph
                 follower.settle(ANNOTATE, "prepare", prepared)
                 points.append(_point("after transform-for-annotation", "torch (float, observers passed through)",
@@ -117,7 +122,8 @@ def _journey(rule, loaded, site, stage: str, tosa: bool, all_passes: bool, start
                 follower.phase = "to_edge"
                 follower.expect(TO_EDGE, "to_edge")
                 with _tosa.partition_rejections() as rejected:
-                    lowered = _flow.run_phase("lower", None, lambda: _tosa.lower(reexported, plan.spec))
+                    lowered = _flow.run_phase("lower", None, lambda: _tosa.lower(reexported, plan.spec,
+                                                                                 locations=chip.costs))
             program = lowered.exported_program()
             if tosa:
                 points.append(_tosa_point(program, loaded, eager_out, initial))
@@ -128,10 +134,34 @@ def _journey(rule, loaded, site, stage: str, tosa: bool, all_passes: bool, start
         raise error
     notes.extend(follower.notes)
     ending = _ending(follower, program, rejected)
+    cost = None
+    if chip.costs:
+        try:
+            with _quiet.captured_fds():
+                cost = chip.cost(lowered, {chosen.mul: (chosen.id, "mul"), chosen.conv: (chosen.id, "conv")})
+            ending = replace(ending, vela=_what_vela_made(cost, chosen))
+        except InspectorError as exc:
+            notes.append(f"Vela: {exc}")
     return Journey(loaded.name, chosen.id, rule.name, chosen.decision, chosen.conv, chosen.mul,
                    tuple(follower.passes), tuple(follower.steps), follower.untouched, ending, tuple(points),
                    _moved(points, follower.steps), tuple(notes), time.perf_counter() - started,
-                   program_digest=program_digest(lowered), site_record=chosen)
+                   program_digest=program_digest(lowered), site_record=chosen, accelerator=chip.name, cost=cost)
+
+
+def _what_vela_made(cost, site) -> str:
+    """What Vela made of the site on the accelerator, in one sentence (its cycles are Vela's estimate)."""
+    mul = [layer for layer in cost.layers if layer.site == site.id and layer.role == "mul"]
+    conv = [layer for layer in cost.layers if layer.site == site.id and layer.role == "conv"]
+    convs = f"its conv is {len(conv)} operation(s), {cycles(sum(x.cycles for x in conv))} cycles"
+    if mul and all(x.cycles == 0 for x in mul):
+        return (f"on {cost.accelerator}, Vela chained the mul into another operation (its row costs 0 cycles); "
+                f"{convs} (Vela's estimate)")
+    if mul:
+        return (f"on {cost.accelerator}, the mul is an NPU operation of its own: "
+                f"{', '.join(x.operator for x in mul)}, {cycles(sum(x.cycles for x in mul))} cycles of the model's "
+                f"{cycles(cost.cycles)}; {convs} (Vela's estimate)")
+    return (f"on {cost.accelerator}, the mul is gone: no operation of Vela's comes from it (the conv absorbed the "
+            f"scale); {convs} of the model's {cycles(cost.cycles)} (Vela's estimate)")
 
 
 def program_digest(lowered) -> str:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._base.data import json_float
+from .._cost.records import Cost
 
 # What a pass can do to one of the site's nodes (the ``kind`` of a ``Change``).
 KINDS = ("created", "removed", "op-changed", "inputs-changed", "constant-changed", "constant-renamed",
@@ -106,10 +107,11 @@ class Ending:
     ops: tuple[tuple[str, str, str], ...]  # (role, node, op) standing for the site at the end: TOSA ops by name
     around: tuple[str, ...]  # the ops next to them (RESCALE, ...)
     detail: str  # in words
+    vela: str = ""  # on an NPU accelerator: what Vela made of the site, in words ("" on tosa-int)
 
     def to_dict(self) -> dict:
         return {"where": self.where, "ops": [{"role": r, "node": n, "op": o} for r, n, o in self.ops],
-                "around": list(self.around), "detail": self.detail}
+                "around": list(self.around), "detail": self.detail, "vela": self.vela}
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,8 @@ class Journey:
     seconds: float = 0.0  # how long the journey took
     program_digest: str = ""  # sha256 of the lowered program (its TOSA flatbuffers and the graph around them)
     site_record: Any = field(default=None, repr=False, compare=False)  # the Site, for the pictures
+    accelerator: str = "tosa-int"  # what the pipeline lowered for
+    cost: Cost | None = None  # on an NPU: Vela's estimate of the lowered program, its rows mapped to the site
 
     # ---------------------------------------------------------------- questions
 
@@ -187,7 +191,8 @@ class Journey:
                 "steps": [s.to_dict() for s in self.steps], "untouched": self.untouched,
                 "ending": self.ending.to_dict(), "numbers": [p.to_dict() for p in self.numbers],
                 "moved": list(self.moved), "notes": list(self.notes), "seconds": self.seconds,
-                "program_digest": self.program_digest}
+                "program_digest": self.program_digest, "accelerator": self.accelerator,
+                "cost": self.cost.to_dict() if self.cost is not None else None}
 
     def to_dataframe(self):
         """One row per change: the step's fields (index, run, phase, name) and the change's."""

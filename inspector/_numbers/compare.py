@@ -149,8 +149,8 @@ def compare(
                 report(i, "cached", 1.0)
                 continue
             try:
-                result, decisions = engine.run(loaded, variant, calibrated, plans[i], steps, reference,
-                                               lambda phase, fraction, i=i: report(i, phase, fraction))
+                result, decisions = _flow.run_on(engine, loaded, variant, calibrated, plans[i], steps, reference,
+                                                 lambda phase, fraction, i=i: report(i, phase, fraction))
             except InspectorError as exc:
                 results[i] = failed(variant, plans[i].quantization, exc, plans[i].spec, chip.name)
                 continue
@@ -316,7 +316,7 @@ def _run_parallel(target, wanted, plans, to_run, results, base, calibrated, step
     def run_here(n: int):
         i = firsts[n]
         try:
-            return engine.run(target, wanted[i], calibrated, plans[i], steps, reference,
+            return _flow.run_on(engine, target, wanted[i], calibrated, plans[i], steps, reference,
                               lambda phase, fraction: report(n, phase, fraction))
         except InspectorError as exc:
             return failed(wanted[i], plans[i].quantization, exc, plans[i].spec, plans[i].accelerator.name), None

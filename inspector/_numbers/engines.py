@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
 
 from .._base.data import json_float
 from .._base.registry import Registry
@@ -37,14 +36,6 @@ class Engine:
     in_workers: bool  # worth a worker process (the simulation runs no native lowering or reference model)
     authority: bool  # its numbers are the ones the others are measured against
 
-    def run(self, target, variant, calibrated, plan, steps: int, reference, report):
-        """One variant's flow on this engine: ``(result, decisions)`` (see ``flow.run_variant``)."""
-        return self._runner()(target, variant, calibrated, plan, steps, reference, report)
-
-    def _runner(self) -> Callable:
-        from . import flow as _flow  # cycle: the flow fills the records that name their engine (results.py)
-
-        return _flow.run_variant if self.lowers else _flow.run_simulated
 
 
 def _checked(engine: Engine) -> Engine:

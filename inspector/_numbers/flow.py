@@ -324,6 +324,14 @@ def run_variant(target: _load.Target, variant: Variant, calibrated: Calibration,
     return result, decisions
 
 
+def run_on(engine, target: _load.Target, variant: Variant, calibrated: Calibration, plan: Plan, steps: int,
+           reference, report) -> tuple[VariantResult, tuple]:
+    """One variant's flow on ``engine`` (an ``engines.Engine``): lowered and run on the TOSA reference model when
+    the engine lowers, else the quantize/dequantize simulation (``run_variant``, ``run_simulated``)."""
+    run = run_variant if engine.lowers else run_simulated
+    return run(target, variant, calibrated, plan, steps, reference, report)
+
+
 def _site_names(log: FoldLog) -> dict[str, tuple[str, str]]:
     """Exported-program node name -> (site id, "conv" or "mul"), from what the run's tfa fold saw (its nodes
     keep the exported program's names: the roots of every lowered node's provenance)."""

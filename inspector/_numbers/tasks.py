@@ -19,6 +19,7 @@ from .._targets import load as _load
 from .._workers import parallel as _parallel
 from .._base import store as _store
 from .._base.cache import BoundedCache
+from . import flow as _flow
 from .engines import engine_of
 from .quantization import Plan
 from .results import Comparison, Variant, VariantResult
@@ -122,8 +123,8 @@ def run_in_worker(run: ModelRun, variant: Variant, plan: Plan, report) -> tuple[
         if hit is not None:
             report("cached", 1.0)
             return hit, None, True
-        result, decisions = engine_of(run.engine).run(target, variant, run.calibration, plan, run.steps, run.reference,
-                                                      report)
+        result, decisions = _flow.run_on(engine_of(run.engine), target, variant, run.calibration, plan, run.steps,
+                                         run.reference, report)
         RESULTS.put(run.base_key, variant, plan, result, decisions)
     return result, decisions, False
 

@@ -134,11 +134,12 @@ def report(analysis: Analysis, comparison=None, *, format: str = "html", out=Non
     return write_text(out, written) if out is not None else written
 
 
-def to_model_explorer(analysis: Analysis, folder, *, errors=None, step: int | None = None, which: str = "before"):
+def to_model_explorer(analysis: Analysis, folder, *, errors=None, step: int | None = None, which: str = "before",
+                      cost=None):
     """``analysis``'s whole graph and overlays for Google's Model Explorer, written into ``folder``."""
     from .explorer import to_model_explorer as write  # lazy: the explorer extra is optional
 
-    return write(analysis, folder, errors=errors, step=step, which=which)
+    return write(analysis, folder, errors=errors, step=step, which=which, cost=cost)
 
 
 # ---------------------------------------------------------------- a sweep's formats; a journey's picture

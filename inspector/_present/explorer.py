@@ -42,6 +42,7 @@ GRAPH_FILE = "graph.json"
 DECISIONS_FILE = "fold_decisions.json"
 STATE_FILE = "state_path.json"
 ERROR_FILE = "error_sqnr_db.json"
+CYCLES_FILE = "cycles.json"  # Vela's cycles per node, for a variant with a cost
 INSTALL_HINT = ("pip install 'fold-inspector[explorer]' (in a checkout, make setup installs it; or: "
                 "pip install ai-edge-model-explorer==0.1.34 ai-edge-model-explorer-adapter==0.2.1)")
 DEFAULT_PORT = 8080
@@ -117,10 +118,11 @@ def graph_json(analysis, which: str = "before") -> tuple[dict, int]:
     return {"label": analysis.name, "graphs": data["graphs"]}, len(gm.graph.nodes)
 
 
-def overlays(analysis, which: str = "before", *, errors=None, step: int | None = None) -> dict[str, dict]:
+def overlays(analysis, which: str = "before", *, errors=None, step: int | None = None, cost=None) -> dict[str, dict]:
     """Node data by file name (Model Explorer's GraphNodeData JSON, keyed by the FX node names of the
     ``which`` graph): decisions, the state path and, with ``errors`` (a variant of an attribution),
-    the SQNR layer. Nodes the graph does not have (a folded mul, after the pass) are left out."""
+    the SQNR layer; with ``cost`` (a variant result's ``Cost``), Vela's cycles per node (every row a
+    node was lowered into). Nodes the graph does not have (a folded mul, after the pass) are left out."""
 
     _, ndb, _, _ = load_model_explorer()
     gm, verdicts = analysis.verdicts(which, errors=errors, step=step)
@@ -161,6 +163,15 @@ def overlays(analysis, which: str = "before", *, errors=None, step: int | None =
             results=results, name=f"SQNR dB{' ' + label if label else ''}",
             gradient=[ndb.GradientItem(stop=0, bgColor="#b2182b"), ndb.GradientItem(stop=0.5, bgColor="#fee08b"),
                       ndb.GradientItem(stop=1, bgColor="#1b7837")])
+    if cost is not None:
+        per_node: dict[str, int] = {}
+        for layer in cost.layers:
+            if layer.node is not None:
+                per_node[layer.node] = per_node.get(layer.node, 0) + layer.cycles
+        out[CYCLES_FILE] = ndb.GraphNodeData(
+            results={name: ndb.NodeDataResult(value=n) for name, n in per_node.items()},
+            name=f"cycles on {cost.accelerator} (Vela's estimate)",
+            gradient=[ndb.GradientItem(stop=0, bgColor="#f7fbff"), ndb.GradientItem(stop=1, bgColor="#08306b")])
     names = {n.name for n in gm.graph.nodes}
     for data in out.values():
         data.results = {name: r for name, r in data.results.items() if name in names}
@@ -168,7 +179,7 @@ def overlays(analysis, which: str = "before", *, errors=None, step: int | None =
 
 
 def to_model_explorer(analysis, folder: str | os.PathLike, *, errors=None, step: int | None = None,
-                      which: str = "before") -> ExplorerFiles:
+                      which: str = "before", cost=None) -> ExplorerFiles:
     """Write the graph and its overlays into ``folder`` (created if needed); see the module doc."""
 
     folder = Path(folder).expanduser()
@@ -180,7 +191,7 @@ def to_model_explorer(analysis, folder: str | os.PathLike, *, errors=None, step:
     folder.mkdir(parents=True, exist_ok=True)
     graph, nodes = graph_json(analysis, which)
     written = [write_text(folder / GRAPH_FILE, json.dumps(graph))]
-    data = overlays(analysis, which, errors=errors, step=step)
+    data = overlays(analysis, which, errors=errors, step=step, cost=cost)
     for name, content in data.items():
         written.append(write_text(folder / name, json.dumps(content)))
     files = ExplorerFiles(folder.resolve(), written[0].resolve(), tuple(p.resolve() for p in written[1:]), nodes,

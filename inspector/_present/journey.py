@@ -39,6 +39,8 @@ def journey_text(j: Journey) -> str:
     for s in j.steps:
         lines.append(f"[{s.index:>3}] " + step_text(s))
     lines.append(f"end: {j.ending.detail}")
+    if j.ending.vela:
+        lines.append(f"Vela: {j.ending.vela}")
     for p in j.numbers:
         lines.append(f"  {p.point:<32} site {_sqnr(p.site_sqnr_db)} (max |err| {error(p.site_max_abs)}), "
                      f"output {_sqnr(p.output_sqnr_db)}  [{p.engine}]" + (f"  {p.note}" if p.note else ""))
@@ -64,6 +66,7 @@ def journey_html(j: Journey) -> str:
             f"{j.untouched} passes did not.</p>"
             f"<table><tr><th>#</th><th>phase</th><th>pass</th><th>what it did to the site</th></tr>{''.join(rows)}"
             f"</table><p><b>End:</b> {e(j.ending.detail)}</p>"
+            + (f"<p class='fi-vela'><b>Vela:</b> {e(j.ending.vela)}</p>" if j.ending.vela else "") +
             f"<table><tr><th>point</th><th>site SQNR</th><th>site max |err|</th><th>output SQNR</th>"
             f"<th>engine</th><th>note</th></tr>{points}</table><ul>{notes}</ul></div>")
 

@@ -27,9 +27,10 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from .._base.formats import db
+from .._base.formats import cycles, db
+from .._cost.records import ESTIMATE
 from .markup import GITHUB_COMMENT_LIMIT, escape, markdown_table, md_code, page
-from .tables import analysis_html, comparison_html, comparison_rows, site_rows, stale_html
+from .tables import analysis_html, comparison_html, comparison_rows, price_rows, site_rows, stale_html, tradeoff_rows
 from ..errors import InspectorError, quoted
 from .._base.version import __version__
 from .render import render_pair, svg
@@ -140,6 +141,8 @@ def reproduce_command(analysis, comparison=None, fmt: str = "md") -> str:
                                          for r in comparison.results), "--steps", str(comparison.steps)]
         if comparison.engine != "tosa":
             parts += ["--engine", comparison.engine]
+        if comparison.accelerator != "tosa-int":
+            parts += ["--accelerator", comparison.accelerator]
     parts += ["--format", fmt]
     return " ".join(shlex.quote(p) for p in parts)
 
@@ -168,6 +171,10 @@ def summary(analysis, comparison=None) -> str:
         engine = "TOSA INT reference model" if comparison.engine == "tosa" else comparison.engine_text
         text += (f" On the {engine}, output 0 at step {comparison.steps} against float: "
                  + ", ".join(parts) + ".")
+        costed = [r for r in comparison.measured if r.cost is not None]
+        if costed:
+            text += (f" On {comparison.accelerator} (Vela's estimate): "
+                     + ", ".join(f"{r.variant.label} {cycles(r.cost.cycles)} cycles" for r in costed) + ".")
     return text
 
 
@@ -273,6 +280,8 @@ def report_markdown(analysis, comparison=None, *, command: str | None = None, jo
                                f"calibration: {md_code(comparison.calibration)}", ""]
                           + markdown_table(cols, [[md_code(r[c], cell=True) for c in cols] for r in crows])
                           + (["", f"engine: {comparison.engine_note}"] if comparison.engine_note else []))
+        if any(r.cost is not None for r in comparison.measured):
+            blocks.append(fold_buys_md(comparison.tradeoff()))
     details = []
     for s in analysis.sites:
         lines = [f"- {md_code(s.id)}: **{s.decision}**, {md_code(s.conv)} ({md_code(s.conv_op)}) -> {md_code(s.mul)}"]
@@ -315,6 +324,16 @@ def report_markdown(analysis, comparison=None, *, command: str | None = None, jo
     if len(text) > _MD_BUDGET:
         text = document(n_rows, n_details, False)
     return text
+
+
+def fold_buys_md(t) -> list[str]:
+    """The trade-off as Markdown lines: "what the fold buys" per variant and per site (Vela's estimate)."""
+    variants, prices = tradeoff_rows(t), price_rows(t)
+    cell = lambda rows: [[md_code(r[c], cell=True) for c in rows[0]] for r in rows]  # noqa: E731
+    out = ["", f"**What the fold buys on {md_code(t.accelerator)}** (cycles: {ESTIMATE})", ""]
+    out += markdown_table(list(variants[0]), cell(variants)) if variants else []
+    out += ["", "Per site:", ""] + (markdown_table(list(prices[0]), cell(prices)) if prices else ["(no site)"])
+    return out + [f"- {md_code(n)}" for n in t.notes]
 
 
 def summary_md(analysis, comparison=None) -> str:

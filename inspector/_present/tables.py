@@ -33,6 +33,7 @@ class SiteRow:
     reasons: tuple[Reason, ...]  # why it was skipped, the pass's first reason first
     risks: tuple[Risk, ...]  # warnings that do not change the decision
     folded_where: str  # per variant of the last reference run: where it folded ("" without one)
+    price: str = ""  # on an NPU: what folding it buys in cycles (Vela's estimate; "" without a costed run)
 
     @property
     def colour(self) -> str:
@@ -71,21 +72,35 @@ class SiteRow:
         """Reasons, risks, scale, the nodes, and where it folded in the last run: the widget's cell."""
         risks = "".join("<br>" + line for line in self.risks_html().split("<br>")) if self.risks else ""
         where = f"<br><small>in the quantized flow: {escape(self.folded_where)}</small>" if self.folded_where else ""
+        where += f"<br><small class='fi-price'>{escape(self.price)}</small>" if self.price else ""
         return (f"<span class='fi-reasons'>{self.reasons_html()}{risks}<br><small>scale: {escape(self.scale)}; "
                 f"{escape(self.conv)} &rarr; {escape(self.mul)}</small>{where}</span>")
 
 
-def site_rows(analysis, comparison=None, *, sites=None, where: dict | None = None) -> list[SiteRow]:
+def site_rows(analysis, comparison=None, *, sites=None, where: dict | None = None,
+              prices: dict | None = None) -> list[SiteRow]:
     """One ``SiteRow`` per site of ``analysis`` (or per site of ``sites``, some of them); with
-    ``comparison``, where each site folded (``where``: its ``folded_where()``, when the caller has it)."""
+    ``comparison``, where each site folded (``where``: its ``folded_where()``, when the caller has it) and, on an
+    NPU, what folding it buys (``prices``: ``site_prices(comparison)``, when the caller has it)."""
     if where is None:
         where = comparison.folded_where() if comparison is not None else {}
+    if prices is None:
+        prices = site_prices(comparison)
     return [
         SiteRow(site=s.id, decision=s.decision, kind=site_kind(s), marked=s.marked, mismatch=s.mismatch,
                 conv=s.conv, conv_op=s.conv_op, mul=s.mul, scale=s.scale.short(), reasons=s.reasons,
-                risks=s.risks, folded_where=where.get(s.id, ""))
+                risks=s.risks, folded_where=where.get(s.id, ""), price=prices.get(s.id, ""))
         for s in (analysis.sites if sites is None else sites)
     ]
+
+
+def site_prices(comparison) -> dict[str, str]:
+    """Per site, what folding it buys on the comparison's accelerator, in words ({} without a costed run)."""
+    if comparison is None or not _costed(comparison):
+        return {}
+    t = comparison.tradeoff()
+    return {p.site: (f"folding it buys {cycles(p.bought)} cycles on {t.accelerator} (Vela's estimate)"
+                     if p.bought is not None else f"on {t.accelerator}: {p.how}") for p in t.sites}
 
 
 def analysis_text(analysis) -> str:
