@@ -250,7 +250,7 @@ def _other_commands(sub) -> None:
                    help="worker processes (default: the cores available)")
     w.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="a running Ray cluster (default: start a local one)")
-    engine_argument(w)
+    engine_argument(w, several=True)
     w.add_argument("--confirm", action="store_true",
                    help="with --engine simulation: then run on the TOSA reference the variants of every model whose "
                    "decisions at tfa differ between the rules; the table marks the numbers that stay simulated")
@@ -340,13 +340,19 @@ def _compare(args) -> int:
     return 1 if result.errors else 0
 
 
-def engine_argument(cmd) -> None:
+def engine_argument(cmd, *, several: bool = False) -> None:
     """``--engine tosa|simulation`` (what computes the quantized numbers) and ``--accelerator NAME`` (what
     every variant is lowered for: on an Ethos-U, Vela prices it)."""
 
     cmd.add_argument("--engine", choices=engines.names(), default="tosa",
                      help="what computes the quantized numbers: "
                           + "; ".join(f"{k}: {v}" for k, v in engines.help().items()) + " (default: tosa)")
+    if several:  # a sweep runs each variant on each accelerator
+        cmd.add_argument("--accelerators", "--accelerator", dest="accelerators", default=DEFAULT_ACCELERATOR,
+                         metavar="A,B", help="comma-separated accelerators to lower every variant for (each variant on "
+                                             "each; on an Ethos-U its row has Vela's cycles): "
+                                             + ", ".join(accelerators.names()) + f" (default: {DEFAULT_ACCELERATOR})")
+        return
     accelerator_argument(cmd)
 
 
@@ -541,7 +547,7 @@ def _sweep(args) -> int:
                        variants=args.variants,
                        workers=args.workers, executor=args.executor, out=args.out, samples=args.samples, exclude=args.exclude,
                        input_shapes=shapes, ray_address=args.ray_address, progress=_SweepBars(), engine=args.engine,
-                       confirm=args.confirm)
+                       confirm=args.confirm, accelerators=args.accelerators)
     except KeyboardInterrupt:
 
         where = args.out or location()

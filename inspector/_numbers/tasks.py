@@ -22,6 +22,7 @@ from .._base.cache import BoundedCache
 from . import flow as _flow
 from .engines import engine_of
 from .quantization import Plan
+from .._cost.accelerators import TOSA_INT, Accelerator
 from .results import Comparison, Variant, VariantResult
 from .variant_cache import RESULTS
 from .._targets import pt2 as _pt2
@@ -61,6 +62,7 @@ class VariantTask:
     run: ModelRun
     variant: Variant
     plan: Plan | None  # how it quantizes; None: the default quantization, resolved in the worker
+    accelerator: Accelerator = TOSA_INT  # what it is lowered for when the worker resolves the plan
 
 
 @dataclass(frozen=True)

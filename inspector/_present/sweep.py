@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from .._base.formats import db, db_change, plot_db, seconds
+from .._base.formats import cycles, cycles_change, db, db_change, plot_db, seconds
+from .._sweep.records import costed_accelerator, cycles_by_rule
 from .._sweep.records import NUMBERS_STAGE, UNCHANGED_DB, sqnr_by_rule
 from .._sweep.results import FORMATS
 from ..errors import InspectorError, quoted
@@ -79,8 +80,11 @@ def sweep_markdown(s, limit: int) -> str:
     table: list[str] = []
     if changed:
         header = ["model", "stage", "site", *[f"`{p}`" for p in s.rules]]
+        priced = any(c.cycles_delta for c in changed)
         if s.steps:
             header += [f"SQNR `{s.rules[0]}`", *[f"Δ dB `{p}`" for p in others]]
+        if priced:
+            header += [f"Δ cycles `{p}`" for p in others]
         cells_of = []
         for c in changed:
             cells = [_md(c.target), c.stage, _md(c.site)]
@@ -91,15 +95,20 @@ def sweep_markdown(s, limit: int) -> str:
             if s.steps:
                 cells.append(db((c.sqnr_db_last or {}).get(s.rules[0])))
                 cells += [db_change((c.sqnr_delta_db or {}).get(p)) for p in others]
+            if priced:
+                cells += [cycles_change((c.cycles_delta or {}).get(p)) for p in others]
             cells_of.append(cells)
         table += ["#### Sites whose decision differs", "", *markdown_table(header, cells_of)]
     else:
         table += ["No site's decision differs between the rules.", ""]
-    header = ["model", *[f"folded `{p}`" for p in s.rules], *([f"SQNR `{p}`" for p in s.rules] if s.steps else [])]
+    on = costed_accelerator(s.variants)
+    spent = cycles_by_rule(s.variants, on) if on else {}
+    header = ["model", *[f"folded `{p}`" for p in s.rules], *([f"SQNR `{p}`" for p in s.rules] if s.steps else []),
+              *([f"cycles `{p}` on {on}" for p in s.rules] if spent else [])]
     model_cells = []
     shown = NUMBERS_STAGE if NUMBERS_STAGE in s.stages else s.stages[-1]
     rows = {(r.target, r.rule): r for r in s.rows if r.stage == shown}
-    sqnr = sqnr_by_rule(s.variants)
+    sqnr = sqnr_by_rule(s.variants, s.accelerators[0])
     sim = simulated_pairs(s)
     for m in s.models:
         if m.error:
@@ -111,6 +120,8 @@ def sweep_markdown(s, limit: int) -> str:
             cells.append("error" if r is None or r.error else f"{len(r.folded)}/{r.sites}")
         if s.steps:
             cells += [_sqnr_cell(sim, m.target, p, sqnr.get(m.target, {}).get(p)) for p in s.rules]
+        if spent:
+            cells += [cycles(spent.get(m.target, {}).get(p)) for p in s.rules]
         model_cells.append(cells)
     models = ["", "#### Models", "", f"Folded sites out of all sites at {shown}" + (
         "; SQNR (dB) at the last step on the TOSA INT reference, whose flow folds at tfa" if s.steps else "")
@@ -170,7 +181,7 @@ def sweep_html(s, page: bool = True) -> str:
     else:
         parts.append("<p>No site's decision differs between the rules.</p>")
     rows = []
-    sqnr = sqnr_by_rule(s.variants)
+    sqnr = sqnr_by_rule(s.variants, s.accelerators[0])
     sim = simulated_pairs(s)
     for r in s.rows:
         v = sqnr.get(r.target, {}).get(r.rule)

@@ -202,6 +202,9 @@ class SweepVariant:
     error: str | None = None  # why it has no numbers (one line); its measured fields are then absent
     shared_with: str | None = None  # the variant whose result it shares (equal fold decisions)
     confirmed: bool | None = None  # in a confirmed simulated sweep: run on the TOSA reference (None: not asked)
+    accelerator: str = "tosa-int"  # what it was lowered for
+    cycles: int | None = None  # on an NPU: Vela's total cycles (its estimate); None: no cost
+    npu_ops: int | None = None  # on an NPU: Vela's NPU operations
 
     def to_dict(self) -> dict:
         d = {"target": self.target, "stage": self.stage, "engine": self.engine, "variant": self.variant,
@@ -216,6 +219,7 @@ class SweepVariant:
             d["error"] = self.error
         if self.confirmed is not None:
             d["confirmed"] = self.confirmed
+        d.update(accelerator=self.accelerator, cycles=self.cycles, npu_ops=self.npu_ops)
         return d
 
     @classmethod
@@ -237,6 +241,9 @@ class SweepVariant:
             if not isinstance(data["confirmed"], bool):
                 raise _bad("variant", data)
             fields["confirmed"] = data["confirmed"]
+        fields.update(accelerator=_text({"a": data.get("accelerator", "tosa-int")}, "a", "variant"),
+                      cycles=_whole(data.get("cycles"), "variant", data, optional=True),
+                      npu_ops=_whole(data.get("npu_ops"), "variant", data, optional=True))
         if error is not None:
             return cls(**fields)
         if any(k not in data for k in _MEASURED) or not isinstance(data["outputs"], list) \
@@ -267,6 +274,10 @@ class ChangedSite:
     # that minus the baseline's (None: no numbers here)
     sqnr_db_last: dict | None = None
     sqnr_delta_db: dict | None = None
+    # On an NPU accelerator (the sweep's first that has a cost): rule -> its model's cycles (Vela's estimate),
+    # and rule -> that minus the baseline's: what the rule change costs (+) or saves (-) in cycles
+    cycles: dict | None = None
+    cycles_delta: dict | None = None
 
     def to_dict(self) -> dict:
         d = {"target": self.target, "stage": self.stage, "site": self.site, "decisions": dict(self.decisions),
@@ -274,16 +285,33 @@ class ChangedSite:
              "location": self.location}
         if self.sqnr_db_last is not None:
             d.update(sqnr_db_last=dict(self.sqnr_db_last), sqnr_delta_db=dict(self.sqnr_delta_db or {}))
+        if self.cycles is not None:
+            d.update(cycles=dict(self.cycles), cycles_delta=dict(self.cycles_delta or {}))
         return d
 
 
-def sqnr_by_rule(variants) -> dict[str, dict[str, float]]:
-    """model -> rule -> SQNR at the last step, from the variants that ran without markers."""
+def sqnr_by_rule(variants, accelerator: str | None = None) -> dict[str, dict[str, float]]:
+    """model -> rule -> SQNR at the last step, from the variants that ran without markers (on ``accelerator``
+    only, if given: a sweep over several accelerators has a number per accelerator)."""
     out: dict[str, dict[str, float]] = {}
     for v in variants:
-        if v.error is None and not v.markers:
-            out.setdefault(v.target, {})[v.rule] = v.sqnr_db_last
+        if v.error is None and not v.markers and (accelerator is None or v.accelerator == accelerator):
+            out.setdefault(v.target, {}).setdefault(v.rule, v.sqnr_db_last)
     return out
+
+
+def cycles_by_rule(variants, accelerator: str) -> dict[str, dict[str, int]]:
+    """model -> rule -> Vela's total cycles on ``accelerator``, from the variants that ran without markers."""
+    out: dict[str, dict[str, int]] = {}
+    for v in variants:
+        if v.error is None and not v.markers and v.accelerator == accelerator and v.cycles is not None:
+            out.setdefault(v.target, {}).setdefault(v.rule, v.cycles)
+    return out
+
+
+def costed_accelerator(variants) -> str | None:
+    """The first accelerator some variant has cycles on (None: no variant was priced)."""
+    return next((v.accelerator for v in variants if v.error is None and v.cycles is not None), None)
 
 
 def changed_sites(rules, rows, variants) -> tuple[ChangedSite, ...]:
@@ -294,7 +322,9 @@ def changed_sites(rules, rows, variants) -> tuple[ChangedSite, ...]:
     for row in rows:
         if row.error is None:
             by_model.setdefault((row.target, row.stage), {})[row.rule] = row
-    sqnr = sqnr_by_rule(variants)
+    sqnr = sqnr_by_rule(variants, variants[0].accelerator if variants else None)
+    priced = costed_accelerator(variants)
+    spent = cycles_by_rule(variants, priced) if priced else {}
     out = []
     for (target, stage), mine in by_model.items():
         if len(mine) < 2:
@@ -313,6 +343,12 @@ def changed_sites(rules, rows, variants) -> tuple[ChangedSite, ...]:
                 base = values.get(rules[0])
                 numbers = dict(sqnr_db_last={p: values.get(p) for p in order},
                                sqnr_delta_db={p: sqnr_delta(values.get(p), base) for p in order[1:]})
+            if spent.get(target) and stage == NUMBERS_STAGE:
+                counts = spent[target]
+                base_cycles = counts.get(rules[0])
+                numbers.update(cycles={p: counts.get(p) for p in order},
+                               cycles_delta={p: (counts[p] - base_cycles if p in counts and base_cycles is not None
+                                                 else None) for p in order[1:]})
             out.append(ChangedSite(target, stage, site, decisions,
                                    {p: list(mine[p].reasons.get(site, [])) for p in order},
                                    where.get("module", ""), where.get("location", ""), **numbers))

@@ -8,7 +8,8 @@ from .._base.data import FORMAT, jsonable
 from .._base.formats import GITHUB_COMMENT_LIMIT
 from ..errors import InspectorError, quoted
 from .records import (NUMBERS_STAGE, UNCHANGED_DB, ChangedSite, SweepModel, SweepRow, SweepVariant, changed_sites,
-                      sqnr_by_rule, sqnr_delta, table_number)
+                      costed_accelerator, cycles_by_rule, sqnr_by_rule, sqnr_delta, table_number)
+from .._base.formats import cycles
 
 
 # The formats a sweep is written in (``Sweep.format``; the presentation, ``_present/sweep.py``, writes each).
@@ -36,6 +37,7 @@ class Sweep:
     out: str | None = None  # the folder of the store results were kept in, when out= named one
     notes: tuple[str, ...] = ()  # what the user should know about how it ran
     engine: str = "tosa"  # what computed the variants' numbers: "tosa" or "simulation" (_numbers/engines.py)
+    accelerators: tuple[str, ...] = ("tosa-int",)  # what the variants were lowered for, each variant on each
 
     @property
     def changed(self) -> tuple[ChangedSite, ...]:
@@ -50,7 +52,9 @@ class Sweep:
         base = self.rules[0]
         k = sum(1 for m in self.models if m.error is None)
         changed = self.changed
-        sqnr = sqnr_by_rule(self.variants)
+        sqnr = sqnr_by_rule(self.variants, self.accelerators[0])
+        priced = costed_accelerator(self.variants)
+        spent = cycles_by_rule(self.variants, priced) if priced else {}
         lines = []
         for rule in self.rules[1:]:
             mine = [c for c in changed if c.decisions.get(rule) != c.decisions.get(base)]
@@ -84,6 +88,11 @@ class Sweep:
                     line += (f"; in {len(elsewhere)} compared model{'s' * (len(elsewhere) != 1)} it changes decisions "
                              f"at {'/'.join(where)} only, which the quantized flow does not fold at, so its numbers "
                              "there equal the baseline's by construction")
+                priced_models = [t for t in spent if rule in spent[t] and base in spent[t]]
+                if priced_models:
+                    more = sum(spent[t][rule] - spent[t][base] for t in priced_models)
+                    line += (f"; on {priced} it {'costs' if more >= 0 else 'saves'} {cycles(abs(more))} cycles in all "
+                             f"over {len(priced_models)} model{'s' * (len(priced_models) != 1)} (Vela's estimate)")
             lines.append(line + ".")
         failed = [m for m in self.models if m.error]
         if failed:
@@ -95,7 +104,8 @@ class Sweep:
     def to_dict(self) -> dict:
         """The JSON contract: models, rows, changed, variants (and how the sweep ran)."""
         return jsonable({
-            "format": FORMAT, "rules": list(self.rules), "stages": list(self.stages), "steps": self.steps,
+            "format": FORMAT, "rules": list(self.rules), "accelerators": list(self.accelerators),
+            "stages": list(self.stages), "steps": self.steps,
             "engine": self.engine, "models": [m.to_dict() for m in self.models],
             "rows": [r.to_dict() for r in self.rows],
             "changed": [c.to_dict() for c in self.changed], "variants": [v.to_dict() for v in self.variants],
@@ -115,16 +125,18 @@ class Sweep:
         import pandas as pd  # lazy: pandas is only for the notebook user's tables
 
         if kind == "rows":
-            sqnr = {(v.target, v.rule): v for v in self.variants if not v.markers}
+            first = self.accelerators[0]
+            sqnr = {(v.target, v.rule): v for v in self.variants if not v.markers and v.accelerator == first}
             records = []
             for r in self.rows:
                 v = sqnr.get((r.target, r.rule))
                 records.append({"target": r.target, "stage": r.stage, "rule": r.rule, "sites": r.sites,
                                 "folded": len(r.folded), "skipped": len(r.skipped), "error": r.error,
                                 "sqnr_db_last": table_number(v.sqnr_db_last if v else None),
-                                "sqnr_db_worst": table_number(v.sqnr_db_worst if v else None)})
-            return pd.DataFrame.from_records(records, columns=["target", "stage", "rule", "sites", "folded",
-                                                               "skipped", "error", "sqnr_db_last", "sqnr_db_worst"])
+                                "sqnr_db_worst": table_number(v.sqnr_db_worst if v else None),
+                                "cycles": table_number(v.cycles if v else None)})
+            return pd.DataFrame.from_records(records, columns=["target", "stage", "rule", "sites", "folded", "skipped",
+                                                               "error", "sqnr_db_last", "sqnr_db_worst", "cycles"])
         if kind == "changed":
             records = []
             for c in self.changed:
@@ -136,6 +148,8 @@ class Sweep:
                     record[f"sqnr_db {p}"] = v
                 for p, v in (c.sqnr_delta_db or {}).items():
                     record[f"delta_db {p}"] = v
+                for p, v in (c.cycles_delta or {}).items():
+                    record[f"delta_cycles {p}"] = v
                 records.append(record)
             return pd.DataFrame.from_records(records)
         if kind == "variants":

@@ -65,7 +65,9 @@ def unchanged(sources) -> bool:
     return True
 
 
-def variant_key(variant: Variant, steps: int, engine: str) -> tuple:
-    """A variant's part of a key: its rule, markers, quantization and overrides, the steps, the engine."""
+def variant_key(variant: Variant, steps: int, engine: str, accelerator=None) -> tuple:
+    """A variant's part of a key: its rule, markers, quantization and overrides, the steps, the engine, and the
+    accelerator it is lowered for (not for tosa-int: the keys of before)."""
     identity = quantizations.get(variant.quantization or "a8w8").identity
-    return (variant.rule.identity, variant.markers, steps, identity, variant.overrides, engine)
+    key = (variant.rule.identity, variant.markers, steps, identity, variant.overrides, engine)
+    return key + ((accelerator.identity,) if accelerator is not None and accelerator.costs else ())

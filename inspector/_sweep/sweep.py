@@ -48,6 +48,7 @@ from .work import MODEL_TASK, VARIANT_TASK
 from .._numbers.compare import variants_of, workers_of
 from .._numbers.engines import engine_of
 from .._decide.stages import check_stage
+from .._cost.accelerators import Accelerator, accelerator_of
 
 
 def sweep(
@@ -67,6 +68,7 @@ def sweep(
     progress: Progress | None = None,
     engine: str = "tosa",
     confirm: bool = False,
+    accelerators: Sequence[Any] = ("tosa-int",),
 ) -> Sweep:
     """Decide every site of every model at every stage under every rule; with ``steps > 0``, also
     run each rule (or each of ``variants``) on the TOSA INT reference model for ``steps`` steps.
@@ -85,6 +87,9 @@ def sweep(
     (with ``engine="simulation"``) then runs on the TOSA reference the variants of every model whose
     decisions at tfa differ between the rules, where a reviewer of a rule change looks: their rows
     are replaced by TOSA's and marked ``"confirmed"``; the others stay the simulation's.
+    ``accelerators``: what the variants are lowered for (``inspector.accelerators``; default ``tosa-int``); each
+    variant runs on each, and on an Ethos-U its row has Vela's cycles (``SweepVariant.cycles``), and each changed
+    site says what the rule change costs in cycles there (the first accelerator with a cost).
     """
 
     chosen = engine_of(engine)
@@ -100,7 +105,9 @@ def sweep(
                              f"list with {NUMBERS_STAGE} (--engine simulation --steps N --stages {NUMBERS_STAGE} --confirm)")
     if steps:
         check_steps(steps)
-    compare_variants = variants_of(variants, None) if variants is not None else [Variant(r) for r in rules]
+    chips = _accelerators(accelerators)
+    compare_variants = [_Job(v, chip) for chip in chips
+                        for v in (variants_of(variants, None) if variants is not None else [Variant(r) for r in rules])]
     if not steps and variants is not None:
         raise InspectorError("variants are compared on the TOSA reference: give steps >= 1 (--steps N or --compare)")
     n_workers = workers_of(workers)
@@ -109,7 +116,7 @@ def sweep(
     root = _out_folder(out) if out is not None else _store.location()
     with _store.using(root):  # the sweep's store, for everything it computes here and (by its tasks) in workers
         return _swept(specs, rules, stage_list, steps, variants, compare_variants, workers, n_workers, executor, out,
-                      ray_address, progress, engine, confirm, t_start)
+                      ray_address, progress, engine, confirm, t_start, chips)
 
 
 def _out_folder(out) -> Path:
@@ -122,14 +129,44 @@ def _out_folder(out) -> Path:
     return root
 
 
+@dataclass(frozen=True)
+class _Job:
+    """One variant of the sweep on one accelerator."""
+
+    variant: Variant
+    accelerator: Accelerator
+
+    @property
+    def key(self) -> str:
+        """What the sweep's tables know it by: the variant's label, and on an NPU the accelerator too."""
+        return self.variant.label + (f" on {self.accelerator.name}" if self.accelerator.costs else "")
+
+    @property
+    def label(self) -> str:
+        return self.variant.label
+
+
+def _accelerators(accelerators) -> list[Accelerator]:
+    """The accelerators a user named (names or ``Accelerator`` objects, "a,b" as on a command line), resolved once."""
+    if isinstance(accelerators, (str, Accelerator)):
+        accelerators = [a.strip() for a in accelerators.split(",")] if isinstance(accelerators, str) else [accelerators]
+    found = {}
+    for a in accelerators:
+        chip = accelerator_of(a)
+        found.setdefault(chip.name, chip)
+    if not found:
+        raise InspectorError("no accelerator to sweep on; give at least one, e.g. --accelerators tosa-int")
+    return list(found.values())
+
+
 def _swept(specs, rules, stage_list, steps, variants, compare_variants, workers, n_workers, executor, out,
-           ray_address, progress, engine, confirm, t_start) -> Sweep:
+           ray_address, progress, engine, confirm, t_start, chips) -> Sweep:
     """The sweep asked of ``sweep``, inside its result store (``_store.using``)."""
 
     store = Records(_store.store())
     notes = []
     # A rule defined in this process only (no file) cannot travel to a worker (``Rule.__reduce__``).
-    local_only = list(dict.fromkeys(r.name for r in (*rules, *(v.rule for v in compare_variants))
+    local_only = list(dict.fromkeys(r.name for r in (*rules, *(v.variant.rule for v in compare_variants))
                                     if r.is_users and not r.origin))
     if local_only:
         notes.append(f"rule {listing(local_only)} lives in this process only (not in a file), so every task ran "
@@ -153,10 +190,11 @@ def _swept(specs, rules, stage_list, steps, variants, compare_variants, workers,
     result = Sweep(tuple(r.name for r in rules), tuple(stage_list), steps, tuple(state.model_rows()), tuple(state.rows_in_order()),
                  tuple(state.variants_in_order()), executor="inline" if local_only else executor,
                  seconds=time.perf_counter() - t_start, reused=state.reused,
-                 out=str(out) if out is not None else None, notes=tuple(notes), engine=engine)
+                 out=str(out) if out is not None else None, notes=tuple(notes), engine=engine,
+                 accelerators=tuple(c.name for c in chips))
     if not confirm:
         return result
-    return _confirmed(result, specs, dict(rules=rules, steps=steps, variants=variants, workers=workers,
+    return _confirmed(result, specs, dict(rules=rules, steps=steps, variants=variants, workers=workers, accelerators=chips,
                                           executor=executor, out=out, ray_address=ray_address, progress=progress),
                       t_start)
 
@@ -169,8 +207,9 @@ def _confirmed(simulated: Sweep, specs: list[ModelSpec], asked: dict, t_start: f
     differ = {c.target for c in simulated.changed if c.stage == NUMBERS_STAGE}
     chosen = [spec for spec in specs if spec.label in differ]
     exact = sweep(chosen, stages=(NUMBERS_STAGE,), engine="tosa", **asked) if chosen else None
-    by_pair = {(v.target, v.variant): v for v in (exact.variants if exact else ())}
-    rows = tuple(replace(by_pair[(v.target, v.variant)], confirmed=True) if (v.target, v.variant) in by_pair
+    by_pair = {(v.target, v.variant, v.accelerator): v for v in (exact.variants if exact else ())}
+    rows = tuple(replace(by_pair[(v.target, v.variant, v.accelerator)], confirmed=True)
+                 if (v.target, v.variant, v.accelerator) in by_pair
                  else replace(v, confirmed=False) for v in simulated.variants)
     n = sum(1 for v in rows if v.confirmed)
     note = (f"{n} of {len(rows)} variants confirmed on the TOSA reference model (those of the models whose "
@@ -302,9 +341,9 @@ class _State:
             for v in missing_variants:
                 stored = self.store.read(VARIANT, fingerprint, *self._variant_key(v, spec))
                 got = _read(SweepVariant, stored, "variant", {"engine": self.engine}, target=spec.label,
-                            variant=v.label, rule=v.rule.name)
+                            variant=v.label, rule=v.variant.rule.name, accelerator=v.accelerator.name)
                 if got is not None:
-                    self.results[(spec.label, v.label)] = got
+                    self.results[(spec.label, v.key)] = got
                 else:
                     still.append(v)
             missing_variants = still
@@ -332,7 +371,8 @@ class _State:
                                 "input_shapes": [list(s) for s in spec.input_shapes] if spec.input_shapes else None},
                        "need": rows, "store": self.root,
                        "compare": ({"steps": self._steps_of(spec),
-                                    "variants": {v.label: v for v in variants}, "engine": self.engine}
+                                    "variants": {v.key: (v.variant, v.accelerator) for v in variants},
+                                    "engine": self.engine}
                                    if variants else None)}
             # Models first, in the order given (each is short), so that every variant is known early ...
             pool.submit(("model", spec.label), MODEL_TASK, payload, priority=0)
@@ -388,13 +428,14 @@ class _State:
                 self._put_variant(spec, v, {"error": value["compare_error"]}, write=True)
             self.compared.total -= len(variants)
             return
-        groups = group_by_decisions(variants, lambda v: prepared["decisions"].get(v.label))
+        groups = group_by_decisions(variants, lambda v: prepared["decisions"].get(v.key))
         if self.compared.started is None:
             self.compared.started = time.perf_counter()
         for members in groups:
             first = members[0]
             self.waiting.setdefault(spec.label, []).append(members)
-            pool.submit(("variant", spec.label, first.label), VARIANT_TASK, VariantTask(prepared["run"], first, None),
+            pool.submit(("variant", spec.label, first.key), VARIANT_TASK,
+                        VariantTask(prepared["run"], first.variant, None, first.accelerator),
                         # ... then the variants, biggest program first: the last to finish are short ones,
                         # so no worker idles at the end while another lowers a big model.
                         priority=1 + 1 / (1 + prepared.get("nodes", 0)))
@@ -402,12 +443,13 @@ class _State:
 
     def _variant_done(self, spec: ModelSpec, first_label: str, kind: str, rest) -> None:
         groups = self.waiting.get(spec.label, [])
-        members = next(g for g in groups if g[0].label == first_label)
+        members = next(g for g in groups if g[0].key == first_label)
         groups.remove(members)
         self.compared.done += 1
         if kind == "done":
             for i, v in enumerate(members):
                 data = {**rest[0], "error": None, "shared_with": None if i == 0 else members[0].label}
+                data["accelerator"] = v.accelerator.name
                 if i:
                     data["timings"] = {}  # it cost nothing: its numbers are the first member's
                 self._put_variant(spec, v, data, write=True)
@@ -420,22 +462,23 @@ class _State:
         for v in members:
             self._put_variant(spec, v, {"error": message}, write=write)
 
-    def _put_variant(self, spec: ModelSpec, v: Variant, data: dict, write: bool) -> None:
+    def _put_variant(self, spec: ModelSpec, job: _Job, data: dict, write: bool) -> None:
+        v = job.variant
         row = SweepVariant.from_dict({
             "target": spec.label, "stage": NUMBERS_STAGE, "engine": self.engine, "variant": v.label,
             "rule": v.rule.name, "markers": list(v.markers), "quantization": v.quantization or "a8w8",
             "overrides": dict(v.overrides), "steps": self._steps_of(spec), "sqnr_db_last": None,
-            "sqnr_db_worst": None, **data})
-        self.results[(spec.label, v.label)] = row
+            "sqnr_db_worst": None, **data, "accelerator": job.accelerator.name})
+        self.results[(spec.label, job.key)] = row
         model = self.models.get(spec.label)
         if write and model is not None and model.fingerprint:
             fingerprint = model.fingerprint
             stored = {k: val for k, val in row.to_dict().items() if k != "target"}
-            self.store.write({"variant": stored}, VARIANT, fingerprint, *self._variant_key(v, spec))
+            self.store.write({"variant": stored}, VARIANT, fingerprint, *self._variant_key(job, spec))
 
-    def _variant_key(self, v: Variant, spec: ModelSpec) -> tuple:
+    def _variant_key(self, v: _Job, spec: ModelSpec) -> tuple:
         """A variant's key in the store: the engine is in it (a simulated result never answers for TOSA)."""
-        return variant_key(v, self._steps_of(spec), self.engine)
+        return variant_key(v.variant, self._steps_of(spec), self.engine, v.accelerator)
 
     # ------------------------------------------------------------ the tables, in the order asked
 
@@ -459,7 +502,7 @@ class _State:
         out = []
         for s in self.specs:
             for v in self._variants_for(s):
-                row = self.results.get((s.label, v.label))
+                row = self.results.get((s.label, v.key))
                 if row is not None:
                     out.append(row)
         return out

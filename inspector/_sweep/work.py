@@ -136,11 +136,12 @@ def _for_variants(target, asked: dict, timings: dict) -> dict:
     t1 = time.perf_counter()
     decisions = {}
     try:
-        _stages.stage_graph_of(target, "tfa")
-        for label, variant in asked["variants"].items():
-            if (can_predict(target, plan_of(target, variant, quantization_of(None)))
-                    and variant.rule.pass_class is None):
-                decisions[label] = predicted_decisions(target, variant)
+        for key, (variant, accelerator) in asked["variants"].items():
+            plan = plan_of(target, variant, quantization_of(None), accelerator)
+            if plan.plain and variant.rule.pass_class is None:
+                _stages.tfa_graph_for(target, plan.tfa_key, plan.quantizer)  # the accelerator's quantizer's
+                # the same decisions on two accelerators are two computations: the accelerator is in the group key
+                decisions[key] = (accelerator.identity, predicted_decisions(target, variant, plan))
     except InspectorError:
         decisions = {}  # no prediction: every variant runs
     timings["predict"] = time.perf_counter() - t1
@@ -157,7 +158,7 @@ def run_variant(task: VariantTask, report) -> dict:
     """One variant of one model on the TOSA INT reference model, from the prepared program (the same
     worker body as compare's: ``tasks.run_in_worker``)."""
     variant = task.variant
-    plan = task.plan or plan_of(worker_target(task.run.model), variant, quantization_of(None))
+    plan = task.plan or plan_of(worker_target(task.run.model), variant, quantization_of(None), task.accelerator)
     result, _, cached = run_in_worker(task.run, variant, plan, report)
     return {**summary_of(result), "cached": cached, **({"timings": {}} if cached else {})}
 
@@ -185,4 +186,6 @@ def summary_of(result) -> dict:
         "folded": sorted(s.site_id for s in result.sites if s.folded_at),
         "not_delegated": len(result.not_delegated), "timings": data["timings"],
         "quantization": result.quantization, "tosa_spec": result.spec, "engine": result.engine,
+        "accelerator": result.accelerator, "cycles": result.cost.cycles if result.cost is not None else None,
+        "npu_ops": result.cost.npu_ops if result.cost is not None else None,
     }
