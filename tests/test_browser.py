@@ -206,6 +206,21 @@ def test_quickstart_marker_toggle_and_reference_run(lab, page):
     app.scroll_into_view_if_needed()
     page.screenshot(path=OUT / "jupyterlab-quickstart.png", full_page=True)
     _readme_screenshot(page, app)
+    # what the fold buys: the same run on an Ethos-U, its cost beside the numbers and each site's price
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    app.locator(".fi-accelerator select").select_option("ethos-u55-128")
+    kernel.settle()
+    expect(app.locator(".fi-results .fi-stale")).to_be_visible(timeout=60_000)  # other accelerator: stale
+    app.locator(".fi-run button, button.fi-run").first.click()
+    expect(app.locator(".fi-results")).to_contain_text("lowered for ethos-u55-128", timeout=300_000)
+    expect(app.locator(".fi-progress-label")).to_have_text("done", timeout=300_000)
+    results = app.locator(".fi-results")
+    expect(results.locator(".fi-tradeoff")).to_contain_text("what the fold buys")
+    expect(results.locator(".fi-tradeoff")).to_contain_text("Vela's estimate")
+    expect(results).to_contain_text("cycles")
+    assert app.locator(".fi-results .fi-preview").count() == 0
+    expect(row.locator(".fi-price")).to_contain_text("cycles on ethos-u55-128")
+    page.screenshot(path=OUT / "jupyterlab-cost.png", full_page=True)
     assert dialogs == []
 
 

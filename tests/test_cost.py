@@ -180,3 +180,61 @@ def test_tosa_int_has_no_cost_and_its_results_are_as_before():
                                                         for r in comparison.results)
     with pytest.raises(inspector.InspectorError, match="has a cost"):
         comparison.tradeoff()
+
+
+def test_the_command_line_carries_the_cost(capsys):
+    import json
+
+    from inspector._front import cli
+
+    assert cli.main(["compare", "sample:stateful_conv_mul", "--variants", "off,upstream", "--accelerator",
+                     "ethos-u55-128", "--workers", "1", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    mine = _compare("stateful_conv_mul", "ethos-u55-128")
+    assert data["accelerator"] == "ethos-u55-128"
+    assert [v["cost"]["cycles"] for v in data["variants"]] == [r.cost.cycles for r in mine.results]
+    assert cli.main(["compare", "sample:stateful_conv_mul", "--variants", "off,upstream", "--accelerator",
+                     "ethos-u55-128", "--workers", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "what the fold buys" in text and "Vela's estimate" in text and f"{mine.results[0].cost.cycles:,}" in text
+
+
+def test_a_sweep_on_two_accelerators_prices_each_rule_change():
+    result = inspector.sweep(["sample:stateful_conv_mul"], rules=("upstream", "state-aware-strict"), stages=("tfa",),
+                             steps=1, workers=1, accelerators=("tosa-int", "ethos-u55-128"))
+    assert result.accelerators == ("tosa-int", "ethos-u55-128")
+    by = {(v.rule, v.accelerator): v for v in result.variants}
+    assert by["upstream", "tosa-int"].cycles is None and by["upstream", "ethos-u55-128"].cycles is not None
+    mine = _compare("stateful_conv_mul", "ethos-u55-128")
+    assert by["upstream", "ethos-u55-128"].cycles == mine.result("upstream").cost.cycles
+    assert by["state-aware-strict", "ethos-u55-128"].cycles == mine.result("off").cost.cycles  # it keeps the mul
+    (changed,) = result.changed
+    assert changed.cycles_delta == {"state-aware-strict": mine.result("off").cost.cycles
+                                    - mine.result("upstream").cost.cycles}
+    assert "on ethos-u55-128 it costs" in result.summary()[0] and "cycles" in result.to_markdown()
+    assert list(result.to_dataframe("rows").columns)[-1] == "cycles"
+
+
+def test_a_journey_ends_with_what_vela_made_of_the_site():
+    kept = inspector.journey("sample:conv_mul_scalar", 0, "off", accelerator="ethos-u85-256")
+    gone = inspector.journey("sample:conv_mul_scalar", 0, "upstream", accelerator="ethos-u85-256")
+    assert "the mul is an NPU operation of its own: Mul" in kept.ending.vela
+    assert "the mul is gone" in gone.ending.vela and gone.cost.site_cycles(gone.site, "mul") == 0
+    assert kept.cost.site_cycles(kept.site, "mul") > 0 and "Vela:" in kept.text()
+    assert kept.to_dict()["cost"]["cycles"] == kept.cost.cycles and kept.accelerator == "ethos-u85-256"
+
+
+def test_the_widget_shows_the_cost_and_each_sites_price():
+    from widgets import FoldInspector
+
+    app = FoldInspector("sample:conv_mul_channel_scale", variants=("off", "upstream"), isolate=False,
+                        accelerator="ethos-u55-128")
+    assert app.accelerator_picker.value == "ethos-u55-128"
+    app.run_reference(wait=True)
+    assert app.last_error is None and app.comparison.accelerator == "ethos-u55-128"
+    assert "what the fold buys" in app.results.value and "Vela&#x27;s estimate" in app.results.value
+    price = _compare("conv_mul_channel_scale", "ethos-u55-128").tradeoff().sites[0].bought
+    assert f"folding it buys {price:,} cycles on ethos-u55-128" in app.sites_box.children[1].children[1].value
+    app.accelerator_picker.value = "tosa-int"
+    assert app.stale and "lowered for ethos-u55-128" in app.results.value
+    assert app.session().accelerator == "tosa-int"

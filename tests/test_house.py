@@ -305,10 +305,10 @@ def test_the_used_names_check_can_fail():
 
 
 def test_one_registry_shape():
-    """Rules, quantizations and samples are one kind of object, with live help."""
+    """Rules, quantizations, samples and accelerators are one kind of object, with live help."""
     from inspector._base.registry import Registry
 
-    for registry in (inspector.rules, inspector.quantizations, inspector.samples):
+    for registry in (inspector.rules, inspector.quantizations, inspector.samples, inspector.accelerators):
         assert isinstance(registry, Registry)
         names = registry.names()
         assert names and list(registry) == list(names) and all(n in registry for n in names)

@@ -4,7 +4,7 @@ The reference is ExecuTorch's Ethos-U flow with no inspector code in it (``_exec
 executorch, torchao and Vela only), the fold turned off by swapping the pass the Arm pass manager
 builds. The door (``inspector/_doors/vela.py``) compiles the TOSA partitioner's flatbuffer, lowered
 once per configuration with the accelerator's TOSA spec, and must cost it as that flow does. Every
-lowering is made once per file (the ``functools.cache`` helpers); docs/cost-notes.md has the numbers.
+lowering is made once per file (the ``functools.cache`` helpers); docs/stack-facts.md has the numbers.
 """
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ class ReferencePanel:
             self.results.value = NOT_RUN
             self.plots.value = self.gap_results.value = ""
             return
-        banner = present.stale_html(comparison_for) if stale else ""
+        banner = present.stale_html(comparison_for, comparison.accelerator) if stale else ""
         if comparison.engine != "tosa":
             banner += PREVIEW + (COST_LATER if comparison.accelerator != "tosa-int" else "")
         self.gap_results.value = present.gap_html(gap) if gap is not None else ""

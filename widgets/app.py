@@ -147,6 +147,8 @@ class FoldInspector(W.VBox):
         self._graphs = GraphPanel(graph_view, focus_selected, on_change=lambda _: safely(self._render_graph))
         self._reference = ReferencePanel(variants, on_run=lambda _: safely(self.run_reference),
                                          on_bits=lambda _: safely(self.run_bits), accelerator=accelerator)
+        # another accelerator makes the shown results stale (they were lowered for the one picked before)
+        self._reference.accelerator_picker.observe(lambda _: safely(self._render_results), names="value")
         self._attribution = AttributionPanel(on_run=lambda _: safely(self.run_attribution),
                                              on_variant=lambda _: safely(self._render_attribution),
                                              on_node=lambda _: safely(self._render_curve))

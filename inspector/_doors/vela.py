@@ -8,7 +8,7 @@ removed (``compile``), and reads what Vela reports: its summary row and one row 
 ``tosa_ops`` / ``layer_nodes`` say which node of the exported program each TOSA operator, and so
 each of Vela's rows, comes from. Every name that may move is listed in ``REQUIRED`` (ExecuTorch's),
 ``VELA_REQUIRED`` and ``SCHEMA_REQUIRED`` and checked once before the first answer, as the other
-doors do; imports are lazy. docs/cost-notes.md has what was measured.
+doors do; imports are lazy. docs/stack-facts.md has what was measured.
 """
 
 from __future__ import annotations
@@ -244,7 +244,7 @@ _LAYER_COLUMNS = {"Original Operator": "operator", "Target": "target", "Op Cycle
                   "OffFlash AC": "off_chip_flash_cycles", "MAC Count": "macs", "Staging Usage": "staging_bytes",
                   "Util% (MAC)": "mac_utilisation", "Name": "name"}
 # Added to the compile spec's flags: the per-layer CSV, and the debug database whose perf table gives
-# each row's source_id (the per-layer CSV leaves it out). Neither changes a cycle (docs/cost-notes.md).
+# each row's source_id (the per-layer CSV leaves it out). Neither changes a cycle (docs/stack-facts.md).
 # Never --verbose-all, which ExecuTorch adds when its backend logger is at INFO: kilobytes of log.
 _REPORT_FLAGS = ("--verbose-performance", "--enable-debug-db")
 

@@ -204,17 +204,21 @@ class Plan:
     def of(cls, quantization: Quantization, nodes: tuple[tuple[str, str], ...] = (),
            accelerator: Accelerator = TOSA_INT) -> "Plan":
         names = sorted({v for _, v in nodes if v != FLOAT})
-        plan = cls(quantization, nodes, tuple(quantizations.get(n) for n in names), accelerator)
-        plan.spec  # a quantization the accelerator's TOSA specification cannot lower fails here, before anything runs
-        return plan
+        # (a quantization the accelerator's TOSA specification cannot lower fails as the variant quantizes: its error)
+        return cls(quantization, nodes, tuple(quantizations.get(n) for n in names), accelerator)
 
     def _width(self, name: str) -> Quantization:
         return next(q for q in self.widths if q.name == name)
 
     @property
+    def needed(self) -> str:
+        """The TOSA specification its quantizations need (``TOSA-1.0+INT+int16``), on any accelerator."""
+        return combined_spec(q.spec for q in (self.quantization, *self.widths))
+
+    @property
     def spec(self) -> str:
         """The TOSA specification the variant lowers with: what its quantizations need, on its accelerator."""
-        return self.accelerator.spec(combined_spec(q.spec for q in (self.quantization, *self.widths)))
+        return self.accelerator.spec(self.needed)
 
     @property
     def plain(self) -> bool:
@@ -231,7 +235,9 @@ class Plan:
     @property
     def identity(self) -> tuple:
         over = tuple((n, v if v == FLOAT else self._width(v).identity) for n, v in self.nodes)
-        return (self.quantization.identity, self.spec, digest(over) if over else "") + (
+        # On an NPU the accelerator names the specification: a result read back needs no Arm backend imported.
+        spec = self.spec if not self.accelerator.costs else self.needed
+        return (self.quantization.identity, spec, digest(over) if over else "") + (
             (self.accelerator.identity,) if self.accelerator.costs else ())  # tosa-int: the keys of before
 
     def quantizer(self):

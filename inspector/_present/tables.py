@@ -154,12 +154,13 @@ def analysis_html(analysis, comparison=None) -> str:
     return f"<div class='fi-analysis'>{_STYLE}{head}{table}<p>{escape(analysis.summary())}</p>{notes}</div>"
 
 
-def stale_html(results_for) -> str:
-    """The banner over results computed for another (stage, rule, markers)."""
+def stale_html(results_for, accelerator: str | None = None) -> str:
+    """The banner over results computed for another (stage, rule, markers), or lowered for another accelerator."""
     stage, rule, markers = results_for
+    lowered = f", lowered for {escape(accelerator)}" if accelerator else ""
     return ("<div class='fi-stale' style='background:#fff3cd;padding:4px'>&#9888; stale: these results were "
             f"computed for stage {escape(stage)}, rule {escape(rule)}, markers "
-            f"{escape(', '.join(markers) or 'none')}; run the reference again</div>")
+            f"{escape(', '.join(markers) or 'none')}{lowered}; run the reference again</div>")
 
 
 def comparison_rows(comparison) -> list[dict[str, str]]:
