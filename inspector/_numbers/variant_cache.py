@@ -48,7 +48,7 @@ def model_fingerprint(target: _load.Target) -> str:
 
 def base_key(target: _load.Target, calibrated, steps: int, engine: str = "tosa") -> tuple:
     """Everything a comparison's results depend on but the variant (``calibrated``: a ``_flow.Calibration``),
-    the engine that computes them among it (``engines.ENGINES``)."""
+    the engine that computes them among it (a name in ``engines.engines``)."""
     return (model_fingerprint(target), _digest(target.inputs), _digest(list(calibrated.batches)),
             calibrated.sequence_steps, calibrated.reset, steps, engine)
 
