@@ -26,6 +26,8 @@ from ._front.repro import reproducer
 from ._front.session import Session
 from ._journey.journey import journey
 from ._journey.records import Journey
+from ._advise.advise import advise
+from ._advise.records import Advice
 
 __all__ = [
     # analyze: sites, decisions, reasons
@@ -47,6 +49,8 @@ __all__ = [
     "InspectorError", "ExplanationMismatchWarning",
     # a site's journey through the Arm pipeline
     "journey", "Journey",
+    # which sites should fold: each site's price in cycles and dB, the best set within a budget
+    "advise", "Advice",
 ]
 from ._base.version import __version__  # noqa: F401
 from . import present as present  # what a screen draws with: inspector.present, with its own __all__

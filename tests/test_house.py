@@ -24,7 +24,7 @@ CORE = ROOT / "inspector"
 # below it (``errors`` is below them all). docs/design.md's folder map says what each one does. The
 # presentation is on top, under the front ends only: it draws every record.
 LAYERS = ("_base", "_workers", "_targets", "_doors", "_sites", "_rules", "_decide", "_cost", "_numbers", "_journey",
-          "_sweep", "_present", "_front")
+          "_advise", "_sweep", "_present", "_front")
 # The imports that climb, each inside the one function that needs it (never at import time): a record
 # handing itself to the one presentation door (``_present/drawing.py``), and one convenience of a record
 # that hands the work to the verb above it.

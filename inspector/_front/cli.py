@@ -32,6 +32,8 @@ from .._numbers.quantization import quantizations
 from .._numbers.compare import variants_of
 from .._present.tables import attribution_text
 from .._numbers.attribution import attribution
+from .._advise.advise import advise
+from .._present.advice import advice_text
 from .._base.files import check_writable, write_text
 from .._journey.journey import journey
 from .._base.files import write_bytes
@@ -155,6 +157,22 @@ def _number_commands(model_command) -> None:
     t.add_argument("--steps", type=int, default=1, help=f"recurrent steps to run, 1 to {MAX_STEPS} (default: 1)")
     t.add_argument("--json", action="store_true", help="print JSON instead of tables")
     engine_argument(t)
+
+    v = model_command("advise", "which sites should fold on an Ethos-U within a budget of dB: each site's price in "
+                      "cycles (Vela) and dB, every set measured, the best confirmed on TOSA", stage_and_rule=False,
+                      markers=False)
+    npus = [n for n in accelerators.names() if accelerators.get(n).costs]
+    v.add_argument("--accelerator", choices=npus, default="ethos-u55-128", metavar="NAME",
+                   help="the Ethos-U whose cycles Vela counts: " + ", ".join(npus) + " (default: ethos-u55-128)")
+    v.add_argument("--budget-db", type=float, default=1.0, metavar="DB",
+                   help="the SQNR (worst output, worst step) you accept losing against the most accurate set "
+                        "found, on the calibration inputs (default: 1)")
+    v.add_argument("--steps", type=int, default=1, help=f"recurrent steps to run, 1 to {MAX_STEPS} (default: 1)")
+    v.add_argument("--workers", type=_workers, default=None, metavar="N",
+                   help="processes running the TOSA variants side by side (default: the cores available)")
+    v.add_argument("--keep-rule", default=None, metavar="FILE.py",
+                   help="also write the advice as a rule file, loadable with --rule FILE.py:NAME")
+    v.add_argument("--json", action="store_true", help="print JSON instead of the tables")
 
     rep = model_command("report", "a report for an issue thread: self-contained HTML, a Markdown reply, or JSON")
     rep.add_argument("--variants", default=None, metavar="P,P,...",
@@ -398,6 +416,19 @@ def _attribute(args) -> int:
     return 0
 
 
+def _advise(args) -> int:
+    check_steps(args.steps, "--steps")
+    out = check_writable(args.keep_rule) if args.keep_rule else None
+    result = advise(args.target, _inputs_from_shapes(args.input_shape), accelerator=args.accelerator,
+                    budget_db=args.budget_db, steps=args.steps, workers=args.workers, progress=_ProgressBar())
+    print(result.to_json() if args.json else advice_text(result))
+    if out is not None:
+        kept = result.rule(path=out)
+        print(f"wrote {out}: rule {kept.name}; use it with --rule {out}:{kept.origin.rpartition(':')[2]}",
+              file=sys.stderr)
+    return 0
+
+
 def _report(args) -> int:
     check_steps(args.steps, "--steps")
     out = check_writable(args.out) if args.out else None
@@ -575,7 +606,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help, or argparse's one-line error (see _Parser.error)
         return exc.code if isinstance(exc.code, int) else 2
     _quiet_imports()
-    handler = {"analyze": _analyze, "compare": _compare, "attribute": _attribute, "report": _report, "repro": _repro,
+    handler = {"analyze": _analyze, "advise": _advise, "compare": _compare, "attribute": _attribute, "report": _report, "repro": _repro,
                "render": _render, "explorer": _explorer, "demo": _demo, "journey": _journey,
                "samples": _samples, "sweep": _sweep}[args.command]
     try:

@@ -1,7 +1,7 @@
 """The one door every record is drawn through: text, HTML, Jupyter's display, plots, pictures, pages.
 
 Records are data (``Analysis``, ``Comparison``, ``EngineGap``, ``Attribution``, ``Bits``, ``Sweep``,
-``Journey``); a record's drawing method (``_repr_mimebundle_``, ``render``, ``plot``, ``to_markdown``, ...)
+``Journey``, ``Advice``); a record's drawing method (``_repr_mimebundle_``, ``render``, ``plot``, ``to_markdown``, ...)
 is one line that hands the record to a function here. This module sits above every record
 (``tests/test_house.py`` checks that records reach the presentation through it alone); what it draws
 with is the rest of ``_present``: ``tables`` (text and HTML tables), ``render`` and ``pictures``
@@ -13,6 +13,7 @@ from __future__ import annotations
 from functools import singledispatch
 from typing import Iterable
 
+from .._advise.records import Advice
 from .._base.files import write_text
 from .._decide.analysis import Analysis
 from .._journey.records import Change, Journey, Step
@@ -23,7 +24,7 @@ from .._numbers.results import Comparison
 from .._numbers.tradeoff import Tradeoff
 from .._sweep.results import Sweep
 from ..errors import InspectorError
-from . import journey as _journey, plots as _plots, report as _report, sweep as _sweep, tables as _tables
+from . import advice as _advice, journey as _journey, plots as _plots, report as _report, sweep as _sweep, tables as _tables
 from .pictures import picture
 from .render import WHICH, render as _render, render_pair as _render_pair, svg as _svg
 
@@ -64,6 +65,8 @@ text.register(Sweep, repr)
 html.register(Sweep, lambda s: _sweep.sweep_html(s, page=False))
 text.register(Tradeoff, _tables.tradeoff_text)
 html.register(Tradeoff, _tables.tradeoff_html)
+text.register(Advice, _advice.advice_text)
+html.register(Advice, _advice.advice_html)
 text.register(Journey, _journey.journey_text)
 html.register(Journey, _journey.journey_html)
 text.register(Step, _journey.step_text)
@@ -87,6 +90,14 @@ plot.register(Comparison, _plots.plot_comparison)
 plot.register(Attribution, _plots.plot_attribution)
 plot.register(Bits, _plots.plot_bits)
 plot.register(Sweep, _sweep.sweep_plot)
+plot.register(Advice, _advice.plot_advice)
+
+
+def markdown(record, limit: int | None = None) -> str:
+    """``record`` as a Markdown reply for an issue or a pull request (local paths redacted, GitHub's limit)."""
+    if isinstance(record, Advice):
+        return _advice.advice_markdown(record, limit)
+    raise InspectorError(f"the presentation writes no Markdown reply for a {type(record).__name__}")
 
 
 # ---------------------------------------------------------------- an analysis: pictures, reports, Model Explorer
@@ -151,6 +162,6 @@ sweep_markdown = _sweep.sweep_comment  # a comment for a pull request, local pat
 journey_picture = _journey.journey_picture
 
 
-__all__ = ["bundle", "caption", "html", "journey_picture", "plot", "render", "render_pair", "report", "svg",
+__all__ = ["bundle", "caption", "html", "journey_picture", "markdown", "plot", "render", "render_pair", "report", "svg",
            "sweep_csv", "sweep_format", "sweep_json", "sweep_markdown", "sweep_page", "text", "to_model_explorer",
            "verdicts"]
