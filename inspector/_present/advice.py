@@ -10,7 +10,11 @@ from .._base.formats import GITHUB_COMMENT_LIMIT, MISSING, cycles, cycles_change
 from .._cost.records import ESTIMATE
 from .markup import escape, markdown_table, md_code
 from .report import Redactor
-from .tables import html_table, text_table, _table_html
+from .tables import html_table, text_table
+
+
+def _table_html(rows: list[dict[str, str]]) -> str:
+    return html_table("fi-rows", "", rows) if rows else "<p><i>none</i></p>"
 
 
 def _names(sites) -> str:
