@@ -154,3 +154,19 @@ def test_greedy_beyond_the_exhaustive_bound_measures_each_step():
     assert len(advice.points) >= 2 * n + 2  # nothing, everything, each site alone and each left alone
     assert advice.recommended.within and advice.recommended.tosa_db >= advice.best_db - 0.5 - 0.05
     assert advice.recommended.vela_cycles is not None
+
+
+def test_the_report_includes_the_advice(capsys):
+    """The issue report (md, html, json) carries which sites should fold, from the CLI as from Python."""
+    assert cli.main(["report", "sample:stateful_wide_scale", "--stage", "tfa", "--advise", "--accelerator", U55,
+                     "--steps", "3", "--format", "md"]) == 0
+    md = capsys.readouterr().out
+    assert "Which sites should fold" in md and "Fold 1 of 1 site(s) on ethos-u55-128" in md
+    advice = inspector.advise("sample:stateful_wide_scale", accelerator=U55, budget_db=1.0, steps=3)
+    analysis = inspector.analyze("sample:stateful_wide_scale", stage="tfa")
+    page = analysis.report(format="html", advice=advice)
+    assert "<h2>Which sites should fold</h2>" in page and "fi-advice" in page
+    data = json.loads(analysis.report(format="json", advice=advice))
+    assert data["advice"]["folded"] == list(advice.folded)
+    assert cli.main(["report", "sample:conv_mul_scalar", "--advise"]) == 2  # tosa-int has no cycles
+    assert "no cost model" in capsys.readouterr().err

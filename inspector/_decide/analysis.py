@@ -246,12 +246,14 @@ class Analysis:
 
     # -- drawn by the presentation (``_present/drawing.py``)
     def report(self, comparison=None, *, format: str = "html", out=None, results_for=None,
-               full_traces: bool = False):
+               full_traces: bool = False, advice=None):
         """A report of this analysis (and ``comparison``, if given): ``html`` (one self-contained
         page), ``md`` (a GitHub comment) or ``json``; local paths redacted, stack traces with the
-        user's frames only unless ``full_traces``. With ``out``, written there and the path returned."""
+        user's frames only unless ``full_traces``; ``advice`` (``inspector.advise``) adds which sites should fold.
+        With ``out``, written there and the path returned."""
         from .._present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.report(self, comparison, format=format, out=out, results_for=results_for, full_traces=full_traces)
+        return drawing.report(self, comparison, format=format, out=out, results_for=results_for,
+                              full_traces=full_traces, advice=advice)
 
     def to_model_explorer(self, folder, *, errors=None, step: int | None = None, which: str = "before", cost=None):
         """Write the whole graph and its overlays (decisions, state path, with ``errors`` a variant of an

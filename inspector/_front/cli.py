@@ -181,6 +181,10 @@ def _number_commands(model_command) -> None:
     rep.add_argument("--format", choices=("html", "md", "json"), default="md", help="default: md")
     rep.add_argument("--out", default=None, metavar="FILE", help="write it here (default: stdout)")
     engine_argument(rep)
+    rep.add_argument("--advise", action="store_true",
+                     help="also say which sites should fold on --accelerator (an Ethos-U) within --budget-db")
+    rep.add_argument("--budget-db", type=float, default=1.0, metavar="DB",
+                     help="the SQNR you accept losing, for --advise (default: 1)")
     rep.add_argument("--full-traces", action="store_true",
                    help="keep every frame of stack traces (default: the user's frames only)")
 
@@ -438,7 +442,11 @@ def _report(args) -> int:
     if args.variants:
         comparison = result.compare(args.variants, steps=args.steps, progress=_ProgressBar(), engine=args.engine,
                                         accelerator=args.accelerator)
-    text = result.report(comparison, format=args.format, full_traces=args.full_traces)
+    advice = None
+    if args.advise:
+        advice = advise(args.target, _inputs_from_shapes(args.input_shape), accelerator=args.accelerator,
+                        budget_db=args.budget_db, steps=args.steps, progress=_ProgressBar())
+    text = result.report(comparison, format=args.format, full_traces=args.full_traces, advice=advice)
     if out is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     else:

@@ -139,9 +139,15 @@ def svg(analysis: Analysis, which: str = "before", **kw) -> str:
 
 
 def report(analysis: Analysis, comparison=None, *, format: str = "html", out=None, results_for=None,
-           full_traces: bool = False):
-    """``analysis``'s report (html, md or json); with ``out``, written there and the path returned."""
-    written = _report.report(analysis, comparison, format=format, results_for=results_for, full_traces=full_traces)
+           full_traces: bool = False, advice: Advice | None = None):
+    """``analysis``'s report (html, md or json), with ``advice``'s section when given; with ``out``, written there
+    and the path returned."""
+    parts = None
+    if advice is not None:
+        parts = {"html": _advice.advice_html(advice) + _report.figure_img(_advice.plot_advice(advice)),
+                 "md": _advice.advice_markdown(advice, limit=12_000), "json": advice.to_dict()}
+    written = _report.report(analysis, comparison, format=format, results_for=results_for, full_traces=full_traces,
+                             advice=parts)
     return write_text(out, written) if out is not None else written
 
 

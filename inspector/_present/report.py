@@ -182,20 +182,24 @@ def summary(analysis, comparison=None) -> str:
 
 
 def report(analysis, comparison=None, *, format: str = "html", results_for=None, full_traces: bool = False,
-           command: str | None = None, journeys=()) -> str:
+           command: str | None = None, journeys=(), advice=None) -> str:
     """The report of ``analysis`` (and ``comparison``, if given) as text in ``format`` (html, md, json);
-    ``journeys`` (``inspector.journey`` results) add a section each."""
+    ``journeys`` (``inspector.journey`` results) add a section each; ``advice`` (which sites should fold, drawn
+    by ``drawing``: ``{"html": ..., "md": ..., "json": ...}``) adds its section."""
     if format not in FORMATS:
         raise InspectorError(f"unknown report format {quoted(format)}; choose one of: {', '.join(FORMATS)}")
     redact = Redactor(model_file_of(analysis.target), html=format == "html")
     command = command or reproduce_command(analysis, comparison, format)
     if format == "html":
         return redact(report_html(analysis, comparison, results_for=results_for, full_traces=full_traces,
-                                  command=command, journeys=journeys))
+                                  command=command, journeys=journeys, advice=(advice or {}).get("html")))
     if format == "md":
-        return redact(report_markdown(analysis, comparison, command=command, journeys=journeys))
-    return json.dumps(redact.value(report_dict(analysis, comparison, command=command, journeys=journeys)), indent=2,
-                      allow_nan=False)
+        return redact(report_markdown(analysis, comparison, command=command, journeys=journeys,
+                                      advice=(advice or {}).get("md")))
+    data = report_dict(analysis, comparison, command=command, journeys=journeys)
+    if advice:
+        data["advice"] = advice["json"]
+    return json.dumps(redact.value(data), indent=2, allow_nan=False)
 
 
 def report_dict(analysis, comparison=None, *, command: str = "", journeys=()) -> dict:
@@ -221,7 +225,7 @@ _BODY = """<h1>fold inspector report: {title}</h1>
 
 
 def report_html(analysis, comparison=None, *, results_for=None, full_traces: bool = False,
-                command: str | None = None, journeys=()) -> str:
+                command: str | None = None, journeys=(), advice: str | None = None) -> str:
     """The self-contained report page. ``results_for`` is the ``(stage, rule, markers)`` the
     comparison was computed for, when that may differ from ``analysis.configuration``."""
 
@@ -246,6 +250,9 @@ def report_html(analysis, comparison=None, *, results_for=None, full_traces: boo
         section = "<h2>Journeys through the Arm pipeline</h2>" + "".join(
             j.html().replace("{", "{{").replace("}", "}}") for j in journeys)
         template = template.replace("<h2>Environment</h2>", section + "\n<h2>Environment</h2>")
+    if advice:  # an optional section, drawn (and escaped) by the advice's own drawing
+        section = "<h2>Which sites should fold</h2>" + advice.replace("{", "{{").replace("}", "}}")
+        template = template.replace("<h2>Environment</h2>", section + "\n<h2>Environment</h2>")
     body = template.format(title=escape(analysis.name), stage=escape(analysis.stage),
                         rule=escape(analysis.rule.name), source=escape(analysis.rule.source),
                         summary=escape(summary(analysis, comparison)),
@@ -257,7 +264,8 @@ def report_html(analysis, comparison=None, *, results_for=None, full_traces: boo
     return page(f"fold inspector report: {analysis.name}", body, style=".fi-stale{background:#fff3cd;padding:4px}")
 
 
-def report_markdown(analysis, comparison=None, *, command: str | None = None, journeys=()) -> str:
+def report_markdown(analysis, comparison=None, *, command: str | None = None, journeys=(),
+                    advice: str | None = None) -> str:
     """A GitHub comment: summary, site table, comparison table, versions, the command, details."""
     command = command or reproduce_command(analysis, comparison, "md")
     env = environment()
@@ -291,6 +299,8 @@ def report_markdown(analysis, comparison=None, *, command: str | None = None, jo
             lines.append(f"  - reaches {md_code(s.state_boundary)}: {md_code(' -> '.join(s.state_path))}")
         details.append("\n".join(lines))
     notes = [f"- {md_code(n)}" for n in analysis.notes]
+    if advice:  # which sites should fold (its own Markdown, bounded by the caller)
+        blocks.append(["", advice.rstrip("\n")])
     for j in journeys:  # an optional block each; the Markdown is unchanged without them
         blocks.append(["", f"<details><summary>Journey of site {md_code(j.site)} under {md_code(j.variant)}</summary>",
                        "", "```text", j.text().replace("```", "` ` `"), "```", "", "</details>"])
