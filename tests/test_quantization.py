@@ -258,8 +258,10 @@ def test_a_sweep_runs_quantized_variants():
 def test_the_widget_picks_quantizations_answers_fold_or_bits_and_keeps_them_in_sessions(tmp_path):
     from widgets import FoldInspector
 
+    # STEPS, as the bits test and the matrix: the run's store answers their variants (the preview's simulated
+    # ones, three of the four exact ones) and the whole bits run, so what this test adds is the widget's part
     app = FoldInspector("sample:stateful_wide_scale", stage="tfa", rule="upstream", variants=("off", "upstream"),
-                        steps=2)
+                        steps=STEPS)
     assert app.quantization_picker.value == ("a8w8",) and app._reference.variants() == ["off", "upstream"]
     app.quantization_picker.value = ("a8w8", "a16w8")
     assert app._reference.variants() == ["off@a8w8", "upstream@a8w8", "off@a16w8", "upstream@a16w8"]
