@@ -13,6 +13,7 @@ from ._present.tables import (SiteRow, site_prices, analysis_html, analysis_text
                               bits_text, comparison_html, comparison_text, gap_html, site_rows, stale_html)
 from ._sweep.sweep import SweepBar
 from ._present.markup import escape
+from ._present.advice import advice_html
 from .errors import quoted
 
 __all__ = [
@@ -22,7 +23,7 @@ __all__ = [
     "SiteRow", "site_rows", "site_prices", "analysis_text", "analysis_html", "comparison_text", "comparison_html", "bits_text",
     "bits_html", "attribution_text", "attribution_html", "stale_html", "gap_html",
     # pages and figures
-    "report_html", "figure_img", "ExplorerFiles",
+    "report_html", "figure_img", "ExplorerFiles", "advice_html",
     # what a form offers and checks
     "GRAPH_VIEWS", "GRAPH_SCOPES", "MAX_STEPS", "check_steps", "quoted", "SweepBar",
     # the one HTML escape every page and panel writes with

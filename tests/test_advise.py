@@ -70,22 +70,26 @@ def test_the_advice_is_a_best_set_among_every_set_measured_directly(target, step
 
 @pytest.mark.own_store  # the point is a fresh TOSA run
 def test_the_advices_numbers_equal_a_fresh_tosa_compare_of_its_variant_to_the_digit():
-    advice = inspector.advise("sample:stateful_wide_scale", accelerator=U55, budget_db=1.0, steps=3)
+    advice = inspector.advise(THREE, accelerator=U55, budget_db=0.0)
     inspector.clear_cache()
-    (r,) = inspector.compare("sample:stateful_wide_scale", [advice.variant()], steps=3, accelerator=U55).results
-    assert r.worst().sqnr_db == advice.recommended.tosa_db
-    assert r.cost.cycles == advice.recommended.vela_cycles
+    for variant in (advice.variant(), ("state-aware", advice.markers)):
+        (r,) = inspector.compare(THREE, [variant], accelerator=U55).results
+        assert r.worst().sqnr_db == advice.recommended.tosa_db
+        assert r.cost.cycles == advice.recommended.vela_cycles
     # upstream and off as the advice set them against: Vela and TOSA, the same digits
-    ends = inspector.compare("sample:stateful_wide_scale", ("off", "upstream"), steps=3, accelerator=U55)
+    ends = inspector.compare(THREE, ("off", "upstream"), accelerator=U55)
     for rule in ("off", "upstream"):
         x = advice.versus(rule)
         assert (x.cycles, x.tosa_db) == (ends.result(rule).cost.cycles, ends.result(rule).worst().sqnr_db)
-    # the site's price both ways is what the sets measured say
-    (price,) = advice.sites
-    on, nothing = (next(p for p in advice.points if bool(p.folded) == f) for f in (True, False))
-    assert price.db_folded_alone == pytest.approx(on.db - nothing.db)
-    assert price.cycles == ends.tradeoff().sites[0].bought > 0
-    assert advice.prediction_gap["cycles"] == 0  # one site: the price is the whole difference
+    # each site's price both ways is what the sets measured say; the prices are Vela's rows of off
+    nothing = next(p for p in advice.points if not p.folded)
+    everything = next(p for p in advice.points if len(p.folded) == 3)
+    for price in advice.sites:
+        alone = next(p for p in advice.points if p.folded == (price.site,))
+        rest = next(p for p in advice.points if set(p.folded) == {s.site for s in advice.sites} - {price.site})
+        assert price.db_folded_alone == pytest.approx(alone.db - nothing.db)
+        assert price.db_kept_alone == pytest.approx(rest.db - everything.db)
+        assert price.cycles == next(t.bought for t in ends.tradeoff().sites if t.site == price.site) > 0
 
 
 def test_the_record_round_trips_and_draws(tmp_path):
@@ -106,13 +110,12 @@ def test_the_record_round_trips_and_draws(tmp_path):
 
 
 def test_a_kept_rule_loads_again_in_a_new_process_and_folds_exactly_the_advice(tmp_path):
-    advice = inspector.advise("sample:stateful_wide_scale", accelerator=U55, budget_db=1.0, steps=3)
+    advice = inspector.advise(THREE, accelerator=U55, budget_db=0.0)
     kept = advice.rule(name="kept-advice", path=tmp_path / "kept.py")
     assert kept.name == "kept-advice" and "kept-advice" in inspector.rules
     spec = f"{tmp_path / 'kept.py'}:kept_advice"
-    code = ("import inspector, json; r = inspector.compare('sample:stateful_wide_scale', [%r], steps=3, "
-            "accelerator='ethos-u55-128', workers=1).results[0]; "
-            "print(json.dumps([s.site_id for s in r.sites if s.folded_at]))" % spec)
+    code = ("import inspector, json; r = inspector.compare(%r, [%r], accelerator='ethos-u55-128', "
+            "workers=1).results[0]; print(json.dumps([s.site_id for s in r.sites if s.folded_at]))" % (THREE, spec))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == list(advice.folded)
 
@@ -147,12 +150,12 @@ def test_advise_refuses_an_accelerator_without_cost():
 
 def test_greedy_beyond_the_exhaustive_bound_measures_each_step():
     """Three sites with the bound at 0: each site alone and left alone, then greedy steps, each measured."""
-    advice = inspector.advise(THREE, accelerator=U55, budget_db=0.5, exhaustive_up_to=0)
+    advice = inspector.advise(THREE, accelerator=U55, budget_db=0.0, exhaustive_up_to=0)
     n = sum(s.reachable for s in advice.sites)
     assert advice.search == "greedy" and n == 3
     assert all(s.db_folded_alone is not None and s.db_kept_alone is not None for s in advice.sites if s.reachable)
     assert len(advice.points) >= 2 * n + 2  # nothing, everything, each site alone and each left alone
-    assert advice.recommended.within and advice.recommended.tosa_db >= advice.best_db - 0.5 - 0.05
+    assert advice.recommended.within and advice.recommended.tosa_db >= advice.best_db - 0.05
     assert advice.recommended.vela_cycles is not None
 
 

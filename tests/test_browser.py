@@ -221,6 +221,27 @@ def test_quickstart_marker_toggle_and_reference_run(lab, page):
     assert app.locator(".fi-results .fi-preview").count() == 0
     expect(row.locator(".fi-price")).to_contain_text("cycles on ethos-u55-128")
     page.screenshot(path=OUT / "jupyterlab-cost.png", full_page=True)
+    # which sites should fold: the frontier, the current decisions as a point (the site is marked: 0 folded),
+    # a point clicked sets its markers and the point moves
+    app.locator(".fi-budget input").fill("1")
+    app.locator(".fi-advise-run button, button.fi-advise-run").first.click()
+    expect(app.locator(".fi-frontier img")).to_be_visible(timeout=300_000)
+    current = app.locator(".fi-current")
+    expect(current).to_contain_text("current decisions: 0 folded", timeout=60_000)
+    points = app.locator(".fi-point")
+    expect(points.first).to_be_visible()
+    assert points.count() == 2
+    frontier_before = app.locator(".fi-frontier").inner_html()
+    app.locator(".fi-point", has_text="fold 1").click()
+    kernel.settle()
+    expect(current).to_contain_text("current decisions: 1 folded", timeout=60_000)
+    expect(row.locator(".fi-marker input")).not_to_be_checked()  # the advice's markers: nothing marked
+    assert app.locator(".fi-frontier").inner_html() != frontier_before  # the current point moved
+    row.locator(".fi-marker input").check()
+    kernel.settle()
+    expect(current).to_contain_text("current decisions: 0 folded", timeout=60_000)
+    expect(app.locator(".fi-advice-table")).to_contain_text("which sites should fold")
+    page.screenshot(path=OUT / "jupyterlab-advice.png", full_page=True)
     assert dialogs == []
 
 

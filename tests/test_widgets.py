@@ -598,3 +598,14 @@ def test_run_shows_the_simulation_first_and_never_waits_for_the_lowering(monkeyp
     assert gap.largest_db <= 1.0 and gap.largest_steps is not None and gap.largest_steps <= 1.0
     assert "the preview was simulation vs tosa: SQNR within" in app.gap_results.value
     assert preview.results[0].engine == "simulation" and app.comparison.results[0].engine == "tosa"
+
+
+def test_advise_in_the_widget_asks_for_an_ethos_u_in_one_line():
+    """On tosa-int (no cycles) Advise says what to pick, in one line, and the widget keeps working."""
+    app = FoldInspector("sample:conv_mul_scalar")
+    assert app.accelerator_picker.value == "tosa-int"
+    app.advise_button.click()
+    assert app.advice is None
+    assert "pick an Ethos-U accelerator" in app.last_error and "\n" not in app.last_error
+    app.toggle_marker(app.analysis.sites[0].id)  # still alive
+    assert app.analysis.markers == (app.analysis.sites[0].id,)

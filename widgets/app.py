@@ -37,6 +37,7 @@ from ._model_picker import ModelPicker
 from ._reference import ReferencePanel
 from ._session import SessionPanel
 from ._sites import SiteTable
+from ._tradeoff import TradeoffPanel
 
 # The share of the reference run's progress bar that its simulation preview takes (it does no lowering).
 PREVIEW_SHARE = 0.2
@@ -119,6 +120,7 @@ class FoldInspector(W.VBox):
         self.attribution = None  # the last attribution (inspector.Attribution)
         self._attribution_for: tuple | None = None
         self.journey = None  # the last journey (inspector.Journey)
+        self.advice = None  # the last advice (inspector.Advice): which sites should fold
         self.selected: str | None = None  # the selected site id
         self.last_error: str | None = None
 
@@ -152,6 +154,8 @@ class FoldInspector(W.VBox):
         self._attribution = AttributionPanel(on_run=lambda _: safely(self.run_attribution),
                                              on_variant=lambda _: safely(self._render_attribution),
                                              on_node=lambda _: safely(self._render_curve))
+        self._tradeoff = TradeoffPanel(on_run=lambda _: safely(self.run_advice),
+                                       on_point=lambda i: safely(lambda: self.apply_point(i)))
         self._explorer = ExplorerPanel(on_open=lambda _: safely(self.open_model_explorer))
         self._journey = JourneyPanel(on_run=lambda _: safely(self.run_journey),
                                      on_step=lambda _: safely(lambda: self._journey.render_step(self.journey)))
@@ -160,12 +164,12 @@ class FoldInspector(W.VBox):
             on_load=lambda _: safely(lambda: self.open_session(self.session_path.value)),
             on_report=lambda _: safely(lambda: self.export_report(self._session.report_path(),
                                                                   format=self.report_format.value)))
-        for panel in (self._picker, self._header, self._sites, self._graphs, self._reference, self._attribution,
-                      self._journey, self._explorer, self._session):
+        for panel in (self._picker, self._header, self._sites, self._graphs, self._reference, self._tradeoff,
+                      self._attribution, self._journey, self._explorer, self._session):
             for name in panel.exposed:  # the controls stay reachable as app.steps_input, app.model_picker, ...
                 setattr(self, name, getattr(panel, name))
         self.children = [self._header.view, self.sites_box, self._graphs.view, self._reference.view,
-                         self._attribution.view, self._journey.view, self._explorer.view, self._session.view]
+                         self._tradeoff.view, self._attribution.view, self._journey.view, self._explorer.view, self._session.view]
 
     # ------------------------------------------------------------------ the programmatic API
 
@@ -305,6 +309,43 @@ class FoldInspector(W.VBox):
             self._reference.render_bits(bits)
 
         self._start(self._reference.bits_view, "bits", compute, show, "a run is already going", wait)
+
+    def run_advice(self, wait: bool = False) -> None:
+        """Which sites should fold on the accelerator picked (an Ethos-U) within the budget, in the background:
+        the frontier, the current decisions as a point, each point a click away from its markers."""
+        accelerator, budget = self._reference.accelerator, self._tradeoff.budget
+        if not inspector.accelerators.get(accelerator).costs:
+            raise InspectorError(f"the advice prices the fold in cycles: pick an Ethos-U accelerator (not "
+                                 f"{accelerator}) and Advise again")
+
+        def compute(analysis, variants, steps, config, progress):
+            return inspector.advise(analysis.target, accelerator=accelerator, budget_db=budget, steps=steps,
+                                    progress=progress)
+
+        def show(advice, config):
+            self.advice = advice
+            self._render_advice()
+
+        self._start(self._tradeoff.job_view, "advice", compute, show, "a run is already going", wait)
+
+    @_on_screen
+    def apply_point(self, i: int) -> None:
+        """Decide as point ``i`` of the advice does (fewest cycles first): state-aware with its markers."""
+        point = self._tradeoff.point(i)
+        if point.markers is None:
+            raise InspectorError("no markers pick this set (a marker skips every mul that reaches it): keep it "
+                                 "as a rule with advice.rule() and pick that rule")
+        self.rule_picker.value = "state-aware"
+        self.analysis = self.analysis.with_markers(tuple(point.markers))
+        self._refresh()
+
+    def _render_advice(self) -> None:
+        # the advice's sets are the comparison flow's decisions, made at tfa: the current point is the current
+        # rule and markers decided there (the stage shown may decide otherwise: edge sees the graph signature)
+        analysis = self.analysis
+        if analysis.stage != "tfa":
+            analysis = inspector.analyze(analysis.target, stage="tfa", rule=analysis.rule, markers=analysis.markers)
+        self._tradeoff.show(self.advice, tuple(s.id for s in analysis.sites if s.folded))
 
     def run_journey(self, wait: bool = False) -> None:
         """Follow the selected site (or the first) through the Arm pipeline under the rule picked in the
@@ -511,6 +552,8 @@ class FoldInspector(W.VBox):
         self._attribution.forget()
         self.journey = None
         self._journey.forget()
+        self.advice = None
+        self._tradeoff.show(None, ())
 
     def _on_stage(self, change) -> None:
         def go():
@@ -552,6 +595,8 @@ class FoldInspector(W.VBox):
         self._render_sites()
         self._render_graph()
         self._render_results()
+        if self.advice is not None:
+            self._render_advice()
         self._attribution.render_table(self.attribution, self._attribution_for, self._current_config())
 
     def _render_sites(self) -> None:

@@ -190,10 +190,11 @@ class Advice:
                                 "against": lambda: [dict(a.to_dict(), folded=", ".join(a.folded))
                                                     for a in self.against]})
 
-    def plot(self, ax=None):
-        """The frontier: cycles against dB, one point per set measured, the recommendation and the budget marked."""
+    def plot(self, ax=None, current: "tuple[str, ...] | None" = None):
+        """The frontier: cycles against dB, one point per set measured, the recommendation and the budget marked
+        (``current``: a set of site ids measured, drawn as the current decisions)."""
         from .._present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.plot(self, ax=ax)
+        return drawing.plot(self, ax=ax, current=current)
 
     def to_markdown(self, limit: int | None = None) -> str:
         """A reply for an issue or a pull request: local paths redacted, within GitHub's comment limit."""

@@ -127,7 +127,7 @@ def advice_markdown(a, limit: int | None = None) -> str:
     return text if len(text) <= limit else text[: max(0, limit - 2)] + "…\n"
 
 
-def plot_advice(a, ax=None):
+def plot_advice(a, ax=None, current=None):
     """Cycles against dB: every set measured, the frontier joined, the recommendation and the budget marked."""
     from matplotlib.figure import Figure  # lazy: matplotlib only when a plot is asked for
 
@@ -145,6 +145,10 @@ def plot_advice(a, ax=None):
     if r.cycles is not None and r.db is not None:
         ax.scatter([r.cycles], [plot_db(r.db)], s=90, facecolors="none", edgecolors="#d93025", linewidths=2,
                    label="advice")
+    here = next((p for p in pts if current is not None and set(p.folded) == set(current)), None)
+    if here is not None:
+        ax.scatter([here.cycles], [plot_db(here.db)], marker="*", s=160, color="#188038", zorder=5,
+                   label="current decisions")
     for x in a.against:
         if x.cycles is not None and x.tosa_db is not None:
             ax.scatter([x.cycles], [plot_db(x.tosa_db)], marker="x", s=60, label=f"{x.rule} (TOSA, Vela)")
