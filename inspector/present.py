@@ -14,6 +14,7 @@ from ._present.tables import (SiteRow, site_prices, analysis_html, analysis_text
 from ._sweep.sweep import SweepBar
 from ._present.markup import escape
 from ._present.advice import advice_html
+from ._base.formats import cycles, db
 from .errors import quoted
 
 __all__ = [
@@ -26,6 +27,6 @@ __all__ = [
     "report_html", "figure_img", "ExplorerFiles", "advice_html",
     # what a form offers and checks
     "GRAPH_VIEWS", "GRAPH_SCOPES", "MAX_STEPS", "check_steps", "quoted", "SweepBar",
-    # the one HTML escape every page and panel writes with
-    "escape",
+    # the one HTML escape every page and panel writes with; the one way a dB or a cycle count is written
+    "escape", "db", "cycles",
 ]

@@ -70,15 +70,14 @@ class TradeoffPanel:
         else:
             self.current_point.value = (
                 f"<div>current decisions: {len(here.folded)} folded, "
-                f"{present.escape(f'{here.cycles:,}' if here.cycles is not None else '–')} cycles (predicted), "
-                f"{present.escape(f'{here.db:.2f}' if here.db is not None else '–')} dB (simulation)"
+                f"{present.escape(present.cycles(here.cycles))} cycles (predicted), "
+                f"{present.escape(present.db(here.db))} dB (simulation)"
                 f"{' — within the budget' if here.within else ' — outside the budget'}</div>")
         self.frontier.value = present.figure_img(advice.plot(current=here.folded if here is not None else None))
 
     def _button(self, i: int, p, advice) -> W.Button:
         tag = " (advice)" if p == advice.recommended else " (frontier)" if p.frontier else ""
-        label = (f"fold {len(p.folded)}: {p.cycles:,} cycles, {p.db:.2f} dB{tag}" if p.cycles is not None and
-                 p.db is not None else f"fold {len(p.folded)}{tag}")
+        label = f"fold {len(p.folded)}: {present.cycles(p.cycles)} cycles, {present.db(p.db)} dB{tag}"
         b = W.Button(description=label, layout=W.Layout(width="360px"), disabled=p.markers is None,
                      tooltip=("state-aware with markers: " + (", ".join(p.markers) or "nothing marked"))
                      if p.markers is not None else "no markers pick this set (a marker skips every mul that "

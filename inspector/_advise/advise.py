@@ -21,6 +21,7 @@ import math
 import time
 from typing import Any, Callable, Sequence
 
+from .._base.formats import db as db_text
 from .._cost.accelerators import accelerator_of
 from .._numbers.compare import compare
 from .._numbers.results import Variant
@@ -171,8 +172,8 @@ def advise(
         if _db(check) is not None and _db(check) >= tosa_best - budget:
             recommended = candidate
             break
-        notes.append(f"TOSA put {', '.join(candidate.folded) or 'nothing folded'} at {_db(check):.2f} dB, outside the "
-                     f"budget of {tosa_best:.2f} dB - {budget:g}: the next candidate was confirmed")
+        notes.append(f"TOSA put {', '.join(candidate.folded) or 'nothing folded'} at {db_text(_db(check))} dB, outside "
+                     f"the budget of {db_text(tosa_best)} dB - {budget:g}: the next candidate was confirmed")
     if recommended is None:
         raise InspectorError("no candidate set held its budget on the TOSA reference model: "
                              f"{'; '.join(notes[-CONFIRM_TRIES:])}")
