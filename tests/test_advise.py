@@ -72,7 +72,7 @@ def test_the_advice_is_a_best_set_among_every_set_measured_directly(target, step
 def test_the_advices_numbers_equal_a_fresh_tosa_compare_of_its_variant_to_the_digit():
     advice = inspector.advise(THREE, accelerator=U55, budget_db=0.0)
     inspector.clear_cache()
-    for variant in (advice.variant(), ("state-aware", advice.markers)):
+    for variant in [advice.variant()] + ([("state-aware", advice.markers)] if advice.markers is not None else []):
         (r,) = inspector.compare(THREE, [variant], accelerator=U55).results
         assert r.worst().sqnr_db == advice.recommended.tosa_db
         assert r.cost.cycles == advice.recommended.vela_cycles
@@ -173,3 +173,22 @@ def test_the_report_includes_the_advice(capsys):
     assert data["advice"]["folded"] == list(advice.folded)
     assert cli.main(["report", "sample:conv_mul_scalar", "--advise"]) == 2  # tosa-int has no cycles
     assert "no cost model" in capsys.readouterr().err
+
+
+def test_a_sweep_advises_each_model_and_says_what_the_rules_give_up(capsys):
+    models = ["sample:stateful_wide_scale", THREE]
+    s = inspector.sweep(models, ("upstream", "state-aware"), steps=1, accelerators=(U55,), advise_db=0.0)
+    assert len(s.advice) == len(models) and s.advice[0].target == "sample:stateful_wide_scale"
+    for model, a in zip(models, s.advice):  # each as advise gives it on its own
+        alone = inspector.advise(model, accelerator=U55, budget_db=0.0, steps=1)
+        assert (a.folded, a.recommended.tosa_db, a.recommended.vela_cycles) == (
+            alone.folded, alone.recommended.tosa_db, alone.recommended.vela_cycles)
+        assert {x.rule for x in a.against} == {"upstream", "state-aware", "off"}
+    md = s.format("md")
+    assert "Which sites should fold (the advice)" in md and "`state-aware` gives up" in md
+    assert json.loads(s.format("json"))["advice"][0]["kind"] == "advice"
+    with pytest.raises(inspector.InspectorError, match="give an Ethos-U"):
+        inspector.sweep(models, ("upstream",), steps=1, advise_db=1.0)
+    assert cli.main(["sweep", "sample:stateful_wide_scale", "--steps", "1", "--accelerators", U55,
+                     "--advise-db", "0", "--format", "md"]) == 0
+    assert "Which sites should fold (the advice)" in capsys.readouterr().out

@@ -273,6 +273,9 @@ def _other_commands(sub) -> None:
     w.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="a running Ray cluster (default: start a local one)")
     engine_argument(w, several=True)
+    w.add_argument("--advise-db", type=float, default=None, metavar="DB",
+                   help="also advise every model on every Ethos-U of --accelerators within this budget of dB: which "
+                        "sites should fold, and what upstream and state-aware give up against it")
     w.add_argument("--confirm", action="store_true",
                    help="with --engine simulation: then run on the TOSA reference the variants of every model whose "
                    "decisions at tfa differ between the rules; the table marks the numbers that stay simulated")
@@ -586,7 +589,7 @@ def _sweep(args) -> int:
                        variants=args.variants,
                        workers=args.workers, executor=args.executor, out=args.out, samples=args.samples, exclude=args.exclude,
                        input_shapes=shapes, ray_address=args.ray_address, progress=_SweepBars(), engine=args.engine,
-                       confirm=args.confirm, accelerators=args.accelerators)
+                       confirm=args.confirm, accelerators=args.accelerators, advise_db=args.advise_db)
     except KeyboardInterrupt:
 
         where = args.out or location()

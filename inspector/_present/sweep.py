@@ -71,6 +71,21 @@ def _sqnr_cell(sim: set, target: str, rule: str, value) -> str:
     return db(value) + (" (sim)" if (target, rule) in sim else "")
 
 
+def advice_rows(s) -> list[dict[str, str]]:
+    """Per advised model and accelerator: what the advice folds, its cycles and dB, and what each rule gives up."""
+    rows = []
+    for a in s.advice:
+        row = {"model": a.target, "accelerator": a.accelerator, "budget dB": f"{a.budget_db:g}",
+               "advice folds": f"{len(a.folded)}/{len(a.sites)}", "cycles (Vela)": cycles(a.recommended.vela_cycles),
+               "dB (TOSA)": db(a.recommended.tosa_db)}
+        for rule in ("upstream", "state-aware"):
+            x = next((x for x in a.against if x.rule == rule), None)
+            row[f"`{rule}` gives up"] = ("–" if x is None else
+                                         f"{cycles_change(x.cycles_saved)} cycles, {db_change(x.db_change)} dB")
+        rows.append(row)
+    return rows
+
+
 def sweep_markdown(s, limit: int) -> str:
     head = [f"### Fold rules over {len(s.models)} models: " + " vs ".join(f"`{p}`" for p in s.rules),
             "", f"Stages: {', '.join(s.stages)}" + (f"; TOSA INT reference, {_steps_text(s)}." if s.steps else "."),
@@ -127,6 +142,11 @@ def sweep_markdown(s, limit: int) -> str:
         "; SQNR (dB) at the last step on the TOSA INT reference, whose flow folds at tfa" if s.steps else "")
         + ("; (sim): the simulation's number, not confirmed on TOSA (the rules decide alike there)." if sim else "."),
         "", *markdown_table(header, model_cells)]
+    if s.advice:
+        models += ["", "#### Which sites should fold (the advice)", "",
+                   "Per model and Ethos-U: the set within the budget that buys the most cycles (searched on the "
+                   "simulation, confirmed on TOSA with Vela), and what each rule gives up against it.", ""]
+        models += markdown_table(list(advice_rows(s)[0]), [[_md(v) for v in r.values()] for r in advice_rows(s)])
     failed_variants = [v for v in s.variants if v.error]
     if failed_variants:
         models += ["", "#### Variants that did not run", ""]

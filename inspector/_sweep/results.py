@@ -38,6 +38,7 @@ class Sweep:
     notes: tuple[str, ...] = ()  # what the user should know about how it ran
     engine: str = "tosa"  # what computed the variants' numbers: "tosa" or "simulation" (_numbers/engines.py)
     accelerators: tuple[str, ...] = ("tosa-int",)  # what the variants were lowered for, each variant on each
+    advice: tuple = ()  # with advise_db: per model and Ethos-U, which sites should fold (``inspector.Advice``)
 
     @property
     def changed(self) -> tuple[ChangedSite, ...]:
@@ -110,6 +111,7 @@ class Sweep:
             "rows": [r.to_dict() for r in self.rows],
             "changed": [c.to_dict() for c in self.changed], "variants": [v.to_dict() for v in self.variants],
             "summary": self.summary(),
+            **({"advice": [a.to_dict() for a in self.advice]} if self.advice else {}),
             "run": {"executor": self.executor, "seconds": round(self.seconds, 3), "reused": self.reused,
                     "notes": list(self.notes)},
         })

@@ -49,6 +49,8 @@ from .._numbers.compare import variants_of, workers_of
 from .._numbers.engines import engine_of
 from .._decide.stages import check_stage
 from .._cost.accelerators import Accelerator, accelerator_of
+from .._advise.advise import advise
+from .._targets import load as _load
 
 
 def sweep(
@@ -69,6 +71,7 @@ def sweep(
     engine: str = "tosa",
     confirm: bool = False,
     accelerators: Sequence[Any] = ("tosa-int",),
+    advise_db: float | None = None,
 ) -> Sweep:
     """Decide every site of every model at every stage under every rule; with ``steps > 0``, also
     run each rule (or each of ``variants``) on the TOSA INT reference model for ``steps`` steps.
@@ -90,6 +93,9 @@ def sweep(
     ``accelerators``: what the variants are lowered for (``inspector.accelerators``; default ``tosa-int``); each
     variant runs on each, and on an Ethos-U its row has Vela's cycles (``SweepVariant.cycles``), and each changed
     site says what the rule change costs in cycles there (the first accelerator with a cost).
+    ``advise_db``: also advise (``inspector.advise``) every model that analysed on every Ethos-U among
+    ``accelerators`` within this budget: ``Sweep.advice``, and a table of what ``upstream`` and ``state-aware`` give
+    up against the advice, per model.
     """
 
     chosen = engine_of(engine)
@@ -114,9 +120,33 @@ def sweep(
     if executor not in _pool.EXECUTORS:
         raise InspectorError(f"unknown executor {quoted(executor)}; choose one of: {', '.join(_pool.EXECUTORS)}")
     root = _out_folder(out) if out is not None else _store.location()
+    npus = [c for c in chips if c.costs]
+    if advise_db is not None and not npus:
+        raise InspectorError("advise_db prices the fold in cycles: give an Ethos-U among the accelerators, e.g. "
+                             "accelerators=('ethos-u55-128',) (--accelerators ethos-u55-128)")
     with _store.using(root):  # the sweep's store, for everything it computes here and (by its tasks) in workers
-        return _swept(specs, rules, stage_list, steps, variants, compare_variants, workers, n_workers, executor, out,
-                      ray_address, progress, engine, confirm, t_start, chips)
+        result = _swept(specs, rules, stage_list, steps, variants, compare_variants, workers, n_workers, executor, out,
+                        ray_address, progress, engine, confirm, t_start, chips)
+        if advise_db is None:
+            return result
+        return _advised(result, specs, npus, advise_db, steps, workers, t_start)
+
+
+def _advised(result: Sweep, specs, npus, budget, steps, workers, t_start) -> Sweep:
+    """``result`` with every analysed model advised on every Ethos-U (a model whose advice fails: a note)."""
+    failed = {m.target for m in result.models if m.error}
+    advice, notes = [], list(result.notes)
+    for spec in specs:
+        if spec.label in failed or spec.steps == 0:
+            continue
+        inputs = _load.random_inputs(spec.input_shapes, f"input_shape of {spec.label}") if spec.input_shapes else None
+        for chip in npus:
+            try:
+                advice.append(advise(spec.target, inputs, accelerator=chip, budget_db=budget,
+                                     steps=max(1, spec.steps or steps or 1), workers=workers))
+            except InspectorError as exc:
+                notes.append(f"no advice for {spec.label} on {chip.name}: {exc}")
+    return replace(result, advice=tuple(advice), notes=tuple(notes), seconds=time.perf_counter() - t_start)
 
 
 def _out_folder(out) -> Path:
