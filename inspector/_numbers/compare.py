@@ -128,7 +128,9 @@ def compare(
             report(i, "cached", 1.0)
         else:
             to_run.append(i)
-    if to_run and reference is None:
+    # every variant may come from the store while the float reference is no longer in this process's memory
+    # (after clear_cache): the comparison still carries it, computed again (a float run, no lowering)
+    if reference is None and (to_run or any(r is not None and r.error is None for r in results)):
         _flow.check_recurrent(loaded)
         reference = _flow.float_reference(loaded, steps)
         RESULTS.put_reference(base, reference)
