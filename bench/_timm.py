@@ -38,3 +38,18 @@ def import_timm():
     import timm
 
     return timm
+
+
+def bench_target(spec: str, seed: int = 0):
+    """(model, example inputs) a benchmark runs: ``name@size`` is a timm net with random weights (seeded) and one
+    ``size`` x ``size`` image; anything else (``sample:NAME``, ``file.py:Class``) goes to the loader as it is."""
+    if "@" not in spec:
+        return spec, None
+    import torch
+
+    name, size = spec.split("@")
+    timm = import_timm()
+    torch.manual_seed(seed)
+    model = timm.create_model(name, pretrained=False).eval()
+    torch.manual_seed(seed + 1)
+    return model, (torch.rand(1, 3, int(size), int(size)),)

@@ -23,7 +23,7 @@ import tempfile
 import time
 import warnings
 
-from _timm import ROOT, ensure_extras, import_timm
+from _timm import ROOT, bench_target, ensure_extras
 
 ACCELERATOR = os.environ.get("BENCH_ACCELERATOR", "ethos-u55-128")
 TARGET = 3.0
@@ -41,25 +41,12 @@ def _models() -> list[str]:
              "sample:mobilenetv2_inverted_residual", THREE] + (list(TIMM) if os.environ.get("BENCH_TIMM") else []))
 
 
-def _target(spec: str):
-    if "@" not in spec:
-        return spec, None
-    import torch
-
-    name, size = spec.split("@")
-    timm = import_timm()
-    torch.manual_seed(SEED)
-    model = timm.create_model(name, pretrained=False).eval()
-    torch.manual_seed(SEED + 1)
-    return model, (torch.rand(1, 3, int(size), int(size)),)
-
-
 def child(spec: str, what: str) -> dict:
     warnings.filterwarnings("ignore")
     sys.path.insert(0, str(ROOT))
     import inspector
 
-    target, inputs = _target(spec)
+    target, inputs = bench_target(spec, SEED)
     t0 = time.perf_counter()
     if what == "compare":
         inspector.compare(target, ("off", "upstream"), example_inputs=inputs, accelerator=ACCELERATOR)

@@ -25,7 +25,7 @@ import tempfile
 import time
 import warnings
 
-from _timm import ROOT, ensure_extras, import_timm
+from _timm import ROOT, bench_target, ensure_extras
 
 ACCELERATOR = os.environ.get("BENCH_ACCELERATOR", "ethos-u55-128")
 VARIANTS = ("off", "upstream")
@@ -52,26 +52,13 @@ def _models() -> list[str]:
     return with_sites + list(TIMM)
 
 
-def _target(spec: str):
-    if spec.startswith("sample:"):
-        return spec, None
-    import torch
-
-    name, size = spec.split("@")
-    timm = import_timm()
-    torch.manual_seed(SEED)
-    model = timm.create_model(name, pretrained=False).eval()
-    torch.manual_seed(SEED + 1)
-    return model, (torch.rand(1, 3, int(size), int(size)),)
-
-
 def child(spec: str, accelerator: str) -> dict:
     """The first ``compare`` of this process on ``spec`` for ``accelerator``."""
     warnings.filterwarnings("ignore")
     sys.path.insert(0, str(ROOT))
     import inspector
 
-    target, inputs = _target(spec)
+    target, inputs = bench_target(spec, SEED)
     t0 = time.perf_counter()
     cmp = inspector.compare(target, VARIANTS, example_inputs=inputs, workers=1, accelerator=accelerator)
     seconds = time.perf_counter() - t0
