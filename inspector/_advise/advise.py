@@ -17,6 +17,7 @@ How it works (docs/advice.md says it for users):
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 import math
 import time
 from typing import Any, Callable, Sequence
@@ -272,19 +273,14 @@ def _frontier(points: dict) -> dict:
         beaten = any(q is not p and q.cycles is not None and p.cycles is not None and q.db is not None and
                      p.db is not None and q.cycles <= p.cycles and q.db >= p.db and
                      (q.cycles < p.cycles or q.db > p.db) for q in points.values())
-        out[fold] = _replace(p, frontier=not beaten and p.cycles is not None and p.db is not None)
+        out[fold] = replace(p, frontier=not beaten and p.cycles is not None and p.db is not None)
     return out
 
 
 def _confirmed(p: Point, result) -> Point:
     if result is None:
         return p
-    return _replace(p, tosa_db=_db(result), vela_cycles=_cycles(result))
-
-
-def _replace(p: Point, **changes) -> Point:
-    from dataclasses import replace  # noqa: PLC0415 (a one-off; dataclasses is always there)
-    return replace(p, **changes)
+    return replace(p, tosa_db=_db(result), vela_cycles=_cycles(result))
 
 
 def _greedy(reachable, prices, measured_db, budget, measure_set) -> None:
