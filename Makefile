@@ -36,7 +36,7 @@ $(STAMP): pyproject.toml
 	@$(VENV_PYTHON) -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)' || \
 		{ echo "$(VENV) is not a virtual environment; remove it and run make again" >&2; exit 1; }
 	$(VENV_PYTHON) -m pip install --quiet --upgrade pip
-	$(VENV_PYTHON) -m pip install --no-compile -e '.[test,explorer,ray]'
+	$(VENV_PYTHON) -m pip install --no-compile -e '.[test,explorer,ray,timm]'
 	$(VENV_PYTHON) -m compileall -q -j 0 "$$($(VENV_PYTHON) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" >/dev/null || true
 	touch $@
 

@@ -1,55 +1,41 @@
-"""timm for the benchmarks: installed on first use, imported with torchvision's C ops skipped.
+"""timm for the benchmarks: the project's own `timm` extra (make setup installs it), imported as the
+inspector imports it (``inspector/_targets/timm_nets.py``: torchvision's C ops are a CUDA build, skipped).
 
-timm and torchvision are not dependencies of the project: they are installed without their
-dependencies into ``.venv/bench-extras`` on first use (``BENCH_EXTRAS=<folder>`` names another
-folder that holds them). torchvision's wheel is a CUDA build whose C ops do not load with the CPU
-torch; its fake-op registrations are stubbed before import, which is all the model definitions
-need.
+A benchmark's ``name@size`` is the inspector's ``timm:name@size`` target: random weights from seed 0, one
+``size`` x ``size`` image from seed 1, the same model in every process.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
-import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-EXTRAS = Path(os.environ.get("BENCH_EXTRAS") or ROOT / ".venv" / "bench-extras")
-PINS = ("timm==1.0.29", "torchvision==0.28.0")
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from inspector._targets import timm_nets  # noqa: E402
+from inspector.errors import InspectorError  # noqa: E402
 
 
 def ensure_extras() -> None:
-    """timm and torchvision in ``EXTRAS`` (pip --target, no dependencies), installed if missing."""
-    if (EXTRAS / "timm").is_dir() and (EXTRAS / "torchvision").is_dir():
-        return
-    print(f"installing {' '.join(PINS)} into {EXTRAS} (no dependencies)", flush=True)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(EXTRAS), *PINS],
-                   check=True)
+    """Stop with the one line that says how to install timm when it is missing."""
+    try:
+        timm_nets.import_timm()
+    except InspectorError as exc:
+        raise SystemExit(f"bench: {exc}") from None
 
 
 def import_timm():
-    """The ``timm`` module, from ``EXTRAS``."""
-    if str(EXTRAS) not in sys.path:
-        sys.path.insert(0, str(EXTRAS))
-    # torchvision's C ops are a CUDA build: skip the fake-op registrations that need them
-    sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
-    import timm
-
-    return timm
+    """The ``timm`` module."""
+    return timm_nets.import_timm()
 
 
-def bench_target(spec: str, seed: int = 0):
-    """(model, example inputs) a benchmark runs: ``name@size`` is a timm net with random weights (seeded) and one
-    ``size`` x ``size`` image; anything else (``sample:NAME``, ``file.py:Class``) goes to the loader as it is."""
-    if "@" not in spec:
-        return spec, None
-    import torch
-
-    name, size = spec.split("@")
-    timm = import_timm()
-    torch.manual_seed(seed)
-    model = timm.create_model(name, pretrained=False).eval()
-    torch.manual_seed(seed + 1)
-    return model, (torch.rand(1, 3, int(size), int(size)),)
+def bench_target(spec: str, seed: int = timm_nets.WEIGHT_SEED):
+    """(target, example inputs) a benchmark runs: ``name@size`` is ``timm:name@size`` (the inspector builds it);
+    anything else (``sample:NAME``, ``file.py:Class``, ``timm:...``) goes to the loader as it is."""
+    if seed != timm_nets.WEIGHT_SEED:
+        raise ValueError(f"timm targets are built from seed {timm_nets.WEIGHT_SEED}")
+    if "@" in spec and ":" not in spec:
+        return timm_nets.PREFIX + spec, None
+    return spec, None

@@ -1,7 +1,7 @@
 """What the cost costs: a compare on an Ethos-U (cost included) against the same compare on tosa-int.
 
 Per model (every sample with a site, and two timm nets at 64x64: nf_resnet26 and nf_regnet_b0; random
-weights, ``bench/_timm.py`` installs timm), the variants ``off`` and ``upstream``, ``workers=1``, each
+weights, the project's ``timm`` extra), the variants ``off`` and ``upstream``, ``workers=1``, each
 measurement the first ``compare`` of a fresh process:
 
 1. on ``tosa-int``, the result store off;

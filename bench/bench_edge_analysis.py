@@ -22,8 +22,8 @@ two sides' CPU seconds (steadier on a busy machine; the weights are copied on a 
 while the model is exported, which lowers wall time and not CPU time), the load average of each
 repeat and where the inspector's time goes.
 
-timm and torchvision are not dependencies of the project: ``bench/_timm.py`` installs them on
-first use and imports them. ``BENCH_REPEATS`` (default 3) sets the repeats, ``BENCH_MODELS`` (comma-separated) the models.
+timm and torchvision come with the project's ``timm`` extra (make setup installs it); ``bench/_timm.py``
+imports them as the inspector does. ``BENCH_REPEATS`` (default 3) sets the repeats, ``BENCH_MODELS`` (comma-separated) the models.
 """
 
 from __future__ import annotations

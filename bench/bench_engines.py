@@ -1,6 +1,6 @@
 """The two engines on real networks: how much faster the simulation preview is, and how far it is from TOSA.
 
-Over timm architectures with random weights (``bench/_timm.py`` installs timm): resnet18 at
+Over timm architectures with random weights (the project's ``timm`` extra): resnet18 at
 224x224 (no sites), nf_resnet26 at 224x224 (8 sites, all fold at tfa) and ghostnet_100 at 224x224
 (2 sites, both skipped), the variants ``off`` and ``upstream``. Each engine's ``compare`` is the
 FIRST call of a FRESH process (one subprocess per model and engine, ``workers=1``, the result

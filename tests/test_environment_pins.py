@@ -40,7 +40,7 @@ def _environment() -> dict:
 def _pyproject_requirements() -> list[str]:
     project = _pyproject()["project"]
     extras = project["optional-dependencies"]
-    return list(project["dependencies"]) + list(extras["test"]) + list(extras["explorer"]) + list(extras["ray"])
+    return list(project["dependencies"]) + list(extras["test"]) + list(extras["explorer"]) + list(extras["ray"]) + list(extras["timm"])
 
 
 def _conda_dependencies() -> list[str]:

@@ -110,7 +110,7 @@ def _model_command_factory(sub):
     def model_command(name: str, help: str, *, stage_and_rule: bool = True, mark_help: str = "",
                       markers: bool = True):
         """A subcommand that takes a model: TARGET, --input-shape, --mark, and usually --stage/--rule."""
-        cmd = sub.add_parser(name, help=help, description="TARGET is sample:NAME, path/to/file.py:ClassName, or model.pt2.")
+        cmd = sub.add_parser(name, help=help, description="TARGET is sample:NAME, path/to/file.py:ClassName, model.pt2, or timm:NAME@SIZE.")
         cmd.add_argument("target", metavar="TARGET")
         cmd.add_argument("--input-shape", action="append", default=[], metavar="1,3,8,8",
                          help="shape of one example input (repeat per input); random seeded float32")
@@ -241,7 +241,7 @@ def _other_commands(sub) -> None:
     sub.add_parser("samples", help="list the built-in sample models")
 
     w = sub.add_parser("sweep", help="decide (and compare) many models under several rules: one table for a pull request",
-                       description="TARGET is sample:NAME, path/to/file.py:ClassName, or model.pt2; --models reads "
+                       description="TARGET is sample:NAME, path/to/file.py:ClassName, model.pt2, or timm:NAME@SIZE; --models reads "
                        "a TOML file of [[model]] tables (target, input_shape, steps, name).")
     w.add_argument("targets", nargs="*", metavar="TARGET")
     w.add_argument("--models", action="append", default=[], metavar="FILE.toml",

@@ -30,6 +30,7 @@ from .facts import Fact, Facts
 from .._base.limits import check_shape
 from .samples import samples
 from . import pt2 as _pt2
+from . import timm_nets
 
 SAMPLE_PREFIX = "sample:"
 # What a target keeps of this module's making: every buffer's initial value by module path.
@@ -69,7 +70,8 @@ _TARGETS = BoundedCache(16, "targets")
 
 
 def load(target: Any, example_inputs: Any = None) -> Target:
-    """Resolve ``target`` (module, ExportedProgram, sample name, ``.pt2`` path, ``file.py:Class``).
+    """Resolve ``target`` (module, ExportedProgram, sample name, ``.pt2`` path, ``file.py:Class``,
+    ``timm:NAME@SIZE``).
 
     Every call exports afresh (cheap next to everything after it) and fingerprints the
     exported program; a model whose program, weights, constants and inputs are all the
@@ -102,12 +104,16 @@ def _load(target: Any, example_inputs: Any) -> Target:
         text = os.fspath(target)
         if text.startswith(SAMPLE_PREFIX) or _is_sample(text):
             return _from_sample(text.removeprefix(SAMPLE_PREFIX), example_inputs)
+        if text.startswith(timm_nets.PREFIX):
+            model, inputs, name = timm_nets.build(text)
+            return _from_module(model, inputs if example_inputs is None else example_inputs, name)
         if text.endswith(".pt2"):
             return _from_program(load_pt2(text), example_inputs, os.path.basename(text))
         if ".py:" in text:
             return _from_script(text, example_inputs)
         raise InspectorError(
-            f"cannot tell what {quoted(text)} is; give a sample (sample:NAME), a .pt2 file, or path/to/file.py:ClassName"
+            f"cannot tell what {quoted(text)} is; give a sample (sample:NAME), a .pt2 file, path/to/file.py:ClassName "
+            "or a timm architecture (timm:NAME@SIZE)"
         )
     raise InspectorError(
         f"cannot analyze a {type(target).__name__}; give an nn.Module with example inputs, an ExportedProgram, "
