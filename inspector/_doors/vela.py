@@ -379,13 +379,15 @@ class TosaOp:
 
 def tosa_ops(delegate) -> tuple[TosaOp, ...]:
     """The operators of a TOSA delegate (a lowered module, or a flatbuffer), each with the node it comes
-    from: read from the flatbuffer when it was lowered with ``DebugMode.TOSA``; else, for a lowered
-    module, from the same delegate lowered again with it (the same flatbuffer plus locations)."""
+    from: read from the flatbuffer when it was lowered with ``DebugMode.TOSA`` (any operator has a location;
+    an operator the backend's own passes made from no node has none, and lowering again would not give it
+    one); else, for a lowered module, from the same delegate lowered again with it (the same flatbuffer plus
+    locations)."""
     _ready()
     data = bytes(delegate) if isinstance(delegate, (bytes, bytearray)) else bytes(delegate.processed_bytes)
     ops = _read_ops(data)
     computed = [o for o in ops if o.op != "CONST"]
-    if isinstance(delegate, (bytes, bytearray)) or not computed or all(o.node is not None for o in computed):
+    if isinstance(delegate, (bytes, bytearray)) or not computed or any(o.node is not None for o in computed):
         return ops
     located = _read_ops(_with_locations(delegate))
     if [(o.op, o.inputs, o.outputs) for o in located] != [(o.op, o.inputs, o.outputs) for o in ops]:
