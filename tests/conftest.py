@@ -63,7 +63,6 @@ OWN_GROUP = {
     "test_browser.py::test_where_the_error_enters_panel": 81,  # starts a JupyterLab server of its own
     "test_browser.py::test_voila_opens_the_same_ui": 38,
     "test_cli.py::test_compare_json_is_exactly_one_document_and_debug_shows_the_backend_output": 34,
-    "test_house.py::test_no_module_keeps_a_cache_of_its_own": 45,
     "test_compare.py::test_workers_give_bit_identical_results_and_name_each_variant": 34,
     # three new processes each (measured here, 2 busy cores)
     "test_store.py::test_compare_in_a_new_process_answers_from_the_store_and_an_edited_helper_is_computed_again": 148,

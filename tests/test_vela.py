@@ -298,3 +298,22 @@ def test_every_name_the_vela_door_reads_is_there():
     _executorch.check_required(vela.REQUIRED)
     _executorch.check_required(vela.VELA_REQUIRED, vela.SUPPORTED, "ethos-u-vela")
     _executorch.check_required(vela.SCHEMA_REQUIRED, "2026.8.0", "tosa-tools")
+
+
+@pytest.mark.requires_tosa
+def test_sharing_provenance_lowers_the_same_program():
+    """The door lowers with torch.fx's provenance records shared instead of copied (``shared_provenance``, a
+    quarter of a lowering): the same flatbuffer, byte for byte, as ExecuTorch's own call, the same ops and
+    sources with locations, and torch's class as it was after."""
+    import torch.fx.traceback as fx_traceback
+
+    from inspector._doors import tosa, vela
+
+    config, plain = _tosa_flow("ethos-u55-128", False)
+    _, located = _tosa_flow("ethos-u55-128", False, locations=True)
+    shared = tosa.lower(_quantized("ethos-u55-128", False), config.tosa_spec)
+    shared_located = tosa.lower(_quantized("ethos-u55-128", False), config.tosa_spec, locations=True)
+    assert vela.delegates(shared) == vela.delegates(plain)
+    key = lambda ops: [(o.op, o.inputs, o.outputs, o.source) for o in ops]  # noqa: E731
+    assert key(vela.tosa_ops(vela.delegates(shared_located)[0])) == key(vela.tosa_ops(vela.delegates(located)[0]))
+    assert "__deepcopy__" not in vars(fx_traceback.NodeSource)

@@ -17,6 +17,7 @@ from importlib.metadata import PackageNotFoundError, version
 import copy
 import contextlib
 import functools
+import threading
 import weakref
 from types import ModuleType
 from typing import Any, Callable, Iterator, Protocol
@@ -55,6 +56,7 @@ REQUIRED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (_ARM_QUANTIZER_UTILS, "NodeFinder", ("find_nodes",)),
     ("executorch.exir", "to_edge", ()),
     ("torch.fx._lazy_graph_module", "_LazyGraphModule", ("from_graphmodule",)),
+    ("torch.fx.traceback", "NodeSource", ("to_dict",)),
 )
 
 
@@ -332,6 +334,39 @@ def fast_signature_lookups(program) -> Iterator[None]:
                 signature.__class__ = ExportGraphSignature
                 signature.__dict__.pop("_inspector_lookups", None)
         program.__class__ = ExportedProgram
+
+
+_SHARING = threading.Lock()
+_SHARERS = 0  # scopes of shared_provenance open now, in every thread
+
+
+def _share(self, memo):
+    return self
+
+
+@contextlib.contextmanager
+def shared_provenance() -> Iterator[None]:
+    """In this scope a copy of a node's provenance shares torch.fx's ``NodeSource`` records instead of copying
+    them. Each node a pass makes records where it came from (``meta["from_node"]``) by deep-copying its source's
+    whole chain of records, and the lowering's passes copy whole graphs (their metadata with them) over and
+    over: a quarter to a third of a lowering here (docs/stack-facts.md). A record is never changed once made
+    (only its own caches of its text are filled), so a shared one reads exactly as a copy would; what the
+    lowering produces is the same, byte for byte (tests/test_vela.py). torch's class gets a ``__deepcopy__``
+    for the scope (other threads copying a record meanwhile share it too, which reads the same) and loses it
+    when the last scope ends."""
+    global _SHARERS
+    source = _get("torch.fx.traceback", "NodeSource")
+    with _SHARING:
+        _SHARERS += 1
+        if _SHARERS == 1:
+            source.__deepcopy__ = _share
+    try:
+        yield
+    finally:
+        with _SHARING:
+            _SHARERS -= 1
+            if _SHARERS == 0 and source.__dict__.get("__deepcopy__") is _share:
+                del source.__deepcopy__
 
 
 def lazy_program(program):

@@ -77,6 +77,7 @@ def lower(program, spec: str = SPEC, *, locations: bool = False):
             compile_spec.dump_intermediate_artifacts_to(folder).dump_debug_info(
                 _get(_ARM_SPEC, "ArmCompileSpec").DebugMode.TOSA)
         partitioner = _get(_PARTITIONER, "TOSAPartitioner")(compile_spec)
+        stack.enter_context(_executorch.shared_provenance())
         return _get("executorch.exir", "to_edge_transform_and_lower")(program, partitioner=[partitioner])
 
 

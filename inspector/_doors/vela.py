@@ -416,7 +416,7 @@ def _with_locations(module) -> bytes:
     backend = _get(_TOSA_BACKEND, "TOSABackend")
     program = copy.deepcopy(module.original_module)  # the backend's passes rewrite the graph they are given
     with tempfile.TemporaryDirectory(prefix="inspector-tosa-") as folder, \
-            _quiet.quiet_loggers(*_executorch.ARM_PASS_LOGGERS):
+            _quiet.quiet_loggers(*_executorch.ARM_PASS_LOGGERS), _executorch.shared_provenance():
         spec.dump_intermediate_artifacts_to(folder).dump_debug_info(mode)  # DebugMode needs a folder; it gets a .tosa
         try:
             return bytes(backend.preprocess(program, spec._to_list()).processed_bytes)
