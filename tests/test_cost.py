@@ -145,6 +145,23 @@ def test_the_off_variants_site_price_is_the_unfolded_muls_rows_on_ethos_u55(samp
     assert comparison.tradeoff().variant("upstream").saved == off.cost.cycles - comparison.result("upstream").cost.cycles
 
 
+@pytest.mark.parametrize("sample", SAMPLES)
+def test_on_ethos_u85_a_chained_muls_price_is_what_its_conv_rows_save(sample):
+    """Vela chains the mul into the conv before it on the u85: the Mul row costs a few cycles (0 on timm's
+    nf_resnet26) and the work is in the conv's row. The site's price is its rows in off minus its conv's rows in
+    upstream, far more than its mul's own rows."""
+    comparison = _compare(sample, "ethos-u85-256")
+    off, upstream = comparison.result("off"), comparison.result("upstream")
+    (site,) = [s.site_id for s in off.sites]
+    price = comparison.tradeoff().sites[0]
+    mine = off.cost.site_cycles(site)
+    folded = upstream.cost.site_cycles(site, "conv")
+    assert price.bought == mine - folded != off.cost.site_cycles(site, "mul")
+    assert "Vela chains the mul into the conv" in price.how
+    # the other rows do not change: the site's price is all upstream saves
+    assert price.bought == off.cost.cycles - upstream.cost.cycles
+
+
 def test_a_per_channel_scale_on_u55_costs_the_flash_reads():
     """The per-channel scale is a constant kept in off-chip flash on u55's Shared_Sram: its mul waits on it."""
     off = _compare("conv_mul_channel_scale", "ethos-u55-128").result("off")

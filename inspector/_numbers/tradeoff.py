@@ -1,5 +1,7 @@
 """What the fold buys and what it costs, side by side: per variant Vela's cycles beside its dB, and per site
-the cycles folding it buys (its mul's own rows in the variant that folds nothing, ``off``).
+the cycles folding it buys: its rows in the variant that folds nothing (``off``) minus its conv's rows in a
+variant that folds it (on the Ethos-U55 its mul's own rows; on the Ethos-U85, where Vela chains the mul into
+the conv's operation, only the difference shows it).
 
 A ``Tradeoff`` is read from a ``Comparison`` on an NPU accelerator (``Comparison.tradeoff()``); nothing runs.
 The dB of a variant is the worst output's SQNR at the last step (at the worst step too, for recurrent models).
@@ -124,15 +126,40 @@ def tradeoff(comparison) -> Tradeoff:
             prices.append(SitePrice(site, None, "no variant that folds nothing to read it in", folded_in))
             continue
         rows_of_mul = [layer for layer in base.cost.layers if layer.site == site and layer.role == "mul"]
-        if rows_of_mul:
-            prices.append(SitePrice(site, sum(layer.cycles for layer in rows_of_mul),
-                                    f"its mul's {len(rows_of_mul)} row(s) in {base.variant.label}", folded_in))
+        own = sum(layer.cycles for layer in rows_of_mul)
+        saved = _saved_in_own_rows(site, base, [r for r in measured if r.variant.label in folded_in])
+        if saved is not None and saved[0] != own:
+            prices.append(SitePrice(site, saved[0], f"its conv's and mul's rows in {base.variant.label} minus its "
+                                                    f"conv's rows in {saved[1]}, which folds it (its mul's own rows: "
+                                                    f"{own:,} cycles; Vela chains the mul into the conv's operation)",
+                                    folded_in))
+        elif rows_of_mul:
+            same = f" (its conv's rows are the same in {saved[1]}, which folds it)" if saved is not None else ""
+            prices.append(SitePrice(site, own, f"its mul's {len(rows_of_mul)} row(s) in {base.variant.label}{same}",
+                                    folded_in))
         else:
             prices.append(SitePrice(site, None, f"its mul has no row of its own in {base.variant.label} (Vela fused "
                                                 "it into another operation): only the variants' totals show its "
                                                 "price", folded_in))
     return Tradeoff(comparison.target, comparison.accelerator, base.variant.label if base is not None else None,
                     tuple(rows), tuple(prices), tuple(dict.fromkeys(notes + list(base.cost.notes if base else ()))))
+
+
+def _saved_in_own_rows(site: str, base, folding) -> tuple[int, str] | None:
+    """(cycles, variant label): what folding ``site`` saves in its own rows: its conv's and mul's rows in ``base``
+    minus its conv's rows in the first variant of ``folding`` that has them. On the Ethos-U55 that is its mul's
+    rows; on the Ethos-U85 Vela chains the mul into the conv's operation (the mul's row shows 0 or a few cycles
+    and the work is in the conv's row), so only the difference shows it. None: no such rows."""
+    mine = [layer for layer in base.cost.layers if layer.site == site]
+    if not any(layer.role == "conv" for layer in mine):
+        return None
+    for r in folding:
+        if r.cost is None:
+            continue
+        conv = [layer for layer in r.cost.layers if layer.site == site and layer.role == "conv"]
+        if conv:
+            return sum(layer.cycles for layer in mine) - sum(layer.cycles for layer in conv), r.variant.label
+    return None
 
 
 __all__ = ["SitePrice", "Tradeoff", "VariantTrade", "tradeoff"]
