@@ -97,8 +97,6 @@ SECONDS = {
     "test_notebooks.py::test_notebook_runs[04_triage_an_issue_report.ipynb]": 62,
     "test_notebooks.py::test_notebook_runs[05_write_a_rule.ipynb]": 106,
     "test_notebooks.py::test_notebook_runs[06_sweep_a_rule.ipynb]": 154,
-    # timm's nf_resnet26 advised on two accelerators (measured alone: about 6 minutes of two cores)
-    "test_notebooks.py::test_notebook_runs[09_which_sites_should_fold.ipynb]": 400,
     "test_browser.py::test_quickstart_marker_toggle_and_reference_run": 61,
     "test_browser.py::test_hostile_module_name_is_shown_as_text": 35,
     "test_regions.py::test_toggles_on_regions_equal_the_whole_graph_run[generated_blocks-edge]": 17,
