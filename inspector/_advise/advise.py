@@ -72,8 +72,9 @@ def advise(
     if isinstance(exhaustive_up_to, bool) or not isinstance(exhaustive_up_to, int) or exhaustive_up_to < 0:
         raise InspectorError(f"exhaustive_up_to is a number of sites (0 or more), got {quoted(exhaustive_up_to)}")
     say = progress or (lambda phase, fraction: None)
-    common = dict(example_inputs=example_inputs, steps=steps, calibration=calibration, quantization=quantization,
-                  accelerator=chip)
+    # loaded once: every compare below asks about the same model (a timm net's build and export is seconds)
+    target = _load.load(target, example_inputs)
+    common = dict(steps=steps, calibration=calibration, quantization=quantization, accelerator=chip)
 
     say("the ends on TOSA and Vela (off, upstream; state-aware beside them)", 0.0)
     # state-aware decides like upstream wherever the flow folds at tfa: then it is computed once (its decisions)
@@ -204,12 +205,11 @@ def advise(
 # ---------------------------------------------------------------- pieces
 
 
-def _marked_by(target, wanted: dict, common: dict) -> dict:
+def _marked_by(loaded: _load.Target, wanted: dict, common: dict) -> dict:
     """Per set, its markers if ``("state-aware", markers)`` folds exactly that set, else None. Markers change only
     where the pass folds, so the check is the real pass deciding on the tfa graph of the accelerator's quantizer,
     as compare predicts a variant's decisions (about 0.1 s a set on nf_resnet26, against 1 s for a simulated
     run); a model whose decisions cannot be predicted so (overrides, a graph not captured) is run instead."""
-    loaded = _load.load(target, common["example_inputs"])
     default = quantization_of(common["quantization"])
     variants = {fold: Variant(get_rule(GUARD), m) for fold, m in wanted.items()}
     plans = {fold: plan_of(loaded, v, default, common["accelerator"]) for fold, v in variants.items()}
@@ -221,7 +221,7 @@ def _marked_by(target, wanted: dict, common: dict) -> dict:
         else:
             run.append(fold)
     if run:
-        picked = compare(target, [variants[f] for f in run], engine="simulation", **common).results
+        picked = compare(loaded, [variants[f] for f in run], engine="simulation", **common).results
         out.update({f: (wanted[f] if r.error is None and set(_folded(r)) == set(f) else None)
                     for f, r in zip(run, picked)})
     return {fold: out[fold] for fold in wanted}
