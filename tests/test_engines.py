@@ -176,3 +176,59 @@ def test_a_report_of_simulated_numbers_says_so():
     md = analysis.report(comparison, format="md")
     assert f"engine: {SIMULATION_NOTE}" in md and "--engine simulation" in md
     assert json.loads(analysis.report(comparison, format="json"))["comparison"]["engine"] == "simulation"
+
+
+def test_a_remembered_histogram_search_gives_the_range_the_observer_computes():
+    """The converter's histogram search is remembered by what it reads (counts, range, bins): the same range,
+    bit for bit, computed once; other counts, another range; the class is left as torchao made it."""
+    import torch
+    from torchao.quantization.pt2e.observer import HistogramObserver
+
+    original = HistogramObserver.__dict__["_non_linear_param_search"]
+    calls = []
+
+    def observed(values: torch.Tensor):
+        obs = HistogramObserver(dtype=torch.int8, qscheme=torch.per_tensor_symmetric)
+        obs(values)
+        return obs
+
+    def counting(self):
+        calls.append(1)
+        return original(self)
+
+    data = torch.randn(4, 8, 16, 16, generator=torch.Generator().manual_seed(3)) * 3
+    plain = observed(data).calculate_qparams()
+    inspector.clear_cache()
+    HistogramObserver._non_linear_param_search = counting  # the search the scope remembers, counted
+    try:
+        with _tosa.remembered_histogram_searches():
+            first = observed(data).calculate_qparams()
+            again = observed(data.clone()).calculate_qparams()
+            other = observed(data * 2).calculate_qparams()
+    finally:
+        HistogramObserver._non_linear_param_search = original
+    assert len(calls) == 2  # the same counts once; the other counts once more
+    for got in (first, again):
+        assert all(torch.equal(a, b) for a, b in zip(got, plain))
+    assert not torch.equal(other[0], plain[0])
+    assert HistogramObserver.__dict__["_non_linear_param_search"] is original
+
+
+def test_a_conversion_with_remembered_searches_is_the_conversion_without(monkeypatch):
+    """Two variants of one model on the simulation, with the searches remembered and without: the same outputs,
+    bit for bit (the second variant's searches before its site are the first's)."""
+    import contextlib
+
+    import torch
+
+    def outputs():
+        inspector.clear_cache()
+        c = inspector.compare("sample:conv_mul_chain", ("off", "upstream"), engine="simulation")
+        return [o for r in c.results for step in r.outputs for o in step]
+
+    monkeypatch.setenv("FOLD_INSPECTOR_STORE", "off")
+    remembered = outputs()
+    monkeypatch.setattr(_tosa, "remembered_histogram_searches", contextlib.nullcontext)
+    computed = outputs()
+    assert len(remembered) == len(computed) > 0
+    assert all(torch.equal(a, b) for a, b in zip(remembered, computed))

@@ -16,10 +16,13 @@ import threading
 from typing import Iterator
 
 from . import executorch as _executorch
+from .._base.cache import BoundedCache
+from .._base.hashing import digest
 from ..errors import InspectorError
 
 SPEC = "TOSA-1.0+INT"
 _QUANTIZE = "torchao.quantization.pt2e.quantize_pt2e"
+_OBSERVER = "torchao.quantization.pt2e.observer"
 _PARTITIONER = "executorch.backends.arm.tosa.partitioner"
 _RUNNER = "executorch.backends.arm.test.runner_utils"
 _ARM_SPEC = "executorch.backends.arm.common.arm_compile_spec"
@@ -27,6 +30,7 @@ _ARM_SPEC = "executorch.backends.arm.common.arm_compile_spec"
 REQUIRED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (_QUANTIZE, "prepare_pt2e", ()),
     (_QUANTIZE, "convert_pt2e", ()),
+    (_OBSERVER, "HistogramObserver", ("_non_linear_param_search", "calculate_qparams")),
     ("executorch.exir", "to_edge_transform_and_lower", ()),
     (_PARTITIONER, "TOSAPartitioner", ()),
     (_PARTITIONER, "WhyNoPartitionReporter", ("report_reject",)),
@@ -61,7 +65,58 @@ def prepare_pt2e(module, quantizer):
 
 
 def convert_pt2e(module):
-    return _get(_QUANTIZE, "convert_pt2e")(module)
+    with remembered_histogram_searches():
+        return _get(_QUANTIZE, "convert_pt2e")(module)
+
+
+# The range each histogram observer settles on, by everything it is computed from (the histogram's counts, its
+# range, bins and target bins, the observer's class): the same observed values give the same range, so it is
+# computed once. A few KB an entry.
+_SEARCHES = BoundedCache(4096, "histogram searches")
+_SEARCHING = threading.Lock()
+_SEARCHERS = 0  # scopes of remembered_histogram_searches open now, in every thread
+
+
+def _searched(original):
+    @functools.wraps(original)
+    def search(self):
+        if self.histogram.device.type != "cpu":
+            return original(self)
+        key = digest(type(self).__module__, type(self).__qualname__, self.histogram, self.min_val, self.max_val,
+                     self.bins, self.dst_nbins)
+        found = _SEARCHES.get(key)
+        if found is None:
+            found = tuple(t.detach().clone() for t in original(self))
+            _SEARCHES.put(key, found)
+        return tuple(t.clone() for t in found)
+
+    search._inspector_original = original
+    return search
+
+
+@contextlib.contextmanager
+def remembered_histogram_searches() -> Iterator[None]:
+    """In this scope torchao's ``HistogramObserver`` computes each range it settles on once per distinct
+    histogram. Its search (``_non_linear_param_search``, caffe2's norm minimisation) reads only the observer's
+    histogram, range, bins and target bins, and takes about 30 ms whatever the model's size: the observers
+    before the first site two variants decide differently see the same values in both, and a variant's TOSA
+    run and its simulation calibrate the same observers. The same inputs give the same range, bit for bit
+    (tests/test_engines.py). The class gets the remembering search for the scope (other threads converting
+    meanwhile share it, which computes the same) and loses it when the last scope ends."""
+    global _SEARCHERS
+    observer = _get(_OBSERVER, "HistogramObserver")
+    with _SEARCHING:
+        _SEARCHERS += 1
+        if _SEARCHERS == 1:
+            observer._non_linear_param_search = _searched(observer.__dict__["_non_linear_param_search"])
+    try:
+        yield
+    finally:
+        with _SEARCHING:
+            _SEARCHERS -= 1
+            current = observer.__dict__.get("_non_linear_param_search")
+            if _SEARCHERS == 0 and hasattr(current, "_inspector_original"):
+                observer._non_linear_param_search = current._inspector_original
 
 
 def lower(program, spec: str = SPEC, *, locations: bool = False):
