@@ -110,8 +110,34 @@ SECONDS = {
     # a new process each, every entry planted once (measured here, both cores busy; 14 s and 11 s idle)
     "test_store.py::test_compare_attribution_bits_and_a_sweeps_out_folder_with_planted_entries_compute_again": 36,
     "test_store.py::test_a_tosa_compare_with_its_entries_planted_computes_them_again": 29,
+    # measured in one run of the whole suite on 2026-12-04 (2 cores; a slower machine: 42 minutes): long tests of
+    # files whose number of tests alone would hand them out last, where one worker ran them while the other idled
+    "test_notebooks.py::test_notebook_runs[07_the_arm_pipeline.ipynb]": 95,
+    "test_notebooks.py::test_notebook_runs[08_what_the_fold_buys.ipynb]": 63,
+    # with timm's NF-ResNet-26 advised on two accelerators: the suite's longest test, so it starts first
+    "test_notebooks.py::test_notebook_runs[09_which_sites_should_fold.ipynb]": 600,
+    "test_quantization.py::test_the_simulation_agrees_with_tosa_on_a_corner_of_the_matrix": 159,
+    "test_advise.py::test_the_advice_is_a_best_set_among_every_set_measured_directly": 50,  # each of two
+    "test_advise.py::test_a_kept_rule_loads_again_in_a_new_process_and_folds_exactly_the_advice": 36,
+    "test_advise.py::test_a_sweep_advises_each_model_and_says_what_the_rules_give_up": 26,
+    "test_isolation.py::test_idle_workers_and_their_fork_server_stop": 35,
+    "test_isolation.py::test_the_fork_server_warms_up_and_keeps_no_thread": 20,
+    "test_isolation.py::test_a_worker_killed_in_the_widgets_reference_run_leaves_a_usable_widget": 19,
+    "test_isolation.py::test_attribution_in_a_worker_equals_attribution_here_and_survives_a_kill": 16,
+    "test_cost.py::test_each_variants_cycles_are_executorchs_own_ethos_u_flow": 20,  # each of four
+    "test_journey.py::test_observing_changes_nothing_that_runs": 46,
+    "test_pool_priority.py::test_compare_gives_the_longest_variant_a_core_and_the_others_the_background": 38,
+    "test_explorer.py::test_model_explorer_shows_a_5000_node_graph_with_the_overlay": 40,
+    "test_timm_targets.py::test_the_cli_reads_it": 21,
 }
 OTHER_SECONDS = 1.0  # a test not named above
+
+
+def _seconds(nodeid: str) -> float:
+    """How long a test takes, for the order: its own entry, else its function's (each of its parameters takes
+    that long), else ``OTHER_SECONDS``."""
+    name = _name(nodeid)
+    return SECONDS.get(name, SECONDS.get(name.split("[")[0], OTHER_SECONDS))
 
 
 def _name(nodeid: str) -> str:
@@ -160,7 +186,7 @@ def pytest_collection_modifyitems(config, items):
     groups: dict[str, list] = {}
     for item in items:
         groups.setdefault(group_of(item.nodeid), []).append(item)
-    weight = {g: sum(SECONDS.get(_name(i.nodeid), OTHER_SECONDS) for i in members) for g, members in groups.items()}
+    weight = {g: sum(_seconds(i.nodeid) for i in members) for g, members in groups.items()}
     items[:] = [i for g in sorted(groups, key=lambda g: -weight[g]) for i in groups[g]]
 
 
