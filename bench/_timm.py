@@ -15,7 +15,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from inspector._targets import timm_nets  # noqa: E402
-from inspector.errors import InspectorError  # noqa: E402
+from inspector._base.errors import InspectorError  # noqa: E402
 
 
 def ensure_extras() -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import inspector  # noqa: E402
-from inspector._present.render import svg  # noqa: E402
+from inspector.present.render import svg  # noqa: E402
 from sample_models.generated import tfa_blocks  # noqa: E402
 
 WHOLE_TARGET = 3.0  # seconds, whole ~1,000-node graph to SVG

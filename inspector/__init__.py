@@ -5,7 +5,7 @@ and the records they return; what a screen needs to draw is the public module ``
 """
 
 from ._base import quiet as _quiet
-from ._present import explorer
+from .present import explorer
 from ._targets.samples import samples
 from ._rules.rules import DEFAULT_VARIANTS, Rule, RuleContext, Skip, rule, rules
 from ._decide.stages import STAGES
@@ -20,7 +20,7 @@ from ._numbers.results import Comparison, NotDelegated, Variant, VariantResult
 from ._cost.accelerators import Accelerator, accelerators
 from ._base.cache import clear_all as clear_cache
 from ._workers.pool import start_server as start_workers
-from .errors import ExplanationMismatchWarning, InspectorError
+from ._base.errors import ExplanationMismatchWarning, InspectorError
 from ._sites.reasons import Reason
 from ._front.repro import reproducer
 from ._front.session import Session

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import inspector  # noqa: E402
-from inspector._present.render import pipe  # noqa: E402  (the one door to dot)
+from inspector.present.render import pipe  # noqa: E402  (the one door to dot)
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ from torch import nn
 import inspector
 import sample_models
 from inspector import InspectorError
-from inspector.errors import FoldPassCrash
+from inspector._base.errors import FoldPassCrash
 from conftest import ROOT, assert_bit_identical, flat, state_of
 
 

@@ -1,5 +1,5 @@
 """One way to write each thing a user reads: every number by one function of ``inspector._base.formats``,
-every page shell, Markdown table and HTML escape by ``inspector._present.markup``; the core writes no dB, page
+every page shell, Markdown table and HTML escape by ``inspector.present.markup``; the core writes no dB, page
 shell, Markdown table, comment limit or HTML escape of its own."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import re
 import pytest
 
 from inspector._base import data, formats
-from inspector._present import markup
+from inspector.present import markup
 from conftest import ROOT
 
 CORE = ROOT / "inspector"
-LAYERS = {CORE / "_base" / "formats.py", CORE / "_present" / "markup.py"}
+LAYERS = {CORE / "_base" / "formats.py", CORE / "present" / "markup.py"}
 
 
 @pytest.mark.parametrize("value, text", [
@@ -97,7 +97,7 @@ def test_the_text_tables_need_no_graphviz():
     the one module that does)."""
     import ast
 
-    seen, todo = set(), [CORE / "_present" / "tables.py"]
+    seen, todo = set(), [CORE / "present" / "tables.py"]
     while todo:
         path = todo.pop()
         if path in seen:
@@ -116,5 +116,5 @@ def test_the_text_tables_need_no_graphviz():
                     for candidate in (target.with_suffix(".py"), target / "__init__.py"):
                         if candidate.exists() and candidate != CORE / "__init__.py":
                             todo.append(candidate)
-    assert CORE / "_present" / "render.py" not in seen
-    assert CORE / "_present" / "styles.py" in seen  # the scan followed tables' imports
+    assert CORE / "present" / "render.py" not in seen
+    assert CORE / "present" / "styles.py" in seen  # the scan followed tables' imports

@@ -21,14 +21,14 @@ CORE = ROOT / "inspector"
 
 
 # The folders of the core, lowest first: a module imports only from its own folder and the folders
-# below it (``errors`` is below them all). docs/design.md's folder map says what each one does. The
-# presentation is on top, under the front ends only: it draws every record.
+# below it (the one-line errors are in ``_base``, below them all). docs/design.md's folder map says what each
+# one does. The presentation (the public ``present``) is on top, under the front ends only: it draws every record.
 LAYERS = ("_base", "_workers", "_targets", "_doors", "_sites", "_rules", "_decide", "_cost", "_numbers", "_journey",
-          "_advise", "_sweep", "_present", "_front")
+          "_advise", "_sweep", "present", "_front")
 # The imports that climb, each inside the one function that needs it (never at import time): a record
-# handing itself to the one presentation door (``_present/drawing.py``), and one convenience of a record
+# handing itself to the one presentation door (``present/drawing.py``), and one convenience of a record
 # that hands the work to the verb above it.
-DRAWING = "_present.drawing"
+DRAWING = "present.drawing"
 CLIMBS = {
     ("_decide.analysis", "_numbers.compare"): "Analysis.compare() is inspector.compare(analysis)",
 }
@@ -97,10 +97,9 @@ def _named_modules(tree: ast.Module) -> set[str]:
 def _climbs(modules: dict[str, ast.Module]) -> list[tuple[str, str, str]]:
     """(module, the module of a higher layer it reaches, how: "import" or "string") for every climb."""
     rank = {folder: i for i, folder in enumerate(LAYERS)}
-    rank["errors"] = -1
     out = []
     for name, tree in modules.items():
-        if name in ("__init__", "__main__", "present"):
+        if name in ("__init__", "__main__"):
             continue
         assert _folder(name) in rank, f"inspector/{name.replace('.', '/')} is in no layer of LAYERS"
         reached = [(m, "import") for m in _imports(tree, name)] + [(m, "string") for m in _named_modules(tree)]
@@ -122,7 +121,7 @@ def _hand_overs(tree: ast.Module) -> list[tuple[str, list[str]]]:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             body = node.body[1:] if node.body and isinstance(node.body[0], ast.Expr) and \
                 isinstance(getattr(node.body[0], "value", None), ast.Constant) else node.body
-            if any(isinstance(b, ast.ImportFrom) and b.module == "_present" and b.level == 2 for b in body):
+            if any(isinstance(b, ast.ImportFrom) and b.module == "present" and b.level == 2 for b in body):
                 out.append((node.name, [type(b).__name__ for b in body]))
     return out
 
@@ -155,7 +154,7 @@ def test_the_layer_check_sees_a_module_named_in_a_string():
                                    'TASK = "inspector._sweep.work:run_variant"\n'),
         "_base.cache": ast.parse('NOTE = "no module here: inspector is a word"\n'),
         "_numbers.results": ast.parse("def _repr_html_(self):\n"
-                                      "    from .._present import drawing\n"
+                                      "    from ..present import drawing\n"
                                       "    rows = drawing.rows(self)\n"
                                       "    return '<table>' + rows\n"),
     }
@@ -218,7 +217,7 @@ def test_the_design_folder_map_is_true():
     section = text[text.index("## Layout"):]
     section = section[:section.find("\n## ", 4)] if "\n## " in section[4:] else section
     folders = {p.name for p in CORE.iterdir() if p.is_dir() and not p.name.startswith("__")}
-    named = set(re.findall(r"`inspector/(_[a-z0-9_]+)/`", section))
+    named = set(re.findall(r"`inspector/(_?[a-z0-9_]+)/`", section))
     assert folders == named, f"folders not in the map: {sorted(folders - named)}; named but missing: {sorted(named - folders)}"
     for path in re.findall(r"`(inspector/[A-Za-z0-9_/]+\.py)`", section):
         assert (ROOT / path).exists(), f"docs/design.md names {path}, which does not exist"
@@ -495,13 +494,13 @@ def test_no_core_module_uses_a_private_name_of_another():
 def test_presentation_takes_graphs_verdicts_and_public_analysis_fields():
     """render never sees an Analysis (nor a region); explorer and report read public fields only."""
     trees = _modules()
-    render = trees["_present.render"]
-    assert not {m for m in _imports(render, "_present.render") if m.split(".")[-1] in ("analysis", "decide", "region")}
+    render = trees["present.render"]
+    assert not {m for m in _imports(render, "present.render") if m.split(".")[-1] in ("analysis", "decide", "region")}
     assert not any(isinstance(n, ast.Call) and getattr(n.func, "id", "") == "hasattr" and
                    isinstance(n.args[1], ast.Constant) and n.args[1].value == "verdicts" for n in ast.walk(render))
     public = {n for n in dir(inspector.Analysis) if not n.startswith("_")}
     public |= {f for f in inspector.Analysis.__dataclass_fields__ if not f.startswith("_")}
-    for name in ("_present.render", "_present.explorer", "_present.report", "_present.tables"):
+    for name in ("present.render", "present.explorer", "present.report", "present.tables"):
         used = {n.attr for n in ast.walk(trees[name]) if isinstance(n, ast.Attribute)
                 and isinstance(n.value, ast.Name) and n.value.id == "analysis"}
         assert used <= public, f"{name} reads {sorted(used - public)} of an Analysis"

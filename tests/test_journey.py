@@ -248,7 +248,7 @@ def test_widget_journey_panel():
 def test_the_report_can_include_journeys(conv_bn):
     import html
 
-    from inspector._present.report import report
+    from inspector.present.report import report
 
     analysis = inspector.analyze("sample:conv_bn_mul", stage="tfa")
     page = inspector.present.report_html(analysis, journeys=[conv_bn])

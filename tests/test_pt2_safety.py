@@ -593,7 +593,7 @@ package.__path__ = [str(Path(root) / "inspector")]
 sys.modules["inspector"] = package
 import torch
 from inspector._targets import pt2 as _pt2
-from inspector.errors import InspectorError
+from inspector._base.errors import InspectorError
 
 def peak():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

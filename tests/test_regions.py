@@ -11,7 +11,7 @@ import torch
 
 import inspector
 from inspector import InspectorError
-from inspector.errors import FoldPassCrash
+from inspector._base.errors import FoldPassCrash
 from inspector._decide.stages import STAGES
 from conftest import flat
 from test_analysis import BufferWeights
@@ -27,7 +27,7 @@ def whole(analysis: inspector.Analysis) -> inspector.Analysis:
 def drawn_whole(analysis: inspector.Analysis, focus: str, hops: int = 2) -> str:
     """The focused before | after pair drawn from the whole graphs: the renderer given the pristine
     stage graph and the whole after-graph (the analysis may draw either from a region)."""
-    from inspector._present.render import Verdicts, render_pair
+    from inspector.present.render import Verdicts, render_pair
 
     sg, marked = analysis.stage_graph, frozenset(analysis.marked)
     sides = []

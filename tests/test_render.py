@@ -20,7 +20,7 @@ import inspector
 import sample_models
 from inspector import InspectorError
 from inspector._front.cli import main
-from inspector._present.render import LEGEND, STYLES, _text, _tooltip, svg
+from inspector.present.render import LEGEND, STYLES, _text, _tooltip, svg
 from sample_models.generated import tfa_blocks
 from conftest import ROOT
 

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import inspector
-from inspector.errors import InspectorError
+from inspector._base.errors import InspectorError
 from inspector import ModelSpec, Sweep, models_from, sweep
 from inspector._base.store import Store
 from inspector._sweep.records import SweepModel, SweepRow, SweepVariant

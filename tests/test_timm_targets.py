@@ -13,7 +13,7 @@ import torch
 import inspector
 from inspector._targets import load as _load
 from inspector._targets import timm_nets
-from inspector.errors import InspectorError
+from inspector._base.errors import InspectorError
 
 NET = "timm:nf_resnet26@64"
 

@@ -19,7 +19,7 @@ from torch import nn
 import inspector
 from inspector._front.cli import main
 from inspector._base.formats import GITHUB_COMMENT_LIMIT
-from inspector._present.report import md_code, user_frames
+from inspector.present.report import md_code, user_frames
 from inspector._front.repro import reproducer
 from conftest import ROOT
 

@@ -267,7 +267,7 @@ def test_every_accelerator_has_executorch_s_config_and_vela_s_clock():
 @pytest.mark.requires_tosa
 def test_what_vela_cannot_do_is_one_line_and_nothing_is_printed(capfd):
     from inspector._doors import vela
-    from inspector.errors import InspectorError
+    from inspector._base.errors import InspectorError
 
     with pytest.raises(InspectorError, match=r"^unknown Ethos-U accelerator 'ethos-u55-7'; choose one of: "):
         vela.vela_config("ethos-u55-7")

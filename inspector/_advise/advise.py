@@ -30,7 +30,7 @@ from .._numbers.variant_cache import can_predict, predicted_decisions
 from .._targets import load as _load
 from .._numbers.results import Variant
 from .._rules.rules import get_rule
-from ..errors import InspectorError, quoted
+from .._base.errors import InspectorError, quoted
 from .keep import set_rule
 from .records import Advice, Against, Point, SitePrice
 

@@ -17,7 +17,7 @@ from .._base.files import write_text
 from .._base.hashing import digest
 from .._rules.rules import Rule, load_rule
 from .._targets.load import import_file
-from ..errors import InspectorError, quoted
+from .._base.errors import InspectorError, quoted
 
 _TEMPLATE = '''"""Which sites fold on {accelerator}: the advice of fold-inspector for {target}.
 

@@ -1,6 +1,6 @@
 """The advice's records: each site's price, each set of sites measured, the recommendation and what confirmed it.
 
-Data only (nothing runs here): ``advise.py`` measures and fills them; ``_present`` draws them. Every dB says the
+Data only (nothing runs here): ``advise.py`` measures and fills them; ``present`` draws them. Every dB says the
 engine that measured it; every cycle count says whether Vela counted it or it is predicted from the sites' prices.
 """
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .._base.data import check_format, dataframe, json_float, FORMAT
-from ..errors import InspectorError
+from .._base.errors import InspectorError
 
 SEARCH_ENGINE = "simulation"  # what measures the sets (cheap); the TOSA reference model confirms
 CONFIRM_ENGINE = "tosa"
@@ -193,16 +193,16 @@ class Advice:
     def plot(self, ax=None, current: "tuple[str, ...] | None" = None):
         """The frontier: cycles against dB, one point per set measured, the recommendation and the budget marked
         (``current``: a set of site ids measured, drawn as the current decisions)."""
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.plot(self, ax=ax, current=current)
 
     def to_markdown(self, limit: int | None = None) -> str:
         """A reply for an issue or a pull request: local paths redacted, within GitHub's comment limit."""
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.markdown(self, limit=limit)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.bundle(self)
 
     def __repr__(self) -> str:

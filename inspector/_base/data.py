@@ -1,7 +1,7 @@
 """Records as data: JSON's floats, JSON-ready values, and a record's tables as pandas DataFrames.
 
 Writing a record's numbers for a reader (dB, seconds, tables, pages) is the presentation's
-(``_base/formats.py``, and the presentation, ``_present``); this is what every record needs to be data: its ``to_dict()`` and its
+(``_base/formats.py``, and the presentation, ``present``); this is what every record needs to be data: its ``to_dict()`` and its
 ``to_dataframe()``.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from ..errors import InspectorError, quoted
+from .errors import InspectorError, quoted
 
 # The format of the JSON documents the inspector writes (analyses, comparisons, attributions, bits, sweeps):
 # 2 since a rule is called a rule in them ("rule", "rules"); format 1 said "policy", "policies", and

@@ -6,7 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from ..errors import InspectorError
+from .errors import InspectorError
 
 
 def check_writable(path: str | os.PathLike) -> Path:

@@ -1,6 +1,6 @@
 """How every number a user reads is written, once: dB, quantization steps, errors, seconds, cycles; the
 plot's ceiling for an infinite SQNR. Records' own sentences (a summary, an answer), the presentation
-(``_present``: tables, pages, Markdown, plots), the CLI and the widget all call these, so a number reads
+(``present``: tables, pages, Markdown, plots), the CLI and the widget all call these, so a number reads
 the same everywhere and a change is made here only. An exact match (infinite SQNR) is written ``inf``.
 """
 

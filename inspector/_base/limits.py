@@ -1,6 +1,6 @@
 """Bounds on what one call may ask for, so bad input fails at once instead of exhausting the machine."""
 
-from ..errors import InspectorError, quoted
+from .errors import InspectorError, quoted
 import torch
 
 # Recurrent steps of one comparison (API, CLI, widget and sessions alike). A step is one

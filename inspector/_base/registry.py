@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
-from ..errors import InspectorError, listing, quoted
+from .errors import InspectorError, listing, quoted
 
 T = TypeVar("T")
 

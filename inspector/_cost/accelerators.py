@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from .._base.cache import BoundedCache
 from .._base.registry import Registry
 from .._doors import executorch as _executorch, vela as _vela
-from ..errors import InspectorError, quoted
+from .._base.errors import InspectorError, quoted
 from . import measure as _measure
 from .records import Cost
 

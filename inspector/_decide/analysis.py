@@ -20,7 +20,7 @@ from . import stages as _stages
 from .._rules.rules import DEFAULT_VARIANTS, Rule, marker_tuple
 from .._base.data import FORMAT, dataframe
 from .._sites.scale import ScaleSummary
-from ..errors import InspectorError, listing, quoted
+from .._base.errors import InspectorError, listing, quoted
 from .._sites.reasons import Reason, Risk
 
 
@@ -238,20 +238,20 @@ class Analysis:
         return dataframe("sites", {"sites": lambda: [s.to_dict() for s in self.sites]})
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.bundle(self)
 
     def __repr__(self) -> str:
         return f"<Analysis {self.name} stage={self.stage} rule={self.rule.name}: {self.summary()}>"
 
-    # -- drawn by the presentation (``_present/drawing.py``)
+    # -- drawn by the presentation (``present/drawing.py``)
     def report(self, comparison=None, *, format: str = "html", out=None, results_for=None,
                full_traces: bool = False, advice=None):
         """A report of this analysis (and ``comparison``, if given): ``html`` (one self-contained
         page), ``md`` (a GitHub comment) or ``json``; local paths redacted, stack traces with the
         user's frames only unless ``full_traces``; ``advice`` (``inspector.advise``) adds which sites should fold.
         With ``out``, written there and the path returned."""
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.report(self, comparison, format=format, out=out, results_for=results_for,
                               full_traces=full_traces, advice=advice)
 
@@ -261,7 +261,7 @@ class Analysis:
         into ``folder`` for Google's Model Explorer.
         Needs the ``explorer`` extra. Returns an ``ExplorerFiles`` (paths, and the command that
         opens them); ``python -m inspector explorer TARGET --out DIR --serve`` serves them."""
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.to_model_explorer(self, folder, errors=errors, step=step, which=which, cost=cost)
 
     def verdicts(self, which: str = "before", *, errors=None, step: int | None = None, focus: str | None = None,
@@ -274,29 +274,29 @@ class Analysis:
         records by node name. With ``focus`` (a site id) and ``hops``, the after graph may be just
         the part of it that a picture focused there shows (drawn the same as the whole graph).
         """
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.verdicts(self, which, errors=errors, step=step, focus=focus, hops=hops, hide=hide)
 
     def caption(self, which: str | None) -> list[str]:
         """The lines above a picture of this analysis (``which`` None: the before | after pair)."""
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.caption(self, which)
 
     def render(self, which: str = "before", *, errors=None, step: int | None = None, focus: str | None = None,
                hops: int = 2, hide: Iterable[str] = ("constants",), **kw):
         """The ``before`` or ``after`` graph as a ``graphviz.Digraph`` (see ``inspector.present.render``);
         ``errors=attribution.variant(...)`` colours the nodes by their measured SQNR."""
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.render(self, which, errors=errors, step=step, focus=focus, hops=hops, hide=hide, **kw)
 
     def render_pair(self, *, focus: str | None = None, hops: int = 2, hide: Iterable[str] = ("constants",), **kw):
         """Before and after side by side in one ``graphviz.Digraph`` (see ``inspector.present.render_pair``)."""
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.render_pair(self, focus=focus, hops=hops, hide=hide, **kw)
 
     def svg(self, which: str = "before", **kw) -> str:
         """The SVG text of ``render(which, **kw)``; needs graphviz's ``dot``."""
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.svg(self, which, **kw)
 
 

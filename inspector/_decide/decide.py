@@ -43,7 +43,7 @@ from .._sites.explain import Context, explain
 from .._rules.rules import Rule, get_rule, marker_tuple, resolve_markers, rule_skips, run_pass, unknown_marker
 from .._sites.scale import scale_summary
 from .analysis import WIDE_RANGE_RATIO, Analysis, Site
-from ..errors import ExplanationMismatchWarning, InspectorError
+from .._base.errors import ExplanationMismatchWarning, InspectorError
 from .._sites.reasons import Reason, ReasonCode, Risk, RiskCode
 
 # A re-decide whose changed clusters hold more nodes than this and a third of the graph runs the whole graph.
@@ -321,7 +321,7 @@ class Decider:
 
     def focus_region(self, analysis, site_id: str, hops: int):
         """The installed pass's run on the region a focused picture of ``site_id`` shows (None: draw
-        from the whole graph; ``_present/pictures.py`` draws). Its decisions must be ``analysis``'s,
+        from the whole graph; ``present/pictures.py`` draws). Its decisions must be ``analysis``'s,
         or it is not used."""
         key = (analysis.rule, analysis.marked, site_id, hops)
         if key in self._regions:

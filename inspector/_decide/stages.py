@@ -16,7 +16,7 @@ from torch.fx import GraphModule
 
 from .._doors import executorch as _executorch
 from .._base import quiet as _quiet
-from ..errors import InspectorError, crash_behind, describe, first_line, quoted
+from .._base.errors import InspectorError, crash_behind, describe, first_line, quoted
 from .._base.copies import no_gc_pauses, private_copy
 from .._doors.fold_swap import swapped_fold_pass
 from .._rules.rules import FoldLog, rule_pass_class

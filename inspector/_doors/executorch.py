@@ -22,7 +22,7 @@ import weakref
 from types import ModuleType
 from typing import Any, Callable, Iterator, Protocol
 
-from ..errors import InspectorError
+from .._base.errors import InspectorError
 from .._base.quiet import quiet_imports
 from torch.fx.passes.infra.pass_base import PassResult
 from torch.export import ExportedProgram

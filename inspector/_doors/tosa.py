@@ -18,7 +18,7 @@ from typing import Iterator
 from . import executorch as _executorch
 from .._base.cache import BoundedCache
 from .._base.hashing import digest
-from ..errors import InspectorError
+from .._base.errors import InspectorError
 
 SPEC = "TOSA-1.0+INT"
 _QUANTIZE = "torchao.quantization.pt2e.quantize_pt2e"

@@ -29,7 +29,7 @@ from typing import Any
 
 from . import executorch as _executorch
 from .._base import quiet as _quiet
-from ..errors import InspectorError, first_line, listing
+from .._base.errors import InspectorError, first_line, listing
 
 SUPPORTED = "5.1.0"
 _INSTALL = f"pip install ethos-u-vela=={SUPPORTED} (see pyproject.toml)"

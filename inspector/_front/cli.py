@@ -15,33 +15,33 @@ import sys
 import warnings
 from dataclasses import replace
 
-from ..errors import InspectorError, describe, quoted
+from .._base.errors import InspectorError, describe, quoted
 from .._rules.rules import rules
 from .._decide.stages import STAGES, STAGE_HELP
 from .._rules.rules import DEFAULT_VARIANTS
 from .._base.limits import MAX_STEPS
 from .._targets.load import random_inputs
 from .._decide.decide import analyze
-from .._present.tables import analysis_text
+from ..present.tables import analysis_text
 from .._numbers.compare import compare
-from .._present.tables import comparison_text
+from ..present.tables import comparison_text
 from .._base.limits import check_steps
 from .._numbers.engines import engines
 from .._cost.accelerators import DEFAULT as DEFAULT_ACCELERATOR, accelerators
 from .._numbers.quantization import quantizations
 from .._numbers.compare import variants_of
-from .._present.tables import attribution_text
+from ..present.tables import attribution_text
 from .._numbers.attribution import attribution
 from .._advise.advise import advise
-from .._present.advice import advice_text
+from ..present.advice import advice_text
 from .._base.files import check_writable, write_text
 from .._journey.journey import journey
 from .._base.files import write_bytes
-from .._present.render import pipe, svg
-from .._present import explorer
+from ..present.render import pipe, svg
+from ..present import explorer
 from .._targets.samples import default, samples
-from .._present.markup import escape, page
-from .._present.tables import analysis_html
+from ..present.markup import escape, page
+from ..present.tables import analysis_html
 from .._sweep.sweep import sweep
 from .._base.store import location
 from .repro import reproducer

@@ -31,10 +31,10 @@ from torch.fx import Node
 import torch
 
 from .._sites import graph as _graph
-from ..errors import InspectorError, quoted
+from .._base.errors import InspectorError, quoted
 from .._base.version import __version__
 from .._decide.decide import analyze
-from .._present.report import Redactor, model_file_of, reproduce_command
+from ..present.report import Redactor, model_file_of, reproduce_command
 from .._base.files import write_text
 
 _SMALL_SCALE = 64  # scale tensors up to this many elements are written out value by value

@@ -21,15 +21,14 @@ from .._base.files import write_text
 from .._base.limits import MAX_STEPS
 from .._decide.stages import STAGES
 from .._numbers.results import Comparison
-from ..errors import InspectorError
+from .._base.errors import InspectorError
 from .._rules.rules import DEFAULT_VARIANTS, rules
 from .._numbers.quantization import quantizations
 from .._cost.accelerators import accelerators
+from ..present.render import GRAPH_SCOPES, GRAPH_VIEWS
 
 SESSION_VERSION = 2  # 2: the rule is "rule"; version 1 said "policy", and is still read (docs/words.md)
 READS = (1, 2)  # the versions this inspector reads
-GRAPH_VIEWS = ("before", "after", "side by side")
-GRAPH_SCOPES = ("focus", "whole")
 MAX_SESSION_BYTES = 64 * 2 ** 20  # a session with results of 1,000 steps is a few MB
 _MAX_TEXT = 4096  # longest string field (a site id, a marker, a target path)
 

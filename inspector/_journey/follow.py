@@ -21,7 +21,7 @@ from torch.fx import Graph, GraphModule, Node
 
 from .._doors import pipeline as _pipeline
 from .._sites import graph as _graph
-from ..errors import first_line
+from .._base.errors import first_line
 from .records import Change, Step
 
 ROLES = ("conv", "mul", "output")  # the roles that follow nodes; weight, bias and scale are read off them

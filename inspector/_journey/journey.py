@@ -35,7 +35,7 @@ from .._base.formats import cycles, db
 from .._cost.accelerators import accelerator_of
 from .._rules.rules import FoldLog, get_rule, rule_pass_class
 from .._targets import load as _load
-from ..errors import InspectorError, describe, listing, quoted
+from .._base.errors import InspectorError, describe, listing, quoted
 from .follow import Follower
 from .records import Ending, Journey, Point
 

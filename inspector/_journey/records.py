@@ -38,7 +38,7 @@ class Change:
 
     def text(self) -> str:
         """One line: what the pass did to the node."""
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.text(self)
 
 
@@ -77,7 +77,7 @@ class Step:
 
     def text(self) -> str:
         """The step's line and one line per change."""
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.text(self)
 
 
@@ -162,23 +162,23 @@ class Journey:
     def picture(self, step: "int | Step"):
         """The site's neighbourhood before and after ``step`` (a touched step or its index), drawn by
         the inspector's renderer with the site's marks: a ``graphviz.Digraph``."""
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.journey_picture(self, step)
 
     def text(self) -> str:
         """A compact timeline: every step that touched the site, the ending, the numbers."""
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.text(self)
 
     __str__ = text
 
     def html(self) -> str:
         """The timeline as an HTML fragment (every name from the model escaped)."""
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.html(self)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.bundle(self)
 
     def __repr__(self) -> str:

@@ -40,7 +40,7 @@ from .._doors.fold_swap import swapped_fold_pass
 from .._rules.rules import FoldLog, rule_pass_class
 from .._workers import pool as _pool
 from .._workers.kinds import task_kind
-from ..errors import InspectorError, describe
+from .._base.errors import InspectorError, describe
 
 # Nodes whose SQNR drops by more than this many dB below their inputs' are where error enters.
 ENTRY_THRESHOLD_DB = 1.0
@@ -242,7 +242,7 @@ class Attribution:
                                 "sites": lambda: [s.to_dict() for s in self.sites]})
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.bundle(self)
 
     def __repr__(self) -> str:
@@ -251,7 +251,7 @@ class Attribution:
     def plot(self, kind: str = "graph", node: str | None = None):
         """A matplotlib Figure: ``graph`` (SQNR along the topological order per variant, last step)
         or ``steps`` (SQNR per step of ``node`` per variant)."""
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.plot(self, kind, node)
 
 

@@ -24,7 +24,7 @@ from .._base.formats import db, db_change
 from .results import Comparison, Variant, VariantResult, json_float, read_engine, read_float, read_int, read_str
 from . import result_store as _disk
 from .variant_cache import bits_key
-from ..errors import InspectorError, quoted
+from .._base.errors import InspectorError, quoted
 
 MAX_SITES = 8  # sites measured one by one (the first in graph order); more is a sweep's work
 ENTRY_POINTS = 3  # attribution's entry points measured one by one
@@ -119,11 +119,11 @@ class Bits:
 
     def plot(self):
         """A matplotlib Figure: dB recovered per change (bars), best at the top."""
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.plot(self)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.bundle(self)
 
     def __repr__(self) -> str:

@@ -32,7 +32,7 @@ from .tasks import VariantTask, group_by_decisions, model_run, run_in_worker
 from .engines import Engine, engine_of
 from .._cost.accelerators import TOSA_INT, Accelerator, accelerator_of
 from .variant_cache import RESULTS, answered, base_key, can_predict, predicted_decisions
-from ..errors import InspectorError, describe, quoted
+from .._base.errors import InspectorError, describe, quoted
 
 Progress = Callable[[str, float], None]
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from .._base.data import json_float
 from .._base.registry import Registry
-from ..errors import InspectorError, listing, quoted
+from .._base.errors import InspectorError, listing, quoted
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ class EngineGap:
 
     def text(self) -> str:
         """One line: how far apart the engines were."""
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.text(self)
 
     def to_dict(self) -> dict:
@@ -118,7 +118,7 @@ class EngineGap:
                 "largest_steps": steps, "outputs": [g.to_dict() for g in self.outputs]}
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.bundle(self)
 
     def __repr__(self) -> str:

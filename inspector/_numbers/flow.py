@@ -41,7 +41,7 @@ from .._doors.fold_swap import swapped_fold_pass
 from .._rules.rules import FoldLog, rule_pass_class
 from .quantization import Plan
 from .results import Metrics, NotDelegated, QParams, SiteOutcome, Variant, VariantResult
-from ..errors import InspectorError, UnknownMarker, crash_behind, describe
+from .._base.errors import InspectorError, UnknownMarker, crash_behind, describe
 
 # Default calibration: the example inputs plus this many perturbed copies (seeded). A model with
 # state free-runs each of them for as many steps as the comparison runs, up to CALIBRATION_MAX_STEPS,

@@ -26,7 +26,7 @@ import torch
 from .._doors import executorch as _executorch
 from .._base.hashing import digest
 from .._base.registry import Registry
-from ..errors import InspectorError, quoted
+from .._base.errors import InspectorError, quoted
 from .._sites.graph import candidates, site_ids
 from .._decide.stages import stage_graph_of
 from .._sites.graph import aligned_ids

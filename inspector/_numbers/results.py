@@ -16,7 +16,7 @@ from .._base.data import FORMAT, check_format, dataframe, json_float, read_float
 from .._rules.rules import Rule, get_rule, rule_named
 from .._cost.records import Cost
 from .engines import TOSA, engine_of, engines, gap as engine_gap
-from ..errors import InspectorError, listing, quoted
+from .._base.errors import InspectorError, listing, quoted
 
 
 @dataclass(frozen=True)
@@ -255,7 +255,7 @@ class Comparison:
                                 "variants": lambda: [r.to_dict() for r in self.results]})
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.bundle(self)
 
     def __repr__(self) -> str:
@@ -288,7 +288,7 @@ class Comparison:
 
     def plot(self, kind: str = "drift", output: int = 0):
         """A matplotlib Figure: ``drift`` (SQNR per step per variant) or ``channels`` (SQNR per channel)."""
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.plot(self, kind, output)
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from .._base.data import dataframe, json_float
 from .._cost.records import ESTIMATE
-from ..errors import InspectorError
+from .._base.errors import InspectorError
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class Tradeoff:
                                 "sites": lambda: [s.to_dict() for s in self.sites]})
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.bundle(self)
 
     def __repr__(self) -> str:

@@ -10,7 +10,7 @@ from torch.fx import GraphModule, Node
 
 from .._sites import graph as _graph
 from .._base.copies import private_copy
-from ..errors import UnknownMarker, listing, quoted
+from .._base.errors import UnknownMarker, listing, quoted
 
 
 @dataclass

@@ -28,7 +28,7 @@ from .._base.registry import Registry
 from .._doors import executorch as _executorch
 from .._sites import graph as _graph
 from .fold_runs import FoldLog, FoldRun, resolve_markers, start_run, unknown_marker
-from ..errors import FoldPassCrash, InspectorError, crash_behind, describe, listing, quoted
+from .._base.errors import FoldPassCrash, InspectorError, crash_behind, describe, listing, quoted
 from .._targets.load import import_file
 from .._sites.scale import scale_summary
 from .._base.hashing import digest

@@ -24,7 +24,7 @@ from torch.fx import GraphModule, Node
 
 from .._sites import graph as _graph
 from .fold_runs import start_run
-from ..errors import InspectorError, describe, quoted
+from .._base.errors import InspectorError, describe, quoted
 
 
 def user_pass_class(rule, markers: tuple[str, ...], log) -> type:

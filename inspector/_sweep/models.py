@@ -12,7 +12,7 @@ from typing import Any, Iterable, Sequence
 
 from .._base.hashing import digest
 from .._base.limits import check_steps
-from ..errors import InspectorError, first_line, listing, quoted
+from .._base.errors import InspectorError, first_line, listing, quoted
 from .store import FORMAT_VERSION
 from .._targets.samples import samples
 from .._targets.samples import samples as sample_registry

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..errors import InspectorError
+from .._base.errors import InspectorError
 
 UNCHANGED_DB = 0.01  # an SQNR difference below this is "unchanged"
 # The quantized (TOSA INT) flow folds in the quantizer's transform-for-annotation, before calibration,

@@ -6,13 +6,13 @@ from dataclasses import dataclass
 
 from .._base.data import FORMAT, jsonable
 from .._base.formats import GITHUB_COMMENT_LIMIT
-from ..errors import InspectorError, quoted
+from .._base.errors import InspectorError, quoted
 from .records import (NUMBERS_STAGE, UNCHANGED_DB, ChangedSite, SweepModel, SweepRow, SweepVariant, changed_sites,
                       costed_accelerator, cycles_by_rule, sqnr_by_rule, sqnr_delta, table_number)
 from .._base.formats import cycles
 
 
-# The formats a sweep is written in (``Sweep.format``; the presentation, ``_present/sweep.py``, writes each).
+# The formats a sweep is written in (``Sweep.format``; the presentation, ``present/sweep.py``, writes each).
 FORMATS = ("md", "html", "json", "csv")
 
 
@@ -118,7 +118,7 @@ class Sweep:
 
     def to_json(self) -> str:
         """``to_dict()`` as JSON text, local paths redacted."""
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.sweep_json(self)
 
     def to_dataframe(self, kind: str = "rows"):
@@ -161,32 +161,32 @@ class Sweep:
 
     def to_csv(self) -> str:
         """One line per model x stage x rule (the ``rows`` table), local paths redacted."""
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.sweep_csv(self)
 
     def to_markdown(self, limit: int = GITHUB_COMMENT_LIMIT) -> str:
         """A comment for a pull request: the summary, then the changed sites with their models, reasons
         and SQNR deltas, then every model; within ``limit`` characters (rows left out are counted)."""
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.sweep_markdown(self, limit)
 
     def to_html(self) -> str:
         """A self-contained HTML page (every model-derived string escaped)."""
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.sweep_page(self)
 
     def format(self, fmt: str) -> str:
         """The sweep in one of ``FORMATS``."""
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.sweep_format(self, fmt)
 
     def plot(self):
         """A bar per changed site: the SQNR delta of each rule against the baseline (matplotlib)."""
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.plot(self)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        from .._present import drawing  # the presentation sits above every record: reached only when drawn
+        from ..present import drawing  # the presentation sits above every record: reached only when drawn
         return drawing.bundle(self)
 
     def __repr__(self) -> str:

@@ -39,7 +39,7 @@ from .._base.limits import check_steps
 from .._rules.rules import Rule, get_rule, register
 from .._numbers.results import Variant
 from .._numbers.tasks import VariantTask, group_by_decisions
-from ..errors import InspectorError, listing, quoted
+from .._base.errors import InspectorError, listing, quoted
 from .models import ModelSpec, models_from, read_models_toml
 from .records import NUMBERS_STAGE, UNCHANGED_DB, Progress, SweepBar, SweepModel, SweepRow, SweepVariant
 from .results import FORMATS, Sweep

@@ -27,7 +27,7 @@ from .._numbers.compare import plan_of
 from .._numbers.tasks import VariantTask, model_run, run_in_worker, worker_target
 from .._numbers.quantization import quantization_of
 from .._numbers.variant_cache import base_key, can_predict, predicted_decisions
-from ..errors import InspectorError, describe
+from .._base.errors import InspectorError, describe
 from .records import SweepRow
 from .._base.hashing import digest
 

@@ -25,7 +25,7 @@ from .._base import quiet as _quiet
 from .._base.copies import copy_parameters_aside, private_copy, swap_parameters
 from .._base.cache import BoundedCache
 from .._base.hashing import digest, program_fingerprint
-from ..errors import InspectorError, describe, first_line, listing, quoted
+from .._base.errors import InspectorError, describe, first_line, listing, quoted
 from .facts import Fact, Facts
 from .._base.limits import check_shape
 from .samples import samples

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .._base.registry import Registry
-from ..errors import InspectorError, quoted
+from .._base.errors import InspectorError, quoted
 
 ENTRY_POINT_GROUP = "fold_inspector.samples"
 

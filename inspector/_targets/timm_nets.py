@@ -19,7 +19,7 @@ import types
 
 import torch
 
-from ..errors import InspectorError, quoted
+from .._base.errors import InspectorError, quoted
 from .._base.limits import check_shape
 
 PREFIX = "timm:"

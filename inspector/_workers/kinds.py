@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import Callable
 
-from ..errors import InspectorError, listing, quoted
+from .._base.errors import InspectorError, listing, quoted
 
 # kind -> the function it runs: filled by the modules that define tasks, as they are imported.
 _KINDS: dict[str, Callable] = {}

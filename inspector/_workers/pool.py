@@ -48,7 +48,7 @@ from typing import Any, Iterator
 
 from .._base.cache import also_clear
 from . import kinds as _kinds
-from ..errors import InspectorError, quoted
+from .._base.errors import InspectorError, quoted
 from .._base import quiet as _quiet
 import torch
 from .parallel import available_workers

@@ -47,7 +47,7 @@ from pathlib import Path
 
 import torch
 
-from ...errors import InspectorError, first_line
+from ..._base.errors import InspectorError, first_line
 from ._common import (_SAFE_TEXT_RE, MAX_ARCHIVE_BYTES, _display, _key_ok, _message, _one_line, _q, _Refusal, is_name,
                       is_path)
 from ._guards import check_guard

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ...errors import first_line
+from ..._base.errors import first_line
 from ._common import (_DOTTED_RE, _SAFE_TEXT_RE, MAX_JSON_BYTES, MAX_JSON_DEPTH, MAX_NAME_CHARS, _ExprError, _key_ok,
                       _q, _Refusal, is_name, is_path)
 from ._guards import check_guard

@@ -16,7 +16,7 @@ import zipfile
 import zlib
 from pathlib import Path
 
-from ...errors import first_line
+from ..._base.errors import first_line
 from ._common import (_CHUNK, MAX_CONFIG_BYTES, MAX_DIRECTORY_BYTES, MAX_EXTRA_BYTES, MAX_JSON_BYTES, MAX_MEMBERS,
                       MAX_RATIO, MAX_SAMPLE_INPUTS_BYTES, MAX_TENSOR_MEMBER_BYTES, MAX_TINY_BYTES, MAX_TOTAL_BYTES,
                       RATIO_FLOOR, _q, _Refusal)

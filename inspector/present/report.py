@@ -31,7 +31,7 @@ from .._base.formats import cycles, db
 from .._cost.records import ESTIMATE
 from .markup import GITHUB_COMMENT_LIMIT, escape, markdown_table, md_code, page
 from .tables import analysis_html, comparison_html, comparison_rows, price_rows, site_rows, stale_html, tradeoff_rows
-from ..errors import InspectorError, quoted
+from .._base.errors import InspectorError, quoted
 from .._base.version import __version__
 from .render import render_pair, svg
 from dataclasses import replace

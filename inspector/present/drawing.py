@@ -4,7 +4,7 @@ Records are data (``Analysis``, ``Comparison``, ``EngineGap``, ``Attribution``, 
 ``Journey``, ``Advice``); a record's drawing method (``_repr_mimebundle_``, ``render``, ``plot``, ``to_markdown``, ...)
 is one line that hands the record to a function here. This module sits above every record
 (``tests/test_house.py`` checks that records reach the presentation through it alone); what it draws
-with is the rest of ``_present``: ``tables`` (text and HTML tables), ``render`` and ``pictures``
+with is the rest of ``present``: ``tables`` (text and HTML tables), ``render`` and ``pictures``
 (graphs), ``plots``, ``report``, ``explorer``, ``sweep`` and ``journey``.
 """
 
@@ -23,7 +23,7 @@ from .._numbers.engines import EngineGap
 from .._numbers.results import Comparison
 from .._numbers.tradeoff import Tradeoff
 from .._sweep.results import Sweep
-from ..errors import InspectorError
+from .._base.errors import InspectorError
 from . import advice as _advice, journey as _journey, plots as _plots, report as _report, sweep as _sweep, tables as _tables
 from .pictures import picture
 from .render import WHICH, render as _render, render_pair as _render_pair, svg as _svg

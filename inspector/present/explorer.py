@@ -33,7 +33,7 @@ from typing import Any
 
 from .._sites import graph as _graph
 from .._base import quiet as _quiet
-from ..errors import InspectorError, quoted
+from .._base.errors import InspectorError, quoted
 from .._base.files import write_text
 from .styles import STYLES, site_kind
 
@@ -273,7 +273,7 @@ def free_port() -> int:
 
 def serve_command(folder: str | os.PathLike, port: int, host: str = "127.0.0.1") -> list[str]:
     """The command that runs ``serve`` in a process of its own (the widget's button uses it)."""
-    code = "import sys; from inspector._present.explorer import serve; serve(sys.argv[1], host=sys.argv[2], port=int(sys.argv[3]))"
+    code = "import sys; from inspector.present.explorer import serve; serve(sys.argv[1], host=sys.argv[2], port=int(sys.argv[3]))"
     return [sys.executable, "-c", code, str(folder), host, str(port)]
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .._base.formats import db, plot_db
-from ..errors import InspectorError, quoted
+from .._base.errors import InspectorError, quoted
 
 
 def plot_comparison(comparison, kind: str = "drift", output: int = 0):

@@ -9,7 +9,7 @@ from .._base.formats import cycles, cycles_change, db, db_change, plot_db, secon
 from .._sweep.records import costed_accelerator, cycles_by_rule
 from .._sweep.records import NUMBERS_STAGE, UNCHANGED_DB, sqnr_by_rule
 from .._sweep.results import FORMATS
-from ..errors import InspectorError, quoted
+from .._base.errors import InspectorError, quoted
 from .markup import GITHUB_COMMENT_LIMIT, escape as _e, markdown_table, md_code, page as html_page
 from .report import Redactor
 

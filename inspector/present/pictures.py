@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from .render import WHICH, Border, Verdicts, focus_walk
-from ..errors import InspectorError, quoted
+from .._base.errors import InspectorError, quoted
 
 
 def picture(decider, analysis, which: str, *, errors=None, step: int | None = None, focus: str | None = None,

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from .._base.formats import MISSING, db, error
 from .._journey.records import Change, Journey, Step
-from ..errors import InspectorError
+from .._base.errors import InspectorError
 from .markup import escape as e
 from .render import Verdicts, render_pair
 

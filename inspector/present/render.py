@@ -30,11 +30,14 @@ from torch import fx
 from torch.fx import Node
 
 from .._sites import graph as _graph
-from ..errors import InspectorError, quoted
+from .._base.errors import InspectorError, quoted
 from .._base.formats import db
 from .styles import LEGEND, STYLES, site_kind
 
 WHICH = ("before", "after")
+# What a session's graph panel offers: which picture, and how much of the graph around the focused site.
+GRAPH_VIEWS = ("before", "after", "side by side")
+GRAPH_SCOPES = ("focus", "whole")
 HIDEABLE = ("constants",)
 
 # Reasons that make the path to the state boundary worth drawing.
