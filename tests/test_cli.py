@@ -103,8 +103,20 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
 
 
 def test_demo_writes_an_html_report(tmp_path, capsys):
+    """The demo shows the four built-in rules, whatever else this process registered (in the suite, an
+    advice's kept rules and other tests' guards share the worker: the report once grew to 15 tables)."""
+    from inspector import rule, rules
+
+    @rule("demo-test-extra", help="a user's rule the demo must not show")
+    def _extra(site):
+        return None
+
     report = tmp_path / "r.html"
-    code, out, _ = run(capsys, "demo", "--html", str(report))
+    try:
+        code, out, _ = run(capsys, "demo", "--html", str(report))
+    finally:
+        rules.unregister("demo-test-extra")
+    assert "demo-test-extra" not in out
     assert code == 0 and "rule=state-aware-strict" in out and "feeds-buffer-mutation" in out
     html = report.read_text()
     assert html.startswith("<!doctype html>") and html.count("<table") == 4 and "<svg" in html

@@ -18,7 +18,7 @@ from dataclasses import replace
 from .._base.errors import InspectorError, describe, quoted
 from .._rules.rules import rules
 from .._decide.stages import STAGES, STAGE_HELP
-from .._rules.rules import DEFAULT_VARIANTS
+from .._rules.rules import BUILT_IN, DEFAULT_VARIANTS
 from .._base.limits import MAX_STEPS
 from .._targets.load import random_inputs
 from .._decide.decide import analyze
@@ -233,7 +233,7 @@ def _picture_commands(model_command) -> None:
 def _other_commands(sub) -> None:
     """demo, samples and sweep."""
 
-    d = sub.add_parser("demo", help="analyze the default sample under each rule; write an HTML report")
+    d = sub.add_parser("demo", help="analyze the default sample under each built-in rule; write an HTML report")
     d.add_argument("--sample", default=None, help="sample name (default: the default sample)")
     d.add_argument("--stage", choices=STAGES, default="tfa")
     d.add_argument("--html", default="demo-report.html", metavar="FILE", help="where to write the report")
@@ -531,7 +531,7 @@ def _demo(args) -> int:
     name = args.sample or default()
     print(f"sample:{name}: {samples.describe(name)}\n")
     first = analyze("sample:" + name, stage=args.stage, rule="upstream")
-    results = [first] + [first.with_rule(p) for p in rules if p != "upstream"]
+    results = [first] + [first.with_rule(p) for p in BUILT_IN if p != "upstream"]
     for r in results:
         print(analysis_text(r), end="\n\n")
     strict = next(r for r in results if r.rule.name == "state-aware-strict")

@@ -260,6 +260,8 @@ STATE_AWARE_STRICT = register(Rule(
     "state-aware, and also treat in-place writes into a buffer or an input (copy_ into a get_attr buffer, "
     "as at tfa) as state boundaries",
     "this project's proposal", guard=StateGuard(in_place_writes=True)))
+# The rules this project ships (what `demo` shows; a process may register more, users' and plugins').
+BUILT_IN = (OFF.name, UPSTREAM.name, STATE_AWARE.name, STATE_AWARE_STRICT.name)
 # What compare runs when not told: never fold, the installed pass, and the guard that sees state at tfa.
 DEFAULT_VARIANTS = (OFF.name, UPSTREAM.name, STATE_AWARE_STRICT.name)
 
