@@ -114,8 +114,7 @@ SECONDS = {
     # files whose number of tests alone would hand them out last, where one worker ran them while the other idled
     "test_notebooks.py::test_notebook_runs[07_the_arm_pipeline.ipynb]": 95,
     "test_notebooks.py::test_notebook_runs[08_what_the_fold_buys.ipynb]": 63,
-    # with timm's NF-ResNet-26 advised on two accelerators: the suite's longest test, so it starts first
-    "test_notebooks.py::test_notebook_runs[09_which_sites_should_fold.ipynb]": 600,
+    "test_notebooks.py::test_notebook_runs[09_which_sites_should_fold.ipynb]": 76,
     "test_quantization.py::test_the_simulation_agrees_with_tosa_on_a_corner_of_the_matrix": 159,
     "test_advise.py::test_the_advice_is_a_best_set_among_every_set_measured_directly": 50,  # each of two
     "test_advise.py::test_a_kept_rule_loads_again_in_a_new_process_and_folds_exactly_the_advice": 36,

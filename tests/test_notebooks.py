@@ -37,10 +37,7 @@ EXPECTED = {
                                     "chained into the conv on ethos-u85-256 (0 cycles): ['Transpose']",
                                     "skipping the fold costs +"],
     "09_which_sites_should_fold.ipynb": ["the advice folds it: True", "exhaustive search: 8 sets measured",
-                                         "reloaded in a new process, it folds the advised sites: True",
-                                         "ethos-u85-256: greedy search, ",
-                                         "nf-resnet26-u55, read back in a new process: folds 8 sites at tfa, the "
-                                         "advice's 8: True"],
+                                         "reloaded in a new process, it folds the advised sites: True"],
 }
 
 
