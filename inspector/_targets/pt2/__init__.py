@@ -110,6 +110,7 @@ def load_pt2(path: str | os.PathLike) -> torch.export.ExportedProgram:
         _check_loaded(program)
     except _Refusal as exc:
         raise InspectorError(_message(shown, exc)) from None
+    _state_as_leaves(program)
     return program
 
 
@@ -235,6 +236,20 @@ def _check_loaded(program: torch.export.ExportedProgram) -> None:
         _check_example_values(inputs)
         _check_example_form(program, inputs)
     _check_graph_names(program)
+
+
+def _state_as_leaves(program: torch.export.ExportedProgram) -> None:
+    """Every weight, buffer and constant a plain leaf tensor, as ``torch.export`` itself makes them: an archive
+    whose tensor meta says ``requires_grad`` for a buffer makes torch's loader build it as the result of an op (a
+    non-leaf), which no copy of the program survives ("Only Tensors created explicitly by the user (graph leaves)
+    support the deepcopy protocol"). Nothing here computes gradients: such a tensor is read as its values, a
+    parameter stays a parameter."""
+    for table in (program.state_dict, program.constants):
+        for name, value in list(table.items()):
+            if isinstance(value, torch.Tensor) and not value.is_leaf:
+                plain = value.detach()
+                table[name] = torch.nn.Parameter(plain, requires_grad=value.requires_grad) \
+                    if isinstance(value, torch.nn.Parameter) else plain
 
 
 def _check_example_form(program: torch.export.ExportedProgram, inputs) -> None:
