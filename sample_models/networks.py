@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._base import FOLD, SampleModel, Verdict, seeded_input, skip
+from ._base import FOLD, QUANTIZED, SampleModel, Verdict, seeded_input, skip
 
 
 def trained_like(module: nn.Module, seed: int) -> nn.Module:
@@ -102,7 +102,7 @@ class MobileNetV2InvertedResidual(SampleModel):
         return (seeded_input(1, 32, 28, 28),)
 
     def expected_upstream(self, stage: str) -> tuple[Verdict, ...]:
-        return (FOLD,)
+        return () if stage == "lowering" else (FOLD,)
 
 
 class SqueezeExcitation(SampleModel):
@@ -126,7 +126,7 @@ class SqueezeExcitation(SampleModel):
         return (seeded_input(1, 64, 16, 16),)
 
     def expected_upstream(self, stage: str) -> tuple[Verdict, ...]:
-        return (skip("scale-not-constant"),)
+        return (QUANTIZED,) if stage == "lowering" else (skip("scale-not-constant"),)
 
 
 class ScaledStdConv2d(nn.Conv2d):
@@ -175,7 +175,7 @@ class NFResNetBlock(SampleModel):
         return (seeded_input(1, 64, 16, 16),)
 
     def expected_upstream(self, stage: str) -> tuple[Verdict, ...]:
-        return (FOLD,) if stage == "tfa" else (skip("weight-not-constant"),)
+        return {"tfa": (FOLD,), "lowering": ()}.get(stage, (skip("weight-not-constant"),))  # folded at tfa
 
 
 class ConvNeXtBlock(SampleModel):
@@ -208,7 +208,7 @@ class ConvNeXtBlock(SampleModel):
         return (seeded_input(1, 64, 14, 14),)
 
     def expected_upstream(self, stage: str) -> tuple[Verdict, ...]:
-        return (FOLD,)
+        return () if stage == "lowering" else (FOLD,)
 
 
 class NFNetBlock(SampleModel):
@@ -244,9 +244,9 @@ class NFNetBlock(SampleModel):
         return (seeded_input(1, 64, 16, 16),)
 
     def expected_upstream(self, stage: str) -> tuple[Verdict, ...]:
-        weight = () if stage == "tfa" else ("weight-not-constant",)
-        return (skip("conv-has-other-users", "scale-not-constant", *weight),
-                skip("follows-unfolded-mul", *weight), skip("follows-unfolded-mul", *weight))
+        weight = {"tfa": (), "lowering": ("weight-not-float", "bias-not-float")}.get(stage, ("weight-not-constant",))
+        gate, late = (("quantized-graph",),) * 2 if stage == "lowering" else (("conv-has-other-users", "scale-not-constant"), ())
+        return (skip(*gate, *weight), skip("follows-unfolded-mul", *late, *weight), skip("follows-unfolded-mul", *late, *weight))
 
     def expected(self, stage: str, rule: str) -> tuple[Verdict, ...]:
         if rule == "off":
@@ -296,7 +296,7 @@ class StreamingKeywordSpotter(SampleModel):
         return (FOLD, FOLD, FOLD, FOLD)
 
     def expected(self, stage: str, rule: str) -> tuple[Verdict, ...]:
-        if rule == "off":
-            return (skip("rule-off"),) * 4
+        if rule == "off" or stage == "lowering":  # lowering (the INT flow): all four folded at tfa, none left
+            return (skip("rule-off"),) * 4 if stage != "lowering" else ()
         guarded = rule == "state-aware-strict" or (rule == "state-aware" and stage == "edge")
         return (FOLD, FOLD, FOLD, skip("feeds-buffer-mutation") if guarded else FOLD)

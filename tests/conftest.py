@@ -15,6 +15,12 @@ import torch
 import inspector
 
 ROOT = Path(__file__).resolve().parent.parent
+# The stages whose graph needs no quantized lowering: the tests over every sample decide these. The lowering stage
+# (a quantize and a lowering per model and accelerator) is tested in test_lowering_stage.py and test_samples.py.
+NO_LOWERING = tuple(s for s in inspector.STAGES if s != "lowering")
+# The samples decided at lowering by the tests (a few seconds each): one the INT flow never folds, one behind a
+# view, one folded at tfa that writes state. test_lowering_stage.py runs ExecuTorch's own flow on each too.
+LOWERING_SAMPLES = ("conv1d_mul", "conv_view_scale", "stateful_conv_mul")
 STORE_ENV = "FOLD_INSPECTOR_STORE"
 _RUN_ENV = "FOLD_INSPECTOR_TEST_RUN_STORE"  # the run's shared store, for xdist's workers
 _STORE_ROOT: Path | None = None  # this process's stores, removed at its end
@@ -72,7 +78,8 @@ OWN_GROUP = {
 # sample at every stage (about 90 s of CPU, 51 s of it the 200-site generated_blocks). A worker process
 # builds each analysis once; spread over both workers they were built twice. One group, one worker.
 SHARED_GROUPS = {
-    "stage analyses": ("test_samples.py", "test_regions.py", "test_rules.py", "test_state_aware_pr.py",
+    "stage analyses": ("test_samples.py", "test_lowering_stage.py", "test_regions.py", "test_rules.py",
+                       "test_state_aware_pr.py",
                        "test_triage.py::test_every_sample_site_reproduces_its_decision_without_the_inspector"),
 }
 _SHARED_OF = {member: group for group, members in SHARED_GROUPS.items() for member in members}

@@ -394,8 +394,8 @@ def test_bad_targets_give_one_line_errors(tmp_path):
         inspector.analyze(sample_models.get("conv_mul_scalar"), (torch.randn(1, 5, 8, 8),))
     with pytest.raises(InspectorError, match="NaN or Inf"):
         inspector.analyze(NoSites(), (torch.tensor([float("nan")]),))
-    with pytest.raises(InspectorError, match="unknown stage"):
-        inspector.analyze("sample:conv_mul_scalar", stage="lowering")
+    with pytest.raises(InspectorError, match="^unknown stage 'during'; choose one of: aten, tfa, edge, lowering$"):
+        inspector.analyze("sample:conv_mul_scalar", stage="during")
     with pytest.raises(InspectorError, match="unknown rule"):
         inspector.analyze("sample:conv_mul_scalar", rule="sometimes")
     (tmp_path / "bad.pt2").write_bytes(b"not a zip")

@@ -17,6 +17,7 @@ import inspector
 from inspector import InspectorError, explorer
 from inspector._front import cli
 from sample_models.generated import tfa_blocks
+from conftest import NO_LOWERING
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +29,7 @@ def _load(folder: Path, name: str) -> dict:
     return json.loads((folder / name).read_text())
 
 
-@pytest.mark.parametrize("stage", inspector.STAGES)
+@pytest.mark.parametrize("stage", NO_LOWERING)
 def test_files_are_the_stage_graph_keyed_by_fx_names(stage, tmp_path, stage_analyses):
     analysis = stage_analyses("streaming_keyword_spotter", stage).with_rule("state-aware-strict")
     files = analysis.to_model_explorer(tmp_path / "out")

@@ -12,7 +12,7 @@ import math
 import pytest
 
 import inspector
-from inspector._decide.stages import STAGES
+from conftest import NO_LOWERING as STAGES  # lowering: test_lowering_stage.py
 
 NETWORKS = ["resnet_basic_block", "mobilenetv2_inverted_residual", "squeeze_excitation", "nf_resnet_block",
             "convnext_block"]

@@ -12,7 +12,7 @@ import torch
 import inspector
 from inspector import InspectorError
 from inspector._base.errors import FoldPassCrash
-from inspector._decide.stages import STAGES
+from conftest import NO_LOWERING as STAGES  # lowering: test_lowering_stage.py
 from conftest import flat
 from test_analysis import BufferWeights
 

@@ -18,7 +18,7 @@ import pytest
 
 import inspector
 from inspector import InspectorError
-from conftest import ROOT, assert_bit_identical, state_of
+from conftest import NO_LOWERING, ROOT, assert_bit_identical, state_of
 
 RULES = ROOT / "sample_models" / "rules.py"
 WIDE = f"{RULES}:keep_wide_scales"
@@ -155,7 +155,7 @@ def test_a_guard_file_registers_nothing_on_import():
 # ---------------------------------------------------------------- a pass class from a file
 
 
-@pytest.mark.parametrize("stage", inspector.STAGES)
+@pytest.mark.parametrize("stage", NO_LOWERING)
 def test_a_copy_of_the_installed_pass_decides_like_upstream(stage_analyses, pass_copy, stage):
     spec = f"{pass_copy}:{PASS}"
     for name in SAMPLES:
@@ -179,7 +179,7 @@ EVERY_SECOND = ("            match = self._match_mul_after_conv(node)\n         
 EVERY_SECOND_COUNTER = ("        modified = False\n", "        modified = False\n        matched = 0\n")
 
 
-@pytest.mark.parametrize("stage", inspector.STAGES)
+@pytest.mark.parametrize("stage", NO_LOWERING)
 @pytest.mark.parametrize("patch", ["no-fold", "every-second"])
 def test_a_patched_copy_skips_where_it_does_not_fold(stage_analyses, pass_copy, tmp_path, patch, stage):
     if patch == "no-fold":

@@ -1,4 +1,8 @@
-"""Every sample x stage x policy: the decisions are the real pass's, the reasons the expected codes."""
+"""Every sample x stage x policy: the decisions are the real pass's, the reasons the expected codes.
+
+The lowering stage (the graph the pass receives inside ``to_edge_transform_and_lower`` on tosa-int: a quantize and
+a lowering per sample) is decided once per sample, in the session fixture test_lowering_stage.py shares.
+"""
 
 from __future__ import annotations
 
@@ -13,14 +17,17 @@ import sample_models
 from inspector._doors import executorch as _executorch
 from inspector._sites import graph as _graph
 from inspector._doors import tosa as _tosa
-from inspector._decide.stages import STAGES
 from inspector._doors.fold_swap import swapped_fold_pass
-from conftest import flat
+from conftest import LOWERING_SAMPLES, NO_LOWERING, flat
 
-MATRIX = [(n, s) for n in sample_models.names() for s in STAGES]
+MATRIX = [(n, s) for n in sample_models.names() for s in NO_LOWERING]
+# A few samples at lowering (tosa-int, the default accelerator; a quantize and a lowering each, shared with
+# test_lowering_stage.py): every sample declares its expectations there, and bench-free runs of all of them are
+# in the lowering-stage issue's report.
+LOWERING = [pytest.param(n, "lowering", marks=pytest.mark.requires_tosa) for n in LOWERING_SAMPLES]
 
 
-@pytest.mark.parametrize("name,stage", MATRIX)
+@pytest.mark.parametrize("name,stage", MATRIX + LOWERING)
 def test_decisions_and_reasons_match_expectations(stage_analyses, name, stage):
     base = stage_analyses(name, stage)
     model = sample_models.get(name)
@@ -35,7 +42,7 @@ def test_decisions_and_reasons_match_expectations(stage_analyses, name, stage):
             assert all(r.message and r.detail for r in s.reasons)
 
 
-@pytest.mark.parametrize("name,stage", MATRIX)
+@pytest.mark.parametrize("name,stage", MATRIX + LOWERING)
 def test_upstream_decisions_equal_the_unwrapped_installed_pass(stage_analyses, name, stage):
     """Run the installed class itself (no inspector subclass) and see which muls it removed."""
     result = stage_analyses(name, stage)
@@ -92,7 +99,7 @@ def test_shared_weight_reuse_is_flagged_only_where_the_pass_reuses():
 
 def test_site_ids_are_stable_across_stages_and_runs(stage_analyses):
     for name in sample_models.names():
-        ids = {stage: [s.id for s in stage_analyses(name, stage).sites] for stage in STAGES}
+        ids = {stage: [s.id for s in stage_analyses(name, stage).sites] for stage in NO_LOWERING}
         # A site may exist at some stages only (conv_bn_mul: BatchNorm is fused before tfa); where
         # it exists, it has the same id.
         present = [v for v in ids.values() if v]
@@ -106,7 +113,7 @@ def test_every_sample_declares_itself():
         model = sample_models.get(name)
         assert type(model).__doc__ and sample_models.describe(name)
         assert isinstance(model.example_inputs(), tuple)
-        for stage in STAGES:
+        for stage in inspector.STAGES:
             for policy in inspector.rules:
                 assert all(d in ("fold", "skip") for d, _ in model.expected(stage, policy))
     with pytest.raises(KeyError, match="unknown sample"):
@@ -120,3 +127,16 @@ def test_wide_dynamic_range_risk_carries_the_ratio(stage_analyses):
     assert site.scale.kind == "channel" and site.scale.shape == (1, 4, 1, 1)
     narrow = stage_analyses("conv_mul_channel_scale", "tfa").sites[0]
     assert not any(r.code == "wide-dynamic-range-scale" for r in narrow.risks)
+
+
+@pytest.mark.requires_tosa
+def test_site_ids_at_lowering_are_the_tfa_sites_the_int_flow_left_unfolded(stage_analyses):
+    """The lowering graph of the INT flow holds the sites the tfa call did not fold, under the same ids (their
+    nodes are renamed by then): what tfa folded is gone, and a note names it."""
+    assert any(stage_analyses(n, "tfa").folded for n in LOWERING_SAMPLES)
+    for name in LOWERING_SAMPLES:
+        tfa, lowering = stage_analyses(name, "tfa"), stage_analyses(name, "lowering")
+        assert [s.id for s in lowering.sites] == [s.id for s in tfa.skipped], name
+        if tfa.folded:
+            note = next(n for n in lowering.notes if "folded" in n and "earlier" in n)
+            assert all(s.id in note for s in tfa.folded), (name, note)

@@ -21,6 +21,7 @@ from torch import nn
 from torch.export.graph_signature import OutputKind
 
 import inspector
+from conftest import NO_LOWERING
 
 KEY = "carried_quant_state"
 STATE_REASONS = {"feeds-buffer-mutation", "feeds-input-mutation", "marked-carried-state"}
@@ -86,7 +87,7 @@ def check(state_aware: inspector.Analysis, upstream: inspector.Analysis, fires: 
     return kept
 
 
-@pytest.mark.parametrize("stage", inspector.STAGES)
+@pytest.mark.parametrize("stage", NO_LOWERING)
 def test_state_aware_is_the_pr_on_every_sample(stage_analyses, stage):
     kept = 0
     for name in SAMPLES:
@@ -101,7 +102,7 @@ def test_state_aware_is_the_pr_on_every_sample(stage_analyses, stage):
         assert kept, "no sample feeds a buffer or input mutation at edge: the test proves nothing"
 
 
-@pytest.mark.parametrize("stage", inspector.STAGES)
+@pytest.mark.parametrize("stage", NO_LOWERING)
 def test_state_aware_is_the_pr_with_a_marker_on_each_site(stage_analyses, stage):
     kept = 0
     for name in SAMPLES:
@@ -164,7 +165,7 @@ def hand_marked(stage: str, placement: str) -> tuple[inspector.Analysis, inspect
     return upstream, upstream.with_rule("state-aware")
 
 
-@pytest.mark.parametrize("stage", inspector.STAGES)
+@pytest.mark.parametrize("stage", NO_LOWERING)
 @pytest.mark.parametrize("placement", PLACEMENTS)
 def test_state_aware_reads_top_level_markers_only(stage, placement):
     upstream, state_aware = hand_marked(stage, placement)

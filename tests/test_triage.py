@@ -21,7 +21,7 @@ from inspector._front.cli import main
 from inspector._base.formats import GITHUB_COMMENT_LIMIT
 from inspector.present.report import md_code, user_frames
 from inspector._front.repro import reproducer
-from conftest import ROOT
+from conftest import NO_LOWERING, ROOT
 
 HERE = [os.getcwd(), sys.prefix, str(Path.home()), str(ROOT), "/tmp/"]
 
@@ -46,7 +46,7 @@ def test_done_when_markdown_report_of_the_stateful_sample(capsys):
     assert "| site | decision | reasons | risks | scale |" in text and "`conv@models.py:149`" in text
     for package in ("python", "torch", "executorch", "tosa-tools", "fold-inspector"):
         assert f"{package} " in text
-    assert "python -m inspector report sample:stateful_conv_mul --stage edge --rule upstream --format md" in text
+    assert "python -m inspector report sample:stateful_conv_mul --stage tfa --rule upstream --format md" in text
     assert "**Summary.**" in text and "<details>" in text and text.count("<details>") == text.count("</details>")
     _no_local_paths(text)
     html = _render_md(text)
@@ -215,7 +215,7 @@ def all_reproducers(tmp_path_factory, stage_analyses):
     folder = tmp_path_factory.mktemp("repros")
     expected = {}
     for name in inspector.samples.names():
-        for stage in inspector.STAGES:
+        for stage in NO_LOWERING:  # a reproducer runs the pass alone: no lowering stage
             analysis = stage_analyses(name, stage)  # shared with test_samples.py: built once per run
             for i, site in enumerate(analysis.sites):
                 if name == "generated_blocks" and i not in (0, 3, 4, 19):  # one site of each of its patterns
@@ -263,7 +263,7 @@ class Unseen(nn.Module):
 def test_models_the_samples_do_not_have(tmp_path):
     inputs = (torch.rand(1, 8, 16, 16, generator=torch.Generator().manual_seed(0)), torch.ones(1, 2, 3, 4, 4))
     written = 0
-    for stage in inspector.STAGES:
+    for stage in NO_LOWERING:
         analysis = inspector.analyze(Unseen(), inputs, stage=stage)
         stage_written = 0
         for i, site in enumerate(analysis.sites):

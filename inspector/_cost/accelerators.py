@@ -12,8 +12,14 @@ whether (and how) its lowered program is priced.
   TOSA reference model runs it, and Vela compiles the same flatbuffer for the cost (``measure.py``). Its
   system config and memory mode are ExecuTorch's defaults unless the accelerator names others.
 
-A user registers another configuration by name (``inspector.accelerators.register(Accelerator(...))``);
-an accelerator travels to workers as its fields (plain data).
+Another memory mode or system config is written into the name, as ExecuTorch's ``EthosUCompileSpec`` takes
+them: ``ethos-u85-256:Dedicated_Sram`` (the target, its memory mode), ``ethos-u55-128:Shared_Sram:
+Ethos_U55_Deep_Embedded`` (and a system config). Every name that takes an accelerator takes these (``compare``,
+``advise``, ``sweep``, the CLI, the widget); ``accelerators.get`` builds one on first use, checked against
+Vela's own config file, and its name is the canonical one (the settings ExecuTorch would choose anyway are
+left out: ``ethos-u85-256:Sram_Only`` is ``ethos-u85-256``). A user registers another configuration by name
+(``inspector.accelerators.register(Accelerator(...))``); an accelerator travels to workers as its fields
+(plain data).
 """
 
 from __future__ import annotations
@@ -24,15 +30,20 @@ from .._base.cache import BoundedCache
 from .._base.registry import Registry
 from .._doors import executorch as _executorch, vela as _vela
 from .._base.errors import InspectorError, quoted
+from .._base.formats import compiler
 from . import measure as _measure
 from .records import Cost
 
 INT = "TOSA-1.0+INT"
 DEFAULT = "tosa-int"
+SETTINGS = ":"  # separates a target from its memory mode and system config: ethos-u85-256:Dedicated_Sram
+FORM = "TARGET:MEMORY_MODE[:SYSTEM_CONFIG] (e.g. ethos-u85-256:Dedicated_Sram)"
 
 # Vela's configuration of each accelerator (its clock and TOSA specification read from ExecuTorch's spec and
 # Vela's config file), made once per (accelerator, system config, memory mode).
 _CONFIGS = BoundedCache(32, "accelerator configurations")
+# The memory modes and system configs Vela takes for each target (a picker's choices), read once per target.
+_SETTINGS = BoundedCache(16, "accelerator settings")
 
 
 @dataclass(frozen=True)
@@ -53,15 +64,31 @@ class Accelerator:
 
     @property
     def identity(self) -> tuple:
-        """What results lowered for it depend on (the name alone would not say which system config)."""
-        return (self.name, self.npu, self.system_config, self.memory_mode)
+        """What results lowered for it depend on (the name alone would not say which system config); on an NPU the
+        installed Vela's version too: a cost another Vela made is never read for this one."""
+        return (self.name, self.npu, self.system_config, self.memory_mode) + (
+            (f"vela {_vela.version()}",) if self.costs else ())
 
     def vela(self) -> _vela.VelaConfig:
         """Vela's configuration of this accelerator, as ExecuTorch's EthosUCompileSpec builds it."""
         if not self.costs:
             raise InspectorError(f"the accelerator {quoted(self.name)} is not an NPU: it has no Vela configuration")
-        return _CONFIGS.get_or_compute(self.identity[1:],
+        return _CONFIGS.get_or_compute((self.npu, self.system_config, self.memory_mode),
                                        lambda: _vela.vela_config(self.npu, self.system_config, self.memory_mode))
+
+    @property
+    def compiler(self) -> str:
+        """The compiler settings its cycles are made under, in the line ``Cost.compiler`` writes
+        (``Vela 5.1.0 · ethos-u85-256 · Ethos_U85_SYS_DRAM_Mid · Sram_Only``; "" on ``tosa-int``)."""
+        if not self.costs:
+            return ""
+        config = self.vela()
+        return compiler(config.vela_version, config.accelerator, config.system_config, config.memory_mode)
+
+    def settings(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(memory modes, system configs) Vela's config file offers for this NPU's target, each with ExecuTorch's
+        default of the other (what a picker offers; ``((), ())`` on ``tosa-int``)."""
+        return _SETTINGS.get_or_compute(self.npu, lambda: _vela.settings(self.npu)) if self.costs else ((), ())
 
     def spec(self, needed: str) -> str:
         """The TOSA specification a quantization that needs ``needed`` (``TOSA-1.0+INT+int16``) lowers with here:
@@ -92,27 +119,84 @@ class Accelerator:
         if not self.costs:
             return f"{self.name} (the generic {INT} profile; no cost)"
         config = self.vela()
-        return (f"{self.name} ({config.system_config}, {config.memory_mode}, {config.clock_hz / 1e6:g} MHz; "
-                f"cycles are Vela's estimates)")
+        return (f"{self.name} (Vela {config.vela_version}, {config.system_config}, {config.memory_mode}, "
+                f"{config.clock_hz / 1e6:g} MHz; cycles are Vela's estimates)")
 
 
 def _checked(accelerator: Accelerator) -> Accelerator:
     if not isinstance(accelerator, Accelerator):
         raise InspectorError(f"an accelerator is an inspector.Accelerator, got a {type(accelerator).__name__}")
-    if not accelerator.name or any(ch in accelerator.name for ch in ",@ \n"):
-        raise InspectorError(f"an accelerator's name is one word without ',', '@' or spaces, got {quoted(accelerator.name)}")
+    if not accelerator.name or any(ch in accelerator.name for ch in ",@ \n" + SETTINGS):
+        raise InspectorError(f"an accelerator's name is one word without ',', '@', ':' or spaces, got "
+                             f"{quoted(accelerator.name)} (':' writes a target's settings: {FORM})")
     if accelerator.npu is not None and accelerator.npu not in _vela.ACCELERATORS:
         raise InspectorError(f"unknown Ethos-U configuration {quoted(accelerator.npu)}; Vela accepts: "
                              f"{', '.join(_vela.ACCELERATORS)}")
     return accelerator
 
 
-# The one registry of accelerators: every entry point (CLI, widget, compare, sweep) offers what it holds.
-accelerators = Registry("accelerator", make=_checked, line=lambda a: a.help, fixed=lambda a: a.builtin)
+# The accelerators a name with settings made (ethos-u85-256:Dedicated_Sram), by the name as written.
+_WRITTEN = BoundedCache(64, "accelerators with settings")
+
+
+def _with_settings(name: str) -> Accelerator | None:
+    """The accelerator ``TARGET:MEMORY_MODE[:SYSTEM_CONFIG]`` names (None for a name without ':'), checked by
+    Vela's own config file and ExecuTorch's EthosUCompileSpec (one line listing the settings Vela takes there)."""
+    if SETTINGS not in name:
+        return None
+    return _WRITTEN.get_or_compute(name, lambda: _settle(name))
+
+
+def _settle(name: str) -> Accelerator:
+    target, _, rest = name.partition(SETTINGS)
+    mode, _, system = rest.partition(SETTINGS)
+    if not mode or SETTINGS in system or rest.endswith(SETTINGS):
+        raise InspectorError(f"an accelerator with settings is written {FORM}; got {quoted(name)}")
+    if target not in _vela.ACCELERATORS:
+        raise InspectorError(f"{quoted(target)} takes no memory mode or system config: it is not an Ethos-U target; "
+                             f"choose one of: {', '.join(_vela.ACCELERATORS)}")
+    config = _vela.vela_config(target, system or None, mode)  # raises the one line naming what Vela takes
+    default = _vela.vela_config(target)  # ExecuTorch's own choice for the target
+    if (config.system_config, config.memory_mode) == (default.system_config, default.memory_mode):
+        return accelerators.entry(target)  # the same configuration has one name, and one store entry
+    system = config.system_config if config.system_config != default.system_config else None
+    written = SETTINGS.join([target, config.memory_mode] + ([system] if system else []))
+    return Accelerator(written, f"{target} with the memory mode {config.memory_mode} and the system config "
+                                f"{config.system_config}: numbers on the TOSA reference model, cost from Vela",
+                       npu=target, system_config=system, memory_mode=config.memory_mode)
+
+
+# The one registry of accelerators: every entry point (CLI, widget, compare, sweep) offers what it holds, and takes
+# a target with its settings written after it (``_with_settings``).
+accelerators = Registry("accelerator", make=_checked, line=lambda a: a.help, fixed=lambda a: a.builtin,
+                        missing=_with_settings, hint=f"or {FORM}")
 
 TOSA_INT = accelerators.register(Accelerator(
     DEFAULT, f"the generic {INT} profile the TOSA reference model runs (+int16, +int4 as a quantization needs): "
              "numbers, no cost", builtin=True))
+FP = "TOSA-1.0+FP"
+
+
+@dataclass(frozen=True)
+class FloatProfile(Accelerator):
+    """The backend's float TOSA profile: its flow quantizes nothing, so the pass folds inside the lowering call
+    (``analyze(stage="lowering", accelerator="tosa-fp")``); there are no quantized numbers to compare."""
+
+    def spec(self, needed: str) -> str:
+        return FP
+
+    def quantizer(self, spec: str, config):
+        raise InspectorError(f"{self.name} is the float {FP} profile: nothing is quantized for it, so it has no "
+                             "quantized numbers to compare; use it with analyze(stage='lowering'), and compare on "
+                             "tosa-int or an Ethos-U")
+
+    def text(self) -> str:
+        return f"{self.name} (the float {FP} profile: nothing quantized; no cost)"
+
+
+TOSA_FP = accelerators.register(FloatProfile(
+    "tosa-fp", f"the float {FP} profile, nothing quantized: where its flow folds (stage lowering) and PR #21234's "
+               "structural guard can act; no quantized numbers, no cost", builtin=True))
 _KINDS = {"u55": "Ethos-U55 (Cortex-M systems)", "u65": "Ethos-U65 (Cortex-A and -M systems)",
           "u85": "Ethos-U85 (Cortex-A and -M systems)"}
 for _name in _vela.ACCELERATORS:
@@ -123,12 +207,15 @@ for _name in _vela.ACCELERATORS:
 
 
 def accelerator_of(value) -> Accelerator:
-    """The accelerator ``value`` names (None: ``tosa-int``), or an ``Accelerator`` as it is (registered)."""
+    """The accelerator ``value`` names (None: ``tosa-int``; a target with settings, ``ethos-u85-256:Dedicated_Sram``,
+    too), or an ``Accelerator`` as it is (registered)."""
     if value is None:
         return TOSA_INT
     if isinstance(value, Accelerator):
+        if SETTINGS in value.name and _with_settings(value.name) == value:
+            return value  # one made from its name (ethos-u85-256:Dedicated_Sram): not registered, made again
         return accelerators.register(value, replace=True)
     return accelerators.get(value)
 
 
-__all__ = ["Accelerator", "DEFAULT", "TOSA_INT", "accelerator_of", "accelerators"]
+__all__ = ["Accelerator", "DEFAULT", "FORM", "TOSA_INT", "accelerator_of", "accelerators"]

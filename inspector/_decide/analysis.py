@@ -22,6 +22,7 @@ from .._base.data import FORMAT, dataframe
 from .._sites.scale import ScaleSummary
 from .._base.errors import InspectorError, listing, quoted
 from .._sites.reasons import Reason, Risk
+from .._base.display import draw
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class Site:
     folded_weight: str | None  # weight node the conv reads after the fold (None if not folded)
     folded_bias: str | None  # bias node the conv reads after the fold
     mismatch: str | None  # set when the explainer disagrees with the pass: never expected
+    path: tuple[str, ...] = ()  # nodes between conv and mul: views, or RESCALEs in a quantized graph (empty: direct)
 
     @property
     def folded(self) -> bool:
@@ -78,6 +80,7 @@ class Site:
             "folded_weight": self.folded_weight,
             "folded_bias": self.folded_bias,
             "mismatch": self.mismatch,
+            "path": list(self.path),
         }
 
 
@@ -121,9 +124,21 @@ class Analysis:
         return self.decider.stage_graph
 
     @property
+    def accelerator(self) -> str:
+        """Whose flow hands the pass this graph (``tfa``, ``lowering``); at ``aten`` and ``edge`` every flow's."""
+        return self.decider.accelerator
+
+    @property
+    def stage_note(self) -> str | None:
+        """What this stage's graph is in the flow a user ships, when an answer must say it (``edge``,
+        ``lowering``)."""
+        return _stages.stage_note(self.stage, self.accelerator)
+
+    @property
     def notes(self) -> tuple[str, ...]:
-        """Things the user should know about how the stage graph was obtained."""
-        return self.stage_graph.notes
+        """Things the user should know about this stage's graph and how it was obtained."""
+        note = self.stage_note
+        return ((note,) if note else ()) + self.stage_graph.notes
 
     @property
     def name(self) -> str:
@@ -152,11 +167,19 @@ class Analysis:
 
     def run_before(self, *inputs):
         """Float outputs of the before-graph (on a private copy; default: the example inputs)."""
+        self._check_runs()
         return _stages.run_graph(*self.decider.before(self), inputs or self.target.inputs)
 
     def run_after(self, *inputs):
         """Float outputs of the after-graph (on a private copy; default: the example inputs)."""
+        self._check_runs()
         return _stages.run_graph(*_stages.copy_pair(self.decider.after(self)), inputs or self.target.inputs)
+
+    def _check_runs(self) -> None:
+        if self.stage == "lowering":
+            raise InspectorError("the lowering graph is the TOSA delegate's part of the program, mid-lowering: it does "
+                                 "not run on the model's inputs in PyTorch; compare runs the lowered program on the "
+                                 "TOSA reference model")
 
     # -- queries
     def site(self, site_id: str) -> Site:
@@ -197,6 +220,7 @@ class Analysis:
         return self.with_markers(markers)
 
     def with_stage(self, stage: str) -> "Analysis":
+        """The same model, rule and markers at ``stage`` (for the same accelerator)."""
         return self.decider.at_stage(stage).decide(self.rule, self.marker_ids)
 
     @property
@@ -226,6 +250,7 @@ class Analysis:
             "format": FORMAT,
             "target": self.name,
             "stage": self.stage,
+            "accelerator": self.accelerator,
             "rule": self.rule.to_dict(),
             "markers": list(self.markers),
             "summary": self.summary(),
@@ -238,8 +263,7 @@ class Analysis:
         return dataframe("sites", {"sites": lambda: [s.to_dict() for s in self.sites]})
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.bundle(self)
+        return draw("bundle", self)
 
     def __repr__(self) -> str:
         return f"<Analysis {self.name} stage={self.stage} rule={self.rule.name}: {self.summary()}>"
@@ -251,8 +275,7 @@ class Analysis:
         page), ``md`` (a GitHub comment) or ``json``; local paths redacted, stack traces with the
         user's frames only unless ``full_traces``; ``advice`` (``inspector.advise``) adds which sites should fold.
         With ``out``, written there and the path returned."""
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.report(self, comparison, format=format, out=out, results_for=results_for,
+        return draw("report", self, comparison, format=format, out=out, results_for=results_for,
                               full_traces=full_traces, advice=advice)
 
     def to_model_explorer(self, folder, *, errors=None, step: int | None = None, which: str = "before", cost=None):
@@ -261,8 +284,7 @@ class Analysis:
         into ``folder`` for Google's Model Explorer.
         Needs the ``explorer`` extra. Returns an ``ExplorerFiles`` (paths, and the command that
         opens them); ``python -m inspector explorer TARGET --out DIR --serve`` serves them."""
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.to_model_explorer(self, folder, errors=errors, step=step, which=which, cost=cost)
+        return draw("to_model_explorer", self, folder, errors=errors, step=step, which=which, cost=cost)
 
     def verdicts(self, which: str = "before", *, errors=None, step: int | None = None, focus: str | None = None,
                  hops: int = 2, hide: Iterable[str] = ("constants",)):
@@ -274,30 +296,25 @@ class Analysis:
         records by node name. With ``focus`` (a site id) and ``hops``, the after graph may be just
         the part of it that a picture focused there shows (drawn the same as the whole graph).
         """
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.verdicts(self, which, errors=errors, step=step, focus=focus, hops=hops, hide=hide)
+        return draw("verdicts", self, which, errors=errors, step=step, focus=focus, hops=hops, hide=hide)
 
     def caption(self, which: str | None) -> list[str]:
         """The lines above a picture of this analysis (``which`` None: the before | after pair)."""
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.caption(self, which)
+        return draw("caption", self, which)
 
     def render(self, which: str = "before", *, errors=None, step: int | None = None, focus: str | None = None,
                hops: int = 2, hide: Iterable[str] = ("constants",), **kw):
         """The ``before`` or ``after`` graph as a ``graphviz.Digraph`` (see ``inspector.present.render``);
         ``errors=attribution.variant(...)`` colours the nodes by their measured SQNR."""
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.render(self, which, errors=errors, step=step, focus=focus, hops=hops, hide=hide, **kw)
+        return draw("render", self, which, errors=errors, step=step, focus=focus, hops=hops, hide=hide, **kw)
 
     def render_pair(self, *, focus: str | None = None, hops: int = 2, hide: Iterable[str] = ("constants",), **kw):
         """Before and after side by side in one ``graphviz.Digraph`` (see ``inspector.present.render_pair``)."""
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.render_pair(self, focus=focus, hops=hops, hide=hide, **kw)
+        return draw("render_pair", self, focus=focus, hops=hops, hide=hide, **kw)
 
     def svg(self, which: str = "before", **kw) -> str:
         """The SVG text of ``render(which, **kw)``; needs graphviz's ``dot``."""
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.svg(self, which, **kw)
+        return draw("svg", self, which, **kw)
 
 
 def summarize(sites: Iterable[Site]) -> str:

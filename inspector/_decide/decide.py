@@ -37,6 +37,7 @@ from .._sites import graph as _graph
 from .._targets import load as _load
 from .._targets.facts import Fact
 from . import region as _region, stages as _stages
+from .._cost import accelerators as _accelerators
 from .._base.cache import BoundedCache
 from .._base.copies import no_gc_pauses, private_copy
 from .._sites.explain import Context, explain
@@ -115,6 +116,7 @@ class _Static:
     location: str
     scale: Any  # ScaleSummary
     chained_after: str | None
+    path: tuple[str, ...]  # the views or RESCALEs between conv (or the earlier mul) and mul
 
 
 @dataclass(frozen=True)
@@ -129,9 +131,10 @@ class _Outcome:
 class Decider:
     """Decides every site of one pristine stage graph; owns what deciding it again reuses."""
 
-    def __init__(self, target, stage_graph) -> None:
+    def __init__(self, target, stage_graph, accelerator: str = "tosa-int") -> None:
         self.target = target  # the private model, inputs and export (``_load.Target``)
         self.stage_graph = stage_graph  # the pristine stage graph (never run the pass on it)
+        self.accelerator = accelerator  # whose flow hands the pass this graph (tfa, lowering; the same at aten, edge)
         self._lock = threading.Lock()
         self._layout: _region.Layout | None = None
         self._memo: _graph.ReachMemo | None = None
@@ -148,12 +151,13 @@ class Decider:
         return self.stage_graph.stage
 
     def at_stage(self, stage: str) -> "Decider":
-        """The decider of the same model at ``stage`` (its export is reused)."""
+        """The decider of the same model at ``stage``, for the same accelerator (its export is reused)."""
         if stage == self.stage:
             return self
         if self.target.exported is None:
+            _stages.check_stage(stage)
             raise InspectorError(f"{self.target.name} is a bare graph: it has only the tfa stage")
-        return decider_of(self.target, stage)
+        return decider_of(self.target, stage, self.accelerator)
 
     @property
     def layout(self) -> _region.Layout:
@@ -181,7 +185,8 @@ class Decider:
             program = self.stage_graph.program
             self._statics = tuple(
                 _Static(i, c.mul.name, c.conv.name, _graph.op_name(c.conv), _graph.module_path(c.conv),
-                        _graph.location(c.mul), scale_summary(c, program), c.via.name if c.via is not None else None)
+                        _graph.location(c.mul), scale_summary(c, program), c.via.name if c.via is not None else None,
+                        tuple(n.name for n in c.path))
                 for c, i in zip(lay.cands, lay.ids))
         return self._statics
 
@@ -370,13 +375,16 @@ class Decider:
 DECIDER: Fact[Decider] = Fact("decider")
 
 
-def decider_of(target, stage: str) -> Decider:
-    """The decider of ``target``'s graph at ``stage`` (one per target and stage, kept with the target)."""
-    stage_graph = _stages.stage_graph_of(target, stage)
-    decider = target.facts.get(DECIDER, stage, lambda: Decider(target, stage_graph))
+def decider_of(target, stage: str, accelerator=None) -> Decider:
+    """The decider of ``target``'s graph at ``stage`` in ``accelerator``'s flow (default ``tosa-int``; one per
+    target, stage and accelerator, kept with the target)."""
+    key = _stages.stage_key(stage, accelerator)
+    name = _accelerators.accelerator_of(accelerator).name
+    stage_graph = _stages.stage_graph_of(target, stage, accelerator)
+    decider = target.facts.get(DECIDER, key, lambda: Decider(target, stage_graph, name))
     if decider.stage_graph is not stage_graph:  # the stage graph was captured again (a compare's own run)
-        decider = Decider(target, stage_graph)
-        target.facts.keep(DECIDER, stage, decider)
+        decider = Decider(target, stage_graph, name)
+        target.facts.keep(DECIDER, key, decider)
     return decider
 
 
@@ -419,7 +427,7 @@ def _build_sites(statics, lay, rule: Rule, outcome: _Outcome, all_reach, recurre
             id=st.id, index=i, mul=st.mul, conv=st.conv, conv_op=st.conv_op, module_path=st.module_path,
             location=st.location, scale=st.scale, decision=decision, reasons=reasons, risks=tuple(risks),
             marked=is_marked, chained_after=st.chained_after, state_path=tuple(n.name for n in path),
-            state_boundary=boundary, folded_weight=fw, folded_bias=fb, mismatch=mismatch,
+            state_boundary=boundary, folded_weight=fw, folded_bias=fb, mismatch=mismatch, path=st.path,
         )
         sites[i] = site
     return _flag_reused_weights(sites, indices, lay, program)
@@ -531,26 +539,33 @@ def analyze(
     target: Any,
     example_inputs: Any = None,
     *,
-    stage: str = "edge",
+    stage: str | None = None,
     rule: "str | Rule" = "upstream",
     markers: Iterable[str] = (),
+    accelerator: Any = None,
 ) -> Analysis:
     """Find, decide and explain every conv->mul site of ``target`` at ``stage`` under ``rule``.
 
     ``target`` is an ``nn.Module`` (with ``example_inputs``, or its own
     ``example_inputs()``), an ``ExportedProgram``, a sample name (``"sample:NAME"``),
-    a path to a ``.pt2`` file, or ``"path/to/file.py:ClassName"``. ``rule`` is a rule's
-    name (``inspector.rules``) or a ``Rule``. ``markers`` are site ids or node names to
+    a path to a ``.pt2`` file, or ``"path/to/file.py:ClassName"``. ``stage`` is which graph the pass
+    receives (``inspector.STAGES``); the default is where ``accelerator``'s flow folds: ``tfa`` for every
+    quantized accelerator (``tosa-int``, the default, and every Ethos-U), ``lowering`` for ``tosa-fp``.
+    ``accelerator`` says whose flow hands the pass the ``tfa`` and ``lowering`` graphs (``lowering`` is the
+    graph the pass receives inside ``to_edge_transform_and_lower``, quantized in the INT flow). ``rule`` is a
+    rule's name (``inspector.rules``) or a ``Rule``. ``markers`` are site ids or node names to
     mark ``carried_quant_state``. The decision at every site is what the installed
     ``FoldScalarMulIntoConvPass`` did on a private copy. The caller's model is never modified.
     """
-    _stages.check_stage(stage)
+    chip = _accelerators.accelerator_of(accelerator)
+    stage = _stages.default_stage(chip) if stage is None else _stages.check_stage(stage)
+    _stages.stage_key(stage, chip)  # a stage the accelerator's flow does not have: one line, before any work
     rule = get_rule(rule)
     markers = marker_tuple(markers)
     t0 = time.perf_counter()
     loaded = _load.load(target, example_inputs)
     t1 = time.perf_counter()
-    decider = decider_of(loaded, stage)
+    decider = decider_of(loaded, stage, chip)
     t2 = time.perf_counter()
     result = decider.decide(rule, markers)
     return replace(result, timings={"load": t1 - t0, "stage": t2 - t1, **result.timings})

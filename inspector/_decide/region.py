@@ -108,8 +108,9 @@ def _build_layout(graph: fx.Graph, program) -> Layout:
 
 
 def _cluster_nodes(c) -> list[Node]:
-    """The nodes a site's fold reads and rewrites: conv, weight, bias, the mul chain and its scales."""
-    nodes = [c.conv, c.mul] + ([c.via] if c.via is not None else [])
+    """The nodes a site's fold reads and rewrites: conv, weight, bias, the mul chain and its scales (and the
+    views between conv and mul, for a site behind one)."""
+    nodes = [c.conv, c.mul, *c.path] + ([c.via] if c.via is not None else [])
     nodes += [a for a in c.conv.args[1:3] if isinstance(a, Node)]
     if isinstance(c.scale, Node):
         nodes.append(c.scale)

@@ -1,8 +1,13 @@
-"""Stage graphs: the graph the fold pass sees at ``aten``, ``tfa`` and ``edge``.
+"""Stage graphs: the graph the fold pass sees at ``aten``, ``tfa``, ``edge`` and ``lowering``.
 
-A ``StageGraph`` is built once per (model, stage) and never modified: every
-decision runs the pass on a deep copy, so toggling markers or switching
-rules re-decides without re-exporting.
+A ``StageGraph`` is built once per (model, stage, and for ``tfa`` and ``lowering`` the accelerator whose flow
+hands the pass that graph) and never modified: every decision runs the pass on a deep copy, so toggling
+markers or switching rules re-decides without re-exporting or lowering again.
+
+Which flow hands the pass each graph, and when (``STAGE_HELP``, docs/words.md): the INT flow of every quantized
+accelerator folds in ``tfa``, before calibration, and hands the lowering call a quantized graph; the FP flow
+(``tosa-fp``) quantizes nothing and folds in ``lowering``; ``aten`` and ``edge`` are the programs every flow
+starts from, which no INT flow hands the pass.
 """
 
 from __future__ import annotations
@@ -16,24 +21,78 @@ from torch.fx import GraphModule
 
 from .._doors import executorch as _executorch
 from .._base import quiet as _quiet
-from .._base.errors import InspectorError, crash_behind, describe, first_line, quoted
+from .._base.errors import InspectorError, crash_behind, describe, first_line, listing, quoted
 from .._base.copies import no_gc_pauses, private_copy
+from .._cost import accelerators as _accelerators
 from .._doors.fold_swap import swapped_fold_pass
 from .._rules.rules import FoldLog, rule_pass_class
+from .._sites import graph as _graph
 from .._targets.facts import Fact
 from .._doors import tosa as _tosa
 
-STAGES = ("aten", "tfa", "edge")
+STAGES = ("aten", "tfa", "edge", "lowering")
+# Each stage in one line: which flow hands the pass this graph, and when (the CLI's --stage, the widget's picker).
 STAGE_HELP = {
-    "aten": "the torch.export program",
-    "tfa": "the GraphModule the quantizer's transform-for-annotation folds on (weights as get_attr); "
-    "where the INT flow really folds",
-    "edge": "the to_edge program",
+    "aten": "the torch.export program every flow starts from; no flow hands the pass this graph",
+    "tfa": "the INT flow's (tosa-int, every Ethos-U): the graph prepare_pt2e's transform-for-annotation folds on, "
+           "before calibration (weights as get_attr); where the INT flow folds",
+    "edge": "the float to_edge program: the FP flow's graph before the backend's own passes; no INT flow hands "
+            "the pass this graph",
+    "lowering": "the graph the pass receives inside to_edge_transform_and_lower for the accelerator: quantized in "
+                "the INT flow (after convert_pt2e and re-export), float in the FP flow (tosa-fp), where that flow folds",
 }
+
+# What every answer at a stage says about it, besides STAGE_HELP (None: nothing to add).
+_EDGE_NOTE = ("edge shows the FP flow's float program before the backend's own passes: no INT flow hands the pass "
+              "this graph (the INT flow folds at tfa, before calibration; stage lowering with tosa-fp is where the "
+              "FP flow folds)")
+
+
+def stage_note(stage: str, accelerator: str = "") -> str | None:
+    """The line every answer at ``stage`` carries: what this graph is in the flow the user ships."""
+    if stage == "edge":
+        return _EDGE_NOTE
+    if stage == "lowering":
+        chip = _accelerators.accelerator_of(accelerator or None)
+        if quantized(chip):
+            return (f"lowering on {chip.name}: the quantized graph the pass receives inside "
+                    "to_edge_transform_and_lower (after convert_pt2e and re-export); its muls multiply integers, "
+                    "so nothing here is left for the pass to fold")
+        return (f"lowering on {chip.name}: the float graph the pass receives inside to_edge_transform_and_lower, "
+                "with the TOSA delegate's exported program: where the FP flow folds, and the only call where the "
+                "pass has a graph signature for PR #21234's structural guard to read")
+    return None
+
+
+def quantized(accelerator) -> bool:
+    """Whether ``accelerator``'s flow quantizes (the TOSA INT profile) or stays float (``tosa-fp``)."""
+    return "INT" in accelerator.spec(_accelerators.INT).split("+")[1:]
+
+
+def default_stage(accelerator=None) -> str:
+    """Where ``accelerator``'s flow folds: ``tfa`` for every quantized one, ``lowering`` for the FP profile."""
+    return "tfa" if quantized(_accelerators.accelerator_of(accelerator)) else "lowering"
+
+
+def stage_key(stage: str, accelerator=None) -> str:
+    """The name a target keeps its graph at ``stage`` under: the stage, and for ``tfa`` and ``lowering`` the
+    accelerator whose flow hands it over (``tfa@ethos-u55-128``, ``lowering@tosa-fp``; the default ``tosa-int``
+    is the stage alone). ``aten`` and ``edge`` are the same graph for every accelerator."""
+    check_stage(stage)
+    chip = _accelerators.accelerator_of(accelerator)
+    if stage == "tfa":
+        if not quantized(chip):
+            raise InspectorError(f"the FP flow ({chip.name}) quantizes nothing, so transform-for-annotation never runs "
+                                 f"and it has no tfa stage; choose one of: {', '.join(s for s in STAGES if s != 'tfa')}")
+        return "tfa" if not chip.costs else f"tfa@{chip.name}"  # as a comparison's plan keeps it (Plan.tfa_key)
+    if stage == "lowering":
+        return "lowering" if chip.name == _accelerators.DEFAULT else f"lowering@{chip.name}"
+    return stage
 
 
 def check_stage(stage: str) -> str:
-    if stage not in STAGES:
+    """``stage`` if it names a stage, else one line listing the stages."""
+    if not isinstance(stage, str) or stage not in STAGES:
         raise InspectorError(f"unknown stage {quoted(stage)}; choose one of: {', '.join(STAGES)}")
     return stage
 
@@ -42,10 +101,10 @@ def check_stage(stage: str) -> str:
 class StageGraph:
     """The pristine graph the pass receives at one stage (never run the pass on it directly)."""
 
-    stage: str  # aten | tfa | edge
-    graph_module: GraphModule  # the graph, with weights as placeholders (aten, edge) or get_attr (tfa)
-    program: Any  # the ExportedProgram at aten and edge, None at tfa
-    notes: tuple[str, ...] = ()  # what went wrong around the capture that the user should know
+    stage: str  # aten | tfa | edge | lowering
+    graph_module: GraphModule  # the graph, with weights as placeholders (aten, edge, lowering) or get_attr (tfa)
+    program: Any  # the ExportedProgram at aten, edge and lowering (the delegate's), None at tfa
+    notes: tuple[str, ...] = ()  # what went wrong around the capture, or happened before it, that the user should know
 
     @classmethod
     def of_tfa_graph(cls, graph_module: GraphModule) -> "StageGraph":
@@ -90,13 +149,19 @@ def run_graph(gm: GraphModule, program: Any, inputs: tuple):
 STAGE_GRAPH: Fact[StageGraph] = Fact("stage graph")
 
 
-def stage_graph_of(target, stage: str) -> StageGraph:
-    """The stage graph of a loaded target at ``stage``, built once per target and reused."""
-    check_stage(stage)
+def stage_graph_of(target, stage: str, accelerator=None) -> StageGraph:
+    """The stage graph of a loaded target at ``stage`` (for ``tfa`` and ``lowering``: in ``accelerator``'s flow,
+    default ``tosa-int``), built once per target and reused."""
+    key = stage_key(stage, accelerator)
+    chip = _accelerators.accelerator_of(accelerator)
+    if stage == "tfa" and key != "tfa":
+        return tfa_graph_for(target, key, lambda: quantizer_for(chip))
 
     def make() -> StageGraph:
         try:
             with no_gc_pauses():
+                if stage == "lowering":
+                    return _capture_lowering(target, chip)
                 return build(target.exported, stage)
         except InspectorError:
             raise
@@ -105,7 +170,13 @@ def stage_graph_of(target, stage: str) -> StageGraph:
                 f"building the {stage} graph of {target.name} failed: {describe(exc)}; try another stage"
             ) from None
 
-    return target.facts.get(STAGE_GRAPH, stage, make)
+    return target.facts.get(STAGE_GRAPH, key, make)
+
+
+def quantizer_for(accelerator):
+    """The quantizer ``accelerator``'s INT flow quantizes with, under the default quantization (symmetric int8,
+    per-channel weights: a comparison's ``a8w8``)."""
+    return accelerator.quantizer(accelerator.spec(_accelerators.INT), _executorch.symmetric_quantization_config())
 
 
 def tfa_graph_for(target, key: str, quantizer: Callable[[], Any]) -> StageGraph:
@@ -133,8 +204,12 @@ def keep_stage_graph(target, stage: str, graph: "StageGraph") -> None:
 
 
 def build(exported: torch.export.ExportedProgram, stage: str) -> StageGraph:
-    """The stage graph for ``exported`` (which is itself left untouched)."""
+    """The stage graph for ``exported`` (which is itself left untouched) at ``aten``, ``edge`` or ``tfa`` (the
+    default accelerator's; ``lowering`` needs the target's inputs: ``stage_graph_of``)."""
     check_stage(stage)
+    if stage == "lowering":
+        raise InspectorError("the lowering graph is captured from a target (its inputs calibrate the INT flow): "
+                             "use stage_graph_of(target, 'lowering', accelerator)")
     # aten and edge: a copy sharing the weights, which neither to_edge nor the pass writes into (the
     # pass adds new constants; see copy_pair); a deep copy was a second copy of every weight.
     if stage == "aten":
@@ -213,6 +288,92 @@ def tfa_graph_until_fold(exported) -> StageGraph:
     if not received:
         raise InspectorError(_NEVER_RAN)
     return StageGraph("tfa", _executorch.lazy_graph_module(received[0]), None)
+
+
+class _LoweringReached(Exception):
+    """The lowering capture has the graph the fold receives in the last partition: the rest is not needed."""
+
+
+def _capture_lowering(target, chip) -> StageGraph:
+    """Run ``chip``'s flow as ExecuTorch runs it and keep the graph the fold pass receives in the lowering call.
+
+    The INT flow: ``prepare_pt2e`` with the accelerator's quantizer (its transform-for-annotation runs the
+    installed pass, which folds what it folds there), one calibration call with the example inputs (qparams do
+    not change the graph), ``convert_pt2e``, re-export; then, as in the FP flow (``tosa-fp``, the float export
+    itself), ``to_edge_transform_and_lower`` with the TOSA partitioner for the accelerator's TOSA specification.
+    The pass is the installed one everywhere; in the last TOSA partition its call is stopped as it receives the
+    graph (the passes after it, and the serialization, are not needed): a lowering up to the fold call.
+    """
+    if target.exported is None:
+        raise InspectorError(f"{target.name} is a bare graph: it has only the tfa stage")
+    spec = chip.spec(_accelerators.INT)
+    log = FoldLog()
+    received: list[tuple[GraphModule, Any]] = []
+    partitions: list[int] = []
+
+    class Capturing(rule_pass_class("upstream", log=log)):  # type: ignore[misc, valid-type]
+        def call(self, graph_module):
+            if self.exported_program is None:  # transform-for-annotation: the installed pass as it runs there
+                return super().call(graph_module)
+            if partitions and len(received) + 1 >= partitions[0]:  # the last partition: kept as it is received
+                received.append((graph_module, self.exported_program))
+                raise _LoweringReached()
+            received.append(copy_pair((graph_module, self.exported_program)))
+            return super().call(graph_module)
+
+    inputs = target.inputs
+    reached = False
+    try:
+        with swapped_fold_pass(Capturing), _quiet.quiet_loggers(*_executorch.ARM_PASS_LOGGERS), \
+                _quiet.captured_fds():
+            program = copy.deepcopy(target.exported)  # the tfa fold writes scaled weights into what it is given
+            if quantized(chip):
+                prepared = _tosa.prepare_pt2e(program.module(check_guards=False), quantizer_for(chip))
+                with torch.no_grad():
+                    prepared(*copy.deepcopy(inputs))
+                converted = _tosa.convert_pt2e(prepared)
+                program = torch.export.export(converted, copy.deepcopy(inputs))
+            _tosa.lower(program, spec, partitions=partitions)
+    except InspectorError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the stop itself, or the flow failing before the fold
+        reached = crash_behind(exc, _LoweringReached) is not None
+        if not reached:
+            raise InspectorError(f"lowering {target.name} for {chip.name} ({spec}) failed before the fold pass "
+                                 f"received its graph: {first_line(exc)}; the installed stack lowers for: "
+                                 f"{listing(_accelerators.accelerators.names())}") from None
+    if not received:
+        raise InspectorError(f"nothing of {target.name} is delegated to the TOSA backend for {chip.name}, so the fold "
+                             "pass never runs in lowering; analyze at stage tfa or edge")
+    with_sites = [pair for pair in received if _graph.candidates(pair[0].graph)]
+    if len(with_sites) > 1:
+        raise InspectorError(f"{target.name} lowers for {chip.name} as {len(received)} TOSA partitions with sites in "
+                             f"{len(with_sites)} of them, and the lowering stage decides one graph; analyze at tfa, "
+                             "or read a comparison's per-phase fold counts")
+    gm, program = (with_sites or received)[-1]
+    notes = []
+    if len(received) > 1:
+        notes.append(f"{target.name} lowers for {chip.name} as {len(received)} TOSA partitions (one lowering call "
+                     "each): " + ("this is the one holding its sites" if with_sites else "no partition holds a site; "
+                                  "this is the last one"))
+    written = _mutated_buffers(target.exported)
+    if written and not _mutated_buffers(program):
+        notes.append(f"{target.name} writes back {listing(written)}, but the signature the pass reads here is the TOSA "
+                     "delegate's, where that state enters and leaves as a user input and output: no BUFFER_MUTATION, "
+                     "so PR #21234's structural guard cannot see it in this call; only a marker stops the fold")
+    folded = [site for run in log.runs if run.tfa for site in run.folded_ids]
+    if folded:
+        notes.append(f"in this flow the installed pass folded {len(folded)} site{'s' * (len(folded) != 1)} earlier, "
+                     f"in transform-for-annotation (before calibration), which this graph no longer has: "
+                     f"{listing(folded)} (stage tfa shows {'them' if len(folded) != 1 else 'it'})")
+    program = _executorch.lazy_program(program)
+    return StageGraph("lowering", program.graph_module, program, tuple(notes))
+
+
+def _mutated_buffers(program) -> list[str]:
+    """The buffers and inputs ``program`` writes back (in place, or by its signature's mutation outputs)."""
+    writes = _graph.state_writes(program.graph_module.graph, program.graph_signature)
+    return list(dict.fromkeys(w.target for w in writes))
 
 
 def tfa_graph_of(log: FoldLog) -> GraphModule | None:

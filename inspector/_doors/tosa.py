@@ -119,12 +119,14 @@ def remembered_histogram_searches() -> Iterator[None]:
                 observer._non_linear_param_search = current._inspector_original
 
 
-def lower(program, spec: str = SPEC, *, locations: bool = False):
+def lower(program, spec: str = SPEC, *, locations: bool = False, partitions: list | None = None):
     """``to_edge_transform_and_lower`` with the TOSA partitioner; returns the edge program manager.
 
     ``locations``: every TOSA operator carries the node it comes from (``ArmCompileSpec.DebugMode.TOSA``, which
     writes its dumps into a private folder, removed after): how Vela's rows are mapped back to the sites. The
-    operators, the reference model's outputs and Vela's cycles are the same either way (docs/cost.md)."""
+    operators, the reference model's outputs and Vela's cycles are the same either way (docs/cost.md).
+    ``partitions``: a list that hears how many TOSA partitions the partitioner found (one lowering call of the
+    backend's pass pipeline each), before the first is lowered."""
     compile_spec = _executorch.tosa_compile_spec(spec)
     with contextlib.ExitStack() as stack:
         if locations:
@@ -132,6 +134,15 @@ def lower(program, spec: str = SPEC, *, locations: bool = False):
             compile_spec.dump_intermediate_artifacts_to(folder).dump_debug_info(
                 _get(_ARM_SPEC, "ArmCompileSpec").DebugMode.TOSA)
         partitioner = _get(_PARTITIONER, "TOSAPartitioner")(compile_spec)
+        if partitions is not None:  # this partitioner object only: it tells how many partitions it made
+            partition = partitioner.partition
+
+            def counting(exported_program):
+                result = partition(exported_program)
+                partitions.append(len(result.partition_tags))
+                return result
+
+            partitioner.partition = counting
         stack.enter_context(_executorch.shared_provenance())
         return _get("executorch.exir", "to_edge_transform_and_lower")(program, partitioner=[partitioner])
 

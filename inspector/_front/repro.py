@@ -100,6 +100,7 @@ class _Plan:
     shared_conv: bool  # the conv's weight is read by another conv too
     state: str | None  # "buffer" or "returned"
     notes: list[str] = field(default_factory=list)
+    view_shape: tuple[int, ...] | None = None  # the site's mul reads the conv output viewed to this shape
 
 
 def _arguments(node: Node) -> dict[str, Any]:
@@ -217,11 +218,20 @@ def _plan(analysis, site) -> _Plan:
     chain = [cand]
     while chain[0].via is not None:
         chain.insert(0, by_mul[chain[0].via.name])
+    # A site behind views is written as the conv output reshaped to what its mul reads (a view to the pass too).
+    behind = [c for c in chain if c.path]
+    view_shape = _shape(cand.path[-1]) if cand.path else None
+    if behind and (behind != [cand] or not all(_graph.is_view(n) for n in cand.path) or view_shape is None):
+        raise _cannot(site.id, f"a mul reads through {behind[0].route}, which a conv, views and muls alone would "
+                               "not be")
     conv = _conv(site, cand.conv, program)
     scales = [_scale(site, c, program, i) for i, c in enumerate(chain)]
     # other users of what the site's mul reads (the conv, or the earlier mul it follows)
     operand = chain[-2].mul if len(chain) > 1 else cand.conv
-    extra = len([u for u in operand.users if u is not cand.mul])
+    first = cand.path[0] if cand.path else cand.mul
+    extra = len([u for u in operand.users if u is not first])
+    if extra and cand.path:
+        raise _cannot(site.id, f"the conv output it views ({cand.route}) has other users too")
     weight = _arguments(cand.conv)["weight"]
     shared = isinstance(weight, Node) and any(_graph.is_conv(u) and u is not cand.conv for u in weight.users)
     state = None
@@ -235,7 +245,7 @@ def _plan(analysis, site) -> _Plan:
     if conv.weight_computed:
         notes.append("the conv weight is computed in the model's forward; here it is `weight * 1.0`, computed too")
     return _Plan(site, stage_graph.stage, conv, scales, "mul_" in _graph.op_name(cand.mul), extra, shared, state,
-                 notes)
+                 notes, view_shape)
 
 
 # ---------------------------------------------------------------- the test file
@@ -270,6 +280,8 @@ def _module_source(plan: _Plan) -> tuple[str, int]:
     site_line_index = None
     for i, s in enumerate(plan.chain):
         last = i == len(plan.chain) - 1
+        if last and plan.view_shape is not None:
+            body.append(f"y = y.reshape({list(plan.view_shape)})  # the site's mul reads a view of the conv output")
         if last and plan.extra_users:
             body.append(f"kept = {value}  # read again below: it has {plan.extra_users + 1} users")
             value = "kept"
@@ -438,6 +450,10 @@ def reproducer(analysis, site_id: str, *, command: str | None = None, file: str 
     """A standalone pytest file reproducing ``site_id`` of ``analysis`` at its stage (see the module doc)."""
 
     site = analysis.site(site_id)
+    if analysis.stage not in _RUN:
+        raise InspectorError(f"a reproducer runs the pass alone on a minimal module at {', '.join(_RUN)}; at "
+                             f"{analysis.stage} the pass receives what the whole flow made of the model: reproduce "
+                             f"site {site_id} at tfa, where the INT flow folds")
     plan = _plan(analysis, site)
     upstream = site if analysis.rule.name == "upstream" else analysis.with_rule("upstream").site(site_id)
     decision = upstream.decision

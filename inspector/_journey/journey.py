@@ -49,12 +49,13 @@ PARTITION = "partition: the TOSA delegate's part"
 
 
 def journey(target: Any, site: "str | int | None" = None, variant: str = "upstream", *,
-            example_inputs: Any = None, stage: str = "tfa", tosa: bool = False,
+            example_inputs: Any = None, stage: str | None = None, tosa: bool = False,
             all_passes: bool = False, accelerator: Any = None) -> Journey:
     """Follow one site of ``target`` through the installed Arm pipeline under the fold rule ``variant``.
 
     ``site`` is a site id, its index, or its mul's name (``None``: the model's only site); the
-    site is found at ``stage`` (``tfa``: the graph the fold sees in transform-for-annotation).
+    site is found at ``stage`` (default: where the accelerator's flow folds, ``tfa``: the graph the fold sees in
+    transform-for-annotation; ``lowering`` for ``tosa-fp``), and its decision there is the journey's.
     Every pass the pipeline runs is listed in ``Journey.passes``; the steps that touched the site
     (its conv, mul, scale, weight, bias, or what stands for them later) in ``Journey.steps``, with
     what each did (every pass with ``all_passes=True``). ``tosa=True`` also runs the lowered
@@ -66,6 +67,8 @@ def journey(target: Any, site: "str | int | None" = None, variant: str = "upstre
     started = time.perf_counter()
     rule = get_rule(variant)
     chip = accelerator_of(accelerator)
+    stage = _stages.default_stage(chip) if stage is None else _stages.check_stage(stage)
+    _stages.stage_key(stage, chip)  # a stage the accelerator's flow does not have: one line, before any work
     loaded = _load.load(target, example_inputs)
     # The collector paused from the site's analysis on, as while a stage graph is built: the journey's own
     # heap (graphs, snapshots) made each full collection inside the ~200 passes walk it again (1.2-1.5x a
@@ -76,18 +79,20 @@ def journey(target: Any, site: "str | int | None" = None, variant: str = "upstre
 
 
 def _journey(rule, loaded, site, stage: str, tosa: bool, all_passes: bool, started: float, chip) -> Journey:
-    analysis, unkept = _analysis(loaded, stage, rule)
+    analysis, unkept = _analysis(loaded, stage, rule, chip)
     chosen = _find_site(analysis, site)
+    named = _named_in_the_export(loaded, chosen, stage, rule)  # the nodes the pipeline starts from
     plan = Plan.of(quantizations.get(DEFAULT), (), chip)
-    follower = Follower({chosen.conv: ("conv",), chosen.mul: ("mul", "output")}, all_passes=all_passes)
+    quantized = _stages.quantized(chip)
+    follower = Follower({named.conv: ("conv",), named.mul: ("mul", "output")}, all_passes=all_passes)
     notes: list[str] = []
     module = copy.deepcopy(loaded.exported).module(check_guards=False)
-    if not ({chosen.conv, chosen.mul} & {n.name for n in module.graph.nodes}):
+    if not ({named.conv, named.mul} & {n.name for n in module.graph.nodes}):
         raise InspectorError(f"site {quoted(chosen.id)} has no node in the exported program "
-                             f"(conv {chosen.conv}, mul {chosen.mul} at {stage}); try stage='aten'")
+                             f"(conv {named.conv}, mul {named.mul} at {stage}); try stage='aten'")
     initial = loaded.initial_buffers()
     calibration = _flow.choose_calibration(loaded, None, 1)
-    eager_site, eager_out = _values(module, loaded.inputs, (chosen.mul,))
+    eager_site, eager_out = _values(module, loaded.inputs, (named.mul,))
     _flow.reset_state(module, initial)
     points: list[Point] = [Point("float eager", "torch (float)", 0.0 if eager_site else None,
                                  math.inf if eager_site else None, 0.0, math.inf)]
@@ -96,39 +101,43 @@ def _journey(rule, loaded, site, stage: str, tosa: bool, all_passes: bool, start
     with _quiet.captured_fds() as captured, _quiet.quiet_loggers(*_executorch.ARM_PASS_LOGGERS):
         try:
             with swapped_fold_pass(rule_pass_class(rule, (), FoldLog())), _pipeline.observing(follower):
-                follower.start(module)
-                follower.phase = "prepare"
-                follower.expect(FUSE, "prepare")
-                prepared = _flow.run_phase("prepare", None, lambda: _tosa.prepare_pt2e(module, plan.quantizer()))
-                if unkept is not None and not chip.costs and not _stages.has_stage_graph(loaded, "tfa"):
-                    _stages.keep_stage_graph(loaded, "tfa", unkept)  # prepare_pt2e went through: a whole capture's graph
-                follower.settle(ANNOTATE, "prepare", prepared)
-                points.append(_point("after transform-for-annotation", "torch (float, observers passed through)",
-                                     prepared, loaded, follower, eager_site, eager_out, skip_observers=True))
-                _flow.reset_state(prepared, initial)
-                _flow.run_phase("calibrate", None, lambda: _flow.calibrate(prepared, calibration, loaded))
-                follower.phase = "convert"
-                follower.expect(CONVERT, "convert")
-                converted = _flow.run_phase("convert", None, lambda: _tosa.convert_pt2e(prepared))
-                follower.settle(FOLD_WEIGHTS, "convert", converted)
-                _flow.reset_state(converted, initial)
-                points.append(_point("simulation", "torch (quantize/dequantize simulation)", converted, loaded,
-                                     follower, eager_site, eager_out, through_qdq=True))
-                _flow.reset_state(converted, initial)
-                reexported = _flow.run_phase("re-export", None,
-                                             lambda: torch.export.export(converted, copy.deepcopy(loaded.inputs)))
-                follower.settle(REEXPORT, "re-export", reexported.graph_module)
-                follower.program = reexported
-                follower.phase = "to_edge"
-                follower.expect(TO_EDGE, "to_edge")
-                with _tosa.partition_rejections() as rejected:
-                    lowered = _flow.run_phase("lower", None, lambda: _tosa.lower(reexported, plan.spec,
-                                                                                 locations=chip.costs))
+                if not quantized:  # the FP flow (tosa-fp): nothing is quantized, the export is lowered as it is
+                    lowered, rejected = _float_flow(loaded, follower, plan.spec)
+                else:
+                    follower.start(module)
+                    follower.phase = "prepare"
+                    follower.expect(FUSE, "prepare")
+                    prepared = _flow.run_phase("prepare", None, lambda: _tosa.prepare_pt2e(module, plan.quantizer()))
+                    if unkept is not None and not chip.costs and not _stages.has_stage_graph(loaded, "tfa"):
+                        _stages.keep_stage_graph(loaded, "tfa", unkept)  # prepare_pt2e went through: a whole capture's graph
+                    follower.settle(ANNOTATE, "prepare", prepared)
+                    points.append(_point("after transform-for-annotation", "torch (float, observers passed through)",
+                                         prepared, loaded, follower, eager_site, eager_out, skip_observers=True))
+                    _flow.reset_state(prepared, initial)
+                    _flow.run_phase("calibrate", None, lambda: _flow.calibrate(prepared, calibration, loaded))
+                    follower.phase = "convert"
+                    follower.expect(CONVERT, "convert")
+                    converted = _flow.run_phase("convert", None, lambda: _tosa.convert_pt2e(prepared))
+                    follower.settle(FOLD_WEIGHTS, "convert", converted)
+                    _flow.reset_state(converted, initial)
+                    points.append(_point("simulation", "torch (quantize/dequantize simulation)", converted, loaded,
+                                         follower, eager_site, eager_out, through_qdq=True))
+                    _flow.reset_state(converted, initial)
+                    reexported = _flow.run_phase("re-export", None,
+                                                 lambda: torch.export.export(converted, copy.deepcopy(loaded.inputs)))
+                    follower.settle(REEXPORT, "re-export", reexported.graph_module)
+                    follower.program = reexported
+                    follower.phase = "to_edge"
+                    follower.expect(TO_EDGE, "to_edge")
+                    with _tosa.partition_rejections() as rejected:
+                        lowered = _flow.run_phase("lower", None, lambda: _tosa.lower(reexported, plan.spec,
+                                                                                     locations=chip.costs))
+        except InspectorError as exc:
+            error = exc
+        if error is None:
             program = lowered.exported_program()
             if tosa:
                 points.append(_tosa_point(program, loaded, eager_out, initial))
-        except InspectorError as exc:
-            error = exc
     if error is not None:
         error.details = "\n".join(filter(None, (error.details, captured.text)))
         raise error
@@ -138,11 +147,14 @@ def _journey(rule, loaded, site, stage: str, tosa: bool, all_passes: bool, start
     if chip.costs:
         try:
             with _quiet.captured_fds():
-                cost = chip.cost(lowered, {chosen.mul: (chosen.id, "mul"), chosen.conv: (chosen.id, "conv")})
+                cost = chip.cost(lowered, {named.mul: (chosen.id, "mul"), named.conv: (chosen.id, "conv")})
             ending = replace(ending, vela=_what_vela_made(cost, chosen))
         except InspectorError as exc:
             notes.append(f"Vela: {exc}")
-    return Journey(loaded.name, chosen.id, rule.name, chosen.decision, chosen.conv, chosen.mul,
+    if stage != "tfa" or not quantized:
+        notes.append(f"the site's decision is the pass's at {stage} on {chip.name}: {chosen.decision}"
+                     + (f" ({', '.join(chosen.reason_codes)})" if chosen.reason_codes else ""))
+    return Journey(loaded.name, chosen.id, rule.name, chosen.decision, named.conv, named.mul,
                    tuple(follower.passes), tuple(follower.steps), follower.untouched, ending, tuple(points),
                    _moved(points, follower.steps), tuple(notes), time.perf_counter() - started,
                    program_digest=program_digest(lowered), site_record=chosen, accelerator=chip.name, cost=cost)
@@ -177,16 +189,42 @@ def program_digest(lowered) -> str:
     return h.hexdigest()
 
 
-def _analysis(loaded, stage: str, rule):
-    """The sites at ``stage`` under ``rule``, and the tfa stage graph found for them if it is not kept yet.
+def _float_flow(loaded, follower: Follower, spec: str):
+    """The FP flow, watched: the export lowered as it is, for ``spec`` (``TOSA-1.0+FP``); (lowered, rejections)."""
+    program = copy.deepcopy(loaded.exported)
+    follower.start(program.graph_module)
+    follower.program = program
+    follower.phase = "to_edge"
+    follower.expect(TO_EDGE, "to_edge")
+    with _tosa.partition_rejections() as rejected:
+        lowered = _flow.run_phase("lower", None, lambda: _tosa.lower(program, spec))
+    return lowered, rejected
+
+
+def _analysis(loaded, stage: str, rule, chip):
+    """The sites at ``stage`` under ``rule`` (in ``chip``'s flow), and the tfa stage graph found for them if it is not
+    kept yet.
 
     A journey runs ``prepare_pt2e`` itself right after: the graph the fold receives is captured by one
     stopped at the fold (a third of a whole capture), kept as the target's once the journey's own
     ``prepare_pt2e`` went through (``_decide.stages.tfa_graph_until_fold``)."""
-    if stage != "tfa" or _stages.has_stage_graph(loaded, "tfa"):
-        return analyze(loaded, stage=stage, rule=rule), None
+    if stage != "tfa" or chip.costs or _stages.has_stage_graph(loaded, "tfa"):
+        return analyze(loaded, stage=stage, rule=rule, accelerator=chip), None
     graph = _stages.tfa_graph_until_fold(loaded.exported)
     return Decider(loaded, graph).decide(rule, ()), graph
+
+
+def _named_in_the_export(loaded, chosen, stage: str, rule):
+    """The site as the exported program names it (the pipeline starts from its nodes): at ``lowering`` the
+    delegate renamed them, so the same site id is looked up at ``aten``."""
+    if stage != "lowering":
+        return chosen
+    aten = analyze(loaded, stage="aten", rule=rule)
+    found = next((s for s in aten.sites if s.id == chosen.id), None)
+    if found is None:
+        raise InspectorError(f"site {quoted(chosen.id)} of the lowering graph is no site of the exported program, "
+                             "so the journey cannot start from it; follow it from stage tfa")
+    return found
 
 
 def _find_site(analysis, site):

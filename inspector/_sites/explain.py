@@ -100,6 +100,31 @@ def follows_unfolded_mul(ctx, c):
         return Reason.of(R.FOLLOWS_UNFOLDED_MUL, f"{c.mul.name} multiplies {c.via.name}, not {c.conv.name}")
 
 
+def _dtype(node) -> str:
+    value = _graph.value_meta(node)
+    return str(value.dtype).replace("torch.", "") if value is not None else "unknown"
+
+
+def quantized_graph(ctx, c):
+    if not any(_graph.is_quantized_carrier(n) for n in c.path):
+        return None
+    detail = f"{c.route} ({_dtype(c.mul)} values)"
+    scale = c.scale
+    if isinstance(scale, Node) and _graph.is_quantized_carrier(scale):
+        behind = _graph.constant_behind(scale, ctx.program)
+        source = behind[1] if behind is not None else scale.args[0] if scale.args else None
+        if isinstance(source, Node):
+            what = f"the {_dtype(source)} constant" if behind is not None else f"{_dtype(source)} values of"
+            detail += (f"; its other operand {scale.name} is a {_graph.op_name(scale).rsplit('.', 1)[0]} of "
+                       f"{what} {source.name}")
+    return Reason.of(R.QUANTIZED_GRAPH, detail)
+
+
+def scale_behind_view(ctx, c):
+    if any(_graph.is_view(n) for n in c.path):
+        return Reason.of(R.SCALE_BEHIND_VIEW, c.route)
+
+
 def conv_op_not_matched(ctx, c):
     if c.via is not None and c.via not in ctx.predicted_fold:
         return None
@@ -119,8 +144,8 @@ def transposed_conv(ctx, c):
 
 
 def conv_has_other_users(ctx, c):
-    if c.via is not None and c.via not in ctx.predicted_fold:
-        return None
+    if (c.via is not None and c.via not in ctx.predicted_fold) or c.path:
+        return None  # a site behind a view: its conv's user is the view, and the pass never gets this far
     users = _effective_users(c.conv, ctx)
     if len(users) != 1 or users[0] is not c.mul:
         return Reason.of(R.CONV_HAS_OTHER_USERS,
@@ -138,7 +163,7 @@ def _scale_value(ctx, c) -> tuple[torch.Tensor | None, Any]:
 
 
 def scale_not_constant(ctx, c):
-    if isinstance(c.scale, (int, float)) and not isinstance(c.scale, bool):
+    if (isinstance(c.scale, (int, float)) and not isinstance(c.scale, bool)) or c.path:
         return None
     if not isinstance(c.scale, Node):
         return Reason.of(R.SCALE_NOT_CONSTANT, f"{c.mul.name}'s scale is {c.scale!r}")
@@ -148,6 +173,8 @@ def scale_not_constant(ctx, c):
 
 
 def scale_not_float(ctx, c):
+    if c.path:
+        return None  # the scale of a site behind a view multiplies the viewed shape: the pass never reads it
     tensor, meta = _scale_value(ctx, c)
     value = tensor if tensor is not None else meta
     if value is not None and not value.dtype.is_floating_point:
@@ -178,6 +205,8 @@ def channel_broadcast(conv: Node, shape: tuple[int, ...]) -> str | None:
 
 
 def scale_not_channelwise(ctx, c):
+    if c.path:
+        return None
     tensor, meta = _scale_value(ctx, c)
     value = tensor if tensor is not None else meta
     if value is None:
@@ -238,6 +267,8 @@ CHECKS: tuple[Check, ...] = (
     skipped_by_rule,
     mul_op_not_matched,
     follows_unfolded_mul,
+    quantized_graph,
+    scale_behind_view,
     conv_op_not_matched,
     transposed_conv,
     conv_has_other_users,

@@ -27,6 +27,17 @@ _CONV_PACKETS = {
     "conv1d", "conv2d", "conv3d", "convolution", "_convolution",
     "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
 }
+# Ops a conv output can pass through on its way to a mul the pass never matches (it matches a mul on the
+# conv itself): views of it (a site "behind a view"), and, in the lowering of the INT flow, the integer
+# RESCALE and the quantize/dequantize ops that carry the quantized value ("quantized-graph").
+VIEW_OPS = frozenset({
+    "view", "_unsafe_view", "reshape", "permute", "squeeze", "unsqueeze", "flatten", "transpose", "t",
+    "view_copy", "permute_copy", "squeeze_copy", "unsqueeze_copy", "transpose_copy", "t_copy",
+})
+QUANTIZED_OPS = frozenset({
+    "tosa.RESCALE", "quantized_decomposed.quantize_per_tensor", "quantized_decomposed.dequantize_per_tensor",
+    "quantized_decomposed.quantize_per_channel", "quantized_decomposed.dequantize_per_channel",
+})
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 
 
@@ -76,6 +87,23 @@ def is_conv(node: Node) -> bool:
     return len(parts) >= 2 and parts[0] == "aten" and parts[1] in _CONV_PACKETS
 
 
+def is_view(node: Node) -> bool:
+    """A view of its first argument: view, reshape, permute, squeeze, unsqueeze, flatten, transpose (and the
+    edge dialect's ``*_copy`` forms)."""
+    parts = op_name(node).split(".")
+    return len(parts) >= 2 and parts[0] == "aten" and parts[1] in VIEW_OPS
+
+
+def is_quantized_carrier(node: Node) -> bool:
+    """An op that carries a quantized value: TOSA's RESCALE, a quantize or dequantize (lowering, INT flow)."""
+    return op_name(node).rpartition(".")[0] in QUANTIZED_OPS
+
+
+def _passes_through(node: Node) -> bool:
+    return node.op == "call_function" and bool(node.args) and isinstance(node.args[0], Node) and (
+        is_view(node) or is_quantized_carrier(node))
+
+
 def is_transposed(conv: Node) -> bool:
     parts = op_name(conv).split(".")
     if parts[1].startswith("conv_transpose"):
@@ -113,22 +141,45 @@ def set_marker(node: Node) -> None:
 
 @dataclass(frozen=True)
 class Candidate:
-    """A mul whose operand is (through earlier same-conv muls) a convolution."""
+    """A mul whose operand is (through earlier same-conv muls, or through views and quantized values) a
+    convolution."""
 
     mul: Node
     conv: Node
     scale: Any  # the other operand: a Node or a Python number
     via: Node | None  # the earlier mul between conv and this one (``conv(x) * a * b``), if any
+    path: tuple[Node, ...] = ()  # the views or quantized values between conv and mul (empty: the mul reads the conv)
+
+    @property
+    def route(self) -> str:
+        """The way from the conv (or the earlier mul it follows) to the mul in node names: ``conv2d -> view -> mul``."""
+        start = self.via if self.via is not None else self.conv
+        return " -> ".join(n.name for n in (start, *self.path, self.mul))
+
+
+def _behind(operand: Node, found) -> tuple[Node, tuple[Node, ...]] | None:
+    """(the node, the nodes between) when ``operand`` is, through views or quantized values, a node ``found``
+    accepts (a conv, or an earlier site's mul)."""
+    path: list[Node] = []
+    node = operand
+    while _passes_through(node) and len(path) < 16:
+        path.append(node)
+        node = node.args[0]
+        if found(node):
+            return node, tuple(reversed(path))
+    return None
 
 
 def candidates(graph: torch.fx.Graph) -> list[Candidate]:
-    """Every site in graph order, near-misses and chained muls included."""
+    """Every site in graph order, near-misses, chained muls and muls behind a view (or, in a quantized graph,
+    behind RESCALE or quantize/dequantize) included."""
     found: list[Candidate] = []
     by_mul: dict[Node, Candidate] = {}
     for node in graph.nodes:
         if not is_mul(node):
             continue
         operands = node.args[:2]
+        cand = None
         for i, operand in enumerate(operands):
             if not isinstance(operand, Node):
                 continue
@@ -141,9 +192,23 @@ def candidates(graph: torch.fx.Graph) -> list[Candidate]:
                 cand = Candidate(node, by_mul[operand].conv, other, operand)
             else:
                 continue
+            break
+        if cand is None:  # only when the mul reads no conv itself: a direct site is what the pass matches
+            for i, operand in enumerate(operands):
+                if not isinstance(operand, Node):
+                    continue
+                other = operands[1 - i] if len(operands) > 1 else None
+                behind = _behind(operand, is_conv)
+                if behind is not None:
+                    cand = Candidate(node, behind[0], other, None, behind[1])
+                    break
+                behind = _behind(operand, by_mul.__contains__)  # an earlier site's mul, seen through them
+                if behind is not None:
+                    cand = Candidate(node, by_mul[behind[0]].conv, other, behind[0], behind[1])
+                    break
+        if cand is not None:
             found.append(cand)
             by_mul[node] = cand
-            break
     return found
 
 
@@ -246,6 +311,20 @@ def constant_tensor(node: Any, program: Any) -> torch.Tensor | None:
             pass
     t = getattr(owner, target, None)
     return t if isinstance(t, torch.Tensor) else None
+
+
+def constant_behind(node: Any, program: Any) -> tuple[torch.Tensor, Node] | None:
+    """(tensor, its node) for a constant seen through RESCALE, quantize/dequantize and views (a scale in the
+    lowering of the INT flow), or None when ``node`` is not such a constant."""
+    seen = 0
+    while isinstance(node, Node) and seen < 16:
+        tensor = constant_tensor(node, program)
+        if tensor is not None:
+            return tensor, node
+        if not _passes_through(node):
+            return None
+        node, seen = node.args[0], seen + 1
+    return None
 
 
 def value_meta(node: Any):

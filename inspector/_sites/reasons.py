@@ -30,6 +30,10 @@ class ReasonCode(_Code):
     FEEDS_INPUT_MUTATION = ("feeds-input-mutation", "the mul output is written back into a mutated input")
     MUL_OP_NOT_MATCHED = ("mul-op-not-matched", "the mul is an op form the pass does not match (e.g. in-place mul_)")
     FOLLOWS_UNFOLDED_MUL = ("follows-unfolded-mul", "its operand is an earlier mul on the same conv that did not fold")
+    QUANTIZED_GRAPH = ("quantized-graph", "the pass sees the quantized graph here: the mul multiplies integers "
+                       "(RESCALE or quantize/dequantize outputs), not the conv's float output")
+    SCALE_BEHIND_VIEW = ("scale-behind-view", "the mul reads the conv output through a view (view, reshape, permute, "
+                         "squeeze, unsqueeze, flatten), and the pass only matches a mul on the conv itself")
     CONV_OP_NOT_MATCHED = ("conv-op-not-matched", "the convolution is not an op form the pass matches at this stage")
     TRANSPOSED_CONV = ("transposed-conv", "the convolution is transposed")
     CONV_HAS_OTHER_USERS = ("conv-has-other-users", "the conv output has users besides this mul")

@@ -13,7 +13,7 @@ from .explain import channel_broadcast
 class ScaleSummary:
     """What multiplies the conv output."""
 
-    kind: str  # scalar (Python number) | scalar-tensor | channel | tensor | input-dependent
+    kind: str  # scalar (Python number) | scalar-tensor | channel | tensor | input-dependent | quantized
     shape: tuple[int, ...]  # () for a Python number
     dtype: str  # "float32", "int64", "python-float", ...
     min_abs: float | None  # smallest |s| (None when not a constant)
@@ -43,6 +43,11 @@ def scale_summary(c: _graph.Candidate, program) -> ScaleSummary:
         v = abs(float(s))
         return ScaleSummary("scalar", (), f"python-{type(s).__name__}", v, v, 1.0 if v else math.inf)
     tensor = _graph.constant_tensor(s, program)
+    if tensor is None and c.path:  # a constant seen through RESCALE or quantize/dequantize (lowering, INT flow)
+        behind = _graph.constant_behind(s, program)
+        if behind is not None:  # its integers are the quantized scale: the real values need its qparams
+            return ScaleSummary("quantized", tuple(int(d) for d in behind[0].shape),
+                                str(behind[0].dtype).replace("torch.", ""), None, None, None)
     if tensor is None:
         meta = _graph.value_meta(s)
         shape = tuple(int(d) for d in meta.shape) if meta is not None else ()

@@ -407,6 +407,7 @@ class _Facts:
     kind: dict[Node, str] = field(default_factory=dict)  # a STYLES key per node
     site_of_mul: dict[str, Any] = field(default_factory=dict)  # mul name -> site (not for a folded mul after)
     sites_of_conv: dict[str, list] = field(default_factory=dict)  # conv name -> its sites
+    site_of_path: dict[str, Any] = field(default_factory=dict)  # a view or RESCALE between a site's conv and mul
     keep: set[str] = field(default_factory=set)  # constants drawn even when constants are hidden
     path_edges: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)  # (tail, head) -> (kind, why)
     errors: dict = field(default_factory=dict)  # node name -> measured error (has sqnr_db)
@@ -451,6 +452,9 @@ def _classify(graph, verdicts: Verdicts) -> _Facts:
             facts.site_of_mul[s.mul] = s
         if s.conv in by_name:
             facts.sites_of_conv.setdefault(s.conv, []).append(s)
+        for name in getattr(s, "path", ()):  # the way a site behind a view takes is drawn as the site
+            if name in by_name:
+                facts.site_of_path.setdefault(name, s)
         if facts.after and (s.folded_weight in by_name or s.folded_bias in by_name) and s.folded:
             facts.keep.update(n for n in (s.folded_weight, s.folded_bias) if n)  # only this graph's are read
     for s in verdicts.sites:  # the state paths to highlight; thick wins over light
@@ -493,6 +497,8 @@ def _kind(facts: _Facts, n: Node) -> str:
         return "removed" if s.folded else site_kind(s)
     if n.name in facts.sites_of_conv:
         return site_kind(facts.sites_of_conv[n.name][0])
+    if n.name in facts.site_of_path:
+        return site_kind(facts.site_of_path[n.name])
     if n in facts.writes:
         return "boundary"  # an in-place write into state, or the output when the signature says it writes state
     if n.op == "output":
@@ -538,9 +544,10 @@ def _hidden(facts: _Facts, hide: tuple[str, ...]) -> set[Node]:
 
 
 def _seeds(facts: _Facts, site) -> list[Node]:
-    """Where a focused picture of ``site`` starts: its mul and conv (after a fold, its conv)."""
+    """Where a focused picture of ``site`` starts: its mul and conv, and the views between them (after a fold,
+    its conv)."""
     by_name = {n.name: n for n in facts.nodes}
-    names = (site.conv,) if facts.after and site.folded else (site.mul, site.conv)
+    names = (site.conv,) if facts.after and site.folded else (site.mul, site.conv, *getattr(site, "path", ()))
     return [by_name[name] for name in names if name in by_name]
 
 
@@ -734,6 +741,10 @@ def _label(view: _View, n: Node, kind: str) -> tuple[str, str]:
         if s.mismatch:
             tip.append(f"  MISMATCH: {s.mismatch}")
     label += list(reads)
+    if n.name in facts.site_of_path:  # a view (or RESCALE) between a site's conv and its mul
+        s = facts.site_of_path[n.name]
+        label.append(f"on the way to site {s.id}'s mul")
+        tip.append(f"between conv {s.conv} and mul {s.mul} of site {s.id}: the pass matches a mul on the conv only")
     error = facts.errors.get(n.name)
     if error is not None:
         label.append(f"SQNR {db(error.sqnr_db)} dB")

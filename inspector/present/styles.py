@@ -42,7 +42,8 @@ LEGEND: dict[str, str] = {
 }
 
 # A skipped site whose first reason says the pass never even matched it.
-NEAR_MISS_REASONS = frozenset({"conv-op-not-matched", "transposed-conv", "mul-op-not-matched", "follows-unfolded-mul"})
+NEAR_MISS_REASONS = frozenset({"conv-op-not-matched", "transposed-conv", "mul-op-not-matched", "follows-unfolded-mul",
+                               "scale-behind-view", "quantized-graph"})
 
 
 def site_kind(site) -> str:
