@@ -183,6 +183,10 @@ def test_the_cost_reads_back_from_json_and_the_store_and_is_an_estimate(tmp_path
     assert [r.cost for r in kept.results] == [r.cost for r in comparison.results]
     frame = kept.results[0].cost.to_dataframe()
     assert list(frame.columns) == list(cost["layers"][0]) and len(frame) == len(cost["layers"])
+    # a cost written before the Vela version was kept reads back, and says so
+    old = {k: v for k, v in cost.items() if k not in ("vela_version", "compiler")}
+    assert inspector.Comparison.from_dict({**data, "variants": [{**data["variants"][0], "cost": old}]}).results[
+        0].cost.compiler == "Vela (version not recorded) · ethos-u85-256 · Ethos_U85_SYS_DRAM_Mid · Sram_Only"
 
 
 def test_an_unknown_accelerator_is_one_line_naming_the_choices():
@@ -229,7 +233,11 @@ def test_a_sweep_on_two_accelerators_prices_each_rule_change():
     assert changed.cycles_delta == {"state-aware-strict": mine.result("off").cost.cycles
                                     - mine.result("upstream").cost.cycles}
     assert "on ethos-u55-128 it costs" in result.summary()[0] and "cycles" in result.to_markdown()
-    assert list(result.to_dataframe("rows").columns)[-1] == "cycles"
+    compiler = mine.result("upstream").cost.compiler
+    assert compiler in result.summary()[0] and compiler in result.to_markdown()
+    assert by["upstream", "ethos-u55-128"].compiler == compiler and by["upstream", "tosa-int"].compiler is None
+    assert list(result.to_dataframe("rows").columns)[-2:] == ["cycles", "compiler"]
+    assert set(result.to_dataframe("changed")["compiler"]) == {compiler}
 
 
 def test_a_journey_ends_with_what_vela_made_of_the_site():
@@ -239,6 +247,7 @@ def test_a_journey_ends_with_what_vela_made_of_the_site():
     assert "the mul is gone" in gone.ending.vela and gone.cost.site_cycles(gone.site, "mul") == 0
     assert kept.cost.site_cycles(kept.site, "mul") > 0 and "Vela:" in kept.text()
     assert kept.to_dict()["cost"]["cycles"] == kept.cost.cycles and kept.accelerator == "ethos-u85-256"
+    assert f"[{kept.cost.compiler}]" in kept.text() and kept.cost.compiler in kept.html()
 
 
 def test_the_widget_shows_the_cost_and_each_sites_price():
@@ -252,6 +261,125 @@ def test_the_widget_shows_the_cost_and_each_sites_price():
     assert "what the fold buys" in app.results.value and "Vela&#x27;s estimate" in app.results.value
     price = _compare("conv_mul_channel_scale", "ethos-u55-128").tradeoff().sites[0].bought
     assert f"folding it buys {price:,} cycles on ethos-u55-128" in app.sites_box.children[1].children[1].value
+    compiler = app.comparison.results[0].cost.compiler
+    assert f"compiler: {compiler}" in app.results.value and compiler in app.sites_box.children[0].value
+    # the memory modes Vela takes for the target are offered; picking one is another accelerator
+    assert [v for _, v in app.memory_mode_picker.options] == ["", "Sram_Only", "Shared_Sram"]
+    app.memory_mode_picker.value = "Sram_Only"
+    assert app.stale and app.session().accelerator == "ethos-u55-128:Sram_Only"
     app.accelerator_picker.value = "tosa-int"
     assert app.stale and "lowered for ethos-u55-128" in app.results.value
+    assert app.memory_mode_picker.disabled and app.memory_mode_picker.value == ""
     assert app.session().accelerator == "tosa-int"
+
+
+# ---------------------------------------------------------------- which compiler made the cycles
+
+
+def test_an_accelerator_takes_a_memory_mode_and_system_config_as_executorch_does():
+    from inspector._cost.accelerators import accelerator_of
+
+    dedicated = accelerator_of("ethos-u85-256:Dedicated_Sram")
+    assert (dedicated.name, dedicated.npu, dedicated.memory_mode, dedicated.system_config) == (
+        "ethos-u85-256:Dedicated_Sram", "ethos-u85-256", "Dedicated_Sram", None)
+    config = dedicated.vela()
+    assert (config.system_config, config.memory_mode) == ("Ethos_U85_SYS_DRAM_Mid", "Dedicated_Sram")
+    assert "--memory-mode=Dedicated_Sram" in config.flags and "Dedicated_Sram" in dedicated.text()
+    high = accelerator_of("ethos-u85-256:Dedicated_Sram:Ethos_U85_SYS_DRAM_High")
+    assert (high.vela().system_config, high.vela().memory_mode) == ("Ethos_U85_SYS_DRAM_High", "Dedicated_Sram")
+    # ExecuTorch's own choice, written out, is the plain name: one configuration, one name, one store entry
+    for written in ("ethos-u85-256:Sram_Only", "ethos-u85-256:Sram_Only:Ethos_U85_SYS_DRAM_Mid"):
+        assert accelerator_of(written) is inspector.accelerators.get("ethos-u85-256")
+    # made again from its name wherever a name travels (a saved result, a worker), never registered
+    assert accelerator_of(dedicated.name) == dedicated and accelerator_of(dedicated) is dedicated
+    assert dedicated.name not in inspector.accelerators.names()
+
+
+@pytest.mark.parametrize("written,message", [
+    ("ethos-u85-256:Nope", r"^unknown memory mode 'Nope' for ethos-u85-256; with Ethos_U85_SYS_DRAM_Mid Vela takes "
+                           r"\(Arm/vela.ini\): Sram_Only, Shared_Sram, Dedicated_Sram, Dedicated_Sram_256KB, "
+                           r"Dedicated_Sram_384KB, Dedicated_Sram_512KB$"),
+    ("ethos-u85-256:Sram_Only:Nope", r"^unknown system config 'Nope' for ethos-u85-256; with Sram_Only Vela takes "
+                                     r"\(Arm/vela.ini\): Ethos_U55_Deep_Embedded, .*, Ethos_U85_SYS_DRAM_High$"),
+    # a pair Vela refuses names what works both ways
+    ("ethos-u55-128:Dedicated_Sram", r"^Vela cannot configure ethos-u55-128 with Ethos_U55_High_End_Embedded and "
+                                     r"Dedicated_Sram: .*arena_mem_area.*; with Ethos_U55_High_End_Embedded it takes: "
+                                     r"Sram_Only, Shared_Sram; Dedicated_Sram works with: .*Ethos_U85_SYS_DRAM_Mid"),
+    ("tosa-int:Sram_Only", r"^'tosa-int' takes no memory mode or system config: it is not an Ethos-U target; "
+                           r"choose one of: ethos-u55-32, "),
+    ("ethos-u85-256:Sram_Only:", r"^an accelerator with settings is written TARGET:MEMORY_MODE\[:SYSTEM_CONFIG\]"),
+])
+def test_a_setting_vela_does_not_take_is_one_line_listing_the_ones_it_takes(written, message):
+    with pytest.raises(inspector.InspectorError, match=message) as info:
+        inspector.accelerators.get(written)
+    assert "\n" not in str(info.value)
+
+
+def test_the_command_line_takes_a_memory_mode_and_refuses_an_unknown_one_in_one_line(capsys):
+    from inspector._front import cli
+
+    assert cli.main(["compare", "sample:conv_mul_scalar", "--accelerator", "ethos-u85-256:Nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown memory mode 'Nope' for ethos-u85-256; ") and err.count("\n") == 1
+    assert "Dedicated_Sram_512KB" in err
+    assert cli.main(["sweep", "--samples", "--accelerators", "ethos-u55-128:Sram_Only:Nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown system config 'Nope'") and err.count("\n") == 1
+    args = cli._parser().parse_args(["compare", "x.pt2", "--accelerator", "ethos-u85-256:Dedicated_Sram"])
+    assert args.accelerator == "ethos-u85-256:Dedicated_Sram"
+    assert cli._parser().parse_args(["journey", "x.pt2", "--site", "0", "--accelerator",
+                                     "ethos-u85-256:Sram_Only"]).accelerator == "ethos-u85-256"
+
+
+def test_a_result_made_under_other_compiler_settings_is_another_store_entry(monkeypatch):
+    """The keys a variant's result is kept under (compare's and the sweep's) differ with the memory mode, the
+    system config and the installed Vela's version: an entry made under one is never read for another."""
+    from inspector._cost.accelerators import accelerator_of
+    from inspector._doors import vela
+    from inspector._numbers.quantization import Plan, quantizations
+    from inspector._numbers.results import Variant
+    from inspector._numbers.variant_cache import variant_identity
+    from inspector._sweep.store import variant_key
+
+    variant = Variant(inspector.rules.get("upstream"))
+
+    def keys():
+        out = []
+        for name in ("ethos-u85-256", "ethos-u85-256:Dedicated_Sram",
+                     "ethos-u85-256:Dedicated_Sram:Ethos_U85_SYS_DRAM_High"):
+            chip = accelerator_of(name)
+            out += [variant_identity(variant, Plan.of(quantizations.get("a8w8"), (), chip)),
+                    variant_key(variant, 1, "tosa", chip)]
+        return out
+
+    now = keys()
+    assert len(set(map(repr, now))) == len(now)
+    monkeypatch.setattr(vela, "version", lambda: "5.2.0")  # another Vela installed
+    later = keys()
+    assert not set(map(repr, now)) & set(map(repr, later))
+
+
+def test_every_view_of_cycles_names_the_compiler():
+    """Text, HTML, the Markdown reply, JSON and DataFrames of a comparison on an Ethos-U say which Vela, target, system
+    config and memory mode made its cycles."""
+    from inspector import present
+    from inspector._doors import vela
+    from inspector.present.tables import tradeoff_text
+
+    comparison = _compare("stateful_conv_mul", "ethos-u85-256")
+    cost = comparison.results[0].cost
+    compiler = cost.compiler
+    assert cost.vela_version == vela.version() == "5.1.0"
+    assert compiler == "Vela 5.1.0 · ethos-u85-256 · Ethos_U85_SYS_DRAM_Mid · Sram_Only"
+    text, html = present.comparison_text(comparison), present.comparison_html(comparison)
+    assert text.count(f"compiler: {compiler}") == 2  # once under each table of cycles (the numbers, what folding buys)
+    assert html.count(f"compiler: {compiler}") == 2
+    markdown = inspector.analyze("sample:stateful_conv_mul").report(comparison, format="md")
+    assert f"Compiler: `{compiler}`" in markdown and f"compiler: `{compiler}`" in markdown
+    variant = comparison.to_dict()["variants"][0]["cost"]
+    assert (variant["vela_version"], variant["system_config"], variant["memory_mode"], variant["compiler"]) == (
+        cost.vela_version, "Ethos_U85_SYS_DRAM_Mid", "Sram_Only", compiler)
+    trade = comparison.tradeoff()
+    assert trade.compiler == compiler and trade.to_dict()["memory_mode"] == "Sram_Only"
+    assert set(trade.to_dataframe("variants")["compiler"]) == {compiler}
+    assert tradeoff_text(trade).splitlines()[1] == f"compiler: {compiler}"

@@ -507,7 +507,7 @@ def test_cli_formats(tmp_path, capsys):
     assert page.startswith("<!doctype html>") and "feeds-buffer-mutation" in page
     assert main([*base, "--format", "csv"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[0] == "target,stage,rule,sites,folded,skipped,error,sqnr_db_last,sqnr_db_worst,cycles"
+    assert lines[0] == "target,stage,rule,sites,folded,skipped,error,sqnr_db_last,sqnr_db_worst,cycles,compiler"
     assert len(lines) == 1 + 2 * 2
     for bad, message in [(["--rules", "nope"], "unknown rule 'nope'"), (["--stages", "tfa,late"], "'late'"),
                          (["--steps", "-1"], "--steps"), (["--executor", "dask"], "invalid choice"),

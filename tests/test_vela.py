@@ -271,7 +271,8 @@ def test_what_vela_cannot_do_is_one_line_and_nothing_is_printed(capfd):
 
     with pytest.raises(InspectorError, match=r"^unknown Ethos-U accelerator 'ethos-u55-7'; choose one of: "):
         vela.vela_config("ethos-u55-7")
-    with pytest.raises(InspectorError, match=r"^Vela cannot configure ethos-u55-128: .*System_Config\.Nope not found"):
+    with pytest.raises(InspectorError, match=r"^unknown system config 'Nope' for ethos-u55-128; with Shared_Sram Vela "
+                                             r"takes \(Arm/vela.ini\): Ethos_U55_Deep_Embedded, "):
         vela.vela_config("ethos-u55-128", system_config="Nope")
     config = vela.vela_config("ethos-u55-128")
     with pytest.raises(InspectorError, match=r"^Vela could not compile the TOSA flatbuffer for ethos-u55-128: ") as info:
@@ -317,3 +318,45 @@ def test_sharing_provenance_lowers_the_same_program():
     key = lambda ops: [(o.op, o.inputs, o.outputs, o.source) for o in ops]  # noqa: E731
     assert key(vela.tosa_ops(vela.delegates(shared_located)[0])) == key(vela.tosa_ops(vela.delegates(located)[0]))
     assert "__deepcopy__" not in vars(fx_traceback.NodeSource)
+
+
+def _vela_command_line(flatbuffer: bytes, target: str, system_config: str, memory_mode: str) -> int:
+    """Vela's own command line (the ``vela`` script of this environment, in a process of its own) on a TOSA
+    flatbuffer with the settings given: its summary's total cycles."""
+    import subprocess
+
+    vela_script = os.path.join(os.path.dirname(sys.executable), "vela")
+    with tempfile.TemporaryDirectory() as folder:
+        network = os.path.join(folder, "net.tosa")
+        with open(network, "wb") as f:
+            f.write(flatbuffer)
+        subprocess.run([vela_script, network, f"--accelerator-config={target}", "--config=Arm/vela.ini",
+                        f"--system-config={system_config}", f"--memory-mode={memory_mode}", "--output-format=raw",
+                        f"--output-dir={folder}"], check=True, capture_output=True)
+        (summary,) = [n for n in os.listdir(folder) if n.startswith("net_summary_")]
+        return _cycles(_read_csv(os.path.join(folder, summary))[0])
+
+
+@pytest.mark.requires_tosa
+def test_two_memory_modes_cost_what_vela_s_command_line_says_and_differ():
+    """``conv(16->32)*0.5``, fold off, on ethos-u85-256 under ExecuTorch's default memory mode (Sram_Only) and under
+    ``ethos-u85-256:Dedicated_Sram``: each comparison's cycles are what Vela's command line gives for the same
+    flatbuffer with those settings, each cost names them, and the two differ."""
+    import inspector
+    from inspector._doors import vela
+
+    (flatbuffer,) = vela.delegates(_tosa_flow("ethos-u85-256", False)[1])
+    model, inputs = _model_and_inputs()
+    costs = {}
+    for name, mode in (("ethos-u85-256", "Sram_Only"), ("ethos-u85-256:Dedicated_Sram", "Dedicated_Sram")):
+        comparison = inspector.compare(model, ("off",), example_inputs=inputs, calibration=[inputs], workers=1,
+                                       accelerator=name)
+        assert comparison.accelerator == name
+        # the store has the result made under Sram_Only just before: it never answers for another memory mode
+        assert mode == "Sram_Only" or not comparison.results[0].cached
+        cost = costs[mode] = comparison.results[0].cost
+        assert (cost.npu, cost.system_config, cost.memory_mode, cost.vela_version) == (
+            "ethos-u85-256", "Ethos_U85_SYS_DRAM_Mid", mode, vela.version())
+        assert cost.compiler == f"Vela {vela.version()} · ethos-u85-256 · Ethos_U85_SYS_DRAM_Mid · {mode}"
+        assert cost.cycles == _vela_command_line(flatbuffer, "ethos-u85-256", "Ethos_U85_SYS_DRAM_Mid", mode)
+    assert costs["Sram_Only"].cycles != costs["Dedicated_Sram"].cycles

@@ -23,8 +23,9 @@ COST_LATER = ("<div class='fi-cost-later'>the cost (Vela's cycles) comes with th
 class ReferencePanel:
     """Owns the variant picker, the steps input, the run button, its progress and the results."""
 
-    exposed = ("variant_picker", "quantization_picker", "accelerator_picker", "steps_input", "run_button",
-               "bits_button", "progress", "progress_label", "results", "gap_results", "plots", "bits_results")
+    exposed = ("variant_picker", "quantization_picker", "accelerator_picker", "memory_mode_picker",
+               "system_config_picker", "steps_input", "run_button", "bits_button", "progress", "progress_label",
+               "results", "gap_results", "plots", "bits_results")
 
     def __init__(self, variants: tuple[str, ...], *, on_run: Callable, on_bits: Callable,
                  quantizations: tuple[str, ...] = ("a8w8",), accelerator: str = "tosa-int") -> None:
@@ -37,8 +38,16 @@ class ReferencePanel:
             tooltip=quantizations_tooltip(),
         ).add_class("fi-quantizations")
         self.accelerator_picker = W.Dropdown(
-            options=list(inspector.accelerators), value=accelerator, description="accelerator",
+            options=list(inspector.accelerators), value="tosa-int", description="accelerator",
             tooltip=accelerators_tooltip(), layout=W.Layout(width="300px")).add_class("fi-accelerator")
+        # An Ethos-U target's memory mode and system config (the ones Vela's config file offers it; "" is
+        # ExecuTorch's default): the accelerator run is the target with them (ethos-u85-256:Dedicated_Sram).
+        self.memory_mode_picker = W.Dropdown(description="memory mode", layout=W.Layout(width="300px"),
+                                             tooltip=SETTINGS_TIP).add_class("fi-memory-mode")
+        self.system_config_picker = W.Dropdown(description="system config", layout=W.Layout(width="300px"),
+                                               tooltip=SETTINGS_TIP).add_class("fi-system-config")
+        self.choose(accelerator)
+        self.accelerator_picker.observe(lambda _: self._offer_settings(), names="value")
         self.steps_input = W.BoundedIntText(value=1, min=1, max=present.MAX_STEPS, description="steps",
                                             layout=W.Layout(width="160px")).add_class("fi-steps")
         self.run_button = W.Button(description="Run TOSA INT reference", icon="play", button_style="primary",
@@ -61,7 +70,8 @@ class ReferencePanel:
         self.view = W.VBox([
             W.HTML("<b>TOSA INT reference</b>"),
             W.HBox([self.variant_picker, self.quantization_picker,
-                    W.VBox([self.accelerator_picker, self.steps_input, self.run_button, self.bits_button])]),
+                    W.VBox([self.accelerator_picker, self.memory_mode_picker, self.system_config_picker,
+                            self.steps_input, self.run_button, self.bits_button])]),
             W.HBox([self.progress, self.progress_label]),
             self.results, self.gap_results, self.plots, self.bits_results,
         ]).add_class("fi-reference")
@@ -72,8 +82,44 @@ class ReferencePanel:
 
     @property
     def accelerator(self) -> str:
-        """What the next run lowers every variant for (on an Ethos-U, Vela prices it)."""
-        return self.accelerator_picker.value
+        """What the next run lowers every variant for (on an Ethos-U, Vela prices it): the target picked with the
+        memory mode and system config picked, by its canonical name (``ethos-u85-256:Dedicated_Sram``)."""
+        name, mode, system = (self.accelerator_picker.value, self.memory_mode_picker.value,
+                              self.system_config_picker.value)
+        if not (mode or system):
+            return name
+        if not mode:  # a system config alone: with the target's default memory mode
+            mode = inspector.accelerators.get(name).vela().memory_mode
+        written = ":".join([name, mode] + ([system] if system else []))
+        try:
+            return inspector.accelerators.get(written).name
+        except InspectorError:
+            return written  # a pair Vela does not take: the run says so, in one line listing what it takes
+
+    def choose(self, accelerator: str) -> None:
+        """Show ``accelerator`` (a registered name, or a target with settings) in the pickers."""
+        chosen = inspector.accelerators.get(accelerator)
+        settled = ":" in chosen.name  # ethos-u85-256:Dedicated_Sram: the target, then its settings
+        self.accelerator_picker.value = chosen.npu if settled else chosen.name
+        self._offer_settings()
+        if settled:
+            self.memory_mode_picker.value = chosen.memory_mode or ""
+            self.system_config_picker.value = chosen.system_config or ""
+
+    def _offer_settings(self) -> None:
+        """The memory modes and system configs of the target picked (none for tosa-int or a registered
+        configuration, which names its own); a change of target goes back to ExecuTorch's defaults."""
+        chosen = inspector.accelerators.get(self.accelerator_picker.value)
+        own = chosen.costs and chosen.npu == chosen.name  # an Ethos-U target as Vela names it
+        modes, systems = chosen.settings() if own else ((), ())
+        default = chosen.vela() if own else None
+        for picker, names, of in ((self.memory_mode_picker, modes, "memory_mode"),
+                                  (self.system_config_picker, systems, "system_config")):
+            label = (f"default: {getattr(default, of)}" if default is not None
+                     else "its own" if chosen.costs else "none (no NPU)")
+            picker.options = [(label, "")] + [(n, n) for n in names]
+            picker.value = ""
+            picker.disabled = not own
 
     def variants(self) -> list[str]:
         """The picked rules at each picked quantization: ``upstream`` when only the default a8w8 is
@@ -118,14 +164,21 @@ class ReferencePanel:
             self.variant_picker.value = tuple(v for v in chosen if v in inspector.rules)
         self.variant_picker.tooltip = rules_tooltip()
         if tuple(self.accelerator_picker.options) != tuple(inspector.accelerators):
-            chosen = self.accelerator
+            chosen = self.accelerator_picker.value
+            settings = (self.memory_mode_picker.value, self.system_config_picker.value)
             self.accelerator_picker.options = list(inspector.accelerators)
             self.accelerator_picker.value = chosen if chosen in inspector.accelerators else "tosa-int"
+            if self.accelerator_picker.value == chosen:  # the same target keeps its settings
+                self.memory_mode_picker.value, self.system_config_picker.value = settings
         if tuple(self.quantization_picker.options) != tuple(inspector.quantizations):
             chosen = self.quantizations
             self.quantization_picker.options = list(inspector.quantizations)
             self.quantization_picker.value = tuple(q for q in chosen if q in inspector.quantizations)
         self.quantization_picker.tooltip = quantizations_tooltip()
+
+
+SETTINGS_TIP = ("an Ethos-U target's memory mode and system config, from Vela's config file (default: ExecuTorch's "
+               "EthosUCompileSpec); the cycles change with them")
 
 
 def accelerators_tooltip() -> str:

@@ -28,6 +28,7 @@ class SiteTable:
         self._classes: dict[str, set[str]] = {}  # the CSS classes each row has now
         self._shown: dict[str, tuple] = {}  # site id -> (site, marked, selected) its row shows now
         self._where: tuple = (None, {}, {})  # (comparison, its folded_where(), its site prices) the rows show
+        self._header = W.HTML(HEADER)  # with the compiler the prices were made under, when they are shown
 
     def render(self, analysis: inspector.Analysis, comparison, selected: str | None) -> None:
         ids = [s.id for s in analysis.sites]
@@ -37,10 +38,13 @@ class SiteTable:
             self._shown = {}
             self._row_ids = ids
             empty = [W.HTML("<i>no conv-&gt;mul sites in this model</i>")] if not ids else []
-            self.sites_box.children = [W.HTML(HEADER), *self._rows.values(), *empty]
+            self.sites_box.children = [self._header, *self._rows.values(), *empty]
         if self._where[0] is not comparison:  # other results: every row says where its site folded, and its price
             self._where = (comparison, comparison.folded_where() if comparison is not None else {},
                            present.site_prices(comparison))
+            compiler = present.compiler_of(comparison) if self._where[2] else ""
+            self._header.value = HEADER + (f"<small class='fi-compiler'>prices: Vela's estimate, compiler "
+                                           f"{present.escape(compiler)}</small>" if compiler else "")
             self._shown = {}
         # Only the rows whose site record, marker or selection changed are written again (a toggle
         # changes a few of them; the records of the others are the same objects).

@@ -59,7 +59,7 @@ class TradeoffPanel:
         if tuple(points) != self._points:
             self._points = tuple(points)
             self.point_buttons.children = tuple(self._button(i, p, advice) for i, p in enumerate(points))
-            self.table.value = present.advice_html(advice)
+            self.table.value = present.advice_html(advice)  # its compiler line included
         self.show_current(advice, folded)
 
     def show_current(self, advice, folded: tuple[str, ...]) -> None:
@@ -70,14 +70,13 @@ class TradeoffPanel:
         else:
             self.current_point.value = (
                 f"<div>current decisions: {len(here.folded)} folded, "
-                f"{present.escape(present.cycles(here.cycles))} cycles (predicted), "
-                f"{present.escape(present.db(here.db))} dB (simulation)"
+                f"{present.escape(_figures(here))}"
                 f"{' — within the budget' if here.within else ' — outside the budget'}</div>")
         self.frontier.value = present.figure_img(advice.plot(current=here.folded if here is not None else None))
 
     def _button(self, i: int, p, advice) -> W.Button:
         tag = " (advice)" if p == advice.recommended else " (frontier)" if p.frontier else ""
-        label = f"fold {len(p.folded)}: {present.cycles(p.cycles)} cycles, {present.db(p.db)} dB{tag}"
+        label = f"fold {len(p.folded)}: {_figures(p)}{tag}"
         b = W.Button(description=label, layout=W.Layout(width="360px"), disabled=p.markers is None,
                      tooltip=("state-aware with markers: " + (", ".join(p.markers) or "nothing marked"))
                      if p.markers is not None else "no markers pick this set (a marker skips every mul that "
@@ -87,3 +86,10 @@ class TradeoffPanel:
 
     def point(self, i: int):
         return self._points[i]
+
+
+def _figures(p) -> str:
+    """A point's cycles and dB as measured where it was lowered (Vela, TOSA), else as predicted and simulated."""
+    if p.measured:
+        return f"{present.cycles(p.vela_cycles)} cycles (Vela), {present.db(p.tosa_db)} dB (TOSA)"
+    return f"{present.cycles(p.cycles)} cycles (predicted), {present.db(p.db)} dB (simulation)"

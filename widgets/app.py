@@ -81,13 +81,15 @@ class FoldInspector(W.VBox):
     ``target`` is anything ``inspector.analyze`` takes (a sample name such as
     ``"sample:stateful_conv_mul"``, an ``nn.Module`` with ``example_inputs``, an
     ``ExportedProgram``, a ``.pt2`` path, ``"file.py:Class"``), or an existing
-    ``inspector.Analysis`` (its stage, rule and markers are used). Display it as a cell's value.
+    ``inspector.Analysis`` (its stage, rule and markers are used). Display it as a cell's value. ``stage``
+    defaults to where ``accelerator``'s flow folds (``tfa``; ``lowering`` for ``tosa-fp``); at ``tfa`` and
+    ``lowering`` the sites are those of the accelerator picked in the reference panel.
     The methods mirror the controls, for scripts and tests; the panels' controls are attributes
     of the app too (``steps_input``, ``model_picker``, ``run_button``, ...). ``isolate`` (default on)
     runs the native work of reference, attribution and bits runs in worker processes.
     """
 
-    def __init__(self, target: Any, example_inputs: Any = None, *, stage: str = "tfa", rule: Any = "upstream",
+    def __init__(self, target: Any, example_inputs: Any = None, *, stage: str | None = None, rule: Any = "upstream",
                  markers: Iterable[str] = (), variants: Iterable[Any] = inspector.DEFAULT_VARIANTS, steps: int | None = None,
                  graph_view: str = "side by side", focus_selected: bool = True, rules: Iterable[Any] = (),
                  isolate: bool = True, accelerator: Any = "tosa-int") -> None:
@@ -99,7 +101,8 @@ class FoldInspector(W.VBox):
         self.isolate = bool(isolate)
         if self.isolate:
             inspector.start_workers()  # the workers' fork server warms up while the user looks at the graph
-        _check_choice("stage", stage, inspector.STAGES)
+        if stage is not None:
+            _check_choice("stage", stage, inspector.STAGES)
         for extra in ([rules] if isinstance(rules, (str, inspector.Rule)) else list(rules)):
             _rule_name(extra)  # registered: the pickers offer it (a rule file is imported: code you run)
         rule = _rule_name(rule)
@@ -131,7 +134,8 @@ class FoldInspector(W.VBox):
             self.analysis = target
         else:
             self.analysis = inspector.analyze(target, example_inputs, stage=stage, rule=rule,
-                                              markers=tuple(markers))
+                                              markers=tuple(markers), accelerator=accelerator)
+            self._header.set_stage_quietly(self.analysis.stage)
         self._picker.start(self.analysis, self._target_ref)
         is_recurrent = bool(self.analysis.target.recurrent) or any(s.state_path for s in self.analysis.sites)
         self.steps_input.value = present.check_steps(steps) if steps is not None else (10 if is_recurrent else 1)
@@ -149,8 +153,13 @@ class FoldInspector(W.VBox):
         self._graphs = GraphPanel(graph_view, focus_selected, on_change=lambda _: safely(self._render_graph))
         self._reference = ReferencePanel(variants, on_run=lambda _: safely(self.run_reference),
                                          on_bits=lambda _: safely(self.run_bits), accelerator=accelerator)
-        # another accelerator makes the shown results stale (they were lowered for the one picked before)
-        self._reference.accelerator_picker.observe(lambda _: safely(self._render_results), names="value")
+        # another accelerator, memory mode or system config makes the shown results stale (they were lowered and
+        # priced for the one picked before)
+        for picker in (self._reference.accelerator_picker, self._reference.memory_mode_picker,
+                       self._reference.system_config_picker):
+            picker.observe(lambda _: safely(self._render_results), names="value")
+        # at tfa and lowering the sites are the accelerator's flow's: its quantizer, its lowering
+        self._reference.accelerator_picker.observe(lambda _: safely(self._follow_accelerator), names="value")
         self._attribution = AttributionPanel(on_run=lambda _: safely(self.run_attribution),
                                              on_variant=lambda _: safely(self._render_attribution),
                                              on_node=lambda _: safely(self._render_curve))
@@ -355,7 +364,10 @@ class FoldInspector(W.VBox):
         def compute(analysis, variants, steps, config, progress):
             site = self.selected or (analysis.sites[0].id if analysis.sites else None)
             progress("following the site", 0.1)
-            return inspector.journey(analysis.target, site, rule)  # found at tfa: site ids hold across stages
+            # in the flow of the accelerator the sites are shown for; found where it folds (site ids hold across
+            # stages), or at lowering when that is shown
+            return inspector.journey(analysis.target, site, rule, accelerator=analysis.accelerator,
+                                     stage="lowering" if analysis.stage == "lowering" else None)
 
         def show(result, config):
             self.journey = result
@@ -454,7 +466,7 @@ class FoldInspector(W.VBox):
         if session.target is None:
             raise InspectorError(f"{path.name} was saved from an in-memory model; it cannot be opened here")
         analysis = inspector.analyze(session.target, stage=session.stage, rule=session.rule,
-                                     markers=session.markers)
+                                     markers=session.markers, accelerator=session.accelerator)
         for v in session.variants:
             _rule_name(v)  # a rule file the session names is imported now (the user trusted it)
         self._refresh_rules()
@@ -463,7 +475,7 @@ class FoldInspector(W.VBox):
         self._header.set_rule_quietly(analysis.rule.name)
         self.variant_picker.value = tuple(_rule_name(v) for v in session.variants)
         self.quantization_picker.value = session.quantizations
-        self.accelerator_picker.value = session.accelerator
+        self._reference.choose(session.accelerator)
         self.steps_input.value = session.steps
         self.graph_which.value = session.graph_view
         self.graph_scope.value = session.graph_scope
@@ -567,6 +579,16 @@ class FoldInspector(W.VBox):
             self._refresh()
 
         self._safely(go)
+
+    def _follow_accelerator(self) -> None:
+        """Decide the stage shown again in the flow of the accelerator picked (``tfa`` and ``lowering`` only:
+        ``aten`` and ``edge`` are every flow's)."""
+        accelerator = self._reference.accelerator
+        if self.analysis.stage in ("tfa", "lowering") and accelerator != self.analysis.accelerator:
+            self.analysis = inspector.analyze(self.analysis.target, stage=self.analysis.stage,
+                                              rule=self.analysis.rule, markers=self.analysis.markers,
+                                              accelerator=accelerator)
+            self._refresh()
 
     def _on_rule(self, change) -> None:
         def go():

@@ -1,7 +1,8 @@
-"""How every number a user reads is written, once: dB, quantization steps, errors, seconds, cycles; the
-plot's ceiling for an infinite SQNR. Records' own sentences (a summary, an answer), the presentation
-(``present``: tables, pages, Markdown, plots), the CLI and the widget all call these, so a number reads
-the same everywhere and a change is made here only. An exact match (infinite SQNR) is written ``inf``.
+"""How every number a user reads is written, once: dB, quantization steps, errors, seconds, cycles and the
+compiler settings they were made under; the plot's ceiling for an infinite SQNR. Records' own sentences (a
+summary, an answer), the presentation (``present``: tables, pages, Markdown, plots), the CLI and the widget
+all call these, so a number reads the same everywhere and a change is made here only. An exact match
+(infinite SQNR) is written ``inf``.
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ def _written(value, spec: str, infinity: str) -> str:
         return "nan"
     if math.isinf(value):
         return infinity if value > 0 else "-inf"
-    return format(value, spec)
+    text = format(value, spec)
+    # a value that rounds to zero is zero, never "-0.00" (a change too small to show has no direction)
+    return format(0.0, spec) if text.lstrip("+-").strip("0.") == "" else text
 
 
 def error(value) -> str:
@@ -59,6 +62,14 @@ def cycles_change(value) -> str:
     if value is None:
         return MISSING
     return f"{int(value):+,}"
+
+
+def compiler(vela_version: str, npu: str, system_config: str, memory_mode: str) -> str:
+    """The compiler settings a cycle count was made under, once per table that shows cycles:
+    ``Vela 5.1.0 · ethos-u85-256 · Ethos_U85_SYS_DRAM_Mid · Sram_Only`` (a version not recorded, by a cost
+    written before it was kept, reads ``Vela (version not recorded)``)."""
+    return " · ".join((f"Vela {vela_version}" if vela_version else "Vela (version not recorded)", npu,
+                       system_config, memory_mode))
 
 
 def share(value) -> str:

@@ -58,7 +58,8 @@ def measure(lowered, accelerator, names: Mapping[str, tuple[str, str]], outside:
         notes.append(f"{unmapped} of Vela's {len(layers)} rows could not be traced to a node of the model")
     return Cost(accelerator.name, config.accelerator, config.system_config, config.memory_mode, config.clock_hz,
                 totals["cycles"], totals["npu_cycles"], totals["npu_ops"], totals["cpu_ops"], totals["macs"],
-                tuple(traffic.items()), tuple(used.items()), tuple(layers), len(modules), seconds, tuple(notes))
+                tuple(traffic.items()), tuple(used.items()), tuple(layers), len(modules), seconds, tuple(notes),
+                config.vela_version)
 
 
 __all__ = ["measure"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .._base.formats import compiler
 from .._base.data import (dataframe, json_float, read_fields as _fields, read_float as _float, read_int as _int,
                           read_list as _list, read_str as _str)
 
@@ -54,7 +55,7 @@ class Cost:
 
     accelerator: str  # the accelerator's name (inspector.accelerators)
     npu: str  # Vela's --accelerator-config
-    system_config: str  # Vela's system config and memory mode
+    system_config: str  # Vela's system config and memory mode (sections of its config file)
     memory_mode: str
     clock_hz: float  # the configuration's core clock
     cycles: int  # total cycles, as Vela's summary counts them (memory stalls included), over every delegate
@@ -68,6 +69,13 @@ class Cost:
     delegates: int  # TOSA delegates priced
     vela_seconds: float = 0.0  # Vela's own wall time
     notes: tuple[str, ...] = ()  # what the reader must know: nodes outside the delegate, rows not mapped
+    vela_version: str = ""  # the Vela that compiled it ("5.1.0"; "" in a cost written before it was kept)
+
+    @property
+    def compiler(self) -> str:
+        """The compiler settings of these cycles in one short line, as every table that shows them says it:
+        ``Vela 5.1.0 · ethos-u85-256 · Ethos_U85_SYS_DRAM_Mid · Sram_Only``."""
+        return compiler(self.vela_version, self.npu, self.system_config, self.memory_mode)
 
     @property
     def inference_seconds(self) -> float:
@@ -83,8 +91,9 @@ class Cost:
         return tuple(dict.fromkeys(layer.site for layer in self.layers if layer.site is not None))
 
     def to_dict(self) -> dict:
-        return {"accelerator": self.accelerator, "npu": self.npu, "system_config": self.system_config,
-                "memory_mode": self.memory_mode, "clock_hz": json_float(self.clock_hz), "cycles": self.cycles,
+        return {"accelerator": self.accelerator, "npu": self.npu, "vela_version": self.vela_version,
+                "system_config": self.system_config, "memory_mode": self.memory_mode, "compiler": self.compiler,
+                "clock_hz": json_float(self.clock_hz), "cycles": self.cycles,
                 "npu_cycles": self.npu_cycles, "npu_ops": self.npu_ops, "cpu_ops": self.cpu_ops, "macs": self.macs,
                 "inference_seconds": json_float(self.inference_seconds), "traffic": dict(self.traffic),
                 "memory_used": dict(self.memory_used), "delegates": self.delegates,
@@ -93,13 +102,17 @@ class Cost:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Cost":
-        """Read back ``to_dict()`` (as the result store does), checking every field."""
-        _fields(d, cls, extra={"inference_seconds", "estimate"})
+        """Read back ``to_dict()`` (as the result store does), checking every field; a cost written before the
+        Vela version was kept reads with none (``""``)."""
+        if isinstance(d, dict):  # written before the Vela version was kept: no version, no compiler line
+            d = {"vela_version": "", "compiler": "", **d}
+        _fields(d, cls, extra={"inference_seconds", "estimate", "compiler"})
         return cls(_str(d["accelerator"]), _str(d["npu"]), _str(d["system_config"]), _str(d["memory_mode"]),
                    _float(d["clock_hz"]), _int(d["cycles"]), _int(d["npu_cycles"]), _int(d["npu_ops"]),
                    _int(d["cpu_ops"]), _int(d["macs"]), _pairs(d["traffic"]), _pairs(d["memory_used"]),
                    tuple(Layer.from_dict(x) for x in _list(d["layers"])), _int(d["delegates"]),
-                   _float(d["vela_seconds"]), tuple(_str(n) for n in _list(d["notes"])))
+                   _float(d["vela_seconds"]), tuple(_str(n) for n in _list(d["notes"])),
+                   _str(d["vela_version"]))
 
     def to_dataframe(self, kind: str = "layers"):
         """A pandas DataFrame: ``"layers"``, one row per Vela row (the columns of ``to_dict()["layers"]``)."""
@@ -107,7 +120,7 @@ class Cost:
 
     def __repr__(self) -> str:
         return (f"<Cost {self.accelerator}: {self.cycles:,} cycles ({self.npu_ops} NPU ops, "
-                f"{self.inference_seconds * 1e6:.1f} us at {self.clock_hz / 1e6:g} MHz; Vela's estimate)>")
+                f"{self.inference_seconds * 1e6:.1f} us at {self.clock_hz / 1e6:g} MHz; {self.compiler})>")
 
 
 def _pairs(v) -> tuple[tuple[str, int], ...]:

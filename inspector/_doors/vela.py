@@ -13,6 +13,7 @@ doors do; imports are lazy. docs/stack-facts.md has what was measured.
 
 from __future__ import annotations
 
+import configparser
 import contextlib
 import copy
 import csv
@@ -29,7 +30,7 @@ from typing import Any
 
 from . import executorch as _executorch
 from .._base import quiet as _quiet
-from .._base.errors import InspectorError, first_line, listing
+from .._base.errors import InspectorError, first_line, listing, quoted
 
 SUPPORTED = "5.1.0"
 _INSTALL = f"pip install ethos-u-vela=={SUPPORTED} (see pyproject.toml)"
@@ -103,18 +104,69 @@ class VelaConfig:
     tosa_spec: str  # the TOSA specification ExecuTorch lowers for it: "TOSA-1.0+INT+int16+int4+u55"
     flags: tuple[str, ...]  # Vela's command-line flags from the compile spec (no output folder, no network)
     macs_per_cycle: int  # the accelerator's MACs per cycle (all cores)
+    vela_version: str = ""  # the installed Vela that reads the config and compiles for it ("5.1.0")
+
+
+def version() -> str:
+    """The installed Vela's version (the compiler of every cost), read from its package's metadata."""
+    return _executorch.installed_version("ethos-u-vela")
 
 
 def vela_config(accelerator: str, system_config: str | None = None, memory_mode: str | None = None) -> VelaConfig:
-    """The configuration ExecuTorch would compile for (its defaults where a name is not given)."""
+    """The configuration ExecuTorch would compile for (its defaults where a name is not given). A system config or
+    memory mode that Vela's config file does not have, or that Vela refuses with the other, is one line listing
+    the ones it takes there."""
     if accelerator not in ACCELERATORS:
         raise InspectorError(f"unknown Ethos-U accelerator {accelerator!r}; choose one of: {listing(ACCELERATORS)}")
     spec = _get(_ETHOSU_SPEC, "EthosUCompileSpec")(accelerator, system_config=system_config, memory_mode=memory_mode)
     flags = tuple(spec.compiler_flags)
     options = dict(f[2:].split("=", 1) for f in flags if f.startswith("--") and "=" in f)
-    arch = _architecture(accelerator, options["config"], options["system-config"], options["memory-mode"])
-    return VelaConfig(accelerator, options["system-config"], options["memory-mode"], float(arch.core_clock),
-                      str(spec.tosa_spec), flags, int(arch.num_macs_per_cycle) * int(arch.ncores))
+    config, system, mode = options["config"], options["system-config"], options["memory-mode"]
+    systems, modes = sections(config, "System_Config"), sections(config, "Memory_Mode")
+    if system not in systems:
+        raise InspectorError(f"unknown system config {quoted(system)} for {accelerator}; with {mode} Vela takes "
+                             f"({config}): {_working(accelerator, config, systems, [mode], 0)}")
+    if mode not in modes:
+        raise InspectorError(f"unknown memory mode {quoted(mode)} for {accelerator}; with {system} Vela takes "
+                             f"({config}): {_working(accelerator, config, [system], modes, 1)}")
+    arch = _architecture(accelerator, config, system, mode)
+    if isinstance(arch, str):  # name the settings that do work, both ways unless the user chose the system config
+        works = [f"with {system} it takes: {_working(accelerator, config, [system], modes, 1)}"]
+        if system_config is None:
+            works.append(f"{mode} works with: {_working(accelerator, config, systems, [mode], 0)}")
+        raise InspectorError(f"Vela cannot configure {accelerator} with {system} and {mode}: {arch}; "
+                             + "; ".join(works))
+    return VelaConfig(accelerator, system, mode, float(arch.core_clock), str(spec.tosa_spec), flags,
+                      int(arch.num_macs_per_cycle) * int(arch.ncores), version())
+
+
+def sections(config: str, kind: str) -> tuple[str, ...]:
+    """The ``kind`` sections (``System_Config``, ``Memory_Mode``) of Vela's config file ``config`` ("Arm/vela.ini",
+    one of its bundled files), in the file's order, read as Vela reads it (configparser)."""
+    parser = configparser.ConfigParser()
+    parser.read(_config_path(config))
+    return tuple(s.split(".", 1)[1] for s in parser.sections() if s.startswith(kind + "."))
+
+
+def settings(accelerator: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(memory modes, system configs) of Vela's config file that Vela takes for ``accelerator``: the memory modes
+    with ExecuTorch's default system config, the system configs with its default memory mode (a picker's choices)."""
+    default = vela_config(accelerator)
+    config = dict(f[2:].split("=", 1) for f in default.flags if f.startswith("--") and "=" in f)["config"]
+    return (_taken(accelerator, config, [default.system_config], sections(config, "Memory_Mode"), 1),
+            _taken(accelerator, config, sections(config, "System_Config"), [default.memory_mode], 0))
+
+
+def _taken(accelerator: str, config: str, systems, modes, which: int) -> tuple[str, ...]:
+    """The system configs (``which`` 0) or memory modes (1) of ``systems`` x ``modes`` that Vela configures
+    ``accelerator`` with."""
+    return tuple((s, m)[which] for s in systems for m in modes
+                 if not isinstance(_architecture(accelerator, config, s, m), str))
+
+
+def _working(accelerator: str, config: str, systems, modes, which: int) -> str:
+    """``_taken``, listed whole (an error names every choice)."""
+    return listing(_taken(accelerator, config, systems, modes, which), 1000) or "none"
 
 
 def ethos_u_quantizer(accelerator: str, system_config: str | None, memory_mode: str | None, config):
@@ -126,20 +178,26 @@ def ethos_u_quantizer(accelerator: str, system_config: str | None, memory_mode: 
 
 
 def _architecture(accelerator: str, config: str, system_config: str, memory_mode: str):
-    """Vela's own reading of its config file (the same class ``vela.main`` builds)."""
+    """Vela's own reading of its config file (the same class ``vela.main`` builds), or why it refuses them (a line)."""
     features = _get(_ARCH, "ArchitectureFeatures")
-    path = config
-    if not os.path.isabs(config) and len(os.path.normpath(config).split(os.sep)) == 2:
-        path = os.path.join(_get(_ARCH, "CONFIG_FILES_PATH"), config)  # "Arm/vela.ini": Vela's bundled files
-    if not os.access(path, os.R_OK):
-        raise InspectorError(f"Vela's config file {config} is not there ({path})")
+    path = _config_path(config)
     try:
         with _quiet.captured_python():  # it prints "Info: Changing const_mem_area ..." for the u85 configs
             return features(vela_config_files=[path], accelerator_config=accelerator, system_config=system_config,
                             memory_mode=memory_mode, max_blockdep=features.MAX_BLOCKDEP, verbose_config=False,
                             arena_cache_size=None)
     except _get("ethosu.vela.errors", "VelaError") as exc:
-        raise InspectorError(f"Vela cannot configure {accelerator}: {_why(exc)}") from None
+        return _why(exc)  # the caller names the settings that do work
+
+
+def _config_path(config: str) -> str:
+    """Where Vela reads ``config`` from: "Arm/vela.ini" is one of its bundled files."""
+    path = config
+    if not os.path.isabs(config) and len(os.path.normpath(config).split(os.sep)) == 2:
+        path = os.path.join(_get(_ARCH, "CONFIG_FILES_PATH"), config)
+    if not os.access(path, os.R_OK):
+        raise InspectorError(f"Vela's config file {config} is not there ({path})")
+    return path
 
 
 def _why(exc: BaseException) -> str:

@@ -27,7 +27,7 @@ from .._numbers.compare import compare
 from ..present.tables import comparison_text
 from .._base.limits import check_steps
 from .._numbers.engines import engines
-from .._cost.accelerators import DEFAULT as DEFAULT_ACCELERATOR, accelerators
+from .._cost.accelerators import DEFAULT as DEFAULT_ACCELERATOR, FORM as ACCELERATOR_FORM, accelerator_of, accelerators
 from .._numbers.quantization import quantizations
 from .._numbers.compare import variants_of
 from ..present.tables import attribution_text
@@ -115,8 +115,9 @@ def _model_command_factory(sub):
         cmd.add_argument("--input-shape", action="append", default=[], metavar="1,3,8,8",
                          help="shape of one example input (repeat per input); random seeded float32")
         if stage_and_rule:
-            cmd.add_argument("--stage", choices=STAGES, default="edge",
-                             help="; ".join(f"{k}: {v}" for k, v in STAGE_HELP.items()) + " (default: edge)")
+            cmd.add_argument("--stage", choices=STAGES, default=None,
+                             help="which graph the pass receives: " + "; ".join(f"{k}: {v}" for k, v in STAGE_HELP.items())
+                             + f" (default: {STAGE_DEFAULT_HELP})")
             cmd.add_argument("--rule", "--policy", dest="rule", default="upstream", metavar="RULE",
                              help="; ".join(f"{k}: {v}" for k, v in rules.help().items())
                              + "; or path/to/rules.py:NAME, a rule of your own (a guard or a pass class: the file "
@@ -134,6 +135,7 @@ def _number_commands(model_command) -> None:
 
     a = model_command("analyze", "list every conv->mul site, its decision and reasons")
     a.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    accelerator_argument(a, FLOW_HELP)
 
     c = model_command("compare", "quantize each variant, run the TOSA INT reference model, compare with float",
                       stage_and_rule=False,
@@ -162,11 +164,15 @@ def _number_commands(model_command) -> None:
                       "cycles (Vela) and dB, every set measured, the best confirmed on TOSA", stage_and_rule=False,
                       markers=False)
     npus = [n for n in accelerators.names() if accelerators.get(n).costs]
-    v.add_argument("--accelerator", choices=npus, default="ethos-u55-128", metavar="NAME",
-                   help="the Ethos-U whose cycles Vela counts: " + ", ".join(npus) + " (default: ethos-u55-128)")
-    v.add_argument("--budget-db", type=float, default=1.0, metavar="DB",
+    v.add_argument("--accelerator", type=_accelerator, default="ethos-u55-128", metavar="NAME",
+                   help="the Ethos-U whose cycles Vela counts: " + ", ".join(npus) + f", or {ACCELERATOR_FORM} "
+                        "(default: ethos-u55-128)")
+    v.add_argument("--budget-db", type=float, default=None, metavar="DB",
                    help="the SQNR (worst output, worst step) you accept losing against the most accurate set "
                         "found, on the calibration inputs (default: 1)")
+    v.add_argument("--budget", type=_budget_pair, default=None, metavar="MEASUREMENT=AMOUNT",
+                   help="the budget in another measurement with a direction (inspector.metrics(): e.g. "
+                        "max-abs=0.05), instead of --budget-db")
     v.add_argument("--steps", type=int, default=1, help=f"recurrent steps to run, 1 to {MAX_STEPS} (default: 1)")
     v.add_argument("--workers", type=_workers, default=None, metavar="N",
                    help="processes running the TOSA variants side by side (default: the cores available)")
@@ -195,8 +201,9 @@ def _picture_commands(model_command) -> None:
     rp = model_command("repro", "write a standalone pytest file reproducing one site (imports only torch and executorch)",
                        stage_and_rule=False, markers=False)
     rp.add_argument("--site", required=True, metavar="ID", help="the site id (see analyze)")
-    rp.add_argument("--stage", choices=STAGES, default="edge",
-                    help="the stage whose graph the test runs the pass on (default: edge)")
+    rp.add_argument("--stage", choices=STAGES, default=None,
+                    help=f"the stage whose graph the test runs the pass on (default: {STAGE_DEFAULT_HELP})")
+    accelerator_argument(rp, FLOW_HELP)
     rp.add_argument("--out", default="test_repro.py", metavar="FILE", help="default: test_repro.py")
 
     r = model_command("render", "draw the graph before/after the fold, sites highlighted (graphviz)")
@@ -207,11 +214,14 @@ def _picture_commands(model_command) -> None:
     r.add_argument("--format", choices=("svg", "png", "dot"), default=None,
                    help="output format (default: from the --out suffix, else svg); dot needs no graphviz install")
     r.add_argument("--out", required=True, metavar="FILE", help="where to write the picture")
+    accelerator_argument(r, FLOW_HELP)
 
     j = model_command("journey", "follow one site through the installed Arm pipeline: every pass that touched it",
                       stage_and_rule=False, markers=False)
     j.add_argument("--site", required=True, metavar="ID", help="the site id, its index, or its mul's name (see analyze)")
     j.add_argument("--variant", default="upstream", metavar="RULE", help="the fold rule to follow it under (default: upstream)")
+    j.add_argument("--stage", choices=STAGES, default=None,
+                   help=f"where the site is found and decided (default: {STAGE_DEFAULT_HELP})")
     j.add_argument("--tosa", action="store_true", help="also run the lowered program on the TOSA reference model")
     j.add_argument("--all-passes", action="store_true", help="list every pass, not only those that touched the site")
     accelerator_argument(j)
@@ -228,6 +238,7 @@ def _picture_commands(model_command) -> None:
     e.add_argument("--host", default="127.0.0.1", help="where --serve listens (default: 127.0.0.1)")
     e.add_argument("--port", type=int, default=8080, help="the port --serve listens on (default: 8080)")
     e.add_argument("--json", action="store_true", help="print what was written as JSON")
+    accelerator_argument(e, FLOW_HELP)
 
 
 def _other_commands(sub) -> None:
@@ -235,7 +246,8 @@ def _other_commands(sub) -> None:
 
     d = sub.add_parser("demo", help="analyze the default sample under each built-in rule; write an HTML report")
     d.add_argument("--sample", default=None, help="sample name (default: the default sample)")
-    d.add_argument("--stage", choices=STAGES, default="tfa")
+    d.add_argument("--stage", choices=STAGES, default="tfa", help="the stage to decide at (default: tfa, where the "
+                   "INT flow folds)")
     d.add_argument("--html", default="demo-report.html", metavar="FILE", help="where to write the report")
 
     sub.add_parser("samples", help="list the built-in sample models")
@@ -304,7 +316,7 @@ def _inputs_from_shapes(shapes: list[str]):
 
 def _analyze(args) -> int:
     result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage,
-                     rule=args.rule, markers=args.mark)
+                     rule=args.rule, markers=args.mark, accelerator=args.accelerator)
     _print_result(args, result, analysis_text)
     return 0
 
@@ -376,17 +388,33 @@ def engine_argument(cmd, *, several: bool = False) -> None:
         cmd.add_argument("--accelerators", "--accelerator", dest="accelerators", default=DEFAULT_ACCELERATOR,
                          metavar="A,B", help="comma-separated accelerators to lower every variant for (each variant on "
                                              "each; on an Ethos-U its row has Vela's cycles): "
-                                             + ", ".join(accelerators.names()) + f" (default: {DEFAULT_ACCELERATOR})")
+                                             + ", ".join(accelerators.names()) + f", or {ACCELERATOR_FORM} "
+                                             f"(default: {DEFAULT_ACCELERATOR})")
         return
     accelerator_argument(cmd)
 
 
-def accelerator_argument(cmd) -> None:
-    """``--accelerator NAME``: what every variant is lowered for (``inspector.accelerators``)."""
-    cmd.add_argument("--accelerator", choices=accelerators.names(), default=DEFAULT_ACCELERATOR, metavar="NAME",
-                     help="what every variant is lowered for: tosa-int (the generic TOSA-1.0+INT profile, no cost) or "
-                          "an Ethos-U configuration, whose cost Vela estimates (cycles, NPU operations, memory): "
-                          + ", ".join(accelerators.names()) + f" (default: {DEFAULT_ACCELERATOR})")
+# The default --stage, in words: where the accelerator's flow folds (``inspector.analyze``'s default).
+STAGE_DEFAULT_HELP = "where --accelerator's flow folds: tfa for tosa-int and every Ethos-U, lowering for tosa-fp"
+FLOW_HELP = ("whose flow hands the pass the tfa and lowering graphs: tosa-int (the generic TOSA-1.0+INT profile), "
+             "tosa-fp (the float TOSA-1.0+FP profile: it folds in lowering) or an Ethos-U configuration")
+
+
+def accelerator_argument(cmd, what: str | None = None) -> None:
+    """``--accelerator NAME``: what every variant is lowered for (``inspector.accelerators``; an Ethos-U target with
+    its memory mode and system config, ``ethos-u85-256:Dedicated_Sram``, too); ``what`` says what it is for when
+    the command lowers no variant (whose flow hands the pass its graph)."""
+    what = what or ("what every variant is lowered for: tosa-int (the generic TOSA-1.0+INT profile, no cost) or "
+                    "an Ethos-U configuration, whose cost Vela estimates (cycles, NPU operations, memory)")
+    cmd.add_argument("--accelerator", type=_accelerator, default=DEFAULT_ACCELERATOR, metavar="NAME",
+                     help=f"{what}: " + ", ".join(accelerators.names()) + f", or {ACCELERATOR_FORM}, another memory "
+                          f"mode or system config of Vela's config file (default: {DEFAULT_ACCELERATOR})")
+
+
+def _accelerator(text: str) -> str:
+    """--accelerator, checked while parsing: the canonical name of what it names (an unknown one, or a memory mode
+    or system config Vela does not take, is an InspectorError that main prints whole: it lists the choices)."""
+    return accelerator_of(text).name
 
 
 def quantization_arguments(cmd) -> None:
@@ -423,11 +451,24 @@ def _attribute(args) -> int:
     return 0
 
 
+def _budget_pair(text: str) -> tuple[str, float]:
+    """``--budget max-abs=0.05``: a measurement's name and an amount."""
+    name, sep, amount = text.partition("=")
+    try:
+        if not sep or not name.strip():
+            raise ValueError
+        return name.strip(), float(amount)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected MEASUREMENT=AMOUNT (e.g. sqnr=1 or max-abs=0.05), got {text!r}") \
+            from None
+
+
 def _advise(args) -> int:
     check_steps(args.steps, "--steps")
     out = check_writable(args.keep_rule) if args.keep_rule else None
     result = advise(args.target, _inputs_from_shapes(args.input_shape), accelerator=args.accelerator,
-                    budget_db=args.budget_db, steps=args.steps, workers=args.workers, progress=_ProgressBar())
+                    budget_db=args.budget_db, budget=args.budget, steps=args.steps, workers=args.workers,
+                    progress=_ProgressBar())
     print(result.to_json() if args.json else advice_text(result))
     if out is not None:
         kept = result.rule(path=out)
@@ -440,7 +481,7 @@ def _report(args) -> int:
     check_steps(args.steps, "--steps")
     out = check_writable(args.out) if args.out else None
     result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage,
-                     rule=args.rule, markers=args.mark)
+                     rule=args.rule, markers=args.mark, accelerator=args.accelerator)
     comparison = None
     if args.variants:
         comparison = result.compare(args.variants, steps=args.steps, progress=_ProgressBar(), engine=args.engine,
@@ -461,11 +502,12 @@ def _report(args) -> int:
 def _repro(args) -> int:
 
     out = check_writable(args.out)
-    result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage, rule="upstream")
+    result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage, rule="upstream",
+                     accelerator=args.accelerator)
     repro = reproducer(result, args.site, file=out.name)
     repro.write(out)
     verb = "folds" if repro.decision == "fold" else "skips"
-    print(f"wrote {out}: {repro.test_name} (the installed pass {verb} site {args.site} at {args.stage}; "
+    print(f"wrote {out}: {repro.test_name} (the installed pass {verb} site {args.site} at {result.stage}; "
           f"muls {repro.muls_before} -> {repro.muls_after}); run it with: pytest {out}")
     for note in repro.notes:
         print(f"note: {note}")
@@ -474,7 +516,7 @@ def _repro(args) -> int:
 
 def _journey(args) -> int:
     result = journey(args.target, args.site, args.variant, example_inputs=_inputs_from_shapes(args.input_shape),
-                     tosa=args.tosa, all_passes=args.all_passes, accelerator=args.accelerator)
+                     stage=args.stage, tosa=args.tosa, all_passes=args.all_passes, accelerator=args.accelerator)
     print(json.dumps(result.to_dict(), indent=2) if args.json else result.text())
     return 0
 
@@ -483,7 +525,7 @@ def _render(args) -> int:
     out = check_writable(args.out)
     fmt = args.format or {".png": "png", ".dot": "dot", ".gv": "dot"}.get(out.suffix.lower(), "svg")
     result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage,
-                     rule=args.rule, markers=args.mark)
+                     rule=args.rule, markers=args.mark, accelerator=args.accelerator)
     kw = {"focus": args.focus, "hops": args.hops}
     graph = result.render_pair(**kw) if args.which == "both" else result.render(args.which, **kw)
     if fmt == "dot":
@@ -503,7 +545,8 @@ def _explorer(args) -> int:
     if args.serve:
         explorer.check_port(args.host, args.port)
     inputs = _inputs_from_shapes(args.input_shape)
-    result = analyze(args.target, inputs, stage=args.stage, rule=args.rule, markers=args.mark)
+    result = analyze(args.target, inputs, stage=args.stage, rule=args.rule, markers=args.mark,
+                     accelerator=args.accelerator)
     errors = None
     if args.errors:
 
@@ -616,6 +659,9 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as exc:  # --help, or argparse's one-line error (see _Parser.error)
         return exc.code if isinstance(exc.code, int) else 2
+    except InspectorError as exc:  # a value checked while parsing whose line lists every choice (--accelerator)
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
     _quiet_imports()
     handler = {"analyze": _analyze, "advise": _advise, "compare": _compare, "attribute": _attribute, "report": _report, "repro": _repro,
                "render": _render, "explorer": _explorer, "demo": _demo, "journey": _journey,

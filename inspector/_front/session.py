@@ -24,7 +24,7 @@ from .._numbers.results import Comparison
 from .._base.errors import InspectorError
 from .._rules.rules import DEFAULT_VARIANTS, rules
 from .._numbers.quantization import quantizations
-from .._cost.accelerators import accelerators
+from .._cost.accelerators import SETTINGS, accelerator_of, accelerators
 from ..present.render import GRAPH_SCOPES, GRAPH_VIEWS
 
 SESSION_VERSION = 2  # 2: the rule is "rule"; version 1 said "policy", and is still read (docs/words.md)
@@ -38,7 +38,7 @@ class Session:
     """One saved screen of the inspector."""
 
     target: str | None  # what to analyze: "sample:NAME", "model.pt2", "model.py:Net"; None for in-memory models
-    stage: str  # aten | tfa | edge
+    stage: str  # aten | tfa | edge | lowering
     rule: str  # a rule's name, or "path/to/rules.py:NAME" for a rule of the user's kept in a file
     markers: tuple[str, ...] = ()  # site ids or node names marked carried state
     selected: str | None = None  # the selected site id
@@ -125,7 +125,7 @@ class Session:
             quantizations=check.texts(data, "quantizations", default=cls.quantizations, choices=tuple(quantizations),
                                       nonempty=True, kind="quantization names"),
             steps=check.steps(data, "steps", default=1),
-            accelerator=check.choice(data, "accelerator", tuple(accelerators), default=cls.accelerator),
+            accelerator=check.accelerator(data, "accelerator", default=cls.accelerator),
             graph_view=check.choice(data, "graph_view", GRAPH_VIEWS, default=cls.graph_view),
             graph_scope=check.choice(data, "graph_scope", GRAPH_SCOPES, default=cls.graph_scope),
             results=check.results(results) if results is not None else None,
@@ -195,6 +195,17 @@ class _Checker:
 
     def fail(self, field: str, what: str, value: Any) -> InspectorError:
         return InspectorError(f"{self.source}: field '{field}' must be {what}, got {self.show(value)}")
+
+    def accelerator(self, data: dict, field: str, default: str) -> str:
+        """A registered accelerator, or an Ethos-U target with the settings Vela takes (``ethos-u85-256:Dedicated_Sram``:
+        read, never run, against Vela's config file)."""
+        value = data.get(field, default)
+        if isinstance(value, str) and SETTINGS in value and len(value) <= _MAX_TEXT:
+            try:
+                return accelerator_of(value).name
+            except InspectorError as exc:
+                raise self.fail(field, f"an accelerator Vela takes ({exc})", value) from None
+        return self.choice(data, field, tuple(accelerators), default=default)
 
     def text(self, data: dict, field: str, *, optional: bool = False, default: Any = ...) -> str | None:
         if field not in data:

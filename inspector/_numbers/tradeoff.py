@@ -14,8 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .._base.data import dataframe, json_float
+from .._base.formats import compiler
 from .._cost.records import ESTIMATE
 from .._base.errors import InspectorError
+from .._base.display import draw
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,16 @@ class Tradeoff:
     variants: tuple[VariantTrade, ...]
     sites: tuple[SitePrice, ...]
     notes: tuple[str, ...] = ()
+    # the compiler every cycle here was made under (a cost's own fields; "" where no cost says it)
+    vela_version: str = ""
+    npu: str = ""
+    system_config: str = ""
+    memory_mode: str = ""
+
+    @property
+    def compiler(self) -> str:
+        """The compiler settings of these cycles in one short line (``Cost.compiler``)."""
+        return compiler(self.vela_version, self.npu, self.system_config, self.memory_mode)
 
     def variant(self, label_or_rule: str) -> VariantTrade:
         for v in self.variants:
@@ -70,17 +82,20 @@ class Tradeoff:
 
     def to_dict(self) -> dict:
         return {"target": self.target, "accelerator": self.accelerator, "baseline": self.baseline,
+                "vela_version": self.vela_version, "npu": self.npu, "system_config": self.system_config,
+                "memory_mode": self.memory_mode, "compiler": self.compiler,
                 "estimate": ESTIMATE, "variants": [v.to_dict() for v in self.variants],
                 "sites": [s.to_dict() for s in self.sites], "notes": list(self.notes)}
 
     def to_dataframe(self, kind: str = "variants"):
-        """A pandas DataFrame: ``"variants"`` or ``"sites"`` (the columns of ``to_dict()``'s lists)."""
-        return dataframe(kind, {"variants": lambda: [v.to_dict() for v in self.variants],
+        """A pandas DataFrame: ``"variants"`` or ``"sites"`` (the columns of ``to_dict()``'s lists; the variants'
+        with a last column ``compiler``, the settings their cycles were made under)."""
+        return dataframe(kind, {"variants": lambda: [{**v.to_dict(), "compiler": self.compiler}
+                                                     for v in self.variants],
                                 "sites": lambda: [s.to_dict() for s in self.sites]})
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.bundle(self)
+        return draw("bundle", self)
 
     def __repr__(self) -> str:
         return f"<Tradeoff {self.target} on {self.accelerator}: {len(self.variants)} variants, {len(self.sites)} sites>"
@@ -141,8 +156,10 @@ def tradeoff(comparison) -> Tradeoff:
             prices.append(SitePrice(site, None, f"its mul has no row of its own in {base.variant.label} (Vela fused "
                                                 "it into another operation): only the variants' totals show its "
                                                 "price", folded_in))
+    said = (base or measured[0]).cost  # every variant was compiled under the same settings
     return Tradeoff(comparison.target, comparison.accelerator, base.variant.label if base is not None else None,
-                    tuple(rows), tuple(prices), tuple(dict.fromkeys(notes + list(base.cost.notes if base else ()))))
+                    tuple(rows), tuple(prices), tuple(dict.fromkeys(notes + list(base.cost.notes if base else ()))),
+                    said.vela_version, said.npu, said.system_config, said.memory_mode)
 
 
 def _saved_in_own_rows(site: str, base, folding) -> tuple[int, str] | None:

@@ -205,6 +205,7 @@ class SweepVariant:
     accelerator: str = "tosa-int"  # what it was lowered for
     cycles: int | None = None  # on an NPU: Vela's total cycles (its estimate); None: no cost
     npu_ops: int | None = None  # on an NPU: Vela's NPU operations
+    compiler: str | None = None  # on an NPU: the compiler settings of those cycles (``Cost.compiler``)
 
     def to_dict(self) -> dict:
         d = {"target": self.target, "stage": self.stage, "engine": self.engine, "variant": self.variant,
@@ -219,7 +220,7 @@ class SweepVariant:
             d["error"] = self.error
         if self.confirmed is not None:
             d["confirmed"] = self.confirmed
-        d.update(accelerator=self.accelerator, cycles=self.cycles, npu_ops=self.npu_ops)
+        d.update(accelerator=self.accelerator, cycles=self.cycles, npu_ops=self.npu_ops, compiler=self.compiler)
         return d
 
     @classmethod
@@ -243,7 +244,8 @@ class SweepVariant:
             fields["confirmed"] = data["confirmed"]
         fields.update(accelerator=_text({"a": data.get("accelerator", "tosa-int")}, "a", "variant"),
                       cycles=_whole(data.get("cycles"), "variant", data, optional=True),
-                      npu_ops=_whole(data.get("npu_ops"), "variant", data, optional=True))
+                      npu_ops=_whole(data.get("npu_ops"), "variant", data, optional=True),
+                      compiler=_text(data, "compiler", "variant", optional=True))
         if error is not None:
             return cls(**fields)
         if any(k not in data for k in _MEASURED) or not isinstance(data["outputs"], list) \
@@ -312,6 +314,16 @@ def cycles_by_rule(variants, accelerator: str) -> dict[str, dict[str, int]]:
 def costed_accelerator(variants) -> str | None:
     """The first accelerator some variant has cycles on (None: no variant was priced)."""
     return next((v.accelerator for v in variants if v.error is None and v.cycles is not None), None)
+
+
+def compilers(variants) -> dict[str, str]:
+    """accelerator -> the compiler settings its cycles were made under (``Cost.compiler``), for every accelerator
+    some variant has cycles on; a variant written before the settings were kept says they were not recorded."""
+    out: dict[str, str] = {}
+    for v in variants:
+        if v.error is None and v.cycles is not None:
+            out.setdefault(v.accelerator, v.compiler or f"{v.accelerator} (compiler settings not recorded)")
+    return out
 
 
 def changed_sites(rules, rows, variants) -> tuple[ChangedSite, ...]:

@@ -8,8 +8,9 @@ from .._base.data import FORMAT, jsonable
 from .._base.formats import GITHUB_COMMENT_LIMIT
 from .._base.errors import InspectorError, quoted
 from .records import (NUMBERS_STAGE, UNCHANGED_DB, ChangedSite, SweepModel, SweepRow, SweepVariant, changed_sites,
-                      costed_accelerator, cycles_by_rule, sqnr_by_rule, sqnr_delta, table_number)
+                      compilers, costed_accelerator, cycles_by_rule, sqnr_by_rule, sqnr_delta, table_number)
 from .._base.formats import cycles
+from .._base.display import draw
 
 
 # The formats a sweep is written in (``Sweep.format``; the presentation, ``present/sweep.py``, writes each).
@@ -93,7 +94,8 @@ class Sweep:
                 if priced_models:
                     more = sum(spent[t][rule] - spent[t][base] for t in priced_models)
                     line += (f"; on {priced} it {'costs' if more >= 0 else 'saves'} {cycles(abs(more))} cycles in all "
-                             f"over {len(priced_models)} model{'s' * (len(priced_models) != 1)} (Vela's estimate)")
+                             f"over {len(priced_models)} model{'s' * (len(priced_models) != 1)} (Vela's estimate; "
+                             f"{compilers(self.variants)[priced]})")
             lines.append(line + ".")
         failed = [m for m in self.models if m.error]
         if failed:
@@ -118,12 +120,12 @@ class Sweep:
 
     def to_json(self) -> str:
         """``to_dict()`` as JSON text, local paths redacted."""
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.sweep_json(self)
+        return draw("sweep_json", self)
 
     def to_dataframe(self, kind: str = "rows"):
         """A pandas DataFrame: ``"rows"`` (one per model x stage x rule, with its variant's SQNR),
-        ``"changed"`` (one per changed site, with SQNR deltas) or ``"variants"``."""
+        ``"changed"`` (one per changed site, with SQNR deltas) or ``"variants"``. A table with cycles has a
+        ``compiler`` column: the settings they were made under."""
         import pandas as pd  # lazy: pandas is only for the notebook user's tables
 
         if kind == "rows":
@@ -136,10 +138,14 @@ class Sweep:
                                 "folded": len(r.folded), "skipped": len(r.skipped), "error": r.error,
                                 "sqnr_db_last": table_number(v.sqnr_db_last if v else None),
                                 "sqnr_db_worst": table_number(v.sqnr_db_worst if v else None),
-                                "cycles": table_number(v.cycles if v else None)})
+                                "cycles": table_number(v.cycles if v else None),
+                                "compiler": v.compiler if v and v.cycles is not None else None})
             return pd.DataFrame.from_records(records, columns=["target", "stage", "rule", "sites", "folded", "skipped",
-                                                               "error", "sqnr_db_last", "sqnr_db_worst", "cycles"])
+                                                               "error", "sqnr_db_last", "sqnr_db_worst", "cycles",
+                                                               "compiler"])
         if kind == "changed":
+            priced = costed_accelerator(self.variants)  # the accelerator the changes are priced on (the first)
+            priced_with = compilers(self.variants).get(priced) if priced else None
             records = []
             for c in self.changed:
                 record = {"target": c.target, "stage": c.stage, "site": c.site}
@@ -152,6 +158,8 @@ class Sweep:
                     record[f"delta_db {p}"] = v
                 for p, v in (c.cycles_delta or {}).items():
                     record[f"delta_cycles {p}"] = v
+                if c.cycles_delta is not None:
+                    record["compiler"] = priced_with
                 records.append(record)
             return pd.DataFrame.from_records(records)
         if kind == "variants":
@@ -161,33 +169,27 @@ class Sweep:
 
     def to_csv(self) -> str:
         """One line per model x stage x rule (the ``rows`` table), local paths redacted."""
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.sweep_csv(self)
+        return draw("sweep_csv", self)
 
     def to_markdown(self, limit: int = GITHUB_COMMENT_LIMIT) -> str:
         """A comment for a pull request: the summary, then the changed sites with their models, reasons
         and SQNR deltas, then every model; within ``limit`` characters (rows left out are counted)."""
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.sweep_markdown(self, limit)
+        return draw("sweep_markdown", self, limit)
 
     def to_html(self) -> str:
         """A self-contained HTML page (every model-derived string escaped)."""
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.sweep_page(self)
+        return draw("sweep_page", self)
 
     def format(self, fmt: str) -> str:
         """The sweep in one of ``FORMATS``."""
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.sweep_format(self, fmt)
+        return draw("sweep_format", self, fmt)
 
     def plot(self):
         """A bar per changed site: the SQNR delta of each rule against the baseline (matplotlib)."""
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.plot(self)
+        return draw("plot", self)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.bundle(self)
+        return draw("bundle", self)
 
     def __repr__(self) -> str:
         failed = sum(1 for m in self.models if m.error)

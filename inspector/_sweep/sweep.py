@@ -47,7 +47,7 @@ from .store import MODEL, ROW, VARIANT, Records, unchanged, variant_key
 from .work import MODEL_TASK, VARIANT_TASK
 from .._numbers.compare import variants_of, workers_of
 from .._numbers.engines import engine_of
-from .._decide.stages import check_stage
+from .._decide.stages import STAGES, check_stage
 from .._cost.accelerators import Accelerator, accelerator_of
 from .._advise.advise import advise
 from .._targets import load as _load
@@ -292,7 +292,7 @@ def _stage_list(stages) -> list[str]:
         stages = [s.strip() for s in stages.split(",") if s.strip()]
     out = [check_stage(s) for s in stages]
     if not out:
-        raise InspectorError("no stages to sweep; give at least one of aten, tfa, edge")
+        raise InspectorError(f"no stages to sweep; give at least one of {', '.join(STAGES)}")
     return list(dict.fromkeys(out))
 
 

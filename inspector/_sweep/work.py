@@ -188,4 +188,5 @@ def summary_of(result) -> dict:
         "quantization": result.quantization, "tosa_spec": result.spec, "engine": result.engine,
         "accelerator": result.accelerator, "cycles": result.cost.cycles if result.cost is not None else None,
         "npu_ops": result.cost.npu_ops if result.cost is not None else None,
+        "compiler": result.cost.compiler if result.cost is not None else None,
     }

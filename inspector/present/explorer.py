@@ -170,7 +170,7 @@ def overlays(analysis, which: str = "before", *, errors=None, step: int | None =
                 per_node[layer.node] = per_node.get(layer.node, 0) + layer.cycles
         out[CYCLES_FILE] = ndb.GraphNodeData(
             results={name: ndb.NodeDataResult(value=n) for name, n in per_node.items()},
-            name=f"cycles on {cost.accelerator} (Vela's estimate)",
+            name=f"cycles on {cost.accelerator} (Vela's estimate; {cost.compiler})",
             gradient=[ndb.GradientItem(stop=0, bgColor="#f7fbff"), ndb.GradientItem(stop=1, bgColor="#08306b")])
     names = {n.name for n in gm.graph.nodes}
     for data in out.values():

@@ -40,7 +40,7 @@ def journey_text(j: Journey) -> str:
         lines.append(f"[{s.index:>3}] " + step_text(s))
     lines.append(f"end: {j.ending.detail}")
     if j.ending.vela:
-        lines.append(f"Vela: {j.ending.vela}")
+        lines.append(f"Vela: {j.ending.vela}" + (f" [{j.cost.compiler}]" if j.cost is not None else ""))
     for p in j.numbers:
         lines.append(f"  {p.point:<32} site {_sqnr(p.site_sqnr_db)} (max |err| {error(p.site_max_abs)}), "
                      f"output {_sqnr(p.output_sqnr_db)}  [{p.engine}]" + (f"  {p.note}" if p.note else ""))
@@ -60,13 +60,15 @@ def journey_html(j: Journey) -> str:
                      f"<td>{e(_sqnr(p.output_sqnr_db))}</td><td>{e(p.engine)}</td><td>{e(p.note)}</td></tr>"
                      for p in j.numbers)
     notes = "".join(f"<li>{e(n)}</li>" for n in (*j.moved, *j.notes))
+    compiler = f"<br><small class='fi-compiler'>compiler: {e(j.cost.compiler)}</small>" if j.cost is not None else ""
+    vela = f"<p class='fi-vela'><b>Vela:</b> {e(j.ending.vela)}{compiler}</p>" if j.ending.vela else ""
     return (f"<div class='journey'><h3>Journey of site <code>{e(j.site)}</code> in {e(j.target)} "
             f"under <code>{e(j.variant)}</code></h3>"
             f"<p>{len(j.passes)} passes ran; {len(j.touched())} steps touched the site, "
             f"{j.untouched} passes did not.</p>"
             f"<table><tr><th>#</th><th>phase</th><th>pass</th><th>what it did to the site</th></tr>{''.join(rows)}"
             f"</table><p><b>End:</b> {e(j.ending.detail)}</p>"
-            + (f"<p class='fi-vela'><b>Vela:</b> {e(j.ending.vela)}</p>" if j.ending.vela else "") +
+            + vela +
             f"<table><tr><th>point</th><th>site SQNR</th><th>site max |err|</th><th>output SQNR</th>"
             f"<th>engine</th><th>note</th></tr>{points}</table><ul>{notes}</ul></div>")
 

@@ -30,7 +30,8 @@ from pathlib import Path
 from .._base.formats import cycles, db
 from .._cost.records import ESTIMATE
 from .markup import GITHUB_COMMENT_LIMIT, escape, markdown_table, md_code, page
-from .tables import analysis_html, comparison_html, comparison_rows, price_rows, site_rows, stale_html, tradeoff_rows
+from .tables import (analysis_html, comparison_html, comparison_rows, compiler_of, price_rows, site_rows, stale_html,
+                     tradeoff_rows)
 from .._base.errors import InspectorError, quoted
 from .._base.version import __version__
 from .render import render_pair, svg
@@ -141,8 +142,10 @@ def reproduce_command(analysis, comparison=None, fmt: str = "md") -> str:
                                          for r in comparison.results), "--steps", str(comparison.steps)]
         if comparison.engine != "tosa":
             parts += ["--engine", comparison.engine]
-        if comparison.accelerator != "tosa-int":
-            parts += ["--accelerator", comparison.accelerator]
+    # the accelerator whose flow hands the pass the tfa and lowering graphs, and what the variants are lowered for
+    accelerator = analysis.accelerator if comparison is None else comparison.accelerator
+    if accelerator != "tosa-int":
+        parts += ["--accelerator", accelerator]
     parts += ["--format", fmt]
     return " ".join(shlex.quote(p) for p in parts)
 
@@ -153,6 +156,8 @@ def summary(analysis, comparison=None) -> str:
     text = (f"At stage {analysis.stage}, under the rule {analysis.rule.name}, the installed FoldScalarMulIntoConvPass "
             f"sees {len(analysis.sites)} conv->mul site{'s' * (len(analysis.sites) != 1)}: {len(folded)} folded, "
             f"{len(skipped)} skipped.")
+    if analysis.stage_note:  # what this graph is in the flow the user ships (edge: no INT flow's)
+        text += f" Note: {analysis.stage_note}."
     reasons: dict[str, int] = {}
     for s in skipped:
         if s.reasons:
@@ -173,7 +178,7 @@ def summary(analysis, comparison=None) -> str:
                  + ", ".join(parts) + ".")
         costed = [r for r in comparison.measured if r.cost is not None]
         if costed:
-            text += (f" On {comparison.accelerator} (Vela's estimate): "
+            text += (f" On {comparison.accelerator} (Vela's estimate; {costed[0].cost.compiler}): "
                      + ", ".join(f"{r.variant.label} {cycles(r.cost.cycles)} cycles" for r in costed) + ".")
     return text
 
@@ -281,18 +286,14 @@ def report_markdown(analysis, comparison=None, *, command: str | None = None, jo
             + f" ({env['platform']}).", "", "Reproduce:", "", "```sh", command, "```"]
     blocks = []
     if comparison is not None:
-        crows = comparison_rows(comparison)
-        if crows:
-            cols = list(crows[0])
-            blocks.append(["", f"**{comparison.engine_text} vs float**, {comparison.steps} step(s), "
-                               f"calibration: {md_code(comparison.calibration)}", ""]
-                          + markdown_table(cols, [[md_code(r[c], cell=True) for c in cols] for r in crows])
-                          + (["", f"engine: {comparison.engine_note}"] if comparison.engine_note else []))
+        if comparison_rows(comparison):
+            blocks.append(["", *comparison_md(comparison)])
         if any(r.cost is not None for r in comparison.measured):
             blocks.append(fold_buys_md(comparison.tradeoff()))
     details = []
     for s in analysis.sites:
-        lines = [f"- {md_code(s.id)}: **{s.decision}**, {md_code(s.conv)} ({md_code(s.conv_op)}) -> {md_code(s.mul)}"]
+        way = "".join(f"{md_code(name)} -> " for name in s.path)  # a site behind a view: the way it takes
+        lines = [f"- {md_code(s.id)}: **{s.decision}**, {md_code(s.conv)} ({md_code(s.conv_op)}) -> {way}{md_code(s.mul)}"]
         lines += [f"  - {md_code(r.code)}: {r.message} ({md_code(r.detail)})" for r in s.reasons]
         lines += [f"  - risk {md_code(r.code)}: {r.message} ({md_code(r.detail)})" for r in s.risks]
         if s.state_boundary:
@@ -336,11 +337,38 @@ def report_markdown(analysis, comparison=None, *, command: str | None = None, jo
     return text
 
 
+def comparison_md(comparison) -> list[str]:
+    """A comparison as Markdown lines: what ran, then one row per variant and output with every measurement it
+    holds (each in its own format)."""
+    crows = comparison_rows(comparison)
+    cols = list(crows[0]) if crows else []
+    compiler = compiler_of(comparison)
+    return ([f"**{comparison.engine_text} vs float**, {comparison.steps} step(s), "
+             f"calibration: {md_code(comparison.calibration)}" + (f", compiler: {md_code(compiler)}" if compiler else ""),
+             ""] + (markdown_table(cols, [[md_code(r[c], cell=True) for c in cols] for r in crows]) if crows
+                    else ["(no variant has numbers)"])
+            + (["", f"engine: {comparison.engine_note}"] if comparison.engine_note else [])
+            + [f"- {md_code(r.variant.label)}: {md_code(r.error)}" for r in comparison.errors])
+
+
+def comparison_markdown(comparison, limit: int | None = None) -> str:
+    """A comparison as a reply for an issue or a pull request: local paths redacted, within ``limit`` characters
+    (GitHub's comment limit by default)."""
+    limit = GITHUB_COMMENT_LIMIT if limit is None else limit
+    redact = Redactor()
+    lines = [f"### fold inspector: {md_code(redact(comparison.target))}", "", *comparison_md(comparison)]
+    if any(r.cost is not None for r in comparison.measured):
+        lines += ["", *fold_buys_md(comparison.tradeoff())]
+    text = redact("\n".join(lines)) + "\n"
+    return text if len(text) <= limit else text[: max(0, limit - 2)] + "…\n"
+
+
 def fold_buys_md(t) -> list[str]:
     """The trade-off as Markdown lines: "what the fold buys" per variant and per site (Vela's estimate)."""
     variants, prices = tradeoff_rows(t), price_rows(t)
     cell = lambda rows: [[md_code(r[c], cell=True) for c in rows[0]] for r in rows]  # noqa: E731
-    out = ["", f"**What the fold buys on {md_code(t.accelerator)}** (cycles: {ESTIMATE})", ""]
+    out = ["", f"**What the fold buys on {md_code(t.accelerator)}** (cycles: {ESTIMATE})", "",
+           f"Compiler: {md_code(t.compiler)}", ""]
     out += markdown_table(list(variants[0]), cell(variants)) if variants else []
     out += ["", "Per site:", ""] + (markdown_table(list(prices[0]), cell(prices)) if prices else ["(no site)"])
     return out + [f"- {md_code(n)}" for n in t.notes]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from .._base.formats import cycles, cycles_change, db, db_change, plot_db, seconds
-from .._sweep.records import costed_accelerator, cycles_by_rule
+from .._sweep.records import compilers, costed_accelerator, cycles_by_rule
 from .._sweep.records import NUMBERS_STAGE, UNCHANGED_DB, sqnr_by_rule
 from .._sweep.results import FORMATS
 from .._base.errors import InspectorError, quoted
@@ -141,12 +141,16 @@ def sweep_markdown(s, limit: int) -> str:
     models = ["", "#### Models", "", f"Folded sites out of all sites at {shown}" + (
         "; SQNR (dB) at the last step on the TOSA INT reference, whose flow folds at tfa" if s.steps else "")
         + ("; (sim): the simulation's number, not confirmed on TOSA (the rules decide alike there)." if sim else "."),
-        "", *markdown_table(header, model_cells)]
+        "", *markdown_table(header, model_cells),
+        *(["", f"Cycles on {on}: Vela's estimate, compiler {_md(compilers(s.variants)[on])}."] if spent else [])]
     if s.advice:
         models += ["", "#### Which sites should fold (the advice)", "",
                    "Per model and Ethos-U: the set within the budget that buys the most cycles (searched on the "
                    "simulation, confirmed on TOSA with Vela), and what each rule gives up against it.", ""]
         models += markdown_table(list(advice_rows(s)[0]), [[_md(v) for v in r.values()] for r in advice_rows(s)])
+        known = compilers(s.variants)
+        said = [f"{a}: {_md(known[a])}" for a in dict.fromkeys(a.accelerator for a in s.advice) if a in known]
+        models += ["", "Compiler: " + "; ".join(said) + "."] if said else []
     failed_variants = [v for v in s.variants if v.error]
     if failed_variants:
         models += ["", "#### Variants that did not run", ""]
@@ -228,10 +232,10 @@ def sweep_html(s, page: bool = True) -> str:
 def sweep_plot(s):
     """A bar per changed site: the SQNR delta of each rule against the baseline (a matplotlib Figure,
     without pyplot's global state)."""
-    from matplotlib.figure import Figure  # lazy: matplotlib only when a plot is asked for
+    from .plots import figure  # an image in any kernel; matplotlib only when a plot is asked for
 
     changed = [c for c in s.changed if c.sqnr_delta_db]  # tfa changes: the ones with numbers
-    fig = Figure(figsize=(8, max(2.0, 0.35 * len(changed) + 1)))
+    fig = figure(figsize=(8, max(2.0, 0.35 * len(changed) + 1)))
     ax = fig.subplots()
     if not changed:
         ax.text(0.5, 0.5, "no changed site with a comparison", ha="center", va="center")

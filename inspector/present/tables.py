@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from .._sites.reasons import Reason, Risk
 from .._base.formats import MISSING, cycles, cycles_change, db, db_change, error, quantization_steps, share
 from .._cost.records import ESTIMATE
+from .._numbers.measures import cost_value, in_registry_order, metrics
 from .markup import escape
 from .styles import STYLES, site_kind
 
@@ -109,7 +110,7 @@ def analysis_text(analysis) -> str:
         head += f"  markers={', '.join(analysis.markers)}"
     rows = [r.cells() for r in site_rows(analysis)]
     if not rows:
-        return f"{head}\nno conv->mul sites"
+        return "\n".join([head, "no conv->mul sites", *(f"note: {n}" for n in analysis.notes)])
     cols = list(rows[0])
     widths = {c: min(60, max(len(c), *(len(r[c]) for r in rows))) for c in cols}
 
@@ -139,7 +140,8 @@ def analysis_html(analysis, comparison=None) -> str:
         head += ", markers " + ", ".join(f"<code>{escape(m)}</code>" for m in analysis.markers)
     rows = site_rows(analysis, comparison)
     if not rows:
-        return f"<div class='fi-analysis'>{head}<p>no conv-&gt;mul sites</p></div>"
+        notes = "".join(f"<p class='fi-note'>note: {escape(n)}</p>" for n in analysis.notes)
+        return f"<div class='fi-analysis'>{head}<p>no conv-&gt;mul sites</p>{notes}</div>"
     cells = [
         f"<tr class='fi-site-{escape(r.decision)}'><td><code>{escape(r.site)}</code>{' &#9873;' if r.marked else ''}</td>"
         f"<td>{r.decision_html()}</td><td>{escape(r.conv)} <small>({escape(r.conv_op)})</small> &rarr; {escape(r.mul)}</td>"
@@ -170,6 +172,8 @@ def comparison_rows(comparison) -> list[dict[str, str]]:
     # The quantization column shows once variants differ in it (else the heading says it).
     mixed = len({(r.quantization, r.variant.overrides) for r in comparison.results}) > 1
     costed = any(r.cost is not None for r in comparison.results)  # Vela's cycles, on an NPU accelerator
+    cost_columns = [c for c in metrics("cost") if c.builtin]  # cycles, NPU ops, SRAM, flash
+    names = in_registry_order(n for r in comparison.measured for n in r.measured_names)
     for r in comparison.measured:
         outputs = sorted({m.output for m in r.metrics})
         for o in outputs:
@@ -180,16 +184,24 @@ def comparison_rows(comparison) -> list[dict[str, str]]:
                 **({"quantization": r.quantization + (" + overrides" if r.variant.overrides else "")} if mixed else {}),
                 "folds tfa/lower": f"{r.folds['tfa']}/{r.folds['lowering']}",
                 "output": str(o),
-                "SQNR dB": db(m.sqnr_db),
-                "SQNR step 1": db(first.sqnr_db),
-                "max |err|": error(m.max_abs_error),
-                "MSE": error(m.mse),
-                "flushed": f"{m.flushed_to_zero:.1%}",
+                **_measured_cells(m, first, names),
                 "min ch SQNR": db(min(m.sqnr_per_channel_db) if m.sqnr_per_channel_db else None),
-                **({"cycles": cycles(r.cost.cycles) if r.cost is not None else MISSING,
-                    "NPU ops": str(r.cost.npu_ops) if r.cost is not None else MISSING} if costed else {}),
+                **({c.heading: c.format(cost_value(c, r.cost)) for c in cost_columns} if costed else {}),
             })
     return rows
+
+
+def _measured_cells(m, first, names) -> dict[str, str]:
+    """Every output measurement a result holds, each in its own format; the SQNR at the first step beside the last's
+    (the drift in one glance)."""
+    cells = {}
+    for name in names:
+        metric = metrics.by_key(name)
+        heading = metric.heading if metric is not None else name
+        cells[heading] = metric.format(m.value(name)) if metric is not None else error(m.value(name))
+        if name == "sqnr":
+            cells["SQNR step 1"] = db(first.sqnr_db)
+    return cells
 
 
 def tradeoff_rows(t) -> list[dict[str, str]]:
@@ -213,7 +225,7 @@ def price_rows(t) -> list[dict[str, str]]:
 
 def tradeoff_text(t) -> str:
     lines = [f"{t.target} on {t.accelerator}: what the fold buys (cycles: {ESTIMATE})",
-             *text_table(tradeoff_rows(t)), "", "per site:", *(text_table(price_rows(t)) or ["(no site)"]),
+             f"compiler: {t.compiler}", *text_table(tradeoff_rows(t)), "", "per site:", *(text_table(price_rows(t)) or ["(no site)"]),
              *(f"note: {n}" for n in t.notes)]
     return "\n".join(lines)
 
@@ -221,7 +233,7 @@ def tradeoff_text(t) -> str:
 def tradeoff_html(t) -> str:
     notes = "".join(f"<div class='fi-note'>note: {escape(n)}</div>" for n in t.notes)
     head = (f"<b>{escape(t.target)}</b> on <code>{escape(t.accelerator)}</code>: what the fold buys"
-            f"<br><small>cycles: {escape(ESTIMATE)}</small>")
+            f"<br><small>cycles: {escape(ESTIMATE)}</small>{compiler_html(t.compiler)}")
     return html_table("fi-tradeoff", head, tradeoff_rows(t),
                       "<h4>What folding each site buys</h4>" + _table_html(price_rows(t)) + notes)
 
@@ -251,6 +263,16 @@ def _costed(comparison) -> bool:
     return any(r.cost is not None for r in comparison.measured)
 
 
+def compiler_of(comparison) -> str:
+    """The compiler settings a comparison's cycles were made under (``Cost.compiler``; "" without a cost)."""
+    return next((r.cost.compiler for r in comparison.measured if r.cost is not None), "")
+
+
+def compiler_html(compiler: str) -> str:
+    """The compiler line under a table of cycles ("" for none), escaped."""
+    return f"<br><small class='fi-compiler'>compiler: {escape(compiler)}</small>" if compiler else ""
+
+
 def _accelerator_text(comparison) -> str:
     return "" if comparison.accelerator == "tosa-int" else f", lowered for {comparison.accelerator}"
 
@@ -265,6 +287,7 @@ def comparison_text(comparison) -> str:
     lines = [head, *text_table(rows), *errors, *(f"note: {n}" for n in comparison.notes),
              *([f"engine: {comparison.engine_note}"] if comparison.engine_note else []),
              f"calibration: {comparison.calibration}", f"quantization: {comparison.quantization}",
+             *([f"compiler: {compiler_of(comparison)}"] if _costed(comparison) else []),
              *(f"cost: {r.cost_error}" for r in comparison.measured if r.cost_error)]
     if _costed(comparison):
         lines += ["", tradeoff_text(comparison.tradeoff())]
@@ -274,7 +297,8 @@ def comparison_text(comparison) -> str:
 def comparison_html(comparison) -> str:
     head = (f"<b>{escape(comparison.target)}</b>: {escape(comparison.engine_text)} vs float"
             f"{escape(_accelerator_text(comparison))}, {comparison.steps} step(s)"
-            f"<br><small>calibration: {escape(comparison.calibration)}; quantization: {escape(comparison.quantization)}</small>")
+            f"<br><small>calibration: {escape(comparison.calibration)}; quantization: {escape(comparison.quantization)}</small>"
+            f"{compiler_html(compiler_of(comparison))}")
     tail = "".join(f"<div class='fi-error'>{escape(r.variant.label)}: not run: {escape(r.error)}</div>"
                    for r in comparison.errors)
     tail += "".join(f"<div class='fi-note'>note: {escape(n)}</div>" for n in comparison.notes)
