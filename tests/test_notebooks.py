@@ -1,7 +1,10 @@
-"""Every notebook runs top to bottom in a real kernel (its cells assert what they state) and is
-stored without outputs. How long each takes is measured by bench/bench_notebooks.py (target: 3 min)."""
+"""Every notebook runs top to bottom in a real kernel started in notebooks/, as ``make lab`` starts it (its
+cells assert what they state), shows every plot as an image, and is stored without outputs. How long each takes
+is measured by bench/bench_notebooks.py (target: 3 min)."""
 
 from __future__ import annotations
+
+import re
 
 import nbformat
 import pytest
@@ -37,8 +40,15 @@ EXPECTED = {
                                     "chained into the conv on ethos-u85-256 (0 cycles): ['Transpose']",
                                     "skipping the fold costs +"],
     "09_which_sites_should_fold.ipynb": ["the advice folds it: True", "exhaustive search: 8 sets measured",
-                                         "reloaded in a new process, it folds the advised sites: True"],
+                                         "reloaded in a new process, it folds the advised sites: True",
+                                         "two budgets, two answers: True"],
 }
+
+
+# A cell that draws: its source calls a record's ``.plot(``. JupyterLab must show it as an image, not as
+# "<Figure size 700x400 with 1 Axes>" (a bare matplotlib Figure, in a kernel that never imported pyplot).
+DRAWS = re.compile(r"\.plot\(")
+IMAGES = ("image/png", "image/svg+xml")
 
 
 def _outputs(nb) -> str:
@@ -69,10 +79,16 @@ def test_notebooks_are_stored_without_outputs():
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_runs(path):
     nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
+    # the kernel's working folder is the notebook's own, as JupyterLab starts it (not the repository's root)
+    NotebookClient(nb, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if o.get("output_type") == "error"]
     assert errors == []
+    drawing = [c for c in nb.cells if c.cell_type == "code" and DRAWS.search(c.source)]
+    blank = [c.source.splitlines()[-1] for c in drawing
+             if not any(m in o.get("data", {}) for o in c.get("outputs", []) for m in IMAGES)]
+    assert blank == [], f"{path.name}: cells that draw a plot show no image: {blank}"
     text = _outputs(nb)
     for expected in EXPECTED.get(path.name, []):
         assert expected in text, f"{path.name}: {expected!r} not in its outputs"

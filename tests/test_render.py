@@ -6,6 +6,7 @@ Golden DOT sources live in tests/goldens/render/; ``pytest --update-goldens`` re
 from __future__ import annotations
 
 import html
+import json
 import re
 import subprocess
 import sys
@@ -355,7 +356,7 @@ def test_done_when_cli_writes_an_svg_showing_the_reason(tmp_path):
     assert text.startswith("<svg")
     shows = [title for title, (cls, drawn) in svg_nodes(text).items()
              if "skipped" in cls and "skip: conv-has-other-users" in drawn]
-    assert sorted(shows) == ["aten_convolution_default", "aten_mul_tensor"]
+    assert sorted(shows) == ["conv2d", "mul"]  # the default stage, tfa: where the INT flow folds
 
 
 @pytest.mark.requires_dot
@@ -374,3 +375,34 @@ def test_cli_formats_and_errors(tmp_path, capsys):
     assert err.startswith("error: no site 'nope'") and err.count("\n") == 1
     assert main(["render", "sample:stateful_conv_mul", "--hops", "-1", "--out", str(png)]) == 2
     assert main(["render", "sample:stateful_conv_mul", "--out", str(tmp_path / "no" / "x.svg")]) == 2
+
+
+# A record's plot in a fresh process that never imports pyplot (a kernel where the user did not): IPython's own
+# formatter must find an image in it, not only "<Figure size 700x400 with 1 Axes>".
+_PLOT_IN_A_FRESH_PROCESS = """
+import json, sys
+from IPython.core.formatters import DisplayFormatter
+from inspector import Bits, Sweep
+from inspector._numbers.bits import BitsChange
+bits = Bits("m", 3, "upstream@a8w8", 20.0, (BitsChange("fold off", "model", None, "off", 25.0, 5.0),
+                                             BitsChange("16-bit activations", "model", None, "a16", 18.0, -2.0)))
+sweep = Sweep(("upstream", "off"), ("tfa",), 0, (), (), ())
+out = {}
+for name, fig in (("bits", bits.plot()), ("sweep", sweep.plot())):
+    data, _ = DisplayFormatter().format(fig)
+    out[name] = {"png": fig._repr_png_()[:8].hex(), "mimes": sorted(data),
+                 "shown": data.get("image/png", b"")[:8].hex()}
+out["pyplot"] = "matplotlib.pyplot" in sys.modules
+print(json.dumps(out))
+"""
+
+
+def test_a_plot_is_an_image_without_pyplot():
+    proc = subprocess.run([sys.executable, "-c", _PLOT_IN_A_FRESH_PROCESS], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out.pop("pyplot") is False
+    png = b"\x89PNG\r\n\x1a\n".hex()
+    for name, shown in out.items():
+        assert shown == {"png": png, "mimes": ["image/png", "text/plain"], "shown": png}, name

@@ -2,17 +2,36 @@
 
 from __future__ import annotations
 
+import functools
+import io
+
 from .._base.formats import db, plot_db
 from .._base.errors import InspectorError, quoted
 
 
-def plot_comparison(comparison, kind: str = "drift", output: int = 0):
+def figure(**kwargs):
+    """A matplotlib ``Figure`` without pyplot's global state that shows as an image wherever IPython
+    displays it: every plot of a record is one of these."""
     from matplotlib.figure import Figure  # lazy: matplotlib only when a plot is asked for
 
+    fig = Figure(**kwargs)
+    # IPython shows a bare Figure as an image only once pyplot's inline backend has registered a formatter for
+    # it; a figure's own PNG is shown in any kernel
+    fig._repr_png_ = functools.partial(_png, fig)
+    return fig
 
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
+    return buf.getvalue()
+
+
+def plot_comparison(comparison, kind: str = "drift", output: int = 0):
+    """``drift``: SQNR of ``output`` per step, per variant; ``channels``: its SQNR per channel at the last step."""
     if kind not in ("drift", "channels"):
         raise InspectorError(f"unknown plot kind {quoted(kind)}; choose 'drift' or 'channels'")
-    fig = Figure(figsize=(7, 3.5), layout="constrained")
+    fig = figure(figsize=(7, 3.5), layout="constrained")
     ax = fig.add_subplot()
     if kind == "drift":
         for r in comparison.measured:
@@ -38,12 +57,9 @@ def plot_comparison(comparison, kind: str = "drift", output: int = 0):
 def plot_attribution(attribution, kind: str = "graph", node: str | None = None):
     """``graph``: SQNR of every recorded node along the exported program's topological order, per
     variant, at the last step; ``steps``: SQNR of ``node`` (an aligned id) per step, per variant."""
-    from matplotlib.figure import Figure  # lazy: matplotlib only when a plot is asked for
-
-
     if kind not in ("graph", "steps"):
         raise InspectorError(f"unknown plot kind {quoted(kind)}; choose 'graph' or 'steps'")
-    fig = Figure(figsize=(7, 3.5), layout="constrained")
+    fig = figure(figsize=(7, 3.5), layout="constrained")
     ax = fig.add_subplot()
     if kind == "graph":
         position = {n: i for i, n in enumerate(attribution.order)}
@@ -75,10 +91,8 @@ def plot_attribution(attribution, kind: str = "graph", node: str | None = None):
 
 def plot_bits(bits):
     """dB each change recovers over the baseline (horizontal bars, the best at the top)."""
-    from matplotlib.figure import Figure  # lazy: matplotlib only when a plot is asked for
-
     measured = [c for c in bits.changes if c.recovered_db is not None]
-    fig = Figure(figsize=(7, max(2.0, 0.4 * len(measured) + 1.2)), layout="constrained")
+    fig = figure(figsize=(7, max(2.0, 0.4 * len(measured) + 1.2)), layout="constrained")
     ax = fig.add_subplot()
     labels = [f"{c.change}: {c.node}" if c.node else c.change for c in measured]
     values = [plot_db(c.recovered_db) for c in measured]
