@@ -5,8 +5,9 @@ nets at 64x64: nf_resnet26 and nf_regnet_b0, random weights), each measurement t
 into a fresh result store, on ``BENCH_ACCELERATOR`` (default ethos-u55-128):
 
 1. ``compare(model, ("off", "upstream"), accelerator=...)``;
-2. ``advise(model, accelerator=..., budget_db=1)``: the ends on TOSA and Vela, the sets on the simulation, the
-   recommendation confirmed on TOSA. Target: <= 3x of (1) for up to 8 sites.
+2. ``advise(model, accelerator=..., budget_db=1)``: the ends on TOSA and Vela, the prices checked (the sites
+   lowered alone where the rows do not add up), the sets on the simulation, the candidates lowered on TOSA and
+   Vela. Target: <= 3x of (1) for up to 8 sites, with every lowering the checks need.
 
 Printed per model: both times and their ratio, the sites, the search and the sets measured, and the prediction's
 gap to TOSA and Vela at the recommended point. ``BENCH_MODELS`` (comma-separated ``sample:NAME``, ``file.py:Class``
@@ -54,7 +55,8 @@ def child(spec: str, what: str) -> dict:
     a = inspector.advise(target, inputs, accelerator=ACCELERATOR, budget_db=1.0)
     return {"seconds": time.perf_counter() - t0, "sites": sum(s.reachable for s in a.sites), "search": a.search,
             "points": len(a.points), "folded": len(a.folded), "gap": a.prediction_gap,
-            "saved_vs_off": a.versus("off").cycles_saved, "db_vs_upstream": a.versus("upstream").db_change}
+            "saved_vs_off": a.versus("off").cycles_saved, "db_vs_upstream": a.versus("upstream").db_change,
+            "lowerings": a.lowerings, "prices": f"{a.check.source}, {'add up' if a.check.adds_up else 'do not add up'}"}
 
 
 def _child(spec: str, what: str) -> dict:
@@ -75,7 +77,8 @@ def bench_model(spec: str) -> tuple[float, int]:
     gap = (f"TOSA-sim {g['db']:+.3f} dB, Vela-predicted {g['cycles']:+,} cycles"
            if g["db"] is not None and g["cycles"] is not None else "-")
     print(f"{spec.rsplit('/', 1)[-1]:40} compare off,upstream {base['seconds']:6.1f} s  advise {advice['seconds']:6.1f} s "
-          f"({ratio:4.2f}x)  {advice['sites']} site(s), {advice['search']}, {advice['points']} sets; folds "
+          f"({ratio:4.2f}x)  {advice['sites']} site(s), {advice['search']}, {advice['points']} sets, "
+          f"{advice['lowerings']} lowered (compare: 2), prices from {advice['prices']}; folds "
           f"{advice['folded']}, saves {advice['saved_vs_off']:+,} cycles vs off; gap at the advice: {gap}  "
           f"[load {one:.2f}/{five:.2f}]", flush=True)
     return ratio, advice["sites"]

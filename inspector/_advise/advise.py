@@ -2,43 +2,54 @@
 
 How it works (docs/advice.md says it for users):
 
-1. ``off`` and ``upstream`` are compared on the TOSA reference model, lowered for the accelerator, and priced by
-   Vela: each site's price in cycles is its mul's own rows where nothing folds (``Comparison.tradeoff()``); a site
-   whose mul Vela fused away gets an equal share of what the totals leave unexplained, and says so.
-2. Sets of sites are measured on the simulation engine, each as ``("state-aware", markers)``: the markers are the
-   sites left unfolded, so every set measured is a variant a user can run. Up to ``exhaustive_up_to`` sites every
-   set is measured; beyond, each site alone and each site left alone, then a greedy walk from both ends, each
-   step measured (a fold changes the qparams downstream: the measured dB, not a sum, decides).
-3. The budget is counted from the most accurate set measured; among the sets within it, the one that saves the
-   most cycles (predicted from the prices) is recommended, and confirmed on the TOSA reference model with Vela's
-   cycles. If TOSA puts it outside the budget, the next candidate is confirmed instead (said in the notes).
+1. **The ends, on the authority.** ``off``, ``upstream`` and ``state-aware`` are compared on the TOSA reference model,
+   lowered for the accelerator, and priced by Vela.
+2. **Prices, checked.** Each site's price in cycles is first what its own rows save (``Comparison.tradeoff()``).
+   Vela fuses activations into the operation before them, chains muls into convolutions and places tensors by what
+   else is in memory, so rows can lie: the prices are trusted only where they add up (their sum equals ``off`` minus
+   ``upstream`` within 1%). A site whose rows cannot explain its price, and every site when the sum does not add up,
+   is lowered alone: its price is then ``off`` minus that lowering's cycles. When even those do not add up, no
+   prediction is trusted and the sets the search may pick are priced by Vela on their own lowerings (at most
+   ``PRICE_UP_TO``).
+3. **The sets, on the simulation.** Each set is a variant of a rule that folds exactly it. Up to
+   ``exhaustive_up_to`` sites every set is measured; beyond, each site alone and each site left alone, then a greedy
+   walk from both ends, each step measured (a fold changes the qparams downstream: the measured dB, not a sum,
+   decides).
+4. **The pick, from measured points.** The most accurate set of the search is run on TOSA too (the budget counts from
+   TOSA's own best); the candidates within the budget are confirmed on TOSA and Vela, cheapest first, while one of
+   them could still beat the best measured point. The recommendation is the measured point (TOSA and Vela) within the
+   budget that costs the fewest cycles, so no point measured on TOSA and Vela beats it on both cycles and dB.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import replace
 import math
 import time
+from dataclasses import replace
 from typing import Any, Callable, Sequence
 
-from .._base.formats import db as db_text
+from .._base.errors import InspectorError, quoted
+from .._base.formats import cycles as cycles_text
 from .._cost.accelerators import accelerator_of
 from .._numbers.compare import compare, plan_of
+from .._numbers.measures import Metric, metric_of as measure_of, metrics as measure_list
 from .._numbers.quantization import quantization_of
-from .._numbers.variant_cache import can_predict, predicted_decisions
-from .._targets import load as _load
 from .._numbers.results import Variant
+from .._numbers.variant_cache import can_predict, predicted_decisions
 from .._rules.rules import get_rule
-from .._base.errors import InspectorError, quoted
+from .._targets import load as _load
 from .keep import set_rule
-from .records import Advice, Against, Point, SitePrice
+from .records import Advice, Against, Point, PriceCheck, SitePrice
 
 EXHAUSTIVE_UP_TO = 4  # sites: up to 2**4 = 16 sets, each measured
-CONFIRM_TRIES = 3  # candidates confirmed on TOSA at most, when the first falls outside the budget there
+CONFIRM_TRIES = 3  # candidates confirmed one by one at most, when the prices are trusted
+PRICE_UP_TO = 8  # sets priced on their own lowering at most, when no prediction is trusted
+ADDS_UP = 0.01  # the sites' prices must sum to off - upstream within this share of it
 GUARD = "state-aware"  # the rule whose markers pick a set (PR #21234's marker)
 
 Progress = Callable[[str, float], None]
+Fold = frozenset  # a set of site ids, as the pass really folded them
 
 
 def advise(
@@ -46,19 +57,25 @@ def advise(
     example_inputs: Any = None,
     *,
     accelerator: Any = "ethos-u55-128",
-    budget_db: float = 1.0,
+    budget_db: float | None = None,
     steps: int = 1,
     quantization: Any = None,
     calibration: Sequence | None = None,
     workers: int | None = None,
     exhaustive_up_to: int = EXHAUSTIVE_UP_TO,
     progress: Progress | None = None,
+    budget: "tuple[str, float] | None" = None,
 ) -> Advice:
     """The set of sites to fold that keeps the worst output's SQNR (at the worst step) within ``budget_db`` of
-    the most accurate set found, and buys the most cycles on ``accelerator`` (an Ethos-U: Vela prices it).
+    the most accurate set measured, and buys the most cycles on ``accelerator`` (an Ethos-U: Vela prices it).
+    ``budget=(measurement, amount)`` counts the budget in any measurement with a direction instead
+    (``("sqnr", 1.0)`` is the default, ``("max-abs", 0.05)``, a registered one: ``inspector.metrics()``); the worst
+    output at the worst step is the one that counts.
 
-    The sets are measured on the simulation engine and the recommendation, ``upstream`` and ``off`` on the TOSA
-    reference model with Vela's cycles; every number says its engine. ``Advice.markers`` are the markers with
+    The sets are searched on the simulation engine; the recommendation is a point measured on the TOSA reference
+    model with Vela's cycles (as are ``upstream``, ``off`` and ``state-aware``), and no point measured so beats it
+    on both cycles and dB. Every number says its engine, every cycle count whether Vela counted it or the sites'
+    prices predict it (``Advice.check`` says whether the prices add up). ``Advice.markers`` are the markers with
     which ``compare(target, [("state-aware", advice.markers)])`` folds exactly ``Advice.folded``;
     ``Advice.rule()`` keeps the recommendation as a rule file. The budget holds on the calibration inputs (the
     example inputs and their perturbed copies, or ``calibration``), not on a data set.
@@ -68,13 +85,25 @@ def advise(
     if not chip.costs:
         raise InspectorError(f"advise prices the fold in cycles, and {quoted(chip.name)} has no cost model: give an "
                              "Ethos-U, e.g. accelerator='ethos-u55-128' or 'ethos-u85-256'")
-    budget = _budget(budget_db)
+    metric, budget = _budget(budget, budget_db)
+    oriented = 1.0 if metric.better == "higher" else -1.0  # every comparison below reads "higher is better"
+
+    def _db(result) -> float | None:  # the budget's measurement at its worst output and step, oriented
+        if result.error is None:
+            worst = metric.worst(m.value(metric.name) for m in result.metrics)
+            return None if worst is None else oriented * worst
+        return None
+
+    def value(score: float | None) -> float | None:  # back to the measurement's own sign
+        return None if score is None else oriented * score
     if isinstance(exhaustive_up_to, bool) or not isinstance(exhaustive_up_to, int) or exhaustive_up_to < 0:
         raise InspectorError(f"exhaustive_up_to is a number of sites (0 or more), got {quoted(exhaustive_up_to)}")
     say = progress or (lambda phase, fraction: None)
     # loaded once: every compare below asks about the same model (a timm net's build and export is seconds)
     target = _load.load(target, example_inputs)
-    common = dict(steps=steps, calibration=calibration, quantization=quantization, accelerator=chip)
+    common = dict(steps=steps, calibration=calibration, quantization=quantization, accelerator=chip,
+                  metrics=(metric.name,))
+    notes: list[str] = []
 
     say("the ends on TOSA and Vela (off, upstream; state-aware beside them)", 0.0)
     # state-aware decides like upstream wherever the flow folds at tfa: then it is computed once (its decisions)
@@ -83,30 +112,22 @@ def advise(
     if off.error is not None or upstream.error is not None:
         raise InspectorError(f"advise needs off and upstream on TOSA: {(off.error or upstream.error)}")
     all_sites = tuple(s.site_id for s in off.sites)
-    folds_upstream = _folded(upstream)
-    notes = []
+    measured = _Measured(target, workers, common, notes, _db)
+    measured.add([off, upstream, guarded])
 
-    asked_of: dict[str, tuple[str, ...]] = {}  # a set rule's name -> the sites it was asked to fold
-
-    def measure(sets: list[tuple[str, ...]], phase: str, at: float) -> list:
-        """Each set of sites to fold as a variant of its own rule (``keep.set_rule``) on the simulation engine."""
-        say(phase, at)
-        if not sets:
-            return []
-        variants = [Variant(set_rule(fold)) for fold in sets]
-        asked_of.update({v.rule.name: tuple(fold) for v, fold in zip(variants, sets)})
-        return compare(target, variants, engine="simulation", **common).results
+    say("each site's price, checked against Vela's totals", 0.1)
+    prices, check = _checked_prices(ends, measured, notes, say)
 
     say("what the guard reaches (state-aware, nothing marked)", 0.2)
     (free,) = compare(target, [Variant(get_rule(GUARD))], engine="simulation", **common).results
     _check(free)
     reachable = _folded(free)
-    for site in folds_upstream:
+    for site in _folded(upstream):
         if site not in reachable:
-            notes.append(f"{site}: state-aware's guard skips it whatever the markers, so no set here folds it")
-    prices = _prices(ends, reachable, notes)
-    points: dict[tuple[str, ...], Point] = {}
-    measured_db: dict[tuple[str, ...], float | None] = {}
+            notes.append(f"{site}: state-aware's guard skips it whatever the markers, so no set of markers folds it")
+    simulated: dict[Fold, float | None] = {}  # the search's dB (simulation) of every set it measured
+    asked_of: dict[str, tuple[str, ...]] = {}  # a set rule's name -> the sites it was asked to fold
+
     def add(results) -> None:
         for r in results:
             _check(r)
@@ -115,81 +136,105 @@ def advise(
             if asked is not None and set(asked) != set(folded):
                 notes.append(f"folding {', '.join(asked) or 'nothing'} folded {', '.join(folded) or 'nothing'}: the "
                              "sites interact (a chained mul folds only after the one before it)")
-            if folded not in measured_db:
-                measured_db[folded] = _db(r)
+            simulated.setdefault(Fold(folded), _db(r))
 
-    def markers_for(fold: Sequence[str]) -> tuple[str, ...]:
-        return tuple(s for s in reachable if s not in fold)
+    def simulate(sets: list[tuple[str, ...]], phase: str, at: float) -> None:
+        """Each set of sites to fold as a variant of its own rule (``keep.set_rule``) on the simulation engine."""
+        say(phase, at)
+        if sets:
+            variants = [Variant(set_rule(fold)) for fold in sets]
+            asked_of.update({v.rule.name: tuple(fold) for v, fold in zip(variants, sets)})
+            add(compare(target, variants, engine="simulation", **common).results)
 
     n = len(reachable)
     add([free])
     if n <= exhaustive_up_to:
         search = "exhaustive"
         sets = [c for k in range(n + 1) for c in itertools.combinations(reachable, k)]
-        add(measure([s for s in sets if tuple(s) != reachable], f"every set of {n} sites (simulation)", 0.4))
+        simulate([s for s in sets if tuple(s) != reachable], f"every set of {n} sites (simulation)", 0.3)
     else:
         search = "greedy"
         ends_and_ones = [()] + [(s,) for s in reachable] + [tuple(x for x in reachable if x != s) for s in reachable]
-        add(measure(ends_and_ones, f"each of {n} sites alone and left alone (simulation)", 0.4))
-        _greedy(reachable, prices, measured_db, budget, lambda s: add(measure([s], "a greedy step", 0.6)))
-    empty = measured_db.get(())
-    alone = {s: measured_db.get((s,)) for s in reachable}
+        simulate(ends_and_ones, f"each of {n} sites alone and left alone (simulation)", 0.3)
+        _greedy(reachable, prices, simulated, budget, lambda s: simulate([s], "a greedy step", 0.5))
+    empty = simulated.get(Fold())
+    alone = {s: simulated.get(Fold((s,))) for s in reachable}
 
-    def predicted_db(fold: tuple[str, ...]) -> float | None:
-        if empty is None or any(alone.get(s) is None for s in fold):
+    def predicted_cycles(fold: Fold) -> int | None:
+        if off.cost is None or any(prices.get(s) is None for s in fold):
             return None
-        return empty + sum(alone[s] - empty for s in fold)
+        return off.cost.cycles - sum(prices[s].cycles for s in fold)
 
-    off_cycles = off.cost.cycles if off.cost is not None else None
-    best = max((d for d in measured_db.values() if d is not None and not math.isnan(d)), default=None)
-    # The markers that pick each set with state-aware, checked: a marker skips every mul whose output reaches
-    # the marked node (PR #21234's rule), so some sets have none.
-    say("the markers of each set (state-aware)", 0.6)
-    wanted = {fold: markers_for(fold) for fold in measured_db}
-    marked_by = _marked_by(target, wanted, common)
-    for fold, db in measured_db.items():
-        cycles = None if off_cycles is None else off_cycles - sum(prices[s].cycles or 0 for s in fold)
-        within = best is not None and db is not None and db >= best - budget
-        points[fold] = Point(_ordered(fold, reachable), marked_by[fold], cycles, db, predicted_db(fold), within)
-    points = _frontier(points)
+    def estimate(fold: Fold) -> float:
+        """The cycles the pick goes by: Vela's where a set was lowered, else the prediction."""
+        if fold in measured:
+            return measured.cycles(fold)
+        p = predicted_cycles(fold)
+        return math.inf if p is None else p
+
+    say("the sets within the budget, measured on TOSA and Vela", 0.6)
+    search_best = _best(simulated.values())
+    within_search = [f for f, d in simulated.items() if d is not None and search_best is not None
+                     and d >= search_best - budget]
+    # the budget counts from TOSA's own best: the search's most accurate set runs on TOSA too
+    anchor = [] if search_best is None else [max((f for f, d in simulated.items() if d == search_best), key=len)]
+    candidates = sorted((f for f in within_search if f not in measured),
+                        key=lambda f: (estimate(f), -(simulated[f] or -math.inf), len(f)))
+    if check.adds_up:
+        tries = 0
+        first = [f for f in anchor if f not in measured]
+        while candidates and tries < CONFIRM_TRIES:
+            current = measured.pick(budget)
+            nxt = candidates[0]
+            if not first and current is not None and _no_better(estimate(nxt), simulated[nxt], current, measured):
+                break
+            candidates.pop(0)
+            measured.run([nxt] + [f for f in first if f != nxt], "confirm on TOSA and Vela")
+            first, tries = [], tries + 1
+        measured.run(first, "the search's most accurate set on TOSA and Vela")
+    else:
+        batch = [f for f in anchor if f not in measured] + [f for f in candidates[:PRICE_UP_TO] if f not in anchor]
+        if len(candidates) > PRICE_UP_TO:
+            notes.append(f"{len(candidates) - PRICE_UP_TO} set(s) within the budget were not priced on their own "
+                         f"lowering (at most {PRICE_UP_TO}): the recommendation is the best of those that were")
+        measured.run(batch, "price the sets within the budget on their own lowering (TOSA and Vela)")
+    pick = measured.pick(budget)
+    if pick is None:
+        raise InspectorError("no set of sites was measured on TOSA with numbers (every run failed): "
+                             f"{'; '.join(notes[-CONFIRM_TRIES:]) or 'see compare errors'}")
+
+    say("the markers of each set (state-aware)", 0.9)
+    folds = list(dict.fromkeys([*simulated, *measured.folds()]))
+    marked_by = _marked_by(target, {f: _markers_for(f, reachable) for f in folds}, common)
+    tosa_best = measured.best()
+    points = {}
+    for fold in folds:
+        sim = simulated.get(fold)
+        predicted_db = (None if empty is None or any(alone.get(s) is None for s in fold)
+                        else empty + sum(alone[s] - empty for s in fold))
+        tosa_db = measured.db(fold) if fold in measured else None
+        vela = measured.cycles(fold) if fold in measured else None
+        predicted = predicted_cycles(fold)
+        within = (tosa_db is not None and tosa_best is not None and tosa_db >= tosa_best - budget) if fold in measured \
+            else (sim is not None and search_best is not None and sim >= search_best - budget)
+        points[fold] = Point(_ordered(fold, reachable, all_sites), marked_by[fold],
+                             vela if vela is not None else predicted, value(sim), value(predicted_db), within, False,
+                             value(tosa_db), vela, predicted,
+                             "vela" if vela is not None else "predicted" if predicted is not None else None)
+    points = _frontier(points, oriented)
+    recommended = points[pick]
     site_prices = tuple(
-        SitePrice(s, prices[s].cycles if s in prices else None, prices[s].how if s in prices else
-                  "the installed pass does not fold it", _change(alone.get(s), empty),
-                  _change(measured_db.get(tuple(x for x in reachable if x != s)), measured_db.get(reachable)),
+        SitePrice(s, prices[s].cycles if s in prices else None,
+                  prices[s].how if s in prices else "the installed pass does not fold it",
+                  _change(value(alone.get(s)), value(empty)),
+                  _change(value(simulated.get(Fold(x for x in reachable if x != s))),
+                          value(simulated.get(Fold(reachable)))),
                   s in reachable)
         for s in all_sites)
-
-    candidates = sorted((p for p in points.values() if p.within), key=_preference)
-    if not candidates:
-        raise InspectorError("no set of sites was measured with numbers (every variant failed): see compare's errors")
-    recommended, confirmed, tosa_seen = None, {}, []
-    for i, candidate in enumerate(candidates[:CONFIRM_TRIES]):
-        say(f"confirm {len(candidate.folded)} folded on TOSA and Vela", 0.7 + 0.1 * i)
-        check = compare(target, [Variant(set_rule(candidate.folded))], workers=workers, engine="tosa",
-                        **common).results[0]
-        if check.error is not None:
-            notes.append(f"the TOSA run of {', '.join(candidate.folded) or 'nothing folded'} failed: {check.error}")
-            continue
-        confirmed[candidate.folded] = check
-        # the budget on TOSA counts from TOSA's own numbers (engines are not mixed): the ends and this run
-        tosa_best = max(d for d in [_db(off), _db(upstream), _db(guarded), _db(check), *tosa_seen] if d is not None)
-        tosa_seen.append(_db(check))
-        if _db(check) is not None and _db(check) >= tosa_best - budget:
-            recommended = candidate
-            break
-        notes.append(f"TOSA put {', '.join(candidate.folded) or 'nothing folded'} at {db_text(_db(check))} dB, outside "
-                     f"the budget of {db_text(tosa_best)} dB - {budget:g}: the next candidate was confirmed")
-    if recommended is None:
-        raise InspectorError("no candidate set held its budget on the TOSA reference model: "
-                             f"{'; '.join(notes[-CONFIRM_TRIES:])}")
-    for r in (off, upstream):
-        confirmed.setdefault(_folded(r), r)
-    points = {fold: _confirmed(p, confirmed.get(fold)) for fold, p in points.items()}
-    recommended = points[recommended.folded if recommended.folded in points else tuple(sorted(recommended.folded))]
-    rec = confirmed[_key(recommended.folded, points)]
-    against = tuple(Against(r.variant.rule.name, _folded(r), _cycles(r), _db(r),
+    rec = measured.result(pick)
+    against = tuple(Against(r.variant.rule.name, _folded(r), _cycles(r), value(_db(r)),
                             None if _cycles(r) is None or _cycles(rec) is None else _cycles(r) - _cycles(rec),
-                            None if _db(r) is None or _db(rec) is None else _db(rec) - _db(r))
+                            _change(value(_db(rec)), value(_db(r))))
                     for r in (upstream, guarded, off) if r.error is None)
     if recommended.markers is None:
         notes.append("no markers pick the recommended set with state-aware (a marker skips every mul whose output "
@@ -198,8 +243,142 @@ def advise(
                  "the calibration given), not on a data set")
     say("done", 1.0)
     return Advice(ends.target, chip.name, budget, steps, ends.results[0].quantization, search, site_prices,
-                  tuple(points.values()), recommended, best, against, tuple(dict.fromkeys(notes)),
-                  time.perf_counter() - started)
+                  tuple(points.values()), recommended, value(tosa_best), against, tuple(dict.fromkeys(notes)),
+                  time.perf_counter() - started, check=check, lowerings=len(measured), compiler=rec.cost.compiler,
+                  metric=metric.name)
+
+
+# ---------------------------------------------------------------- measured points (TOSA and Vela)
+
+
+class _Measured:
+    """The sets lowered for the accelerator, run on the TOSA reference model and priced by Vela: the only points
+    the recommendation is picked from."""
+
+    def __init__(self, target, workers, common, notes, score):
+        self._target, self._workers, self._common, self._notes = target, workers, common, notes
+        self._score = score  # the budget's measurement of a result, oriented: higher is better
+        self._results: dict[Fold, Any] = {}
+
+    def add(self, results) -> None:
+        for r in results:
+            if r.error is None and r.cost is not None:
+                self._results.setdefault(Fold(_folded(r)), r)
+
+    def run(self, sets: list[Fold], phase: str) -> None:
+        """Each set in ``sets`` not yet measured, lowered with a rule that folds exactly it (side by side)."""
+        sets = [f for f in dict.fromkeys(sets) if f not in self._results]
+        if not sets:
+            return
+        results = compare(self._target, [Variant(set_rule(tuple(sorted(f)))) for f in sets], workers=self._workers,
+                          engine="tosa", **self._common).results
+        for fold, r in zip(sets, results):
+            if r.error is not None or r.cost is None:
+                self._notes.append(f"the TOSA and Vela run of {', '.join(sorted(fold)) or 'nothing folded'} "
+                                   f"({phase}) failed: {r.error or r.cost_error}")
+            elif Fold(_folded(r)) != fold:
+                self._notes.append(f"folding {', '.join(sorted(fold)) or 'nothing'} on TOSA folded "
+                                   f"{', '.join(_folded(r)) or 'nothing'}: the sites interact")
+        self.add(results)
+
+    def __contains__(self, fold) -> bool:
+        return fold in self._results
+
+    def __len__(self) -> int:
+        return len(self._results)
+
+    def folds(self) -> list[Fold]:
+        return list(self._results)
+
+    def result(self, fold: Fold):
+        return self._results[fold]
+
+    def cycles(self, fold: Fold) -> int:
+        return self._results[fold].cost.cycles
+
+    def db(self, fold: Fold) -> float | None:
+        return self._score(self._results[fold])
+
+    def best(self) -> float | None:
+        return _best(self.db(f) for f in self._results)
+
+    def pick(self, budget: float) -> Fold | None:
+        """The measured set within ``budget`` dB of the best measured that costs the fewest cycles (then the most
+        dB, then the fewest folds): no measured point beats it on both cycles and dB."""
+        best = self.best()
+        if best is None:
+            return None
+        within = [f for f in self._results if self.db(f) is not None and self.db(f) >= best - budget]
+        return min(within, key=lambda f: (self.cycles(f), -self.db(f), len(f), sorted(f)))
+
+
+def _no_better(estimate: float, sim_db: float | None, current: Fold, measured: _Measured) -> bool:
+    """The next candidate cannot beat the current pick: it is predicted to cost more cycles, or as many with no
+    more dB."""
+    cycles = measured.cycles(current)
+    return estimate > cycles or (estimate == cycles and (sim_db or -math.inf) <= (measured.db(current) or -math.inf))
+
+
+# ---------------------------------------------------------------- prices
+
+
+class _Price:
+    def __init__(self, cycles, how):
+        self.cycles, self.how = cycles, how
+
+
+def _checked_prices(ends, measured: _Measured, notes: list, say) -> tuple[dict, PriceCheck]:
+    """Each site ``upstream`` folds, priced: by its own rows where they add up to ``off - upstream``; else by its
+    own lowering (``off`` minus the set of that site alone), checked the same way. ``PriceCheck`` says which."""
+    off, upstream = ends.result("off"), ends.result("upstream")
+    folds = _folded(upstream)
+    totals = off.cost.cycles - upstream.cost.cycles
+    rows = {p.site: p for p in ends.tradeoff().sites}
+    prices = {s: _Price(rows[s].bought if s in rows else None, rows[s].how if s in rows else "no row") for s in folds}
+    if _adds_up(prices, folds, totals):
+        summed = sum(prices[s].cycles for s in folds)
+        return prices, PriceCheck("rows", summed, totals, True,
+                                  f"each site's own rows: they sum to {cycles_text(summed)} = off - upstream "
+                                  f"({cycles_text(totals)})")
+    rows_sum = _sum(prices, folds)
+    # rows that cannot explain a price are checked first (the fewest lowerings), then every site
+    unexplained = [s for s in folds if prices[s].cycles is None]
+    for group in ([unexplained] if unexplained else []) + [list(folds)]:
+        say(f"{len(group)} site(s) lowered alone to check their prices (TOSA and Vela)", 0.15)
+        measured.run([Fold((s,)) for s in group], "a site alone, to check its price")
+        for s in group:
+            if Fold((s,)) in measured:
+                prices[s] = _Price(off.cost.cycles - measured.cycles(Fold((s,))),
+                                   f"off minus the lowering of this site alone (Vela): its rows said "
+                                   f"{cycles_text(rows[s].bought) if s in rows else 'nothing'}")
+            else:
+                prices[s] = _Price(None, "its lowering alone did not fold it alone (or failed): no price")
+        if _adds_up(prices, folds, totals):
+            summed = sum(prices[s].cycles for s in folds)
+            notes.append(f"the sites' own rows did not add up to off - upstream ({cycles_text(rows_sum)} against "
+                         f"{cycles_text(totals)}): {len(group)} site(s) were priced by their own lowering")
+            return prices, PriceCheck("lowered alone", summed, totals, True,
+                                      f"{len(group)} site(s) lowered alone: the prices sum to {cycles_text(summed)} "
+                                      f"= off - upstream ({cycles_text(totals)}); the rows summed to "
+                                      f"{cycles_text(rows_sum)}")
+    summed = _sum(prices, folds)
+    notes.append(f"the sites' prices do not add up (alone they sum to {cycles_text(summed)}, off - upstream is "
+                 f"{cycles_text(totals)}): Vela prices each set the advice may pick on its own lowering")
+    return prices, PriceCheck("lowered alone", summed, totals, False,
+                              f"no price adds up: the sites lowered alone sum to {cycles_text(summed)}, the rows to "
+                              f"{cycles_text(rows_sum)}, off - upstream is {cycles_text(totals)}; every set picked "
+                              "from was priced by Vela on its own lowering")
+
+
+def _sum(prices: dict, folds) -> int | None:
+    values = [prices[s].cycles for s in folds]
+    return None if any(v is None for v in values) else sum(values)
+
+
+def _adds_up(prices: dict, folds, totals: int) -> bool:
+    """The prices of the sites upstream folds sum to what upstream saves against off, within ``ADDS_UP``."""
+    summed = _sum(prices, folds)
+    return summed is not None and abs(summed - totals) <= ADDS_UP * abs(totals)
 
 
 # ---------------------------------------------------------------- pieces
@@ -211,9 +390,9 @@ def _marked_by(loaded: _load.Target, wanted: dict, common: dict) -> dict:
     as compare predicts a variant's decisions (about 0.1 s a set on nf_resnet26, against 1 s for a simulated
     run); a model whose decisions cannot be predicted so (overrides, a graph not captured) is run instead."""
     default = quantization_of(common["quantization"])
-    variants = {fold: Variant(get_rule(GUARD), m) for fold, m in wanted.items()}
+    variants = {fold: Variant(get_rule(GUARD), m) for fold, m in wanted.items() if m is not None}
     plans = {fold: plan_of(loaded, v, default, common["accelerator"]) for fold, v in variants.items()}
-    out, run = {}, []
+    out, run = {fold: None for fold in wanted}, []
     for fold, v in variants.items():
         if can_predict(loaded, plans[fold]):
             (_, tfa), _ = predicted_decisions(loaded, v, plans[fold])
@@ -224,14 +403,37 @@ def _marked_by(loaded: _load.Target, wanted: dict, common: dict) -> dict:
         picked = compare(loaded, [variants[f] for f in run], engine="simulation", **common).results
         out.update({f: (wanted[f] if r.error is None and set(_folded(r)) == set(f) else None)
                     for f, r in zip(run, picked)})
-    return {fold: out[fold] for fold in wanted}
+    return out
 
 
-def _budget(value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise InspectorError(f"budget_db is how many dB of SQNR you accept losing (a number, 0 or more), "
-                             f"got {quoted(value)}")
-    return float(value)
+def _markers_for(fold: Fold, reachable: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The markers that leave every reachable site outside ``fold`` unfolded (None: ``fold`` has a site the guard
+    never folds, so no markers pick it)."""
+    if not fold <= set(reachable):
+        return None
+    return tuple(s for s in reachable if s not in fold)
+
+
+def _budget(budget, budget_db) -> tuple[Metric, float]:
+    """The budget's measurement and how much of it the user accepts losing: ``budget=(name, amount)``, or
+    ``budget_db`` (SQNR in dB), or the default of 1 dB of SQNR."""
+    if budget is not None and budget_db is not None:
+        raise InspectorError("give the budget once: budget=(measurement, amount) or budget_db=, not both")
+    if budget is None:
+        budget = ("sqnr", 1.0 if budget_db is None else budget_db)
+    if isinstance(budget, (str, bytes)) or not isinstance(budget, (tuple, list)) or len(budget) != 2:
+        raise InspectorError(f"budget is (a measurement's name, an amount), e.g. ('sqnr', 1.0), got {quoted(budget)}")
+    metric, amount = measure_of(budget[0]), budget[1]
+    if metric.kind != "output" or metric.better == "none":
+        raise InspectorError(f"a budget is counted in a measurement of the outputs with a direction; "
+                             f"{quoted(metric.name)} is {'a cost' if metric.kind != 'output' else 'without one'}: "
+                             f"choose one of {', '.join(m.name for m in measure_list('output') if m.better != 'none')}")
+    if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not math.isfinite(amount) or amount < 0:
+        what = "how many dB of SQNR you accept losing" if metric.name == "sqnr" else \
+            f"how much {metric.name} you accept losing"
+        raise InspectorError(f"{'budget_db' if metric.name == 'sqnr' else 'the budget'} is {what} (a number, 0 or "
+                             f"more), got {quoted(amount)}")
+    return metric, float(amount)
 
 
 def _check(result) -> None:
@@ -243,17 +445,14 @@ def _folded(result) -> tuple[str, ...]:
     return tuple(s.site_id for s in result.sites if s.folded_at)
 
 
-def _ordered(fold, reachable) -> tuple[str, ...]:
-    return tuple(s for s in reachable if s in fold) + tuple(s for s in fold if s not in reachable)
+def _ordered(fold, reachable, all_sites) -> tuple[str, ...]:
+    """A set's site ids in graph order."""
+    order = list(dict.fromkeys([*reachable, *all_sites]))
+    return tuple(sorted(fold, key=lambda s: (order.index(s) if s in order else len(order), s)))
 
 
-def _key(fold, points) -> tuple[str, ...]:
-    return next(k for k in points if set(k) == set(fold))
-
-
-def _db(result) -> float | None:
-    worst = result.worst() if result.error is None else None
-    return None if worst is None else worst.sqnr_db
+def _best(values) -> float | None:
+    return max((d for d in values if d is not None and not math.isnan(d)), default=None)
 
 
 def _cycles(result) -> int | None:
@@ -264,58 +463,34 @@ def _change(value, base) -> float | None:
     return None if value is None or base is None else value - base
 
 
-class _Price:
-    def __init__(self, cycles, how):
-        self.cycles, self.how = cycles, how
+def _frontier(points: dict, oriented: float = 1.0) -> dict:
+    """Mark the points no other point beats on both cycles and the budget's measurement (each by its best figures:
+    Vela's and TOSA's where measured; ``oriented`` -1 for a measurement where lower is better)."""
+    def figures(p: Point):
+        known = p.tosa_db if p.tosa_db is not None else p.db
+        return p.cycles, (None if known is None else oriented * known)
 
-
-def _prices(ends, reachable, notes) -> dict:
-    """Each folded site's price in cycles (Vela, where nothing folds), the unexplained rest shared."""
-    trade = ends.tradeoff()
-    off, upstream = trade.variant("off"), trade.variant("upstream")
-    prices = {p.site: _Price(p.bought, p.how) for p in trade.sites if p.site in upstream.folded}
-    unknown = [s for s, p in prices.items() if p.cycles is None]
-    if unknown and off.cycles is not None and upstream.cycles is not None:
-        rest = off.cycles - upstream.cycles - sum(p.cycles for p in prices.values() if p.cycles is not None)
-        share = max(rest, 0) // len(unknown)
-        for s in unknown:
-            prices[s] = _Price(share, f"no row of its own: an equal share of the {rest} cycles upstream saves beyond "
-                                      "the sites with rows (a prediction)")
-        notes.append(f"{len(unknown)} site(s) have no mul row in Vela's table: their price is a share of the totals")
-    return prices
-
-
-def _preference(p: Point):
-    """Most cycles saved (fewest cycles) first, then the most dB, then the fewest folds."""
-    return (p.cycles if p.cycles is not None else math.inf, -(p.db if p.db is not None else -math.inf), len(p.folded))
-
-
-def _frontier(points: dict) -> dict:
     out = {}
     for fold, p in points.items():
-        beaten = any(q is not p and q.cycles is not None and p.cycles is not None and q.db is not None and
-                     p.db is not None and q.cycles <= p.cycles and q.db >= p.db and
-                     (q.cycles < p.cycles or q.db > p.db) for q in points.values())
-        out[fold] = replace(p, frontier=not beaten and p.cycles is not None and p.db is not None)
+        c, d = figures(p)
+        known = c is not None and d is not None
+        beaten = known and any(q is not p and all(x is not None for x in figures(q)) and figures(q)[0] <= c and
+                               figures(q)[1] >= d and (figures(q)[0] < c or figures(q)[1] > d)
+                               for q in points.values())
+        out[fold] = replace(p, frontier=known and not beaten)
     return out
 
 
-def _confirmed(p: Point, result) -> Point:
-    if result is None:
-        return p
-    return replace(p, tosa_db=_db(result), vela_cycles=_cycles(result))
-
-
-def _greedy(reachable, prices, measured_db, budget, measure_set) -> None:
+def _greedy(reachable, prices, simulated, budget, measure_set) -> None:
     """From every site folded, leave out the site whose leaving-out recovers the most dB per cycle it costs,
     until the set is within the budget of the best measured; from nothing folded, add the site that loses the
     least dB per cycle it buys while the set stays within it. Every step is measured."""
 
     def db(fold):
-        return measured_db.get(tuple(s for s in reachable if s in fold))
+        return simulated.get(Fold(fold))
 
     def best():
-        return max((d for d in measured_db.values() if d is not None), default=-math.inf)
+        return _best(simulated.values()) if _best(simulated.values()) is not None else -math.inf
 
     def cost(s):
         return max(prices[s].cycles or 0, 1) if s in prices else 1

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .._base.data import check_format, dataframe, json_float, FORMAT
 from .._base.errors import InspectorError
+from .._base.display import draw
 
 SEARCH_ENGINE = "simulation"  # what measures the sets (cheap); the TOSA reference model confirms
 CONFIRM_ENGINE = "tosa"
@@ -22,7 +23,7 @@ class SitePrice:
     """One site's two prices: the cycles folding it buys, and what it does to the numbers in each direction."""
 
     site: str  # the site id
-    cycles: int | None  # what folding it buys (Vela, its mul's rows where nothing folds; None: unknown)
+    cycles: int | None  # what folding it buys on Vela: its own rows, or off minus its lowering alone (Advice.check)
     how: str  # where ``cycles`` comes from, in words
     db_folded_alone: float | None  # worst dB folding only this site, minus nothing folded (simulation)
     db_kept_alone: float | None  # worst dB folding every other site, minus every site folded (simulation)
@@ -46,23 +47,64 @@ class Point:
     folded: tuple[str, ...]  # the site ids folded (as the pass really decided them)
     markers: tuple[str, ...] | None  # the markers with which ("state-aware", markers) decides exactly ``folded``
     # (checked; None: no markers pick this set, as a marker skips every mul whose output reaches the marked node)
-    cycles: int | None  # predicted: Vela's cycles with nothing folded, minus the folded sites' prices
+    cycles: int | None  # the cycles the frontier and the pick go by: Vela's where it compiled this set, else predicted
     db: float | None  # the worst output's SQNR at the worst step (the search's engine: simulation)
     db_predicted: float | None  # from the sites alone: nothing folded plus each folded site's effect
-    within: bool = False  # within the budget of the most accurate point found
+    within: bool = False  # within the budget of the most accurate point (TOSA's where measured, else the search's)
     frontier: bool = False  # no other point saves as many cycles with as many dB or more
-    tosa_db: float | None = None  # the TOSA reference model's worst SQNR, where it confirmed this point
-    vela_cycles: int | None = None  # Vela's total, where it compiled this point
+    tosa_db: float | None = None  # the TOSA reference model's worst SQNR, where this set was lowered
+    vela_cycles: int | None = None  # Vela's total, where it compiled this set
+    predicted_cycles: int | None = None  # off's cycles minus the folded sites' prices (None: a price is unknown)
+    cycles_from: str | None = None  # "vela" (measured) or "predicted": where ``cycles`` comes from
+
+    @property
+    def measured(self) -> bool:
+        """Lowered for the accelerator: numbers from the TOSA reference model, cycles from Vela."""
+        return self.vela_cycles is not None
+
+    @property
+    def gap(self) -> dict:
+        """How far the predictions were from the measurement at this point, both ways: Vela minus the predicted
+        cycles, TOSA minus the simulation's dB (None where a side is missing)."""
+        return {"cycles": None if self.vela_cycles is None or self.predicted_cycles is None
+                else self.vela_cycles - self.predicted_cycles,
+                "db": None if self.tosa_db is None or self.db is None else self.tosa_db - self.db}
 
     def to_dict(self) -> dict:
-        return {"folded": list(self.folded), "markers": None if self.markers is None else list(self.markers), "cycles": self.cycles,
+        return {"folded": list(self.folded), "markers": None if self.markers is None else list(self.markers),
+                "cycles": self.cycles, "cycles_from": self.cycles_from, "predicted_cycles": self.predicted_cycles,
                 "db": _json(self.db), "db_predicted": _json(self.db_predicted), "within": self.within,
-                "frontier": self.frontier, "tosa_db": _json(self.tosa_db), "vela_cycles": self.vela_cycles}
+                "frontier": self.frontier, "tosa_db": _json(self.tosa_db), "vela_cycles": self.vela_cycles,
+                "gap": {k: _json(v) if isinstance(v, float) else v for k, v in self.gap.items()}}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Point":
-        return cls(tuple(d["folded"]), None if d["markers"] is None else tuple(d["markers"]), d["cycles"], _float(d["db"]), _float(d["db_predicted"]),
-                   bool(d["within"]), bool(d["frontier"]), _float(d["tosa_db"]), d["vela_cycles"])
+        # written before the prices were checked: ``cycles`` was always the prediction
+        predicted = d["predicted_cycles"] if "predicted_cycles" in d else d["cycles"]
+        return cls(tuple(d["folded"]), None if d["markers"] is None else tuple(d["markers"]), d["cycles"],
+                   _float(d["db"]), _float(d["db_predicted"]), bool(d["within"]), bool(d["frontier"]),
+                   _float(d["tosa_db"]), d["vela_cycles"], predicted,
+                   d.get("cycles_from", "predicted" if d["cycles"] is not None else None))
+
+
+@dataclass(frozen=True)
+class PriceCheck:
+    """Whether the sites' prices add up: their sum against what ``upstream`` saves against ``off`` on Vela."""
+
+    source: str  # "rows" (each site's own rows in Vela's table) or "lowered alone" (off minus the site alone)
+    summed: int | None  # the prices of the sites upstream folds, summed (None: a price is unknown)
+    totals: int  # off's cycles minus upstream's (Vela)
+    adds_up: bool  # within 1%: then a set's cycles are predicted from the prices; else every set picked from was
+    # priced by Vela on its own lowering
+    how: str  # the same in words
+
+    def to_dict(self) -> dict:
+        return {"source": self.source, "summed": self.summed, "totals": self.totals, "adds_up": self.adds_up,
+                "how": self.how}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PriceCheck":
+        return cls(str(d["source"]), d["summed"], int(d["totals"]), bool(d["adds_up"]), str(d["how"]))
 
 
 @dataclass(frozen=True)
@@ -99,11 +141,21 @@ class Advice:
     sites: tuple[SitePrice, ...]
     points: tuple[Point, ...]  # every set measured, in the order measured
     recommended: Point
-    best_db: float | None  # the most accurate point's dB (the budget is counted from it)
-    against: tuple[Against, ...]  # upstream and off, on TOSA and Vela
+    best_db: float | None  # the most accurate measured point's TOSA dB (the budget is counted from it)
+    against: tuple[Against, ...]  # upstream, state-aware and off, on TOSA and Vela
     notes: tuple[str, ...] = ()
     seconds: float = 0.0
     engines: dict = field(default_factory=lambda: {"search": SEARCH_ENGINE, "confirm": CONFIRM_ENGINE})
+    check: PriceCheck | None = None  # whether the sites' prices add up (None: written before they were checked)
+    lowerings: int = 0  # the sets lowered for the accelerator, run on TOSA and priced by Vela (the ends included)
+    compiler: str = ""  # what priced every cycle: Vela's version, the NPU, system config and memory mode (Cost.compiler)
+    metric: str = "sqnr"  # the budget's measurement (inspector.metrics): every point's db, tosa_db and best_db are its
+    # values (dB for sqnr), the budget_db an amount of it
+
+    @property
+    def budget(self) -> tuple[str, float]:
+        """(the budget's measurement, the amount of it the advice could lose)."""
+        return self.metric, self.budget_db
 
     @property
     def folded(self) -> tuple[str, ...]:
@@ -136,11 +188,11 @@ class Advice:
 
     @property
     def prediction_gap(self) -> dict:
-        """How far the search's numbers were from what confirmed them at the recommended point."""
+        """How far the search's numbers were from what confirmed them at the recommended point: TOSA minus the
+        simulation (dB), Vela minus the prediction from the prices (cycles), the simulation minus the sum of the
+        sites alone (dB)."""
         r = self.recommended
-        return {"db": None if r.db is None or r.tosa_db is None else r.tosa_db - r.db,
-                "cycles": None if r.cycles is None or r.vela_cycles is None else r.vela_cycles - r.cycles,
-                "db_from_sites": None if r.db is None or r.db_predicted is None else r.db - r.db_predicted}
+        return {**r.gap, "db_from_sites": None if r.db is None or r.db_predicted is None else r.db - r.db_predicted}
 
     def variant(self):
         """The variant that folds exactly the recommended set: ``("state-aware", markers)``, or, when no markers
@@ -164,6 +216,8 @@ class Advice:
                 "recommended": self.recommended.to_dict(), "sites": [s.to_dict() for s in self.sites],
                 "points": [p.to_dict() for p in self.points], "against": [a.to_dict() for a in self.against],
                 "prediction_gap": {k: _json(v) if isinstance(v, float) else v for k, v in self.prediction_gap.items()},
+                "check": None if self.check is None else self.check.to_dict(), "lowerings": self.lowerings,
+                "compiler": self.compiler, "metric": self.metric,
                 "notes": list(self.notes), "seconds": self.seconds}
 
     def to_json(self) -> str:
@@ -178,7 +232,9 @@ class Advice:
                    d["search"], tuple(SitePrice.from_dict(s) for s in d["sites"]),
                    tuple(Point.from_dict(p) for p in d["points"]), Point.from_dict(d["recommended"]),
                    _float(d["best_db"]), tuple(Against.from_dict(a) for a in d["against"]), tuple(d["notes"]),
-                   float(d.get("seconds", 0.0)), dict(d.get("engines", {})))
+                   float(d.get("seconds", 0.0)), dict(d.get("engines", {})),
+                   None if d.get("check") is None else PriceCheck.from_dict(d["check"]), int(d.get("lowerings", 0)),
+                   str(d.get("compiler", "")), str(d.get("metric", "sqnr")))
 
     def to_dataframe(self, kind: str = "sites"):
         """A pandas DataFrame: ``"sites"`` (each site's prices), ``"points"`` (every set measured) or
@@ -193,17 +249,14 @@ class Advice:
     def plot(self, ax=None, current: "tuple[str, ...] | None" = None):
         """The frontier: cycles against dB, one point per set measured, the recommendation and the budget marked
         (``current``: a set of site ids measured, drawn as the current decisions)."""
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.plot(self, ax=ax, current=current)
+        return draw("plot", self, ax=ax, current=current)
 
     def to_markdown(self, limit: int | None = None) -> str:
         """A reply for an issue or a pull request: local paths redacted, within GitHub's comment limit."""
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.markdown(self, limit=limit)
+        return draw("markdown", self, limit=limit)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.bundle(self)
+        return draw("bundle", self)
 
     def __repr__(self) -> str:
         return (f"<Advice {self.target} on {self.accelerator} within {self.budget_db:g} dB: fold "
@@ -222,4 +275,4 @@ def _float(v):
     return float(v)
 
 
-__all__ = ["Advice", "Against", "Point", "SitePrice"]
+__all__ = ["Advice", "Against", "Point", "PriceCheck", "SitePrice"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .._base.formats import GITHUB_COMMENT_LIMIT, MISSING, cycles, cycles_change, db, db_change, plot_db
 from .._cost.records import ESTIMATE
+from .._numbers.measures import metrics
 from .markup import escape, markdown_table, md_code
 from .report import Redactor
 from .tables import html_table, text_table
@@ -25,70 +26,119 @@ def _markers(markers) -> str:
     return "none pick this set (use Advice.rule())" if markers is None else _names(markers)
 
 
+class _Budget:
+    """How the advice's budget measurement is written: dB and ``db()`` for SQNR; another measurement by its own
+    format and name (a measurement this process does not know: plain numbers)."""
+
+    def __init__(self, a):
+        self.metric = metrics.by_key(a.metric)
+        self.unit = "dB" if a.metric == "sqnr" else a.metric
+        self.unit_md = self.unit if a.metric == "sqnr" else md_code(a.metric)  # a user's name is shown literally
+        self.lower = self.metric is not None and self.metric.better == "lower"
+
+    def value(self, v) -> str:
+        if self.unit == "dB":
+            return db(v)
+        return self.metric.format(v) if self.metric is not None else (MISSING if v is None else f"{v:.4g}")
+
+    def change(self, v) -> str:
+        if self.unit == "dB":
+            return db_change(v)
+        return MISSING if v is None else f"{v:+.4g}"
+
+
 def site_rows(a) -> list[dict[str, str]]:
-    """Per site: the cycles folding it buys, and its dB in each direction (simulation)."""
+    """Per site: the cycles folding it buys, and its effect on the budget's measurement in each direction (sim)."""
+    b = _Budget(a)
     return [{"site": s.site, "folding buys (cycles, Vela)": cycles(s.cycles),
-             "dB folded alone (sim)": db_change(s.db_folded_alone), "dB kept alone (sim)": db_change(s.db_kept_alone),
+             f"{b.unit} folded alone (sim)": b.change(s.db_folded_alone),
+             f"{b.unit} kept alone (sim)": b.change(s.db_kept_alone),
              "advised": "fold" if s.site in a.folded else "keep", "price from": s.how} for s in a.sites]
 
 
 def point_rows(a) -> list[dict[str, str]]:
-    """Per set measured: its predicted cycles, its dB (simulation, and from the sites alone), TOSA where run."""
-    return [{"folded": _names(p.folded), "cycles (predicted)": cycles(p.cycles), "Vela cycles": cycles(p.vela_cycles),
-             "markers": _markers(p.markers) if p.markers else "–" if p.markers is None else "nothing", "worst dB (sim)": db(p.db), "dB from the sites": db(p.db_predicted), "TOSA dB": db(p.tosa_db),
+    """Per set: its cycles (Vela's where it was lowered, else predicted) and its dB (simulation; TOSA where lowered),
+    with the gap between prediction and measurement at every point measured."""
+    b = _Budget(a)
+    return [{"folded": _names(p.folded), "cycles": cycles(p.cycles), "cycles from": _from(p),
+             "predicted cycles": cycles(p.predicted_cycles), "Vela - predicted": cycles_change(p.gap["cycles"]),
+             "markers": _markers(p.markers) if p.markers else "–" if p.markers is None else "nothing",
+             f"worst {b.unit} (sim)": b.value(p.db), f"TOSA {b.unit}": b.value(p.tosa_db),
+             f"TOSA - sim ({b.unit})": b.change(p.gap["db"]), f"{b.unit} from the sites": b.value(p.db_predicted),
              "within budget": "yes" if p.within else "no",
              "": ("recommended" if p == a.recommended else "frontier" if p.frontier else "")}
             for p in sorted(a.points, key=lambda p: (p.cycles is None, p.cycles or 0))]
 
 
+def _from(p) -> str:
+    return {"vela": "Vela (lowered)", "predicted": "predicted"}.get(p.cycles_from, MISSING)
+
+
 def against_rows(a) -> list[dict[str, str]]:
-    """The recommendation against upstream and off (TOSA and Vela)."""
-    r = a.recommended
+    """The recommendation against the rules users run (TOSA and Vela): the advice minus each rule."""
+    r, b = a.recommended, _Budget(a)
     rows = [{"variant": "advice", "folded": str(len(r.folded)), "Vela cycles": cycles(r.vela_cycles),
-             "TOSA dB": db(r.tosa_db), "advice saves (cycles)": MISSING, "advice dB change": MISSING}]
+             f"TOSA {b.unit}": b.value(r.tosa_db), "advice - it (cycles)": MISSING, f"advice - it ({b.unit})": MISSING}]
     return rows + [{"variant": x.rule, "folded": str(len(x.folded)), "Vela cycles": cycles(x.cycles),
-                    "TOSA dB": db(x.tosa_db), "advice saves (cycles)": cycles_change(x.cycles_saved),
-                    "advice dB change": db_change(x.db_change)} for x in a.against]
+                    f"TOSA {b.unit}": b.value(x.tosa_db), "advice - it (cycles)": cycles_change(_negated(x.cycles_saved)),
+                    f"advice - it ({b.unit})": b.change(x.db_change)} for x in a.against]
+
+
+def _negated(value):
+    return None if value is None else -value
 
 
 def headline(a) -> str:
-    """One sentence: what to fold, what it buys, what it costs."""
-    up, off = a.versus("upstream"), a.versus("off")
-    return (f"Fold {len(a.folded)} of {len(a.sites)} site(s) on {a.accelerator} within {a.budget_db:g} dB: "
-            f"{cycles(a.recommended.vela_cycles)} cycles (Vela) at {db(a.recommended.tosa_db)} dB (TOSA); "
-            f"upstream {cycles_change(-up.cycles_saved if up.cycles_saved is not None else None)} cycles, "
-            f"{db_change(-up.db_change if up.db_change is not None else None)} dB; off "
-            f"{cycles_change(-off.cycles_saved if off.cycles_saved is not None else None)} cycles, "
-            f"{db_change(-off.db_change if off.db_change is not None else None)} dB against it.")
+    """One sentence: what to fold, what it buys, what it costs; each rule read as "the advice against it" (fewer
+    cycles are negative, more dB positive)."""
+    b = _Budget(a)
+    versus = "; ".join(f"against {x.rule}: {cycles_change(_negated(x.cycles_saved))} cycles, "
+                       f"{b.change(x.db_change)} {b.unit}" for x in a.against if x.rule in ("upstream", "off"))
+    return (f"Fold {len(a.folded)} of {len(a.sites)} site(s) on {a.accelerator} within {a.budget_db:g} {b.unit}: "
+            f"{cycles(a.recommended.vela_cycles)} cycles (Vela) at {b.value(a.recommended.tosa_db)} {b.unit} (TOSA); "
+            f"{versus}.")
 
 
 def _gap_line(a) -> str:
-    g = a.prediction_gap
-    return (f"prediction vs confirmation at the recommendation: TOSA - simulation {db_change(g['db'])} dB, "
+    g, b = a.prediction_gap, _Budget(a)
+    return (f"prediction vs measurement at the recommendation: TOSA - simulation {b.change(g['db'])} {b.unit}, "
             f"Vela - predicted {cycles_change(g['cycles'])} cycles; simulation - sum of the sites alone "
-            f"{db_change(g['db_from_sites'])} dB")
+            f"{b.change(g['db_from_sites'])} {b.unit}")
+
+
+def _compiler_line(a) -> str:
+    return f"cycles: {ESTIMATE}; compiler {a.compiler or 'not recorded'}"
+
+
+def _check_line(a) -> str:
+    c = a.check
+    if c is None:
+        return "prices: not checked (an advice written before they were)"
+    return (f"prices {'add up' if c.adds_up else 'do not add up'} ({c.how}); {a.lowerings} set(s) lowered for "
+            f"{a.accelerator}, run on TOSA and priced by Vela")
 
 
 def advice_text(a) -> str:
-    lines = [f"{a.target} on {a.accelerator}: which sites should fold (budget {a.budget_db:g} dB, {a.search} search, "
-             f"{len(a.points)} set(s) measured on the simulation, confirmed on TOSA)",
-             headline(a), f"fold: {_names(a.folded)}", f"markers for state-aware: {_markers(a.markers)}", "",
+    lines = [f"{a.target} on {a.accelerator}: which sites should fold (budget {a.budget_db:g} {_Budget(a).unit}, "
+             f"{a.search} search, "
+             f"{len(a.points)} set(s) measured on the simulation, the pick from those measured on TOSA and Vela)",
+             headline(a), _check_line(a), f"fold: {_names(a.folded)}", f"markers for state-aware: {_markers(a.markers)}", "",
              "per site:", *(text_table(site_rows(a)) or ["(no site)"]), "", "sets measured:",
              *text_table(point_rows(a)), "", "against the rules:", *text_table(against_rows(a)), "", _gap_line(a),
-             f"cycles: {ESTIMATE}", *(f"note: {n}" for n in a.notes)]
+             _compiler_line(a), *(f"note: {n}" for n in a.notes)]
     return "\n".join(lines)
 
 
 def advice_html(a) -> str:
     notes = "".join(f"<div class='fi-note'>note: {escape(n)}</div>" for n in a.notes)
     head = (f"<b>{escape(a.target)}</b> on <code>{escape(a.accelerator)}</code>: which sites should fold "
-            f"(budget {escape(f'{a.budget_db:g}')} dB, {escape(a.search)} search)"
+            f"(budget {escape(f'{a.budget_db:g} {_Budget(a).unit}')}, {escape(a.search)} search)"
             f"<div class='fi-advice-headline'>{escape(headline(a))}</div>"
             f"<div>fold: <code>{escape(_names(a.folded))}</code>; markers for state-aware: "
             f"<code>{escape(_markers(a.markers))}</code></div>")
     tail = ("<h4>Each site's price</h4>" + _table_html(site_rows(a)) + "<h4>Every set measured</h4>"
-            + _table_html(point_rows(a)) + f"<div>{escape(_gap_line(a))}</div>"
-            + f"<small>cycles: {escape(ESTIMATE)}</small>" + notes)
+            + _table_html(point_rows(a)) + f"<div>{escape(_gap_line(a))}</div><div>{escape(_check_line(a))}</div>"
+            + f"<small class='fi-compiler'>{escape(_compiler_line(a))}</small>" + notes)
     return html_table("fi-advice", head, against_rows(a), tail)
 
 
@@ -105,8 +155,8 @@ def advice_markdown(a, limit: int | None = None) -> str:
         points = point_rows(a)
         shown = points[:n_points]
         out = [f"**Which sites should fold: {md_code(redact(a.target))} on {md_code(a.accelerator)}** "
-               f"(budget {a.budget_db:g} dB, {a.search} search; dB searched on the simulation, confirmed on the "
-               "TOSA reference model)", "", redact(headline(a)), "",
+               f"(budget {a.budget_db:g} {_Budget(a).unit_md}, {a.search} search; searched on the simulation, "
+               "confirmed on the TOSA reference model)", "", redact(headline(a)), "",
                f"- fold: {md_code(redact(_names(a.folded)))}",
                f"- markers for `state-aware`: {md_code(redact(_markers(a.markers)))}", ""]
         out += markdown_table(list(against_rows(a)[0]), cell(against_rows(a)))
@@ -115,7 +165,8 @@ def advice_markdown(a, limit: int | None = None) -> str:
         if shown:
             out += ["", f"Sets measured ({len(shown)} of {len(points)}):", ""]
             out += markdown_table(list(shown[0]), cell(shown))
-        out += ["", f"- {md_code(redact(_gap_line(a)))}", f"- cycles: {ESTIMATE}"]
+        out += ["", f"- {md_code(redact(_gap_line(a)))}", f"- {md_code(redact(_check_line(a)))}",
+                f"- {_compiler_line(a)}"]
         out += [f"- {md_code(redact(n))}" for n in a.notes]
         return "\n".join(out) + "\n"
 
@@ -129,34 +180,43 @@ def advice_markdown(a, limit: int | None = None) -> str:
 
 def plot_advice(a, ax=None, current=None):
     """Cycles against dB: every set measured, the frontier joined, the recommendation and the budget marked."""
-    from matplotlib.figure import Figure  # lazy: matplotlib only when a plot is asked for
+    from .plots import figure  # an image in any kernel; matplotlib only when a plot is asked for
 
     fig = None
     if ax is None:
-        fig = Figure(figsize=(7, 4), layout="constrained")
+        fig = figure(figsize=(7, 4), layout="constrained")
         ax = fig.add_subplot()
-    pts = [p for p in a.points if p.cycles is not None and p.db is not None]
-    ax.scatter([p.cycles for p in pts], [plot_db(p.db) for p in pts], s=18, color="#9aa0a6", label="a set (sim)")
+    def where(p):  # each point at its best figures: Vela's cycles and TOSA's dB where it was lowered
+        return p.cycles, plot_db(p.tosa_db if p.tosa_db is not None else p.db)
+
+    pts = [p for p in a.points if p.cycles is not None and (p.db is not None or p.tosa_db is not None)]
+    for measured, style in ((False, dict(s=18, color="#9aa0a6", label="a set (sim dB, predicted cycles)")),
+                            (True, dict(s=30, color="#5f6368", marker="s", label="a set lowered (TOSA dB, Vela)"))):
+        shown = [where(p) for p in pts if p.measured == measured]
+        if shown:
+            ax.scatter([x for x, _ in shown], [y for _, y in shown], **style)
     front = sorted((p for p in pts if p.frontier), key=lambda p: p.cycles)
     if front:
-        ax.plot([p.cycles for p in front], [plot_db(p.db) for p in front], color="#1a73e8", marker="o",
-                label="frontier (sim)")
+        ax.plot([where(p)[0] for p in front], [where(p)[1] for p in front], color="#1a73e8", marker="o",
+                label="frontier")
     r = a.recommended
-    if r.cycles is not None and r.db is not None:
-        ax.scatter([r.cycles], [plot_db(r.db)], s=90, facecolors="none", edgecolors="#d93025", linewidths=2,
-                   label="advice")
+    if r.cycles is not None:
+        ax.scatter(*[[v] for v in where(r)], s=90, facecolors="none", edgecolors="#d93025", linewidths=2,
+                   label="advice (TOSA, Vela)")
     here = next((p for p in pts if current is not None and set(p.folded) == set(current)), None)
     if here is not None:
-        ax.scatter([here.cycles], [plot_db(here.db)], marker="*", s=160, color="#188038", zorder=5,
+        ax.scatter(*[[v] for v in where(here)], marker="*", s=160, color="#188038", zorder=5,
                    label="current decisions")
     for x in a.against:
         if x.cycles is not None and x.tosa_db is not None:
             ax.scatter([x.cycles], [plot_db(x.tosa_db)], marker="x", s=60, label=f"{x.rule} (TOSA, Vela)")
     if a.best_db is not None:
-        ax.axhline(plot_db(a.best_db - a.budget_db), color="#d93025", linestyle=":", linewidth=1,
-                   label=f"budget ({a.budget_db:g} dB)")
-    ax.set_xlabel(f"cycles on {a.accelerator} (predicted from the sites' prices)")
-    ax.set_ylabel("worst output SQNR (dB)")
+        b = _Budget(a)
+        ax.axhline(plot_db(a.best_db + a.budget_db if b.lower else a.best_db - a.budget_db), color="#d93025",
+                   linestyle=":", linewidth=1,
+                   label=f"budget ({a.budget_db:g} {b.unit} {'above' if b.lower else 'below'} TOSA's best)")
+    ax.set_xlabel(f"cycles on {a.accelerator} (Vela where lowered, else predicted from the sites' prices)")
+    ax.set_ylabel("worst output SQNR (dB)" if a.metric == "sqnr" else f"{a.metric}, its worst output and step")
     ax.set_title(f"{a.target}: which sites should fold")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
