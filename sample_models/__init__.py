@@ -10,6 +10,8 @@ from ._base import SampleModel
 from . import models as _models
 from . import generated as _generated
 from . import networks as _networks
+from . import digits as _digits
+from . import silero as _silero
 
 _SAMPLES: dict[str, type[SampleModel]] = {
     "conv_mul_channel_scale": _models.ConvMulChannelScale,
@@ -26,6 +28,7 @@ _SAMPLES: dict[str, type[SampleModel]] = {
     "shared_conv_mul": _models.SharedConvMul,
     "conv_bn_mul": _models.ConvBatchNormMul,
     "stateful_wide_scale": _models.StatefulWideScale,
+    "conv_view_scale": _models.ConvViewScale,
     # blocks shaped like real networks
     "resnet_basic_block": _networks.ResNetBasicBlock,
     "mobilenetv2_inverted_residual": _networks.MobileNetV2InvertedResidual,
@@ -34,6 +37,10 @@ _SAMPLES: dict[str, type[SampleModel]] = {
     "convnext_block": _networks.ConvNeXtBlock,
     "nfnet_block": _networks.NFNetBlock,
     "streaming_keyword_spotter": _networks.StreamingKeywordSpotter,
+    # trained networks (docs/real-networks.md)
+    "digits_layerscale": _digits.DigitsLayerScale,
+    "digits_stateful": _digits.DigitsStateful,
+    "silero_vad": _silero.SileroVad,
     # big graphs
     "generated_blocks": _generated.GeneratedBlocks,
 }
