@@ -1,7 +1,10 @@
 """fold-inspector core: find, decide, explain and compare every conv->mul fold site.
 
 No UI here: ``widgets`` imports this package, never the reverse. ``__all__`` is the user's verbs
-and the records they return; what a screen needs to draw is the public module ``inspector.present``.
+and the records they return (at most 40 names); the records those reach (``ScaleSummary``,
+``NotDelegated``, ``Quantization``, ``Metric``, ``ModelSpec``, ``models_from``,
+``ExplanationMismatchWarning``) stay importable from here. What a screen needs to draw is the
+public module ``inspector.present``.
 """
 
 from ._base import quiet as _quiet
@@ -28,25 +31,28 @@ from ._journey.journey import journey
 from ._journey.records import Journey
 from ._advise.advise import advise
 from ._advise.records import Advice
+from ._numbers.measures import Metric, metric, metrics
 
 __all__ = [
     # analyze: sites, decisions, reasons
-    "analyze", "analyze_graph", "Analysis", "Site", "ScaleSummary", "Reason", "STAGES",
+    "analyze", "analyze_graph", "Analysis", "Site", "Reason", "STAGES",
     # rules: one object each, in one registry
     "Rule", "rule", "RuleContext", "Skip", "rules",
     # compare: the TOSA INT reference, under the quantizations of one registry
-    "compare", "Comparison", "Variant", "VariantResult", "NotDelegated", "DEFAULT_VARIANTS", "Quantization",
-    "quantizations", "clear_cache", "start_workers",
+    "compare", "Comparison", "Variant", "VariantResult", "DEFAULT_VARIANTS", "quantizations", "clear_cache",
+    "start_workers",
+    # what a comparison measures: one registry, a user's measurement registered like the built-ins
+    "metric", "metrics",
     # what the fold buys: accelerators (one registry), each NPU variant's cost from Vela
     "accelerators", "Accelerator",
     # is it the fold or the bits? where the error enters
     "bits", "Bits", "attribution", "Attribution",
     # sweep: many models x rules x stages, one table
-    "sweep", "Sweep", "ModelSpec", "models_from",
+    "sweep", "Sweep",
     # triage; whole graphs in Model Explorer; sessions; samples
     "reproducer", "explorer", "Session", "samples",
     # errors
-    "InspectorError", "ExplanationMismatchWarning",
+    "InspectorError",
     # a site's journey through the Arm pipeline
     "journey", "Journey",
     # which sites should fold: each site's price in cycles and dB, the best set within a budget

@@ -211,7 +211,8 @@ def _comparison(site: str, steps: int):
     from inspector._numbers.results import Comparison, Metrics, NotDelegated, QParams, SiteOutcome, Variant, VariantResult
 
     def result(policy: str, folded: bool) -> VariantResult:
-        metrics = tuple(Metrics(0, s, 0.1, 0.01, 0.001, float("inf") if s == 0 else 31.5, (30.0, 33.0), 0.0)
+        metrics = tuple(Metrics(0, s, (("max-abs", 0.1), ("mean-abs", 0.01), ("mse", 0.001),
+                                       ("sqnr", float("inf") if s == 0 else 31.5), ("flushed", 0.0)), (30.0, 33.0))
                         for s in range(steps))
         return VariantResult(Variant(policy, (site,)), {"tfa": int(folded), "lowering": 0},
                              (SiteOutcome(site, "tfa" if folded else None, QParams(0.02, -3),

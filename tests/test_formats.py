@@ -18,7 +18,7 @@ LAYERS = {CORE / "_base" / "formats.py", CORE / "present" / "markup.py"}
 
 
 @pytest.mark.parametrize("value, text", [
-    (12.345, "12.35"), (0.0, "0.00"), (-0.0, "-0.00"), (-3.5, "-3.50"), (math.inf, "inf"), (-math.inf, "-inf"),
+    (12.345, "12.35"), (0.0, "0.00"), (-0.0, "0.00"), (-0.001, "0.00"), (-3.5, "-3.50"), (math.inf, "inf"), (-math.inf, "-inf"),
     (math.nan, "nan"), (None, "–"), (7, "7.00"),
 ])
 def test_db(value, text):
@@ -26,7 +26,7 @@ def test_db(value, text):
 
 
 @pytest.mark.parametrize("value, text", [
-    (1.254, "+1.25"), (0.0, "+0.00"), (-0.5, "-0.50"), (math.inf, "+inf"), (-math.inf, "-inf"), (math.nan, "nan"),
+    (1.254, "+1.25"), (0.0, "+0.00"), (-0.004, "+0.00"), (-0.5, "-0.50"), (math.inf, "+inf"), (-math.inf, "-inf"), (math.nan, "nan"),
     (None, "–"),
 ])
 def test_db_change_is_always_signed(value, text):

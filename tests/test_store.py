@@ -438,7 +438,8 @@ def test_a_variant_result_and_a_reference_read_back_equal(tmp_path, monkeypatch)
     from inspector._numbers.results import Metrics, NotDelegated, QParams, SiteOutcome, Variant, VariantResult
 
     monkeypatch.setenv(_store.ENV, str(tmp_path))
-    metrics = tuple(Metrics(o, s, 0.5, 0.25, 0.125, float("inf") if s else 12.5, (1.0, float("inf")), 0.0)
+    metrics = tuple(Metrics(o, s, (("max-abs", 0.5), ("mean-abs", 0.25), ("mse", 0.125),
+                                   ("sqnr", float("inf") if s else 12.5), ("flushed", 0.0)), (1.0, float("inf")))
                     for s in range(2) for o in range(2))
     outputs = tuple((torch.randn(1, 2, 3), torch.arange(4, dtype=torch.int32)) for _ in range(2))
     result = VariantResult(Variant("upstream", ("conv2d:mul",), "a16w8", (("conv", "float"),)), {"tfa": 1, "lowering": 0},

@@ -12,6 +12,7 @@ from typing import Any
 
 from .._base.data import json_float
 from .._cost.records import Cost
+from .._base.display import draw
 
 # What a pass can do to one of the site's nodes (the ``kind`` of a ``Change``).
 KINDS = ("created", "removed", "op-changed", "inputs-changed", "constant-changed", "constant-renamed",
@@ -38,8 +39,7 @@ class Change:
 
     def text(self) -> str:
         """One line: what the pass did to the node."""
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.text(self)
+        return draw("text", self)
 
 
 @dataclass(frozen=True)
@@ -77,8 +77,7 @@ class Step:
 
     def text(self) -> str:
         """The step's line and one line per change."""
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.text(self)
+        return draw("text", self)
 
 
 @dataclass(frozen=True)
@@ -162,24 +161,20 @@ class Journey:
     def picture(self, step: "int | Step"):
         """The site's neighbourhood before and after ``step`` (a touched step or its index), drawn by
         the inspector's renderer with the site's marks: a ``graphviz.Digraph``."""
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.journey_picture(self, step)
+        return draw("journey_picture", self, step)
 
     def text(self) -> str:
         """A compact timeline: every step that touched the site, the ending, the numbers."""
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.text(self)
+        return draw("text", self)
 
     __str__ = text
 
     def html(self) -> str:
         """The timeline as an HTML fragment (every name from the model escaped)."""
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.html(self)
+        return draw("html", self)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.bundle(self)
+        return draw("bundle", self)
 
     def __repr__(self) -> str:
         return (f"<Journey {self.target} site {self.site} under {self.variant}: {len(self.touched())} of "

@@ -41,6 +41,7 @@ from .._rules.rules import FoldLog, rule_pass_class
 from .._workers import pool as _pool
 from .._workers.kinds import task_kind
 from .._base.errors import InspectorError, describe
+from .._base.display import draw
 
 # Nodes whose SQNR drops by more than this many dB below their inputs' are where error enters.
 ENTRY_THRESHOLD_DB = 1.0
@@ -242,8 +243,7 @@ class Attribution:
                                 "sites": lambda: [s.to_dict() for s in self.sites]})
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.bundle(self)
+        return draw("bundle", self)
 
     def __repr__(self) -> str:
         return f"<Attribution {self.target}: {', '.join(v.label for v in self.variants)}, {self.steps} step(s)>"
@@ -251,8 +251,7 @@ class Attribution:
     def plot(self, kind: str = "graph", node: str | None = None):
         """A matplotlib Figure: ``graph`` (SQNR along the topological order per variant, last step)
         or ``steps`` (SQNR per step of ``node`` per variant)."""
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.plot(self, kind, node)
+        return draw("plot", self, kind, node)
 
 
 def _fields(d, cls, names=None) -> None:

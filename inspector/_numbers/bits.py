@@ -25,6 +25,7 @@ from .results import Comparison, Variant, VariantResult, json_float, read_engine
 from . import result_store as _disk
 from .variant_cache import bits_key
 from .._base.errors import InspectorError, quoted
+from .._base.display import draw
 
 MAX_SITES = 8  # sites measured one by one (the first in graph order); more is a sweep's work
 ENTRY_POINTS = 3  # attribution's entry points measured one by one
@@ -119,12 +120,10 @@ class Bits:
 
     def plot(self):
         """A matplotlib Figure: dB recovered per change (bars), best at the top."""
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.plot(self)
+        return draw("plot", self)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.bundle(self)
+        return draw("bundle", self)
 
     def __repr__(self) -> str:
         return f"<Bits {self.target}: {len(self.changes)} changes, best {self.best.change if self.best else '-'}>"

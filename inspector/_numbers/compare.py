@@ -30,6 +30,8 @@ from .quantization import DEFAULT, Plan, Quantization, quantizations, quantizati
 from .results import Comparison, Run, Variant, VariantResult
 from .tasks import VariantTask, group_by_decisions, model_run, run_in_worker
 from .engines import Engine, engine_of
+from . import measures as _measures
+from .measures import Metric
 from .._cost.accelerators import TOSA_INT, Accelerator, accelerator_of
 from .variant_cache import RESULTS, answered, base_key, can_predict, predicted_decisions
 from .._base.errors import InspectorError, describe, quoted
@@ -54,6 +56,7 @@ def compare(
     isolate: bool = False,
     engine: "str | Engine" = "tosa",
     accelerator: "str | Accelerator | None" = None,
+    metrics: "Iterable[str | Metric] | None" = None,
 ) -> Comparison:
     """Quantize, lower and run each variant on the TOSA INT reference model; compare with float.
 
@@ -90,8 +93,13 @@ def compare(
     quantized with ExecuTorch's ``EthosUQuantizer`` and lowered with that accelerator's TOSA specification; the
     TOSA reference model runs that flatbuffer and Vela compiles the same one: each result's ``cost`` is Vela's
     estimate (cycles, operations, memory, per layer and site), and ``Comparison.tradeoff()`` sets cycles beside dB.
+
+    ``metrics`` names the measurements computed for every variant, output and step (``inspector.metrics()``;
+    default: the built-ins): a measurement registered with ``@inspector.metric`` is computed from each variant's
+    quantized outputs against the float reference, and every table, DataFrame and JSON shows it.
     """
     check_steps(steps)
+    chosen = _measures.wanted(metrics)
     engine = engine_of(engine)
     chip = accelerator_of(accelerator)
     if not engine.in_workers:
@@ -161,12 +169,31 @@ def compare(
     if all(r.error is not None for r in results):
         first = results[0]
         raise InspectorError(first.error, details=first.log)
+    results = [measured(r, reference, chosen) for r in results]
     if progress is not None:
         progress("done", 1.0)
     return Comparison(loaded.name, steps, calibrated.text, default.text, tuple(results),
                       reference=tuple(tuple(step) for step in reference),
                       run=Run(loaded, calibrated, tuple(plans)), notes=decision_notes(loaded, wanted, results, chip),
                       engine=engine.name, accelerator=chip.name)
+
+
+def measured(result: VariantResult, reference, chosen) -> VariantResult:
+    """``result`` with every measurement of ``chosen`` it does not hold yet, computed here from its quantized outputs
+    against the float ``reference`` (a measurement registered in this process: the workers compute the built-ins).
+    A result read from a store keeps its outputs, so a measurement registered later is computed for it too."""
+    if result.error is not None:
+        return result
+    missing = [m for m in chosen if m.name not in result.measured_names]
+    if not missing:
+        return result
+    if not result.outputs:
+        raise InspectorError(f"{result.variant.label} kept no outputs to compute {', '.join(m.name for m in missing)} "
+                             "from; compare it again")
+    return replace(result, metrics=tuple(
+        replace(m, values=m.values + _measures.values(missing, reference[m.step][m.output],
+                                                       result.outputs[m.step][m.output]))
+        for m in result.metrics))
 
 
 def plan_of(target: _load.Target, variant: Variant, default: Quantization,

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from .._base.data import json_float
 from .._base.registry import Registry
 from .._base.errors import InspectorError, listing, quoted
+from .._base.display import draw
 
 
 @dataclass(frozen=True)
@@ -109,8 +110,7 @@ class EngineGap:
 
     def text(self) -> str:
         """One line: how far apart the engines were."""
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.text(self)
+        return draw("text", self)
 
     def to_dict(self) -> dict:
         steps = self.largest_steps
@@ -118,8 +118,7 @@ class EngineGap:
                 "largest_steps": steps, "outputs": [g.to_dict() for g in self.outputs]}
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.bundle(self)
+        return draw("bundle", self)
 
     def __repr__(self) -> str:
         return f"<EngineGap {self.target}: {self.text()}>"

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import math
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -40,6 +39,7 @@ from .._base.copies import private_copy
 from .._doors.fold_swap import swapped_fold_pass
 from .._rules.rules import FoldLog, rule_pass_class
 from .quantization import Plan
+from . import measures as _measures
 from .results import Metrics, NotDelegated, QParams, SiteOutcome, Variant, VariantResult
 from .._base.errors import InspectorError, UnknownMarker, crash_behind, describe
 
@@ -505,29 +505,16 @@ def _not_delegated(program, rejected: dict[str, str]) -> tuple[NotDelegated, ...
 # ---------------------------------------------------------------- measurements
 
 
-def metrics(output: int, step: int, q: torch.Tensor, f: torch.Tensor) -> Metrics:
-    """Quantized ``q`` against float ``f`` for one output at one step."""
-    q, f = q.detach().double(), f.detach().double()
+def metrics(output: int, step: int, q: torch.Tensor, f: torch.Tensor, chosen=None) -> Metrics:
+    """Quantized ``q`` against float ``f`` for one output at one step: every measurement of ``chosen`` (default:
+    the built-ins, ``measures.wanted(None)``) and the SQNR per channel."""
     if q.shape != f.shape:
         raise InspectorError(f"output {output} has shape {tuple(q.shape)} quantized but {tuple(f.shape)} in float")
-    err = q - f
-    return Metrics(
-        output=output,
-        step=step,
-        max_abs_error=float(err.abs().max()) if err.numel() else 0.0,
-        mean_abs_error=float(err.abs().mean()) if err.numel() else 0.0,
-        mse=float((err ** 2).mean()) if err.numel() else 0.0,
-        sqnr_db=sqnr(f, err),
-        sqnr_per_channel_db=tuple(sqnr(f.select(1, c), err.select(1, c)) for c in range(f.shape[1])) if f.dim() >= 2 else (),
-        flushed_to_zero=float(((f != 0) & (q == 0)).double().mean()) if f.numel() else 0.0,
-    )
+    chosen = _measures.wanted(None) if chosen is None else chosen
+    qd, fd = q.detach().double(), f.detach().double()
+    err = qd - fd
+    per_channel = tuple(sqnr(fd.select(1, c), err.select(1, c)) for c in range(fd.shape[1])) if fd.dim() >= 2 else ()
+    return Metrics(output, step, _measures.values(chosen, f, q), per_channel)
 
 
-def sqnr(signal: torch.Tensor, noise: torch.Tensor) -> float:
-    """10 log10(sum signal^2 / sum noise^2) in dB: inf without noise, -inf without signal."""
-    s, n = float((signal ** 2).sum()), float((noise ** 2).sum())
-    if n == 0:
-        return math.inf
-    if s == 0:
-        return -math.inf
-    return 10 * math.log10(s / n)
+sqnr = _measures.sqnr  # the one definition, where the measurements live

@@ -16,7 +16,9 @@ from .._base.data import FORMAT, check_format, dataframe, json_float, read_float
 from .._rules.rules import Rule, get_rule, rule_named
 from .._cost.records import Cost
 from .engines import TOSA, engine_of, engines, gap as engine_gap
+from .measures import cost_value, in_registry_order, metrics
 from .._base.errors import InspectorError, listing, quoted
+from .._base.display import draw
 
 
 @dataclass(frozen=True)
@@ -79,21 +81,64 @@ class SiteOutcome:
 
 @dataclass(frozen=True)
 class Metrics:
-    """Quantized vs float for one output at one step."""
+    """Quantized vs float for one output at one step: a value per measurement (``inspector.metrics``)."""
 
     output: int  # output index (flattened)
     step: int  # 0-based recurrent step
-    max_abs_error: float  # max |q - f|
-    mean_abs_error: float  # mean |q - f|
-    mse: float  # mean (q - f)^2
-    sqnr_db: float  # 10 log10(sum f^2 / sum (q - f)^2); inf when equal
-    sqnr_per_channel_db: tuple[float, ...]  # the same per output channel (dim 1)
-    flushed_to_zero: float  # share of elements with f != 0 but q == 0
+    values: tuple[tuple[str, float], ...]  # (measurement name, value), sorted by name: sqnr, max-abs, ... any registered
+    sqnr_per_channel_db: tuple[float, ...] = ()  # the SQNR per output channel (dim 1)
+
+    def __post_init__(self) -> None:  # one order, however computed or read back (a store sorts JSON keys)
+        object.__setattr__(self, "values", tuple(sorted(self.values)))
+
+    def value(self, name: str) -> float | None:
+        """The value of the measurement ``name`` (None: not measured here)."""
+        for key, v in self.values:
+            if key == name:
+                return v
+        return None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The measurements this record holds (sorted by name)."""
+        return tuple(k for k, _ in self.values)
+
+    # the built-ins by the names the records always had (every figure is in ``values``)
+    sqnr_db = property(lambda self: self.value("sqnr"), doc="10 log10(sum f^2 / sum (q - f)^2); inf when equal")
+    max_abs_error = property(lambda self: self.value("max-abs"), doc="max |q - f|")
+    mean_abs_error = property(lambda self: self.value("mean-abs"), doc="mean |q - f|")
+    mse = property(lambda self: self.value("mse"), doc="mean (q - f)^2")
+    flushed_to_zero = property(lambda self: self.value("flushed"), doc="share of elements with f != 0 but q == 0")
 
     def to_dict(self) -> dict:
-        d = {k: json_float(v) if isinstance(v, float) else v for k, v in vars(self).items()}
-        d["sqnr_per_channel_db"] = [json_float(v) for v in self.sqnr_per_channel_db]
-        return d
+        """One key per measurement (a built-in's historical key: ``sqnr_db``, ``max_abs_error``, ...)."""
+        return {"output": self.output, "step": self.step,
+                **{_metric_key(name): json_float(self.value(name)) for name in in_registry_order(self.names)},
+                "sqnr_per_channel_db": [json_float(v) for v in self.sqnr_per_channel_db]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Metrics":
+        """Read ``to_dict()`` back: every key but the output, the step and the per-channel SQNR is a value."""
+        fixed = {"output", "step", "sqnr_per_channel_db"}
+        return cls(_int(d["output"]), _int(d["step"]),
+                   tuple((_metric_name(_str(k)), _float(v)) for k, v in d.items() if k not in fixed),
+                   tuple(_float(v) for v in d.get("sqnr_per_channel_db", ())))
+
+    def row(self) -> dict:
+        """A DataFrame's row: the JSON's keys, numbers as floats."""
+        return {"output": self.output, "step": self.step,
+                **{_metric_key(n): self.value(n) for n in in_registry_order(self.names)},
+                "sqnr_per_channel_db": self.sqnr_per_channel_db}
+
+
+def _metric_key(name: str) -> str:
+    m = metrics.by_key(name)
+    return m.key if m is not None else name
+
+
+def _metric_name(key: str) -> str:
+    m = metrics.by_key(key)
+    return m.name if m is not None else key
 
 
 @dataclass(frozen=True)
@@ -137,9 +182,27 @@ class VariantResult:
     def at_step(self, step: int, output: int = 0) -> Metrics:
         return next(m for m in self.metrics if m.step == step and m.output == output)
 
-    def drift(self, output: int = 0, metric: str = "sqnr_db") -> list[float]:
-        """``metric`` of ``output`` per step (the drift curve)."""
-        return [getattr(m, metric) for m in self.metrics if m.output == output]
+    def drift(self, output: int = 0, metric: str = "sqnr") -> list[float]:
+        """``metric`` (a measurement's name, or a built-in's old field name such as ``sqnr_db``) of ``output`` per
+        step (the drift curve)."""
+        name = _metric_name(metric)
+        return [m.value(name) for m in self.metrics if m.output == output]
+
+    def value(self, metric: str, output: int = 0, step: int = 0) -> float | None:
+        """The value of ``metric`` (a measurement's name: ``inspector.metrics()``) at ``output`` and ``step``, or of a
+        cost measurement (``cycles``, ``sram``, ...) of the whole variant (None: not measured)."""
+        m = metrics.entry(_metric_name(metric))
+        if m.kind == "cost":
+            return cost_value(m, self.cost)
+        found = next((x for x in self.metrics if x.output == output and x.step == step), None)
+        if found is None:
+            raise InspectorError(f"{self.variant.label} has no output {output} at step {step}")
+        return found.value(m.name)
+
+    @property
+    def measured_names(self) -> tuple[str, ...]:
+        """The output measurements this result holds, in the registry's order (the built-ins first)."""
+        return in_registry_order(n for m in self.metrics for n in m.names)
 
     @property
     def ok(self) -> bool:
@@ -250,13 +313,12 @@ class Comparison:
         """A pandas DataFrame: ``"metrics"``, one row per variant, step and output (the columns of
         ``to_dict()["variants"][i]["metrics"]``, after the variant's label; numbers stay floats), or
         ``"variants"``, one row per variant (the columns of ``to_dict()["variants"]``)."""
-        return dataframe(kind, {"metrics": lambda: [{"variant": r.variant.label, **vars(m)}
+        return dataframe(kind, {"metrics": lambda: [{"variant": r.variant.label, **m.row()}
                                                     for r in self.results for m in r.metrics],
                                 "variants": lambda: [r.to_dict() for r in self.results]})
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.bundle(self)
+        return draw("bundle", self)
 
     def __repr__(self) -> str:
         return f"<Comparison {self.target}: {', '.join(r.variant.label for r in self.results)}, {self.steps} step(s)>"
@@ -286,10 +348,14 @@ class Comparison:
                 raise InspectorError(f"not a saved comparison: variant {quoted(r.variant.label)} has {what}")
         return result
 
+    def to_markdown(self, limit: int | None = None) -> str:
+        """A reply for an issue or a pull request: every variant's measurements (local paths redacted, within
+        GitHub's comment limit)."""
+        return draw("markdown", self, limit=limit)
+
     def plot(self, kind: str = "drift", output: int = 0):
         """A matplotlib Figure: ``drift`` (SQNR per step per variant) or ``channels`` (SQNR per channel)."""
-        from ..present import drawing  # the presentation sits above every record: reached only when drawn
-        return drawing.plot(self, kind, output)
+        return draw("plot", self, kind, output)
 
 
 def _rules_of(results) -> dict:
@@ -327,12 +393,7 @@ def _variant_result_from_dict(d: dict) -> VariantResult:
         folds=folds,
         sites=tuple(SiteOutcome(_str(s["id"]), _str(s["folded_at"], True), qp(s["conv_output"]), qp(s["mul_output"]))
                     for s in d["sites"]),
-        metrics=tuple(
-            Metrics(_int(m["output"]), _int(m["step"]), _float(m["max_abs_error"]), _float(m["mean_abs_error"]),
-                    _float(m["mse"]), _float(m["sqnr_db"]), tuple(_float(v) for v in m["sqnr_per_channel_db"]),
-                    _float(m["flushed_to_zero"]))
-            for m in d["metrics"]
-        ),
+        metrics=tuple(Metrics.from_dict(m) for m in d["metrics"]),
         not_delegated=tuple(NotDelegated(_str(n["node"]), _str(n["target"]), _str(n["reason"]))
                             for n in d["not_delegated"]),
         timings={_str(k): _float(v) for k, v in dict(d["timings"]).items()},

@@ -10,10 +10,13 @@ with is the rest of ``present``: ``tables`` (text and HTML tables), ``render`` a
 
 from __future__ import annotations
 
+import textwrap
+
 from functools import singledispatch
 from typing import Iterable
 
 from .._advise.records import Advice
+from .._base import display as _display
 from .._base.files import write_text
 from .._decide.analysis import Analysis
 from .._journey.records import Change, Journey, Step
@@ -97,6 +100,8 @@ def markdown(record, limit: int | None = None) -> str:
     """``record`` as a Markdown reply for an issue or a pull request (local paths redacted, GitHub's limit)."""
     if isinstance(record, Advice):
         return _advice.advice_markdown(record, limit)
+    if isinstance(record, Comparison):
+        return _report.comparison_markdown(record, limit)
     raise InspectorError(f"the presentation writes no Markdown reply for a {type(record).__name__}")
 
 
@@ -115,6 +120,8 @@ def caption(analysis: Analysis, which: str | None) -> list[str]:
     lines = [f"{analysis.name}: {analysis.stage}, rule {analysis.rule.name}, {what}", analysis.summary()]
     if analysis.markers:
         lines.append("markers: " + ", ".join(analysis.markers))
+    if analysis.stage_note:  # what this graph is in the flow the user ships (edge: no INT flow's)
+        lines += textwrap.wrap(analysis.stage_note, 110)
     return lines
 
 
@@ -171,3 +178,11 @@ journey_picture = _journey.journey_picture
 __all__ = ["bundle", "caption", "html", "journey_picture", "markdown", "plot", "render", "render_pair", "report", "svg",
            "sweep_csv", "sweep_format", "sweep_json", "sweep_markdown", "sweep_page", "text", "to_model_explorer",
            "verdicts"]
+
+
+# The ground floor's table: every record below the presentation draws itself through ``_base.display.draw``.
+_display.provide(bundle=bundle, text=text, html=html, plot=plot, markdown=markdown, caption=caption,
+                 verdicts=verdicts, render=render, render_pair=render_pair, svg=svg, report=report,
+                 to_model_explorer=to_model_explorer, sweep_json=sweep_json, sweep_csv=sweep_csv,
+                 sweep_format=sweep_format, sweep_page=sweep_page, sweep_markdown=sweep_markdown,
+                 journey_picture=journey_picture)

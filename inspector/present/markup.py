@@ -18,7 +18,9 @@ def escape(value) -> str:
 
 def markdown_table(header, rows) -> list[str]:
     """A GitHub Markdown table as lines: the header, the rule, one line per row. Cells are written
-    as given: escaping model-derived text (``md_code``) is the caller's."""
+    as given: escaping model-derived text (``md_code``) is the caller's. A heading's pipes (``max |err|``, a
+    measurement's name) are escaped here: GFM splits cells on them."""
+    header = [str(h).replace("\\|", "|").replace("|", "\\|") for h in header]
     return (["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
             + ["| " + " | ".join(row) + " |" for row in rows])
 
