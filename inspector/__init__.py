@@ -32,6 +32,7 @@ from ._journey.records import Journey
 from ._advise.advise import advise
 from ._advise.records import Advice
 from ._numbers.measures import Metric, metric, metrics
+from ._targets.streams import Stream
 
 __all__ = [
     # analyze: sites, decisions, reasons
@@ -39,7 +40,7 @@ __all__ = [
     # rules: one object each, in one registry
     "Rule", "rule", "RuleContext", "Skip", "rules",
     # compare: the TOSA INT reference, under the quantizations of one registry
-    "compare", "Comparison", "Variant", "VariantResult", "DEFAULT_VARIANTS", "quantizations", "clear_cache",
+    "compare", "Comparison", "Variant", "VariantResult", "Stream", "DEFAULT_VARIANTS", "quantizations", "clear_cache",
     "start_workers",
     # what a comparison measures: one registry, a user's measurement registered like the built-ins
     "metric", "metrics",

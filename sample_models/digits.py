@@ -19,6 +19,7 @@ from ._base import FOLD, SampleModel, Verdict, skip
 DATA = Path(__file__).resolve().parent / "data"
 RECORD = DATA / "digits.json"  # seed, split and accuracy of the committed weights
 TRAIN = 1437  # the first 1,437 digits train; the last 360 are held out
+STREAMED = 125  # held-out digits in digits_stateful's stream: 8 calls each, 1,000 steps (the most a comparison runs)
 
 
 @functools.lru_cache(maxsize=1)  # the 1,797 digits, read once per process (scikit-learn's import is a second)
@@ -62,6 +63,13 @@ class _TrainedDigits(SampleModel):
 
     def example_inputs(self):
         return (split("held-out")[0][:1],)  # the first held-out digit
+
+    def example_stream(self):
+        """The held-out digits a call each, with their labels: the task's own measure (accuracy) is read on them."""
+        from inspector import Stream  # the samples import the core only when they need it
+
+        images, labels = split("held-out")
+        return Stream(tuple((image[None],) for image in images), tuple(labels), name="the 360 held-out digits")
 
     def top1(self, images: torch.Tensor, labels: torch.Tensor) -> float:
         """The share of ``images`` whose most likely class is their label."""
@@ -154,8 +162,16 @@ class DigitsStateful(_TrainedDigits):
     def example_inputs(self):
         return self.columns(split("held-out")[0][:1])[0]
 
-    def example_stream(self) -> list[tuple[torch.Tensor, ...]]:
-        return self.columns(split("held-out")[0][:1])
+    def example_stream(self):
+        """The held-out digits, each read column by column from a fresh state (a sequence of 8 calls), its label
+        on its last column."""
+        from inspector import Stream  # the samples import the core only when they need it
+
+        images, labels = split("held-out")
+        images, labels = images[:STREAMED], labels[:STREAMED]
+        frames = tuple(column for image in images for column in self.columns(image[None]))
+        marks = tuple(label if i % 8 == 7 else None for label in labels for i in range(8))
+        return Stream(frames, marks, sequence=8, name=f"the first {STREAMED} held-out digits, a column per call")
 
     @torch.no_grad()
     def predict(self, images: torch.Tensor) -> torch.Tensor:

@@ -57,6 +57,8 @@ class SileroVad(SampleModel):
     """
 
     SEED = 0  # trained weights: nothing is seeded
+    SAMPLE_RATE = RATE  # what a .wav stream must be recorded at (--stream speech.wav)
+    METRICS = ("decision-mismatch@0.5",)  # the task's own number: frames whose speech/no-speech decision changed
 
     def __init__(self) -> None:
         super().__init__()
@@ -99,8 +101,12 @@ class SileroVad(SampleModel):
         for buffer in (self.h, self.c, self.context):
             buffer.zero_()
 
-    def example_stream(self) -> list[tuple[torch.Tensor, ...]]:
-        return [(frame.unsqueeze(0),) for frame in speech().split(FRAME)]
+    def example_stream(self):
+        """The whole clip, a frame of 512 samples per call: speech, quiet and noise, 125 frames (4 s)."""
+        from inspector import Stream  # the samples import the core only when they need it
+
+        return Stream(tuple((frame.unsqueeze(0),) for frame in speech().split(FRAME)),
+                      name=f"speech.wav (espeak-ng, {RATE // 1000} kHz), frames of {FRAME} samples")
 
     def example_inputs(self):
         return self.example_stream()[40]  # a frame inside the first sentence

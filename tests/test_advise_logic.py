@@ -50,6 +50,9 @@ class _Result:
     def worst(self):
         return SimpleNamespace(sqnr_db=self.db)
 
+    def overall(self, name):
+        return self.metrics[0].value(name)
+
 
 class _Comparison:
     def __init__(self, results):
@@ -73,7 +76,8 @@ def runs(monkeypatch):
         return _Comparison(results)
 
     monkeypatch.setattr(advise_module, "compare", compare)
-    monkeypatch.setattr(advise_module._load, "load", lambda target, inputs=None: SimpleNamespace(name="fake"))
+    monkeypatch.setattr(advise_module._load, "load",
+                        lambda target, inputs=None: SimpleNamespace(name="fake", steps=lambda steps: steps or 1))
     monkeypatch.setattr(advise_module, "_marked_by", lambda target, wanted, common: dict.fromkeys(wanted))
     return seen
 

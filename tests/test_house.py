@@ -566,3 +566,69 @@ def test_the_reason_check_can_fail():
     blocks = _inner_imports(source)
     assert blocks == [[2], [7, 8], [12]]
     assert [_says_why(source, b) for b in blocks] == [False, True, False]
+
+
+# ---------------------------------------------------------------- objects stay objects
+
+
+def _name_comparisons(tree: ast.AST, names: set[str]) -> list[str]:
+    """Every comparison of ``tree`` with a string literal that is one of ``names`` (on either side, or inside a
+    tuple, list or set it is compared with): ``engine == "tosa"``, ``accelerator not in ("tosa-int",)``."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            for side in (node.left, *node.comparators):
+                items = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+                if any(isinstance(i, ast.Constant) and i.value in names for i in items):
+                    found.append(f"{node.lineno}: {ast.unparse(node)}")
+                    break
+    return found
+
+
+def test_no_module_compares_an_engine_or_accelerator_by_name():
+    """Records hold the engine and accelerator they ran with, and the code asks them (``engine.authority``,
+    ``accelerator.costs``, the registry's own objects): no module of the core or the widget compares a registered
+    engine's or accelerator's name with a string."""
+    from inspector._numbers.engines import engines
+
+    names = set(engines.names()) | set(inspector.accelerators.names())
+    found = []
+    for path in sorted([*CORE.rglob("*.py"), *(ROOT / "widgets").glob("*.py")]):
+        found += [f"{path.relative_to(ROOT)}:{hit}" for hit in _name_comparisons(ast.parse(path.read_text()), names)]
+    assert not found, f"names compared where the object should be asked: {found}"
+
+
+def test_the_name_comparison_check_can_fail():
+    source = ('if comparison.engine != "tosa":\n    pass\n'
+              'ok = accelerator not in ("ethos-u55-128", "x")\n'
+              'fine = point == "simulated" or engine is TOSA or chip == TOSA_INT\n')
+    assert _name_comparisons(ast.parse(source), {"tosa", "ethos-u55-128"}) == [
+        "1: comparison.engine != 'tosa'", "3: accelerator not in ('ethos-u55-128', 'x')"]
+
+
+def test_a_comparison_read_back_holds_the_registrys_objects():
+    """A comparison (and its results) read from JSON holds the registered engine and accelerator, its JSON names
+    them exactly as before, and an accelerator this process does not know reads as a stand-in that says so."""
+    import json
+
+    from inspector._numbers.engines import SIMULATION, TOSA, engines
+    from inspector._numbers.results import Metrics
+
+    u55 = inspector.accelerators.get("ethos-u55-128")
+    result = inspector.VariantResult(inspector.Variant("upstream"), {"tfa": 1, "lowering": 0}, (),
+                                     (Metrics(0, 0, (("sqnr", 30.0),)),), (), {}, engine="simulation",
+                                     accelerator="ethos-u55-128")
+    made = inspector.Comparison("net", 1, "example inputs", "a8w8", (result,), engine=SIMULATION, accelerator=u55)
+    data = json.loads(json.dumps(made.to_dict()))
+    assert (data["engine"], data["accelerator"]) == ("simulation", "ethos-u55-128")
+    assert (data["variants"][0]["engine"], data["variants"][0]["accelerator"]) == ("simulation", "ethos-u55-128")
+    back = inspector.Comparison.from_dict(data)
+    assert back.engine is engines.get("simulation") and back.results[0].engine is SIMULATION
+    assert back.accelerator is u55 and back.results[0].accelerator is u55
+    assert back.to_dict() == data and str(back.engine) == "simulation" and f"{back.accelerator}" == "ethos-u55-128"
+    default = inspector.Comparison.from_dict({k: v for k, v in data.items() if k not in ("engine", "accelerator")})
+    assert default.engine is TOSA and default.accelerator is inspector.accelerators.get("tosa-int")
+    elsewhere = inspector.Comparison.from_dict({**data, "accelerator": "an-npu-registered-elsewhere"})
+    assert elsewhere.accelerator.name == "an-npu-registered-elsewhere" and elsewhere.accelerator.stand_in
+    assert "an-npu-registered-elsewhere" not in inspector.accelerators and not elsewhere.accelerator.costs
+    assert elsewhere.to_dict()["accelerator"] == "an-npu-registered-elsewhere"

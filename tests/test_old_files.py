@@ -16,6 +16,7 @@ import pytest
 import inspector
 from conftest import ROOT
 from inspector._base import store as _store
+from inspector._base.data import FORMAT
 from inspector._sweep.records import SweepRow, SweepVariant
 
 OLD = ROOT / "tests" / "data" / "written_by_2c932db"
@@ -44,7 +45,7 @@ def test_an_old_session_reads_and_saves_in_the_new_format(tmp_path):
     assert [r.variant.rule.name for r in session.results.results] == ["off", "upstream", "state-aware"]
     assert session.results.results[2].variant.rule is inspector.rules.get("state-aware")
     saved = json.loads(session.save(tmp_path / "again.json").read_text())
-    assert saved["version"] == 2 and saved["rule"] == "state-aware" and "policy" not in saved
+    assert saved["version"] == FORMAT and saved["rule"] == "state-aware" and "policy" not in saved
     assert all("rule" in v["variant"] and "policy" not in v["variant"] for v in saved["results"]["variants"])
     assert inspector.Session.read(tmp_path / "again.json") == session
 
@@ -72,7 +73,7 @@ def test_an_old_comparison_reads_and_its_numbers_are_computed_again_the_same():
         assert [m.sqnr_db for m in now.metrics] == [m.sqnr_db for m in then.metrics], now.variant.label
         assert now.folds == then.folds and [s.folded_at for s in now.sites] == [s.folded_at for s in then.sites]
     written = again.to_dict()
-    assert written["format"] == 2 and all("rule" in v["variant"] for v in written["variants"])
+    assert written["format"] == FORMAT and all("rule" in v["variant"] for v in written["variants"])
 
 
 def test_an_old_attribution_reads():
@@ -125,7 +126,7 @@ def test_an_old_sweep_folder_gives_the_same_table(tmp_path):
     result = inspector.sweep(["sample:stateful_conv_mul", "sample:conv_mul_chain"], rules=("upstream", "state-aware"),
                              stages=("tfa",), steps=2, engine="simulation", workers=1, out=folder)
     new = result.to_dict()
-    assert new["format"] == 2 and new["rules"] == old["policies"]
+    assert new["format"] == FORMAT and new["rules"] == old["policies"]
     assert [(r["target"], r["rule"], r["folded"], r["reasons"]) for r in new["rows"]] == \
         [(r["target"], r["policy"], r["folded"], r["reasons"]) for r in old["rows"]]
     assert [(v["variant"], v["sqnr_db_last"], v["sqnr_db_worst"]) for v in new["variants"]] == \

@@ -90,8 +90,11 @@ def test_the_stateful_digits_read_column_by_column_through_the_buffer_as_in_trai
     model = sample_models.get("digits_stateful")
     images, labels = model.held_out()
     images = images[:12]
-    stream = model.example_stream()  # the first held-out digit, column by column
-    assert len(stream) == 8 and all(torch.equal(a, b) for (a,), (b,) in zip(stream, model.columns(images[:1])))
+    stream = model.example_stream()  # the first held-out digits, each column by column, its label on its last column
+    assert stream.sequence == 8 and len(stream) == 8 * digits.STREAMED
+    expected = [column for image in images for column in model.columns(image[None])]
+    assert all(torch.equal(a, b) for (a,), (b,) in zip(stream, expected))  # frame 8k + i is digit k's column i
+    assert [int(x) for x in stream.labels[7:96:8]] == labels[:12].tolist() and stream.labels[0] is None
     read = []
     with one_thread():
         for image in images:

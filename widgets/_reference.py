@@ -28,7 +28,7 @@ class ReferencePanel:
                "results", "gap_results", "plots", "bits_results")
 
     def __init__(self, variants: tuple[str, ...], *, on_run: Callable, on_bits: Callable,
-                 quantizations: tuple[str, ...] = ("a8w8",), accelerator: str = "tosa-int") -> None:
+                 quantizations: tuple[str, ...] = ("a8w8",), accelerator: str = present.TOSA_INT.name) -> None:
         self.variant_picker = W.SelectMultiple(options=list(inspector.rules), value=tuple(variants),
                                                description="variants", rows=4,
                                                tooltip=rules_tooltip()).add_class("fi-variants")
@@ -38,7 +38,7 @@ class ReferencePanel:
             tooltip=quantizations_tooltip(),
         ).add_class("fi-quantizations")
         self.accelerator_picker = W.Dropdown(
-            options=list(inspector.accelerators), value="tosa-int", description="accelerator",
+            options=list(inspector.accelerators), value=present.TOSA_INT.name, description="accelerator",
             tooltip=accelerators_tooltip(), layout=W.Layout(width="300px")).add_class("fi-accelerator")
         # An Ethos-U target's memory mode and system config (the ones Vela's config file offers it; "" is
         # ExecuTorch's default): the accelerator run is the target with them (ethos-u85-256:Dedicated_Sram).
@@ -150,8 +150,8 @@ class ReferencePanel:
             self.plots.value = self.gap_results.value = ""
             return
         banner = present.stale_html(comparison_for, comparison.accelerator) if stale else ""
-        if comparison.engine != "tosa":
-            banner += PREVIEW + (COST_LATER if comparison.accelerator != "tosa-int" else "")
+        if not comparison.engine.authority:  # a preview: its cost comes with the numbers that replace it
+            banner += PREVIEW + (COST_LATER if comparison.accelerator.costs else "")
         self.gap_results.value = present.gap_html(gap) if gap is not None else ""
         self.results.value = banner + present.comparison_html(comparison)
         self.plots.value = "".join(present.figure_img(comparison.plot(kind)) for kind in ("drift", "channels"))
@@ -167,7 +167,7 @@ class ReferencePanel:
             chosen = self.accelerator_picker.value
             settings = (self.memory_mode_picker.value, self.system_config_picker.value)
             self.accelerator_picker.options = list(inspector.accelerators)
-            self.accelerator_picker.value = chosen if chosen in inspector.accelerators else "tosa-int"
+            self.accelerator_picker.value = chosen if chosen in inspector.accelerators else present.TOSA_INT.name
             if self.accelerator_picker.value == chosen:  # the same target keeps its settings
                 self.memory_mode_picker.value, self.system_config_picker.value = settings
         if tuple(self.quantization_picker.options) != tuple(inspector.quantizations):

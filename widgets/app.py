@@ -92,7 +92,7 @@ class FoldInspector(W.VBox):
     def __init__(self, target: Any, example_inputs: Any = None, *, stage: str | None = None, rule: Any = "upstream",
                  markers: Iterable[str] = (), variants: Iterable[Any] = inspector.DEFAULT_VARIANTS, steps: int | None = None,
                  graph_view: str = "side by side", focus_selected: bool = True, rules: Iterable[Any] = (),
-                 isolate: bool = True, accelerator: Any = "tosa-int") -> None:
+                 isolate: bool = True, accelerator: Any = present.TOSA_INT.name) -> None:
         super().__init__()
         self.add_class("fi-app")
         # The reference, attribution and bits runs do their native work (quantizer, lowering, the TOSA
@@ -143,7 +143,8 @@ class FoldInspector(W.VBox):
 
     # ------------------------------------------------------------------ layout
 
-    def _build_panels(self, stage, rule, variants, graph_view, focus_selected, accelerator="tosa-int") -> None:
+    def _build_panels(self, stage, rule, variants, graph_view, focus_selected,
+                      accelerator=present.TOSA_INT.name) -> None:
         safely = self._safely
         self._picker = ModelPicker(self._target_ref, on_pick=self._on_model)
         self._header = Header(stage, rule, self._picker.model_picker, on_stage=self._on_stage,
@@ -229,7 +230,7 @@ class FoldInspector(W.VBox):
     def stale(self) -> bool:
         """The shown reference results were computed for other markers, rule, stage or accelerator."""
         return self.comparison is not None and (self._comparison_for != self._current_config()
-                                                or self.comparison.accelerator != self._reference.accelerator)
+                                                or self.comparison.accelerator.name != self._reference.accelerator)
 
     @property
     def engine_gap(self):
@@ -255,7 +256,7 @@ class FoldInspector(W.VBox):
         def compute(analysis, variants, steps, config, progress):
             preview = None
             try:
-                preview = analysis.compare(variants, markers=config[2], steps=steps, engine="simulation",
+                preview = analysis.compare(variants, markers=config[2], steps=steps, engine=present.SIMULATION,
                                            accelerator=accelerator,
                                            progress=lambda p, f: progress(f"preview: {p}", PREVIEW_SHARE * f))
             except InspectorError:
@@ -584,7 +585,7 @@ class FoldInspector(W.VBox):
         """Decide the stage shown again in the flow of the accelerator picked (``tfa`` and ``lowering`` only:
         ``aten`` and ``edge`` are every flow's)."""
         accelerator = self._reference.accelerator
-        if self.analysis.stage in ("tfa", "lowering") and accelerator != self.analysis.accelerator:
+        if self.analysis.stage in ("tfa", "lowering") and accelerator != self.analysis.accelerator.name:
             self.analysis = inspector.analyze(self.analysis.target, stage=self.analysis.stage,
                                               rule=self.analysis.rule, markers=self.analysis.markers,
                                               accelerator=accelerator)

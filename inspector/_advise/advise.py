@@ -40,7 +40,7 @@ from .._numbers.variant_cache import can_predict, predicted_decisions
 from .._rules.rules import get_rule
 from .._targets import load as _load
 from .keep import set_rule
-from .records import Advice, Against, Point, PriceCheck, SitePrice
+from .records import CONFIRM_ENGINE, SEARCH_ENGINE, Advice, Against, Point, PriceCheck, SitePrice
 
 EXHAUSTIVE_UP_TO = 4  # sites: up to 2**4 = 16 sets, each measured
 CONFIRM_TRIES = 3  # candidates confirmed one by one at most, when the prices are trusted
@@ -58,7 +58,7 @@ def advise(
     *,
     accelerator: Any = "ethos-u55-128",
     budget_db: float | None = None,
-    steps: int = 1,
+    steps: int | None = None,
     quantization: Any = None,
     calibration: Sequence | None = None,
     workers: int | None = None,
@@ -88,11 +88,9 @@ def advise(
     metric, budget = _budget(budget, budget_db)
     oriented = 1.0 if metric.better == "higher" else -1.0  # every comparison below reads "higher is better"
 
-    def _db(result) -> float | None:  # the budget's measurement at its worst output and step, oriented
-        if result.error is None:
-            worst = metric.worst(m.value(metric.name) for m in result.metrics)
-            return None if worst is None else oriented * worst
-        return None
+    def _db(result) -> float | None:  # the budget's measurement at its worst output (and step), oriented
+        worst = result.overall(metric.name) if result.error is None else None
+        return None if worst is None else oriented * worst
 
     def value(score: float | None) -> float | None:  # back to the measurement's own sign
         return None if score is None else oriented * score
@@ -101,13 +99,14 @@ def advise(
     say = progress or (lambda phase, fraction: None)
     # loaded once: every compare below asks about the same model (a timm net's build and export is seconds)
     target = _load.load(target, example_inputs)
+    steps = target.steps(steps)  # a stream's length unless given
     common = dict(steps=steps, calibration=calibration, quantization=quantization, accelerator=chip,
                   metrics=(metric.name,))
     notes: list[str] = []
 
     say("the ends on TOSA and Vela (off, upstream; state-aware beside them)", 0.0)
     # state-aware decides like upstream wherever the flow folds at tfa: then it is computed once (its decisions)
-    ends = compare(target, ("off", "upstream", GUARD), workers=workers, engine="tosa", **common)
+    ends = compare(target, ("off", "upstream", GUARD), workers=workers, engine=CONFIRM_ENGINE, **common)
     off, upstream, guarded = ends.result("off"), ends.result("upstream"), ends.result(GUARD)
     if off.error is not None or upstream.error is not None:
         raise InspectorError(f"advise needs off and upstream on TOSA: {(off.error or upstream.error)}")
@@ -119,7 +118,7 @@ def advise(
     prices, check = _checked_prices(ends, measured, notes, say)
 
     say("what the guard reaches (state-aware, nothing marked)", 0.2)
-    (free,) = compare(target, [Variant(get_rule(GUARD))], engine="simulation", **common).results
+    (free,) = compare(target, [Variant(get_rule(GUARD))], engine=SEARCH_ENGINE, **common).results
     _check(free)
     reachable = _folded(free)
     for site in _folded(upstream):
@@ -144,7 +143,7 @@ def advise(
         if sets:
             variants = [Variant(set_rule(fold)) for fold in sets]
             asked_of.update({v.rule.name: tuple(fold) for v, fold in zip(variants, sets)})
-            add(compare(target, variants, engine="simulation", **common).results)
+            add(compare(target, variants, engine=SEARCH_ENGINE, **common).results)
 
     n = len(reachable)
     add([free])
@@ -242,7 +241,7 @@ def advise(
     notes.append("the budget holds on the calibration inputs (the example inputs and their perturbed copies, or "
                  "the calibration given), not on a data set")
     say("done", 1.0)
-    return Advice(ends.target, chip.name, budget, steps, ends.results[0].quantization, search, site_prices,
+    return Advice(ends.target, chip, budget, steps, ends.results[0].quantization, search, site_prices,
                   tuple(points.values()), recommended, value(tosa_best), against, tuple(dict.fromkeys(notes)),
                   time.perf_counter() - started, check=check, lowerings=len(measured), compiler=rec.cost.compiler,
                   metric=metric.name)
@@ -271,7 +270,7 @@ class _Measured:
         if not sets:
             return
         results = compare(self._target, [Variant(set_rule(tuple(sorted(f)))) for f in sets], workers=self._workers,
-                          engine="tosa", **self._common).results
+                          engine=CONFIRM_ENGINE, **self._common).results
         for fold, r in zip(sets, results):
             if r.error is not None or r.cost is None:
                 self._notes.append(f"the TOSA and Vela run of {', '.join(sorted(fold)) or 'nothing folded'} "
@@ -400,7 +399,7 @@ def _marked_by(loaded: _load.Target, wanted: dict, common: dict) -> dict:
         else:
             run.append(fold)
     if run:
-        picked = compare(loaded, [variants[f] for f in run], engine="simulation", **common).results
+        picked = compare(loaded, [variants[f] for f in run], engine=SEARCH_ENGINE, **common).results
         out.update({f: (wanted[f] if r.error is None and set(_folded(r)) == set(f) else None)
                     for f, r in zip(run, picked)})
     return out

@@ -13,9 +13,11 @@ from pathlib import Path
 from .._base.data import check_format, dataframe, json_float, FORMAT
 from .._base.errors import InspectorError
 from .._base.display import draw
+from .._cost.accelerators import Accelerator, accelerator_named
+from .._numbers.engines import SIMULATION, TOSA, engine_of
 
-SEARCH_ENGINE = "simulation"  # what measures the sets (cheap); the TOSA reference model confirms
-CONFIRM_ENGINE = "tosa"
+SEARCH_ENGINE = SIMULATION  # what measures the sets (cheap); the TOSA reference model confirms
+CONFIRM_ENGINE = TOSA
 
 
 @dataclass(frozen=True)
@@ -133,7 +135,7 @@ class Advice:
     """Which sites should fold on one accelerator, within a budget of dB: measured, then confirmed on TOSA."""
 
     target: str
-    accelerator: str
+    accelerator: Accelerator  # what every set was lowered for and priced on
     budget_db: float
     steps: int
     quantization: str
@@ -145,12 +147,17 @@ class Advice:
     against: tuple[Against, ...]  # upstream, state-aware and off, on TOSA and Vela
     notes: tuple[str, ...] = ()
     seconds: float = 0.0
+    # role -> the Engine that played it
     engines: dict = field(default_factory=lambda: {"search": SEARCH_ENGINE, "confirm": CONFIRM_ENGINE})
     check: PriceCheck | None = None  # whether the sites' prices add up (None: written before they were checked)
     lowerings: int = 0  # the sets lowered for the accelerator, run on TOSA and priced by Vela (the ends included)
     compiler: str = ""  # what priced every cycle: Vela's version, the NPU, system config and memory mode (Cost.compiler)
     metric: str = "sqnr"  # the budget's measurement (inspector.metrics): every point's db, tosa_db and best_db are its
     # values (dB for sqnr), the budget_db an amount of it
+
+    def __post_init__(self) -> None:  # names (as a file writes them) are looked up once, here
+        object.__setattr__(self, "accelerator", accelerator_named(self.accelerator))
+        object.__setattr__(self, "engines", {role: engine_of(e) for role, e in self.engines.items()})
 
     @property
     def budget(self) -> tuple[str, float]:
@@ -209,9 +216,10 @@ class Advice:
         return keep(self, name, path)
 
     def to_dict(self) -> dict:
-        return {"kind": "advice", "format": FORMAT, "target": self.target, "accelerator": self.accelerator,
+        return {"kind": "advice", "format": FORMAT, "target": self.target, "accelerator": self.accelerator.name,
                 "budget_db": self.budget_db, "steps": self.steps, "quantization": self.quantization,
-                "search": self.search, "engines": dict(self.engines), "folded": list(self.folded),
+                "search": self.search, "engines": {role: e.name for role, e in self.engines.items()},
+                "folded": list(self.folded),
                 "markers": None if self.markers is None else list(self.markers), "best_db": _json(self.best_db),
                 "recommended": self.recommended.to_dict(), "sites": [s.to_dict() for s in self.sites],
                 "points": [p.to_dict() for p in self.points], "against": [a.to_dict() for a in self.against],

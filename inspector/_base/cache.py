@@ -4,7 +4,7 @@ Three kinds, all bounded, registered here when made, so that ``inspector.clear_c
 (``clear_all``) empties every one of them:
 
 - ``BoundedCache``: a least-recently-used map of at most ``maxsize`` entries, keyed by
-  everything that determines the value (never by less: see ``_hashing.program_fingerprint``).
+  everything that determines the value (never by less: see ``hashing.program_fingerprint``).
 - ``FactTable``: facts about a small, fixed set of keys (op overloads) read on hot paths; a
   plain dict emptied whole when it would pass its bound.
 - ``WeakCache``: values derived from an object this process holds elsewhere (a program's
@@ -42,7 +42,7 @@ def caches() -> list:
 
 
 # What holds results outside this process's caches, emptied with them: the warm worker
-# processes of ``_pool`` (their own caches die with them). Filled once, at import.
+# processes of ``_workers/pool.py`` (their own caches die with them). Filled once, at import.
 _ALSO_CLEARED: list = []
 
 

@@ -11,10 +11,13 @@ import math
 
 from .errors import InspectorError, quoted
 
-# The format of the JSON documents the inspector writes (analyses, comparisons, attributions, bits, sweeps):
-# 2 since a rule is called a rule in them ("rule", "rules"); format 1 said "policy", "policies", and
-# every reader still reads it (docs/words.md).
-FORMAT = 2
+# The one save-format version of everything the inspector writes: JSON documents (analyses, comparisons,
+# attributions, bits, sweeps, advice), sessions and the sweep's records in a result store. 3: a comparison's
+# measurements by name (a user's measurement under its own key), a cost's Vela version, an advice's price check;
+# 2: a rule is called a rule ("rule", "rules"); 1 said "policy", "policies". Every reader reads 1 to FORMAT
+# (docs/words.md).
+FORMAT = 3
+READS = tuple(range(1, FORMAT + 1))  # the versions every reader reads
 
 
 def check_format(data: dict, what: str) -> int:
@@ -102,5 +105,5 @@ def renamed(data: dict, key: str, old: str):
     return data[key] if key in data or old not in data else data[old]
 
 
-__all__ = ["FORMAT", "check_format", "dataframe", "json_float", "jsonable", "read_fields", "read_float", "read_int",
+__all__ = ["FORMAT", "READS", "check_format", "dataframe", "json_float", "jsonable", "read_fields", "read_float", "read_int",
            "read_list", "read_str", "renamed"]

@@ -24,10 +24,10 @@ left out: ``ethos-u85-256:Sram_Only`` is ``ethos-u85-256``). A user registers an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .._base.cache import BoundedCache
-from .._base.registry import Registry
+from .._base.registry import Named, Registry
 from .._doors import executorch as _executorch, vela as _vela
 from .._base.errors import InspectorError, quoted
 from .._base.formats import compiler
@@ -46,16 +46,22 @@ _CONFIGS = BoundedCache(32, "accelerator configurations")
 _SETTINGS = BoundedCache(16, "accelerator settings")
 
 
-@dataclass(frozen=True)
-class Accelerator:
-    """One compile target of a variant: the generic TOSA INT profile, or an Ethos-U configuration."""
+@dataclass(frozen=True, eq=False)
+class Accelerator(Named):
+    """One compile target of a variant: the generic TOSA INT profile, or an Ethos-U configuration. Records hold
+    the accelerator itself; ``str(accelerator)`` is its name (what their JSON writes), and it equals its name."""
 
     name: str  # what users type: --accelerator NAME, compare(accelerator=NAME)
-    help: str  # one line: what it is
+    help: str = field(repr=False)  # one line: what it is
     npu: str | None = None  # Vela's --accelerator-config ("ethos-u55-128"); None: no NPU, no cost
     system_config: str | None = None  # a section of Vela's config file (None: ExecuTorch's default for the NPU)
     memory_mode: str | None = None  # likewise
     builtin: bool = False  # registered by the inspector (kept from being replaced)
+
+    @property
+    def stand_in(self) -> bool:
+        """Read from a file by name only: an accelerator this process does not know (``accelerator_named``)."""
+        return self.help == STAND_IN
 
     @property
     def costs(self) -> bool:
@@ -177,7 +183,7 @@ TOSA_INT = accelerators.register(Accelerator(
 FP = "TOSA-1.0+FP"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class FloatProfile(Accelerator):
     """The backend's float TOSA profile: its flow quantizes nothing, so the pass folds inside the lowering call
     (``analyze(stage="lowering", accelerator="tosa-fp")``); there are no quantized numbers to compare."""
@@ -218,4 +224,22 @@ def accelerator_of(value) -> Accelerator:
     return accelerators.get(value)
 
 
-__all__ = ["Accelerator", "DEFAULT", "FORM", "TOSA_INT", "accelerator_of", "accelerators"]
+STAND_IN = "an accelerator this process does not know (read from a file)"
+
+
+def accelerator_named(name: "str | Accelerator") -> Accelerator:
+    """The accelerator a file or a record names (a saved comparison, session, sweep or advice): the registered one (a
+    target with settings made again), or, for a name this process cannot make (an accelerator a user registered in
+    another process), an unregistered stand-in that says so (``stand_in``): it reads and shows; it has no NPU, so
+    nothing is lowered for it or priced. An ``Accelerator`` is returned as it is (not registered)."""
+    if isinstance(name, Accelerator):
+        return name
+    if not isinstance(name, str):  # a reader's one line names what it was reading
+        raise TypeError(f"expected an accelerator's name, got {type(name).__name__}")
+    try:
+        return accelerators.get(name)
+    except InspectorError:
+        return Accelerator(name, STAND_IN)
+
+
+__all__ = ["Accelerator", "DEFAULT", "FORM", "TOSA_INT", "accelerator_named", "accelerator_of", "accelerators"]

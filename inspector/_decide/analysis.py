@@ -124,8 +124,9 @@ class Analysis:
         return self.decider.stage_graph
 
     @property
-    def accelerator(self) -> str:
-        """Whose flow hands the pass this graph (``tfa``, ``lowering``); at ``aten`` and ``edge`` every flow's."""
+    def accelerator(self):
+        """Whose flow hands the pass this graph (``tfa``, ``lowering``; an ``Accelerator``); at ``aten`` and
+        ``edge`` every flow's."""
         return self.decider.accelerator
 
     @property
@@ -250,7 +251,7 @@ class Analysis:
             "format": FORMAT,
             "target": self.name,
             "stage": self.stage,
-            "accelerator": self.accelerator,
+            "accelerator": self.accelerator.name,
             "rule": self.rule.to_dict(),
             "markers": list(self.markers),
             "summary": self.summary(),

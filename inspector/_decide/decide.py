@@ -1,7 +1,7 @@
 """The decider: every site of one stage graph decided by the real pass, under any rule and markers.
 
 A ``Decider`` owns one pristine stage graph and everything deciding it reuses: the layout of
-its sites and clusters (``_region``), the facts of each site that no rule changes (ids, scale,
+its sites and clusters (``region.py``), the facts of each site that no rule changes (ids, scale,
 where it is), the recurrent outputs, and two small bounded caches (the whole-graph after-graphs
 and the regions focused pictures are drawn from). ``decide(rule, markers, base=previous)``
 answers with a frozen ``Analysis``:
@@ -131,7 +131,7 @@ class _Outcome:
 class Decider:
     """Decides every site of one pristine stage graph; owns what deciding it again reuses."""
 
-    def __init__(self, target, stage_graph, accelerator: str = "tosa-int") -> None:
+    def __init__(self, target, stage_graph, accelerator: _accelerators.Accelerator = _accelerators.TOSA_INT) -> None:
         self.target = target  # the private model, inputs and export (``_load.Target``)
         self.stage_graph = stage_graph  # the pristine stage graph (never run the pass on it)
         self.accelerator = accelerator  # whose flow hands the pass this graph (tfa, lowering; the same at aten, edge)
@@ -379,11 +379,11 @@ def decider_of(target, stage: str, accelerator=None) -> Decider:
     """The decider of ``target``'s graph at ``stage`` in ``accelerator``'s flow (default ``tosa-int``; one per
     target, stage and accelerator, kept with the target)."""
     key = _stages.stage_key(stage, accelerator)
-    name = _accelerators.accelerator_of(accelerator).name
+    chip = _accelerators.accelerator_of(accelerator)
     stage_graph = _stages.stage_graph_of(target, stage, accelerator)
-    decider = target.facts.get(DECIDER, key, lambda: Decider(target, stage_graph, name))
+    decider = target.facts.get(DECIDER, key, lambda: Decider(target, stage_graph, chip))
     if decider.stage_graph is not stage_graph:  # the stage graph was captured again (a compare's own run)
-        decider = Decider(target, stage_graph, name)
+        decider = Decider(target, stage_graph, chip)
         target.facts.keep(DECIDER, key, decider)
     return decider
 

@@ -86,7 +86,7 @@ def stage_key(stage: str, accelerator=None) -> str:
                                  f"and it has no tfa stage; choose one of: {', '.join(s for s in STAGES if s != 'tfa')}")
         return "tfa" if not chip.costs else f"tfa@{chip.name}"  # as a comparison's plan keeps it (Plan.tfa_key)
     if stage == "lowering":
-        return "lowering" if chip.name == _accelerators.DEFAULT else f"lowering@{chip.name}"
+        return "lowering" if chip == _accelerators.TOSA_INT else f"lowering@{chip.name}"
     return stage
 
 

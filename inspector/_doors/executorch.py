@@ -6,7 +6,7 @@ lookup is swapped, the quantizer, constant lookup - and torch's private lazy gra
 module is listed in ``REQUIRED`` and checked once, before the first answer: if an
 upgrade renames one, the inspector fails with one line instead of, say, a state
 guard that silently stops applying. Imports are lazy, so ``import inspector``
-stays cheap. The TOSA flow has its own door, ``_tosa.py``, with the same check.
+stays cheap. The TOSA flow has its own door, ``_doors/tosa.py``, with the same check.
 """
 
 from __future__ import annotations

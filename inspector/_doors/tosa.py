@@ -3,7 +3,7 @@
 ``TosaReferenceModelDispatch`` lives in the wheel's Arm *test* package and may move
 between releases; ``tosa_reference_model`` comes from the tosa-tools wheel; the
 partitioner's reject reporter is a private hook. Every name used here is listed in
-``REQUIRED`` and checked once, before the first run, as ``_executorch`` does for the pass.
+``REQUIRED`` and checked once, before the first run, as ``_doors/executorch.py`` does for the pass.
 """
 
 from __future__ import annotations

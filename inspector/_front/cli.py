@@ -20,13 +20,14 @@ from .._rules.rules import rules
 from .._decide.stages import STAGES, STAGE_HELP
 from .._rules.rules import BUILT_IN, DEFAULT_VARIANTS
 from .._base.limits import MAX_STEPS
-from .._targets.load import random_inputs
+from .._targets.load import load, random_inputs
+from .._targets.streams import read_npy, read_wav
 from .._decide.decide import analyze
 from ..present.tables import analysis_text
 from .._numbers.compare import compare
 from ..present.tables import comparison_text
 from .._base.limits import check_steps
-from .._numbers.engines import engines
+from .._numbers.engines import TOSA, engines
 from .._cost.accelerators import DEFAULT as DEFAULT_ACCELERATOR, FORM as ACCELERATOR_FORM, accelerator_of, accelerators
 from .._numbers.quantization import quantizations
 from .._numbers.compare import variants_of
@@ -114,6 +115,10 @@ def _model_command_factory(sub):
         cmd.add_argument("target", metavar="TARGET")
         cmd.add_argument("--input-shape", action="append", default=[], metavar="1,3,8,8",
                          help="shape of one example input (repeat per input); random seeded float32")
+        cmd.add_argument("--stream", default=None, metavar="FILE",
+                         help="a new input at every step, read from FILE: a .npy array (T, *input shape), or a .wav "
+                              "(16-bit mono, at the model's SAMPLE_RATE) cut into frames of the model's input; its "
+                              "length is the default number of steps")
         if stage_and_rule:
             cmd.add_argument("--stage", choices=STAGES, default=None,
                              help="which graph the pass receives: " + "; ".join(f"{k}: {v}" for k, v in STAGE_HELP.items())
@@ -144,10 +149,15 @@ def _number_commands(model_command) -> None:
                    help=f"comma-separated rules to compare, each optionally @QUANTIZATION "
                         f"(upstream@a16w8) (default: {','.join(DEFAULT_VARIANTS)})")
     quantization_arguments(c)
-    c.add_argument("--steps", type=int, default=1, help=f"recurrent steps to run, 1 to {MAX_STEPS} (default: 1)")
+    c.add_argument("--steps", type=int, default=None,
+                   help=f"recurrent steps to run, 1 to {MAX_STEPS} (default: the stream's length, else 1)")
     c.add_argument("--json", action="store_true", help="print JSON instead of a table")
     c.add_argument("--workers", type=_workers, default=None, metavar="N",
                    help="processes running variants side by side (default: the cores available; 1: one after another)")
+    c.add_argument("--metrics", default=None, metavar="M,...",
+                   help="the measurements to compute (inspector.metrics(): sqnr, max-abs, ..., accuracy, "
+                        "decision-mismatch@0.5, or one a --rule or model file registers) (default: the built-ins and "
+                        "the task's own)")
     engine_argument(c)
 
     t = model_command("attribute", "where the quantization error enters: per-node error of each variant and step",
@@ -156,7 +166,8 @@ def _number_commands(model_command) -> None:
     t.add_argument("--variants", default="off,upstream", metavar="P[@Q],...",
                    help="comma-separated rules to compare, each optionally @QUANTIZATION (default: off,upstream)")
     quantization_arguments(t)
-    t.add_argument("--steps", type=int, default=1, help=f"recurrent steps to run, 1 to {MAX_STEPS} (default: 1)")
+    t.add_argument("--steps", type=int, default=None,
+                   help=f"recurrent steps to run, 1 to {MAX_STEPS} (default: the stream's length, else 1)")
     t.add_argument("--json", action="store_true", help="print JSON instead of tables")
     engine_argument(t)
 
@@ -173,7 +184,8 @@ def _number_commands(model_command) -> None:
     v.add_argument("--budget", type=_budget_pair, default=None, metavar="MEASUREMENT=AMOUNT",
                    help="the budget in another measurement with a direction (inspector.metrics(): e.g. "
                         "max-abs=0.05), instead of --budget-db")
-    v.add_argument("--steps", type=int, default=1, help=f"recurrent steps to run, 1 to {MAX_STEPS} (default: 1)")
+    v.add_argument("--steps", type=int, default=None,
+                   help=f"recurrent steps to run, 1 to {MAX_STEPS} (default: the stream's length, else 1)")
     v.add_argument("--workers", type=_workers, default=None, metavar="N",
                    help="processes running the TOSA variants side by side (default: the cores available)")
     v.add_argument("--keep-rule", default=None, metavar="FILE.py",
@@ -183,7 +195,8 @@ def _number_commands(model_command) -> None:
     rep = model_command("report", "a report for an issue thread: self-contained HTML, a Markdown reply, or JSON")
     rep.add_argument("--variants", default=None, metavar="P,P,...",
                    help="also run these rules on the TOSA INT reference and add the comparison")
-    rep.add_argument("--steps", type=int, default=1, help=f"recurrent steps for --variants, 1 to {MAX_STEPS} (default: 1)")
+    rep.add_argument("--steps", type=int, default=None,
+                     help=f"recurrent steps for --variants, 1 to {MAX_STEPS} (default: the stream's length, else 1)")
     rep.add_argument("--format", choices=("html", "md", "json"), default="md", help="default: md")
     rep.add_argument("--out", default=None, metavar="FILE", help="write it here (default: stdout)")
     engine_argument(rep)
@@ -233,7 +246,8 @@ def _picture_commands(model_command) -> None:
                    help="the graph the pass received, or the graph after it (default: before)")
     e.add_argument("--errors", default=None, metavar="RULE",
                    help="also overlay each node's measured SQNR for this variant (runs the quantized model)")
-    e.add_argument("--steps", type=int, default=1, help=f"recurrent steps for --errors, 1 to {MAX_STEPS} (default: 1)")
+    e.add_argument("--steps", type=int, default=None,
+                   help=f"recurrent steps for --errors, 1 to {MAX_STEPS} (default: the stream's length, else 1)")
     e.add_argument("--serve", action="store_true", help="then start Model Explorer on them and print its local URL")
     e.add_argument("--host", default="127.0.0.1", help="where --serve listens (default: 127.0.0.1)")
     e.add_argument("--port", type=int, default=8080, help="the port --serve listens on (default: 8080)")
@@ -298,6 +312,26 @@ def _short(text: str, limit: int = 60) -> str:
     return repr(text if len(text) <= limit else text[: limit - 1] + "…")
 
 
+def _example_inputs(args):
+    """The example inputs a model command runs on: a stream read from ``--stream``, or ``--input-shape``'s random
+    tensors, or None (the model's own)."""
+    path = getattr(args, "stream", None)
+    if path is None:
+        return _inputs_from_shapes(args.input_shape)
+    if args.input_shape:
+        raise InspectorError("give --stream or --input-shape, not both: a stream's frames are the inputs")
+    if path.endswith(".npy"):
+        return read_npy(path)
+    if path.endswith(".wav"):
+        model = load(args.target)  # its input shape and rate say how to cut the recording
+        rate = getattr(model.model, "SAMPLE_RATE", None)
+        if rate is None:
+            raise InspectorError(f"{args.target} declares no SAMPLE_RATE (Hz) to read a .wav at: give the frames as "
+                                 "a .npy array instead")
+        return read_wav(path, tuple(model.inputs[0].shape), int(rate))
+    raise InspectorError(f"--stream reads a .npy array of frames or a .wav recording, got {_short(path)}")
+
+
 def _inputs_from_shapes(shapes: list[str]):
     if not shapes:
         return None
@@ -315,7 +349,7 @@ def _inputs_from_shapes(shapes: list[str]):
 
 
 def _analyze(args) -> int:
-    result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage,
+    result = analyze(args.target, _example_inputs(args), stage=args.stage,
                      rule=args.rule, markers=args.mark, accelerator=args.accelerator)
     _print_result(args, result, analysis_text)
     return 0
@@ -362,10 +396,12 @@ class _ProgressBar:
 
 
 def _compare(args) -> int:
-    check_steps(args.steps, "--steps")
-    result = compare(args.target, _variants_arg(args), example_inputs=_inputs_from_shapes(args.input_shape),
+    if args.steps is not None:
+        check_steps(args.steps, "--steps")
+    result = compare(args.target, _variants_arg(args), example_inputs=_example_inputs(args),
                      markers=args.mark, steps=args.steps, progress=_ProgressBar(), workers=args.workers,
-                     quantization=args.quantization, engine=args.engine, accelerator=args.accelerator)
+                     quantization=args.quantization, engine=args.engine, accelerator=args.accelerator,
+                     metrics=None if args.metrics is None else [m.strip() for m in args.metrics.split(",") if m.strip()])
     if args.debug:
         for r in result.results:
             if r.log.strip():
@@ -381,9 +417,9 @@ def engine_argument(cmd, *, several: bool = False) -> None:
     """``--engine tosa|simulation`` (what computes the quantized numbers) and ``--accelerator NAME`` (what
     every variant is lowered for: on an Ethos-U, Vela prices it)."""
 
-    cmd.add_argument("--engine", choices=engines.names(), default="tosa",
+    cmd.add_argument("--engine", choices=engines.names(), default=TOSA.name,
                      help="what computes the quantized numbers: "
-                          + "; ".join(f"{k}: {v}" for k, v in engines.help().items()) + " (default: tosa)")
+                          + "; ".join(f"{k}: {v}" for k, v in engines.help().items()) + f" (default: {TOSA.name})")
     if several:  # a sweep runs each variant on each accelerator
         cmd.add_argument("--accelerators", "--accelerator", dest="accelerators", default=DEFAULT_ACCELERATOR,
                          metavar="A,B", help="comma-separated accelerators to lower every variant for (each variant on "
@@ -443,9 +479,10 @@ def _variants_arg(args):
 
 
 def _attribute(args) -> int:
-    check_steps(args.steps, "--steps")
+    if args.steps is not None:
+        check_steps(args.steps, "--steps")
     result = attribution(args.target, _variants_arg(args), steps=args.steps, markers=args.mark,
-                         example_inputs=_inputs_from_shapes(args.input_shape), progress=_ProgressBar(),
+                         example_inputs=_example_inputs(args), progress=_ProgressBar(),
                          quantization=args.quantization, engine=args.engine, accelerator=args.accelerator)
     _print_result(args, result, attribution_text)
     return 0
@@ -464,9 +501,10 @@ def _budget_pair(text: str) -> tuple[str, float]:
 
 
 def _advise(args) -> int:
-    check_steps(args.steps, "--steps")
+    if args.steps is not None:
+        check_steps(args.steps, "--steps")
     out = check_writable(args.keep_rule) if args.keep_rule else None
-    result = advise(args.target, _inputs_from_shapes(args.input_shape), accelerator=args.accelerator,
+    result = advise(args.target, _example_inputs(args), accelerator=args.accelerator,
                     budget_db=args.budget_db, budget=args.budget, steps=args.steps, workers=args.workers,
                     progress=_ProgressBar())
     print(result.to_json() if args.json else advice_text(result))
@@ -478,9 +516,10 @@ def _advise(args) -> int:
 
 
 def _report(args) -> int:
-    check_steps(args.steps, "--steps")
+    if args.steps is not None:
+        check_steps(args.steps, "--steps")
     out = check_writable(args.out) if args.out else None
-    result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage,
+    result = analyze(args.target, _example_inputs(args), stage=args.stage,
                      rule=args.rule, markers=args.mark, accelerator=args.accelerator)
     comparison = None
     if args.variants:
@@ -488,7 +527,7 @@ def _report(args) -> int:
                                         accelerator=args.accelerator)
     advice = None
     if args.advise:
-        advice = advise(args.target, _inputs_from_shapes(args.input_shape), accelerator=args.accelerator,
+        advice = advise(args.target, _example_inputs(args), accelerator=args.accelerator,
                         budget_db=args.budget_db, steps=args.steps, progress=_ProgressBar())
     text = result.report(comparison, format=args.format, full_traces=args.full_traces, advice=advice)
     if out is None:
@@ -502,7 +541,7 @@ def _report(args) -> int:
 def _repro(args) -> int:
 
     out = check_writable(args.out)
-    result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage, rule="upstream",
+    result = analyze(args.target, _example_inputs(args), stage=args.stage, rule="upstream",
                      accelerator=args.accelerator)
     repro = reproducer(result, args.site, file=out.name)
     repro.write(out)
@@ -515,7 +554,7 @@ def _repro(args) -> int:
 
 
 def _journey(args) -> int:
-    result = journey(args.target, args.site, args.variant, example_inputs=_inputs_from_shapes(args.input_shape),
+    result = journey(args.target, args.site, args.variant, example_inputs=_example_inputs(args),
                      stage=args.stage, tosa=args.tosa, all_passes=args.all_passes, accelerator=args.accelerator)
     print(json.dumps(result.to_dict(), indent=2) if args.json else result.text())
     return 0
@@ -524,7 +563,7 @@ def _journey(args) -> int:
 def _render(args) -> int:
     out = check_writable(args.out)
     fmt = args.format or {".png": "png", ".dot": "dot", ".gv": "dot"}.get(out.suffix.lower(), "svg")
-    result = analyze(args.target, _inputs_from_shapes(args.input_shape), stage=args.stage,
+    result = analyze(args.target, _example_inputs(args), stage=args.stage,
                      rule=args.rule, markers=args.mark, accelerator=args.accelerator)
     kw = {"focus": args.focus, "hops": args.hops}
     graph = result.render_pair(**kw) if args.which == "both" else result.render(args.which, **kw)
@@ -541,10 +580,11 @@ def _render(args) -> int:
 
 def _explorer(args) -> int:
     explorer.load_model_explorer()  # not installed: say so before exporting anything
-    check_steps(args.steps, "--steps")
+    if args.steps is not None:
+        check_steps(args.steps, "--steps")
     if args.serve:
         explorer.check_port(args.host, args.port)
-    inputs = _inputs_from_shapes(args.input_shape)
+    inputs = _example_inputs(args)
     result = analyze(args.target, inputs, stage=args.stage, rule=args.rule, markers=args.mark,
                      accelerator=args.accelerator)
     errors = None
@@ -626,7 +666,7 @@ def _sweep(args) -> int:
         check_steps(args.steps, "--steps")
     shapes = None
     if args.input_shape:
-        shapes = [tuple(x.shape) for x in _inputs_from_shapes(args.input_shape)]
+        shapes = [tuple(x.shape) for x in _example_inputs(args)]
     try:
         result = sweep([*args.targets, *args.models], args.rules, stages=args.stages, steps=steps,
                        variants=args.variants,

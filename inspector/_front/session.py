@@ -24,11 +24,11 @@ from .._numbers.results import Comparison
 from .._base.errors import InspectorError
 from .._rules.rules import DEFAULT_VARIANTS, rules
 from .._numbers.quantization import quantizations
-from .._cost.accelerators import SETTINGS, accelerator_of, accelerators
+from .._cost.accelerators import SETTINGS, TOSA_INT, accelerator_of, accelerators
 from ..present.render import GRAPH_SCOPES, GRAPH_VIEWS
+from .._base.data import FORMAT, READS
 
-SESSION_VERSION = 2  # 2: the rule is "rule"; version 1 said "policy", and is still read (docs/words.md)
-READS = (1, 2)  # the versions this inspector reads
+SESSION_VERSION = FORMAT  # the one save-format version; version 1 said "policy", and is still read (docs/words.md)
 MAX_SESSION_BYTES = 64 * 2 ** 20  # a session with results of 1,000 steps is a few MB
 _MAX_TEXT = 4096  # longest string field (a site id, a marker, a target path)
 
@@ -45,7 +45,7 @@ class Session:
     variants: tuple[str, ...] = DEFAULT_VARIANTS  # rules to run on the reference (names or rule files)
     quantizations: tuple[str, ...] = ("a8w8",)  # the quantizations each variant runs under (inspector.quantizations)
     steps: int = 1  # recurrent steps of a reference run
-    accelerator: str = "tosa-int"  # what a reference run lowers for (inspector.accelerators)
+    accelerator: str = TOSA_INT.name  # the name of what a reference run lowers for (inspector.accelerators)
     graph_view: str = "side by side"  # before | after | side by side
     graph_scope: str = "focus"  # focus | whole
     results: Comparison | None = None  # the last reference results

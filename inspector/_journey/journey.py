@@ -46,6 +46,9 @@ FOLD_WEIGHTS = "convert_pt2e: quantized weights folded into constants"
 REEXPORT = "torch.export: re-export"
 TO_EDGE = "to_edge: edge dialect"
 PARTITION = "partition: the TOSA delegate's part"
+# The point after convert_pt2e, where the converted program's quantize/dequantize simulation runs (a point's name,
+# not the engine: journey().point(SIMULATED))
+SIMULATED = "simulation"
 
 
 def journey(target: Any, site: "str | int | None" = None, variant: str = "upstream", *,
@@ -120,7 +123,7 @@ def _journey(rule, loaded, site, stage: str, tosa: bool, all_passes: bool, start
                     converted = _flow.run_phase("convert", None, lambda: _tosa.convert_pt2e(prepared))
                     follower.settle(FOLD_WEIGHTS, "convert", converted)
                     _flow.reset_state(converted, initial)
-                    points.append(_point("simulation", "torch (quantize/dequantize simulation)", converted, loaded,
+                    points.append(_point(SIMULATED, "torch (quantize/dequantize simulation)", converted, loaded,
                                          follower, eager_site, eager_out, through_qdq=True))
                     _flow.reset_state(converted, initial)
                     reexported = _flow.run_phase("re-export", None,
@@ -157,7 +160,7 @@ def _journey(rule, loaded, site, stage: str, tosa: bool, all_passes: bool, start
     return Journey(loaded.name, chosen.id, rule.name, chosen.decision, named.conv, named.mul,
                    tuple(follower.passes), tuple(follower.steps), follower.untouched, ending, tuple(points),
                    _moved(points, follower.steps), tuple(notes), time.perf_counter() - started,
-                   program_digest=program_digest(lowered), site_record=chosen, accelerator=chip.name, cost=cost)
+                   program_digest=program_digest(lowered), site_record=chosen, accelerator=chip, cost=cost)
 
 
 def _what_vela_made(cost, site) -> str:
@@ -339,7 +342,7 @@ def _tosa_point(program, target, eager_out: list, initial) -> Point:
 def _moved(points: list[Point], steps) -> tuple[str, ...]:
     """For each boundary between two points, how far the numbers moved and which steps lay between."""
     spans = {"after transform-for-annotation": ("prepare", "transform-for-annotation"),
-             "simulation": ("prepare", "convert"),
+             SIMULATED: ("prepare", "convert"),
              "TOSA": ("re-export", "to_edge", "lowering")}
     out = []
     for prev, cur in zip(points, points[1:]):
@@ -351,7 +354,7 @@ def _moved(points: list[Point], steps) -> tuple[str, ...]:
         phases = spans.get(cur.point, ())
         changed = [s.name for s in steps if s.phase in phases and any(
             c.kind in ("constant-changed", "removed") for c in s.changes)]
-        if cur.point == "simulation":
+        if cur.point == SIMULATED:
             changed = ["quantization (observers, convert_pt2e)"]
         if b == a or (math.isinf(a) and math.isinf(b)):
             out.append(f"{prev.point} -> {cur.point}: {what} unchanged")

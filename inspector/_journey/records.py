@@ -12,6 +12,7 @@ from typing import Any
 
 from .._base.data import json_float
 from .._cost.records import Cost
+from .._cost.accelerators import TOSA_INT, Accelerator, accelerator_named
 from .._base.display import draw
 
 # What a pass can do to one of the site's nodes (the ``kind`` of a ``Change``).
@@ -133,8 +134,11 @@ class Journey:
     seconds: float = 0.0  # how long the journey took
     program_digest: str = ""  # sha256 of the lowered program (its TOSA flatbuffers and the graph around them)
     site_record: Any = field(default=None, repr=False, compare=False)  # the Site, for the pictures
-    accelerator: str = "tosa-int"  # what the pipeline lowered for
+    accelerator: Accelerator = TOSA_INT  # what the pipeline lowered for
     cost: Cost | None = None  # on an NPU: Vela's estimate of the lowered program, its rows mapped to the site
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "accelerator", accelerator_named(self.accelerator))  # a name: looked up once
 
     # ---------------------------------------------------------------- questions
 
@@ -186,7 +190,7 @@ class Journey:
                 "steps": [s.to_dict() for s in self.steps], "untouched": self.untouched,
                 "ending": self.ending.to_dict(), "numbers": [p.to_dict() for p in self.numbers],
                 "moved": list(self.moved), "notes": list(self.notes), "seconds": self.seconds,
-                "program_digest": self.program_digest, "accelerator": self.accelerator,
+                "program_digest": self.program_digest, "accelerator": self.accelerator.name,
                 "cost": self.cost.to_dict() if self.cost is not None else None}
 
     def to_dataframe(self):

@@ -32,9 +32,10 @@ from .._decide import stages as _stages
 from .compare import compare, died_message
 from .._base.data import dataframe
 from .results import Comparison, Run, read_engine, read_float, read_int, read_str, renamed
+from .engines import TOSA, Engine, engine_of
 from . import result_store as _disk
 from .variant_cache import attribution_key
-from .flow import is_qdq, quantize, sqnr, stepped
+from .flow import is_qdq, quantize, reset_state, sqnr, stepped
 from .tasks import AttributionTask, model_task, worker_target
 from .._doors.fold_swap import swapped_fold_pass
 from .._rules.rules import FoldLog, rule_pass_class
@@ -191,8 +192,11 @@ class Attribution:
     variants: tuple[VariantAttribution, ...]
     sites: tuple[SiteError, ...]  # per site, variant and step
     order: tuple[str, ...] = ()  # aligned node ids in the exported program's topological order
-    # the engine of the comparison it looked inside: with "simulation" there are no TOSA outputs to agree with
-    engine: str = "tosa"
+    # the engine of the comparison it looked inside: on the simulation there are no TOSA outputs to agree with
+    engine: Engine = TOSA
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "engine", engine_of(self.engine))  # a name given here is looked up once
 
     def variant(self, label_or_rule: str) -> VariantAttribution:
         """The variant with this label, or the first one of this rule's name."""
@@ -208,7 +212,7 @@ class Attribution:
     def to_dict(self) -> dict:
         return {
             "target": self.target,
-            "engine": self.engine,
+            "engine": self.engine.name,
             "steps": self.steps,
             "calibration": self.calibration,
             "order": list(self.order),
@@ -305,8 +309,8 @@ def errors_by_node(graph, variant: VariantAttribution, sites, *, after: bool,
 # ---------------------------------------------------------------- the run
 
 
-def attribution(target: Any, variants=("off", "upstream"), *, steps: int = 1, progress=None,
-                isolate: bool = False, engine: str = "tosa", **compare_kw) -> Attribution:
+def attribution(target: Any, variants=("off", "upstream"), *, steps: int | None = None, progress=None,
+                isolate: bool = False, engine: "str | Engine" = TOSA, **compare_kw) -> Attribution:
     """Per-node error of each variant at every step: where the quantization error enters.
 
     ``target`` is a ``Comparison`` you already have (its variants are quantized again as they were
@@ -379,8 +383,8 @@ def _attribute(comparison, progress: Callable[[str, float], None] | None = None)
             progress(f"{variant.label}: per-node error", (i + 0.5) / len(comparison.results))
         records, sim_outputs, out_scales = _record(target, float_gm, quant_gm, comparison.steps, ids, meta,
                                                    sites, folded)
-        # on the simulation engine the comparison's outputs are this simulation's: nothing to agree with
-        agreement = _agreement(sim_outputs, result.outputs, out_scales) if result.engine == "tosa" else []
+        # on an engine that does not lower, the comparison's outputs are this simulation's: nothing to agree with
+        agreement = _agreement(sim_outputs, result.outputs, out_scales) if result.engine.lowers else []
         entries = _entry_points(records)
         folded_ids = tuple(sorted({sites[m][0] for m in folded}))
         variants.append(VariantAttribution(variant.label, variant.rule.name, folded_ids, tuple(records),
@@ -390,7 +394,7 @@ def _attribute(comparison, progress: Callable[[str, float], None] | None = None)
         progress("done", 1.0)
     order = tuple(ids[n] for n in sorted(ids, key=lambda n: meta[n][2]))
     return Attribution(comparison.target, comparison.steps, comparison.calibration, tuple(variants),
-                       tuple(site_errors), order, engine=getattr(comparison, "engine", "tosa"))
+                       tuple(site_errors), order, engine=comparison.engine)
 
 
 def _entry_points(records: list[NodeError]) -> tuple[NodeError, ...]:
@@ -520,8 +524,12 @@ def _record(target, float_gm, quant_gm, steps: int, ids, meta, sites, folded):
     out_scales = _output_scales(quant_gm)
     with torch.no_grad():
         # Both graphs step side by side, each fed its own recurrent outputs back.
-        both = zip(stepped(float_rec.fresh_run, target.inputs, target.recurrent, steps),
-                   stepped(quant_rec.fresh_run, target.inputs, target.recurrent, steps))
+        # With a stream each step is fed its own frame, and a new sequence starts both from the initial state.
+        initial = target.initial_buffers() if target.stream is not None and target.stream.sequence else {}
+        both = zip(stepped(float_rec.fresh_run, target.inputs, target.recurrent, steps, target.stream,
+                           lambda: reset_state(float_gm, initial)),
+                   stepped(quant_rec.fresh_run, target.inputs, target.recurrent, steps, target.stream,
+                           lambda: reset_state(quant_gm, initial)))
         for step, (_, q_out) in enumerate(both):
             sim_outputs.append([o.detach().clone() for o in q_out])
             by_source: dict[str, float] = {}

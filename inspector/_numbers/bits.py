@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from .attribution import attribute
 from .compare import compare, variants_of
-from .engines import engine_of
+from .engines import TOSA, Engine, engine_of
 from .._cost.accelerators import accelerator_of
 from .._decide.decide import analyze
 from .quantization import Plan, quantizations, resolve_overrides
@@ -71,7 +71,10 @@ class Bits:
     changes: tuple[BitsChange, ...]  # ranked: most recovered first, failed ones last
     notes: tuple[str, ...] = ()
     comparison: Comparison | None = field(default=None, repr=False, compare=False)
-    engine: str = "tosa"  # what computed every number: "tosa" or "simulation" (engines.py)
+    engine: Engine = TOSA  # what computed every number: the TOSA reference model or the simulation (engines.py)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "engine", engine_of(self.engine))  # a name given here is looked up once
 
     @property
     def best(self) -> BitsChange | None:
@@ -92,7 +95,7 @@ class Bits:
         return "; ".join(parts) + f". The most recovered: {lead} ({db_change(best.recovered_db)} dB)."
 
     def to_dict(self) -> dict:
-        return {"target": self.target, "engine": self.engine, "steps": self.steps, "baseline": self.baseline,
+        return {"target": self.target, "engine": self.engine.name, "steps": self.steps, "baseline": self.baseline,
                 "baseline_sqnr_db": json_float(self.baseline_sqnr_db), "answer": self.answer(),
                 "changes": [c.to_dict() for c in self.changes], "notes": list(self.notes)}
 
@@ -131,7 +134,7 @@ class Bits:
 
 def bits(
     target: Any,
-    steps: int = 1,
+    steps: int | None = None,
     *,
     rule: str = "upstream",
     quantization: str = "a8w8",
@@ -143,7 +146,7 @@ def bits(
     workers: int | None = None,
     progress: Callable[[str, float], None] | None = None,
     isolate: bool = False,
-    engine: str = "tosa",
+    engine: "str | Engine" = TOSA,
     accelerator=None,
 ) -> Bits:
     """Is it the fold or the bits? The SQNR at the last step of ``target`` under ``rule`` at
@@ -158,13 +161,14 @@ def bits(
     it is read from there after the baseline's comparison (itself read from the store), without
     its ``comparison``; an answer with a failed change is not kept."""
     check_bits_args(max_sites, entry_points)
-    engine = engine_of(engine).name
+    engine = engine_of(engine)
     chip = accelerator_of(accelerator)
     baseline = variants_of([f"{rule}@{quantization}"], markers)[0]
     part = (lambda start, width: None if progress is None else (lambda phase, f: progress(phase, start + width * f)))
     first = compare(target, [baseline], example_inputs=example_inputs, steps=steps, progress=part(0.0, 0.2),
                     workers=1, isolate=isolate, engine=engine, accelerator=chip)
     loaded = first.run.target
+    steps = first.steps  # a stream's length when it was not given
     try:
         wide_plan = Plan.of(quantizations.get(wide), (), chip).identity
     except InspectorError:

@@ -29,7 +29,7 @@ from .._workers.kinds import task_kind
 from .quantization import DEFAULT, Plan, Quantization, quantizations, quantization_of, resolve_overrides
 from .results import Comparison, Run, Variant, VariantResult
 from .tasks import VariantTask, group_by_decisions, model_run, run_in_worker
-from .engines import Engine, engine_of
+from .engines import TOSA, Engine, engine_of
 from . import measures as _measures
 from .measures import Metric
 from .._cost.accelerators import TOSA_INT, Accelerator, accelerator_of
@@ -48,13 +48,13 @@ def compare(
     *,
     example_inputs: Any = None,
     markers: Iterable[str] | None = None,
-    steps: int = 1,
+    steps: int | None = None,
     calibration: Sequence[Sequence[torch.Tensor]] | None = None,
     quantization: Any = None,
     progress: Progress | None = None,
     workers: int | None = None,
     isolate: bool = False,
-    engine: "str | Engine" = "tosa",
+    engine: "str | Engine" = TOSA,
     accelerator: "str | Accelerator | None" = None,
     metrics: "Iterable[str | Metric] | None" = None,
 ) -> Comparison:
@@ -65,7 +65,9 @@ def compare(
     applies to the variants given as plain rules. ``quantization`` is what variants that name
     none run under: a name (``inspector.quantizations``; default ``a8w8``), or a
     ``QuantizationConfig``.
-    ``steps > 1`` runs recurrent models step after step: mutable buffers start from the model's
+    ``example_inputs`` may be a stream: a list of input tuples (or an ``inspector.Stream``), one per step, each step
+    fed its own frame; a stream's length is the default number of steps (1 without one), and a sample with a stream
+    of its own uses it. ``steps > 1`` runs recurrent models step after step: mutable buffers start from the model's
     initial state; functional state is fed back per the model's ``RECURRENT`` declaration
     (output index -> input index). ``calibration`` is a list of input tuples (default: the
     example inputs plus seeded perturbed copies). ``progress(phase, fraction)`` is called as the
@@ -98,8 +100,10 @@ def compare(
     default: the built-ins): a measurement registered with ``@inspector.metric`` is computed from each variant's
     quantized outputs against the float reference, and every table, DataFrame and JSON shows it.
     """
-    check_steps(steps)
-    chosen = _measures.wanted(metrics)
+    if metrics is not None:
+        _measures.wanted(metrics)  # a bad name fails before anything runs
+    if steps is not None:
+        check_steps(steps)
     engine = engine_of(engine)
     chip = accelerator_of(accelerator)
     if not engine.in_workers:
@@ -110,6 +114,9 @@ def compare(
     if isolate or (n_workers > 1 and len(wanted) > 1):
         _pool.start_server()  # warms up in its own process while this one loads and exports
     loaded = _load.load(target, example_inputs)
+    steps = loaded.steps(steps)  # a stream's length unless given
+    check_steps(steps)
+    chosen = _measures.wanted(metrics, task=loaded.task_metrics)
     calibrated = _flow.choose_calibration(loaded, calibration, steps)
     base = base_key(loaded, calibrated, steps, engine.name)
     plans: list[Plan | None] = []
@@ -119,7 +126,7 @@ def compare(
             plans.append(plan_of(loaded, variant, default, chip))
         except InspectorError as exc:
             plans.append(None)
-            results[i] = failed(variant, default, exc, accelerator=chip.name)
+            results[i] = failed(variant, default, exc, accelerator=chip)
 
     def report(i: int, phase: str, fraction: float) -> None:
         if progress is not None:
@@ -162,23 +169,23 @@ def compare(
                 result, decisions = _flow.run_on(engine, loaded, variant, calibrated, plans[i], steps, reference,
                                                  lambda phase, fraction, i=i: report(i, phase, fraction))
             except InspectorError as exc:
-                results[i] = failed(variant, plans[i].quantization, exc, plans[i].spec, chip.name)
+                results[i] = failed(variant, plans[i].quantization, exc, plans[i].spec, chip)
                 continue
             RESULTS.put(base, variant, plans[i], result, decisions)
             results[i] = result
     if all(r.error is not None for r in results):
         first = results[0]
         raise InspectorError(first.error, details=first.log)
-    results = [measured(r, reference, chosen) for r in results]
+    results = [measured(r, reference, chosen, loaded.stream) for r in results]
     if progress is not None:
         progress("done", 1.0)
     return Comparison(loaded.name, steps, calibrated.text, default.text, tuple(results),
                       reference=tuple(tuple(step) for step in reference),
                       run=Run(loaded, calibrated, tuple(plans)), notes=decision_notes(loaded, wanted, results, chip),
-                      engine=engine.name, accelerator=chip.name)
+                      engine=engine, accelerator=chip, stream=loaded.stream.text() if loaded.stream is not None else "")
 
 
-def measured(result: VariantResult, reference, chosen) -> VariantResult:
+def measured(result: VariantResult, reference, chosen, stream=None) -> VariantResult:
     """``result`` with every measurement of ``chosen`` it does not hold yet, computed here from its quantized outputs
     against the float ``reference`` (a measurement registered in this process: the workers compute the built-ins).
     A result read from a store keeps its outputs, so a measurement registered later is computed for it too."""
@@ -192,7 +199,8 @@ def measured(result: VariantResult, reference, chosen) -> VariantResult:
                              "from; compare it again")
     return replace(result, metrics=tuple(
         replace(m, values=m.values + _measures.values(missing, reference[m.step][m.output],
-                                                       result.outputs[m.step][m.output]))
+                                                       result.outputs[m.step][m.output],
+                                                       None if stream is None else stream.label(m.step)))
         for m in result.metrics))
 
 
@@ -206,7 +214,7 @@ def plan_of(target: _load.Target, variant: Variant, default: Quantization,
 
 
 def failed(variant: Variant, quantization: Quantization, exc: InspectorError, spec: str | None = None,
-           accelerator: str = TOSA_INT.name) -> VariantResult:
+           accelerator: Accelerator = TOSA_INT) -> VariantResult:
     """The record of a variant that could not run: its one-line error, no numbers."""
     return VariantResult(variant, {"tfa": 0, "lowering": 0}, (), (), (), {}, quantization=quantization.name,
                          spec=spec or quantization.spec, error=str(exc), log=getattr(exc, "details", "") or "",
@@ -313,7 +321,7 @@ def _fold_count(decisions) -> int:
 
 def _run_parallel(target, wanted, plans, to_run, results, base, calibrated, steps, reference, n_workers, at_once,
                   progress, isolate: bool, engine: Engine) -> None:
-    """Run the variants in ``to_run`` on the process's warm worker pool (``_pool``), ``at_once`` at a
+    """Run the variants in ``to_run`` on the process's warm worker pool (``_workers/pool.py``), ``at_once`` at a
     time sharing ``n_workers`` cores; this process only hands them out and gathers the results (a
     worker forked from the warm server starts at once, and a crash there costs that variant only).
     Variants known to lead to the same fold decisions run once; with ``isolate`` off, a comparison
@@ -348,7 +356,7 @@ def _run_parallel(target, wanted, plans, to_run, results, base, calibrated, step
             return _flow.run_on(engine, target, wanted[i], calibrated, plans[i], steps, reference,
                               lambda phase, fraction: report(n, phase, fraction))
         except InspectorError as exc:
-            return failed(wanted[i], plans[i].quantization, exc, plans[i].spec, plans[i].accelerator.name), None
+            return failed(wanted[i], plans[i].quantization, exc, plans[i].spec, plans[i].accelerator), None
 
     try:
         run = model_run(target, calibrated, steps, reference, base, engine.name)
@@ -383,7 +391,8 @@ def _run_parallel(target, wanted, plans, to_run, results, base, calibrated, step
                                                details=event[3])
                     else:  # died: that variant alone is lost
                         error = InspectorError(died_message(f"variant {label}", event[2]))
-                    outcomes[n] = (failed(wanted[i], plans[i].quantization, error, plans[i].spec, plans[i].accelerator.name), None)
+                    outcomes[n] = (failed(wanted[i], plans[i].quantization, error, plans[i].spec,
+                                          plans[i].accelerator), None)
     for members, (result, decisions) in zip(groups, outcomes):
         first = members[0]
         if result.error is not None:

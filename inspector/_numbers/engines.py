@@ -17,22 +17,23 @@ quantization steps of the output's scale).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .._base.data import json_float
-from .._base.registry import Registry
+from .._base.registry import Named, Registry
 from .._base.errors import InspectorError, listing, quoted
 from .._base.display import draw
 
 
-@dataclass(frozen=True)
-class Engine:
-    """One way to compute a variant's quantized numbers: the flow asks it, never branches on its name."""
+@dataclass(frozen=True, eq=False)
+class Engine(Named):
+    """One way to compute a variant's quantized numbers: the flow asks it, never branches on its name. Records
+    hold the engine itself; ``str(engine)`` is its name (what their JSON writes), and it equals its name."""
 
     name: str  # what users type: engine="simulation", --engine simulation
-    help: str  # one line: what it runs
-    text: str  # what a reader sees next to its numbers
-    note: str  # what it cannot show, said with every one of its numbers ("" for the authority)
+    help: str = field(repr=False)  # one line: what it runs
+    text: str = field(repr=False)  # what a reader sees next to its numbers
+    note: str = field(repr=False)  # what it cannot show, said with every one of its numbers ("" for the authority)
     lowers: bool  # it lowers the program (a lowered program is what an accelerator's cost is read from)
     in_workers: bool  # worth a worker process (the simulation runs no native lowering or reference model)
     authority: bool  # its numbers are the ones the others are measured against
@@ -93,7 +94,7 @@ class EngineGap:
     """Two comparisons of the same question on two engines, side by side."""
 
     target: str  # model name
-    engines: tuple[str, str]  # (first, second), e.g. ("simulation", "tosa")
+    engines: tuple[Engine, Engine]  # (first, second), e.g. (SIMULATION, TOSA)
     outputs: tuple[OutputGap, ...]  # per variant, step and output
 
     @property
@@ -114,8 +115,9 @@ class EngineGap:
 
     def to_dict(self) -> dict:
         steps = self.largest_steps
-        return {"target": self.target, "engines": list(self.engines), "largest_db": json_float(self.largest_db),
-                "largest_steps": steps, "outputs": [g.to_dict() for g in self.outputs]}
+        return {"target": self.target, "engines": [e.name for e in self.engines],
+                "largest_db": json_float(self.largest_db), "largest_steps": steps,
+                "outputs": [g.to_dict() for g in self.outputs]}
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         return draw("bundle", self)
@@ -145,7 +147,7 @@ def gap(first, second) -> EngineGap:
             out.append(OutputGap(a.variant.label, m.output, m.step, m.sqnr_db, other.sqnr_db,
                                  _db_difference(m.sqnr_db, other.sqnr_db),
                                  _steps_apart(a, b, m.step, m.output, scale), scale))
-    return EngineGap(first.target, (first.engine, second.engine), tuple(out))
+    return EngineGap(first.target, (engine_of(first.engine), engine_of(second.engine)), tuple(out))
 
 
 def _scale(result, output: int) -> float | None:

@@ -1,11 +1,11 @@
 """The quantized flow one variant goes through, and what is measured on it.
 
 On a private copy of the target: ``TOSAQuantizer`` under the variant's quantization plan
-(``_quantization.Plan``: a8w8 by default, per-node overrides) -> calibrate -> convert
+(``quantization.Plan``: a8w8 by default, per-node overrides) -> calibrate -> convert
 (``quantize``) -> re-export -> lower for the plan's TOSA specification (TOSA-1.0+INT, or
 +int16 for 16-bit activations) -> the bit-accurate TOSA reference model (``run_variant``),
 under the variant's fold rule
-(``_fold_swap``, installed by the caller of ``quantize`` and by ``run_variant``). Also here:
+(``_doors/fold_swap.py``, installed by the caller of ``quantize`` and by ``run_variant``). Also here:
 
 - the calibration rule (``choose_calibration``): which batches the observers see, and for how
   many steps each one free-runs a model with state;
@@ -32,7 +32,7 @@ from torch.fx import Node
 
 from .._doors import executorch as _executorch, tosa as _tosa
 from .._sites import graph as _graph
-from .._targets import load as _load
+from .._targets import load as _load, streams as _streams
 from .._base import quiet as _quiet
 from .._decide import stages as _stages
 from .._base.copies import private_copy
@@ -41,6 +41,7 @@ from .._rules.rules import FoldLog, rule_pass_class
 from .quantization import Plan
 from . import measures as _measures
 from .results import Metrics, NotDelegated, QParams, SiteOutcome, Variant, VariantResult
+from .engines import SIMULATION
 from .._base.errors import InspectorError, UnknownMarker, crash_behind, describe
 
 # Default calibration: the example inputs plus this many perturbed copies (seeded). A model with
@@ -73,6 +74,7 @@ class Calibration:
     sequence_steps: int  # steps each batch free-runs (recurrent outputs fed back, buffers carried)
     reset: bool  # every batch starts from the model's initial state
     text: str  # how it was calibrated, in words (shown with every result)
+    streams: tuple = ()  # streams fed frame after frame, each from the model's initial state (a new input per step)
 
 
 def has_state(target: _load.Target) -> bool:
@@ -82,9 +84,15 @@ def has_state(target: _load.Target) -> bool:
 
 
 def choose_calibration(target: _load.Target, calibration, steps: int) -> Calibration:
-    """The user's batches (``calibration``), or the default: the example inputs and seeded perturbed
-    copies, each free-running as many steps as the comparison when the model has state."""
+    """The user's batches or streams (``calibration``), or the default: the example inputs and seeded perturbed
+    copies, each free-running as many steps as the comparison when the model has state; for a target with a stream,
+    the stream itself (and perturbed copies of it), frame after frame."""
     stateful = has_state(target)
+    if calibration is not None and not isinstance(calibration, (str, bytes)) and any(
+            _streams.is_stream(c) for c in _listed(calibration)):
+        streams = tuple(_streams.stream_of(c, f"calibration stream {i}") for i, c in enumerate(_listed(calibration)))
+        return Calibration((), 1, True, f"{len(streams)} stream(s) of {', '.join(str(len(s)) for s in streams)} "
+                                        "frame(s), each from the model's initial state", streams)
     if calibration is not None:
         batches = [tuple(b) if isinstance(b, (list, tuple)) else (b,) for b in calibration]
         if not batches:
@@ -95,6 +103,8 @@ def choose_calibration(target: _load.Target, calibration, steps: int) -> Calibra
         text = f"{len(batches)} user batches" + (f", each free-running {runs} recurrent step(s)" if runs > 1 else "")
         return Calibration(tuple(batches), runs, False, text)
     _check_finite(target.inputs, "example inputs")
+    if target.stream is not None:
+        return _stream_calibration(target.stream)
     noise = (f"the example inputs and {{copies}} copies with N(0, ({CALIBRATION_NOISE} * std)^2) noise, "
              f"seed {CALIBRATION_SEED}")
     if not stateful:
@@ -110,6 +120,32 @@ def choose_calibration(target: _load.Target, calibration, steps: int) -> Calibra
             f"initial value: " + noise.format(copies=sequences - 1)
             + (f" (capped at {CALIBRATION_MAX_STEPS} steps of the {steps} compared)" if steps > length else ""))
     return Calibration(tuple(batches), length, True, text)
+
+
+def _listed(calibration) -> list:
+    try:
+        return list(calibration)
+    except TypeError:
+        raise InspectorError(f"calibration is a list of input tuples or of streams, got a "
+                             f"{type(calibration).__name__}") from None
+
+
+def _stream_calibration(stream: _streams.Stream) -> Calibration:
+    """The default calibration of a target with a stream: the stream's frames in order (whole sequences, at most
+    ``CALIBRATION_MAX_CALLS`` calls), then seeded perturbed copies of them while the calls allow."""
+    length = min(len(stream), CALIBRATION_MAX_CALLS)
+    if stream.sequence:
+        length = max(stream.sequence, length - length % stream.sequence)
+    head = _streams.Stream(stream.frames[:length], None, stream.sequence, stream.name)
+    copies = max(0, min(CALIBRATION_COPIES, CALIBRATION_MAX_CALLS // length - 1))
+    noisy = [_streams.Stream(tuple(frames), None, stream.sequence, f"{stream.name}, perturbed")
+             for frames in zip(*(perturbed(f, copies) for f in head.frames))][1:]
+    text = (f"{stream.name or 'the stream'}: its first {length} frame(s) in order" if length < len(stream)
+            else f"{stream.name or 'the stream'}: its {length} frame(s) in order")
+    if copies:
+        text += (f", and {copies} cop{'y' if copies == 1 else 'ies'} with N(0, ({CALIBRATION_NOISE} * std)^2) noise, "
+                 f"seed {CALIBRATION_SEED}")
+    return Calibration((), 1, True, text + ", each from the model's initial state", (head, *noisy))
 
 
 def perturbed(inputs: tuple, copies: int) -> list[tuple]:
@@ -136,12 +172,21 @@ def _check_finite(batch, what: str) -> None:
 # ---------------------------------------------------------------- steps and state
 
 
-def stepped(call: Callable, inputs, recurrent: dict[int, int], steps: int) -> Iterator[list[torch.Tensor]]:
+def stepped(call: Callable, inputs, recurrent: dict[int, int], steps: int, stream: "_streams.Stream | None" = None,
+            restart: Callable[[], None] | None = None) -> Iterator[list[torch.Tensor]]:
     """``call(*inputs)`` ``steps`` times from a copy of ``inputs``, each declared recurrent output
     (output index -> input index) fed back into its input for the next step; yields each step's
-    flat outputs. The caller holds ``torch.no_grad()``."""
-    inputs = list(copy.deepcopy(inputs))
-    for _ in range(steps):
+    flat outputs. With a ``stream``, step i is fed its frame i instead (the recurrent inputs still fed back within a
+    sequence); where a new sequence starts, ``restart()`` puts the state back and nothing is fed back. The caller
+    holds ``torch.no_grad()``."""
+    inputs = list(copy.deepcopy(inputs if stream is None else stream.frames[0]))
+    for step in range(steps):
+        if stream is not None and step:
+            fresh = stream.starts(step)
+            if fresh and restart is not None:
+                restart()
+            kept = {} if fresh else {i: inputs[i] for i in recurrent.values()}
+            inputs = [kept.get(i, x) for i, x in enumerate(copy.deepcopy(stream.frames[step]))]
         outputs = flat_outputs(call(*inputs))
         yield outputs
         for out_idx, in_idx in recurrent.items():
@@ -149,11 +194,13 @@ def stepped(call: Callable, inputs, recurrent: dict[int, int], steps: int) -> It
 
 
 def run_steps(module: torch.nn.Module, target: _load.Target, steps: int) -> list[list[torch.Tensor]]:
-    """Call ``module`` ``steps`` times on the target's inputs, feeding declared recurrent outputs
-    back; flat outputs per step."""
+    """Call ``module`` ``steps`` times on the target's inputs (its stream's frames, one per step, when it has one),
+    feeding declared recurrent outputs back; flat outputs per step."""
+    initial = target.initial_buffers() if target.stream is not None and target.stream.sequence else {}
     with torch.no_grad():
         return [[o.detach().clone() for o in outputs]
-                for outputs in stepped(module, target.inputs, target.recurrent, steps)]
+                for outputs in stepped(module, target.inputs, target.recurrent, steps, target.stream,
+                                       lambda: reset_state(module, initial))]
 
 
 def float_reference(target: _load.Target, steps: int) -> list[list[torch.Tensor]]:
@@ -199,20 +246,21 @@ def reset_state(module: torch.nn.Module, initial: dict[str, torch.Tensor]) -> No
 
 
 def quantize(target: _load.Target, variant: Variant, calibrated: Calibration, plan: Plan, *,
-             keep_float: bool = False, mark=None):
+             keep_float: bool = False, mark=None, between=None):
     """Prepare, calibrate and convert a private copy of the target under ``plan`` (inside the
     caller's fold swap).
 
     Returns ``(prepared, converted)``: with ``keep_float`` a copy of the calibrated prepared
     model (float, observers passing values through), else None; and the converted pt2e model
-    (quantize/dequantize simulation), state reset to the model's initial values.
+    (quantize/dequantize simulation), state reset to the model's initial values. ``between(prepared)`` runs
+    after calibration, before conversion (a flow 1.5.1 does not run: ``stale.py``'s fold after calibration).
     """
     mark = mark or (lambda phase, index: None)
     with _quiet.quiet_loggers(*_executorch.ARM_PASS_LOGGERS):
-        return _quantize(target, variant, calibrated, plan, keep_float, mark)
+        return _quantize(target, variant, calibrated, plan, keep_float, mark, between)
 
 
-def _quantize(target, variant, calibrated, plan: Plan, keep_float, mark):
+def _quantize(target, variant, calibrated, plan: Plan, keep_float, mark, between=None):
     quantizer = run_phase("quantizer", variant, plan.quantizer)
     # The target's own export (a private copy): the program the user gave, exported once.
     module = copy.deepcopy(target.exported).module(check_guards=False)
@@ -221,6 +269,8 @@ def _quantize(target, variant, calibrated, plan: Plan, keep_float, mark):
     prepared = run_phase("prepare", variant, lambda: _tosa.prepare_pt2e(module, quantizer))
     mark("prepare", 1)
     run_phase("calibrate", variant, lambda: calibrate(prepared, calibrated, target))
+    if between is not None:
+        run_phase("after calibration", variant, lambda: between(prepared))
     mark("calibrate", 2)
     kept = None
     if keep_float:
@@ -261,13 +311,18 @@ def calibrate(prepared, calibration: Calibration, target: _load.Target) -> None:
                 reset_state(prepared, initial)
             for _ in stepped(prepared, batch, target.recurrent, calibration.sequence_steps):
                 pass
+        for stream in calibration.streams:  # each recording from the model's initial state, frame after frame
+            reset_state(prepared, initial)
+            for _ in stepped(prepared, stream.inputs, target.recurrent, len(stream), stream,
+                             lambda: reset_state(prepared, initial)):
+                pass
 
 
 # ---------------------------------------------------------------- one variant
 
 
 def run_variant(target: _load.Target, variant: Variant, calibrated: Calibration, plan: Plan, steps: int, reference,
-                report) -> tuple[VariantResult, tuple]:
+                report, between=None) -> tuple[VariantResult, tuple]:
     """The whole flow for one variant, measured against ``reference`` (the float outputs per step).
 
     Returns the result and the fold decisions the run really made:
@@ -285,7 +340,7 @@ def run_variant(target: _load.Target, variant: Variant, calibrated: Calibration,
     # among it) goes into the variant's log, shown under --debug, never into stdout.
     with _output_kept() as captured:
         with swapped_fold_pass(rule_pass_class(variant.rule, variant.markers, log)):
-            _, converted = quantize(target, variant, calibrated, plan, mark=mark)
+            _, converted = quantize(target, variant, calibrated, plan, mark=mark, between=between)
             qparams = _site_qparams(converted, log)
             mark("convert", 3)
             reexported = run_phase("re-export", variant,
@@ -319,7 +374,7 @@ def run_variant(target: _load.Target, variant: Variant, calibrated: Calibration,
     result = VariantResult(variant, folds, sites, measured, outside, timings,
                            quantization=plan.quantization.name, spec=plan.spec,
                            outputs=tuple(tuple(step) for step in quantized), log=captured.text,
-                           output_scales=output_scales(converted), accelerator=chip.name, cost=cost,
+                           output_scales=output_scales(converted), accelerator=chip, cost=cost,
                            cost_error=cost_error)
     return result, decisions
 
@@ -375,7 +430,7 @@ def run_simulated(target: _load.Target, variant: Variant, calibrated: Calibratio
     mark("metrics", 5)
     result = VariantResult(variant, folds, sites, measured, (), timings, quantization=plan.quantization.name,
                            spec=plan.spec, outputs=tuple(tuple(step) for step in quantized), log=captured.text,
-                           engine="simulation", output_scales=output_scales(converted), accelerator=plan.accelerator.name,
+                           engine=SIMULATION, output_scales=output_scales(converted), accelerator=plan.accelerator,
                            cost_error=("the simulation does not lower the program: its cost comes with the TOSA run"
                                        if plan.accelerator.costs else None))
     return result, decisions

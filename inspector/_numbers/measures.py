@@ -28,8 +28,11 @@ from .._base.registry import Registry
 
 BETTER = ("higher", "lower", "none")
 KINDS = ("output", "cost")
+OVER_STEPS = ("each", "mean")
+PARAMETER = "@"  # a measurement made for an argument: "decision-mismatch@0.55" (the threshold)
+_MADE: set[str] = set()  # the names of measurements made for an argument (they may hold PARAMETER)
 _UNITS = {"dB": formats.db, "cycles": formats.cycles, "share": formats.share, "bytes": formats.cycles,
-          "ops": formats.cycles}
+          "ops": formats.cycles, "%": lambda v: f"{float(v):.2f}"}
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,12 @@ class Metric:
     builtin: bool = False  # registered by the inspector (kept from being replaced)
     origin: str = ""  # where it was defined: "module:function" (a user's file names itself)
     title: str = ""  # its column's heading in tables (default: its name and unit)
+    labels: bool = False  # computed against the frame's label too: ``compute(reference, quantized, label)``, and
+    # only on the frames that have one
+    over_steps: str = "each"  # "each": a figure of every step (tables show the last, a budget counts the worst);
+    # "mean": a share over the frames (tables and budgets read its mean over the steps that have it)
+    default: bool = True  # computed when a comparison names no measurements (a task measure: when the inputs call
+    # for it, see ``wanted``)
 
     @property
     def heading(self) -> str:
@@ -100,13 +109,16 @@ class Metric:
 def _checked(m: Metric) -> Metric:
     if not isinstance(m, Metric):
         raise InspectorError(f"a measurement is an inspector metric, got a {type(m).__name__}")
-    if not isinstance(m.name, str) or not m.name or any(ch in m.name for ch in ",=@: \n") or m.name != m.name.strip():
-        raise InspectorError(f"a measurement's name is one word without ',', '=', '@', ':' or spaces, got "
+    base = m.name.split(PARAMETER, 1)[0] if isinstance(m.name, str) and m.name in _MADE else m.name
+    if not isinstance(base, str) or not base or any(ch in base for ch in ",=@:| \n`") or base != base.strip():
+        raise InspectorError(f"a measurement's name is one word without ',', '=', '@', ':', '|' or spaces, got "
                              f"{quoted(m.name)}")
     if m.better not in BETTER:
         raise InspectorError(f"better= is one of {listing(BETTER)}, got {quoted(m.better)}")
     if m.kind not in KINDS:
         raise InspectorError(f"kind= is one of {listing(KINDS)}, got {quoted(m.kind)}")
+    if m.over_steps not in OVER_STEPS:
+        raise InspectorError(f"over_steps= is one of {listing(OVER_STEPS)}, got {quoted(m.over_steps)}")
     if not callable(m.compute):
         raise InspectorError(f"measurement {quoted(m.name)} needs a function to compute it")
     if not isinstance(m.unit, str) or not isinstance(m.help, str):
@@ -132,7 +144,7 @@ metrics = _Metrics("measurement", make=_checked, line=lambda m: m.text(), fixed=
 
 
 def metric(name: str, *, unit: str = "", better: str = "higher", help: str = "", kind: str = "output",  # noqa: A002
-           replace: bool = False) -> Callable[[Callable], Callable]:
+           replace: bool = False, labels: bool = False, over_steps: str = "each") -> Callable[[Callable], Callable]:
     """Register the decorated function as a measurement named ``name``:
     ``@inspector.metric("max-err", unit="", better="lower", help="max |q - f|")`` on ``fn(reference, quantized)``
     (two float tensors of one output at one step) or, with ``kind="cost"``, on ``fn(cost)``. ``compare`` then
@@ -140,23 +152,38 @@ def metric(name: str, *, unit: str = "", better: str = "higher", help: str = "",
     def register(fn: Callable) -> Callable:
         origin = f"{getattr(fn, '__module__', '')}:{getattr(fn, '__qualname__', getattr(fn, '__name__', ''))}"
         metrics.register(Metric(name, unit, better, help or (fn.__doc__ or "").strip().split("\n")[0], fn, kind,
-                                origin=origin), replace=replace)
+                                origin=origin, labels=labels, over_steps=over_steps), replace=replace)
         return fn
     return register
 
 
 def metric_of(value: "str | Metric") -> Metric:
-    """The measurement ``value`` names (or is)."""
+    """The measurement ``value`` names (or is): ``"decision-mismatch@0.55"`` makes the built-in for that threshold."""
     if isinstance(value, Metric):
         return metrics.register(value, replace=True) if value.name not in metrics else metrics.entry(value.name)
+    if isinstance(value, str) and PARAMETER in value and value not in metrics:
+        base, _, argument = value.partition(PARAMETER)
+        make = _FACTORIES.get(base)
+        if make is None:
+            raise InspectorError(f"{quoted(base)} takes no argument after '{PARAMETER}'; the measurements that do: "
+                                 f"{listing(_FACTORIES) or 'none'}")
+        try:
+            number = float(argument)
+        except ValueError:
+            raise InspectorError(f"{quoted(value)}: the argument after '{PARAMETER}' is a number, e.g. "
+                                 f"{base}{PARAMETER}0.5") from None
+        return make(number)
     return metrics.entry(value)
 
 
-def wanted(names: "Iterable[str | Metric] | None", kind: str = "output") -> tuple[Metric, ...]:
-    """The measurements of ``kind`` a call computes: the built-ins when ``names`` is None, else those named, with
-    ``sqnr`` always among the output measurements (the figure a comparison, a sweep and an advice rank by)."""
+def wanted(names: "Iterable[str | Metric] | None", kind: str = "output",
+           task: Iterable[str] = ()) -> tuple[Metric, ...]:
+    """The measurements of ``kind`` a call computes: the built-ins computed by default and the ``task``'s own
+    (what the inputs call for: accuracy where the frames carry labels, a sample's own) when ``names`` is None, else
+    those named, with ``sqnr`` always among the output measurements (the figure tables and advice rank by)."""
     if names is None:
-        return tuple(m for m in metrics(kind) if m.builtin)
+        return tuple(dict.fromkeys([*(m for m in metrics(kind) if m.builtin and m.default),
+                                    *(m for m in (metric_of(t) for t in task) if m.kind == kind)]))
     if isinstance(names, (str, Metric)):
         names = [names]
     try:
@@ -176,12 +203,16 @@ def in_registry_order(names: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(set(names), key=lambda n: (order.get(n, len(order)), n)))
 
 
-def values(chosen: Iterable[Metric], reference: torch.Tensor, quantized: torch.Tensor) -> tuple[tuple[str, float], ...]:
-    """Each output measurement of ``chosen`` on one output at one step, as (name, value) pairs."""
+def values(chosen: Iterable[Metric], reference: torch.Tensor, quantized: torch.Tensor,
+           label=None) -> tuple[tuple[str, float], ...]:
+    """Each output measurement of ``chosen`` on one output at one step, as (name, value) pairs; one against the
+    frame's label only where the frame has one."""
     out = []
     for m in chosen:
+        if m.labels and label is None:
+            continue
         try:
-            value = float(m.compute(reference, quantized))
+            value = float(m.compute(reference, quantized, label) if m.labels else m.compute(reference, quantized))
         except Exception as exc:  # noqa: BLE001 - a user's measurement failed: one line naming it
             raise InspectorError(f"the measurement {quoted(m.name)} failed: {type(exc).__name__}: {exc}") from None
         out.append((m.name, value))
@@ -211,10 +242,11 @@ def sqnr(signal: torch.Tensor, noise: torch.Tensor) -> float:
     return 10 * math.log10(s / n)
 
 
-def _builtin(name: str, unit: str, better: str, help_line: str, column: str, kind: str = "output", title: str = ""):
+def _builtin(name: str, unit: str, better: str, help_line: str, column: str, kind: str = "output", title: str = "",
+             **task):
     def register(fn):
         metrics.register(Metric(name, unit, better, help_line, fn, kind, column, builtin=True,
-                                origin=f"{__name__}:{fn.__name__}", title=title))
+                                origin=f"{__name__}:{fn.__name__}", title=title, **task))
         return fn
     return register
 
@@ -275,7 +307,45 @@ def _flash(cost):
     return used.get("on_chip_flash", 0) + used.get("off_chip_flash", 0)
 
 
+# ---------------------------------------------------------------- the task's own numbers
+
+
+@_builtin("accuracy", "%", "higher", "top-1: the share of frames (or inputs) whose arg-max class is their label, "
+          "in points", "accuracy", title="accuracy %", labels=True, over_steps="mean", default=False)
+def _accuracy(reference, quantized, label):
+    q = quantized.detach()
+    predicted = q.reshape(q.shape[0], -1).argmax(dim=1) if q.dim() >= 2 else q.argmax().reshape(1)
+    return 100.0 * float((predicted == torch.as_tensor(label).reshape(-1).to(predicted.device)).double().mean())
+
+
+def decision_mismatch(threshold: float = 0.5) -> Metric:
+    """The measurement ``decision-mismatch@THRESHOLD``: the share of frames (or inputs) whose decision differs from
+    float's: a probability above ``threshold`` (an output of one value per input) or the arg-max class (more)."""
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold):
+        raise InspectorError(f"a decision threshold is a number, got {quoted(threshold)}")
+    name = f"decision-mismatch{PARAMETER}{threshold:g}"
+    if name in metrics:
+        return metrics.entry(name)
+
+    def mismatch(reference, quantized):
+        f, q = reference.detach(), quantized.detach()
+        n = f.shape[0] if f.dim() >= 1 else 1
+        f, q = f.reshape(n, -1), q.reshape(n, -1)
+        if f.shape[1] == 1:
+            return float(((f[:, 0] > threshold) != (q[:, 0] > threshold)).double().mean())
+        return float((f.argmax(dim=1) != q.argmax(dim=1)).double().mean())
+
+    _MADE.add(name)
+    return metrics.register(Metric(name, "share", "lower", f"the share of frames whose decision differs from float's "
+                                   f"(a probability above {threshold:g}, or the arg-max class)", mismatch, "output",
+                                   name, builtin=True, origin=f"{__name__}:decision_mismatch", over_steps="mean",
+                                   default=False))
+
+
+_FACTORIES: dict[str, Callable[[float], Metric]] = {"decision-mismatch": decision_mismatch}
+decision_mismatch(0.5)  # the built-in at the usual threshold (silero_vad reports it by default)
+
 BUILT_IN = tuple(m.name for m in metrics())
 
 
-__all__ = ["BUILT_IN", "Metric", "in_registry_order", "metric", "metric_of", "metrics", "sqnr", "values", "wanted"]
+__all__ = ["BUILT_IN", "Metric", "decision_mismatch", "in_registry_order", "metric", "metric_of", "metrics", "sqnr", "values", "wanted"]

@@ -300,7 +300,7 @@ def resolve_overrides(target, pairs: tuple[tuple[str, str], ...], label: str) ->
 def _site_nodes(target) -> dict[str, list[str]]:
     """Site ids and tfa-stage node names -> the exported program's names of the same nodes
     (the mul for a site id; the site's mul or conv for its names at tfa). Site ids are the
-    analysis's (``_graph.site_ids``: module path and source line, the same at every stage)."""
+    analysis's (``_sites/graph.py``'s ``site_ids``: module path and source line, the same at every stage)."""
 
     aten = candidates(target.exported.graph)
     by_id = {sid: c for sid, c in zip(site_ids(aten), aten)}

@@ -4,7 +4,7 @@
 qparams, per-step metrics, nodes left outside the delegate) and ``Comparison`` (every variant of
 one call) are frozen dataclasses; ``to_dict`` writes them as JSON-ready dicts and
 ``Comparison.from_dict`` reads them back, checking every field. Nothing here runs a model: the
-flow that fills them is ``_flow``, the call that orchestrates it ``_compare``.
+flow that fills them is ``flow.py``, the call that orchestrates it ``compare.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Any
 from .._base.data import FORMAT, check_format, dataframe, json_float, read_float, read_int, read_str, renamed
 from .._rules.rules import Rule, get_rule, rule_named
 from .._cost.records import Cost
-from .engines import TOSA, engine_of, engines, gap as engine_gap
+from .._cost.accelerators import TOSA_INT, Accelerator, accelerator_named
+from .engines import TOSA, Engine, engine_of, engines, gap as engine_gap
 from .measures import cost_value, in_registry_order, metrics
 from .._base.errors import InspectorError, listing, quoted
 from .._base.display import draw
@@ -166,12 +167,15 @@ class VariantResult:
     error: str | None = None  # why this variant has no numbers (the others' results stand)
     outputs: tuple = field(default=(), repr=False, compare=False)  # quantized outputs per step (flat tuples)
     log: str = field(default="", repr=False, compare=False)  # what the stack printed during the run (--debug)
-    engine: str = "tosa"  # what produced the numbers: "tosa" (the reference model) or "simulation" (engines.py)
+    engine: Engine = TOSA  # what produced the numbers: the TOSA reference model or the simulation (engines.py)
     # per flat output, the quantization step of the converted program's last dequantize (None: not quantized)
     output_scales: tuple = field(default=(), repr=False, compare=False)
-    accelerator: str = "tosa-int"  # what it was lowered for (inspector.accelerators)
+    accelerator: Accelerator = TOSA_INT  # what it was lowered for (inspector.accelerators)
     cost: Cost | None = None  # Vela's estimate of its lowered program on that accelerator (None: no NPU, or none made)
     cost_error: str | None = None  # why an NPU variant with numbers has no cost (one line)
+
+    def __post_init__(self) -> None:
+        _resolve(self)
 
     def worst(self, step: int | None = None) -> Metrics | None:
         """The output with the lowest SQNR at ``step`` (default: the step where some output is lowest): the
@@ -199,6 +203,29 @@ class VariantResult:
             raise InspectorError(f"{self.variant.label} has no output {output} at step {step}")
         return found.value(m.name)
 
+    def summary(self, metric: str, output: int = 0) -> float | None:
+        """One figure of ``metric`` for ``output`` over the run: its value at the last step, or, for a share over the
+        frames (a measurement with ``over_steps="mean"``: accuracy, decision mismatches), its mean over the steps
+        that have it (None: none has)."""
+        name = _metric_name(metric)
+        found = metrics.by_key(name)
+        mine = [m for m in self.metrics if m.output == output]
+        if found is not None and found.over_steps == "mean":
+            values = [v for v in (m.value(name) for m in mine) if v is not None]
+            return sum(values) / len(values) if values else None
+        last = max(mine, key=lambda m: m.step, default=None)
+        return None if last is None else last.value(name)
+
+    def overall(self, metric: str) -> float | None:
+        """``metric`` at its worst over every output: at the worst step for a figure of every step, or the worst
+        output's mean for a share over the frames (what a budget counts)."""
+        name = _metric_name(metric)
+        found = metrics.entry(name)
+        if found.over_steps == "mean":
+            per_output = [self.summary(name, o) for o in sorted({m.output for m in self.metrics})]
+            return found.worst(per_output)
+        return found.worst(m.value(name) for m in self.metrics)
+
     @property
     def measured_names(self) -> tuple[str, ...]:
         """The output measurements this result holds, in the registry's order (the built-ins first)."""
@@ -211,7 +238,7 @@ class VariantResult:
     def to_dict(self) -> dict:
         return {
             "variant": self.variant.to_dict(),
-            "engine": self.engine,
+            "engine": self.engine.name,
             "quantization": self.quantization,
             "tosa_spec": self.spec,
             "error": self.error,
@@ -226,7 +253,7 @@ class VariantResult:
             "not_delegated": [vars(n) for n in self.not_delegated],
             "timings": dict(self.timings),
             "cached": self.cached,
-            "accelerator": self.accelerator,
+            "accelerator": self.accelerator.name,
             "cost": self.cost.to_dict() if self.cost is not None else None,
             "cost_error": self.cost_error,
         }
@@ -234,8 +261,8 @@ class VariantResult:
 
 @dataclass(frozen=True)
 class Comparison:
-    """Every variant's quantized outputs against float, on the TOSA INT reference model (or, with
-    ``engine == "simulation"``, on the quantize/dequantize simulation: a preview)."""
+    """Every variant's quantized outputs against float, on the TOSA INT reference model (or, with the
+    simulation engine, on the quantize/dequantize simulation: a preview)."""
 
     target: str  # model name
     steps: int  # recurrent steps run
@@ -246,8 +273,12 @@ class Comparison:
     # What produced it, kept to look inside later (attribution); absent in a comparison read from JSON.
     run: "Run | None" = field(default=None, repr=False, compare=False)
     notes: tuple[str, ...] = ()  # what the reader must know: a fold decision a quantization changed
-    engine: str = "tosa"  # what produced every number: "tosa" or "simulation" (see engines.py)
-    accelerator: str = "tosa-int"  # what every variant was lowered for (inspector.accelerators)
+    engine: Engine = TOSA  # what produced every number: the TOSA reference model or the simulation (engines.py)
+    accelerator: Accelerator = TOSA_INT  # what every variant was lowered for (inspector.accelerators)
+    stream: str = ""  # the stream every step was fed a frame of, in words ("" without one: the same inputs each step)
+
+    def __post_init__(self) -> None:
+        _resolve(self)
 
     @property
     def errors(self) -> tuple[VariantResult, ...]:
@@ -269,12 +300,12 @@ class Comparison:
     @property
     def engine_text(self) -> str:
         """The engine in words, as tables and titles say it."""
-        return engine_of(self.engine).text
+        return self.engine.text
 
     @property
     def engine_note(self) -> str:
         """What the engine cannot show, in one line ("" for the TOSA reference)."""
-        return engine_of(self.engine).note
+        return self.engine.note
 
     def gap(self, other: "Comparison"):
         """How far this comparison and ``other`` (the same question, usually on the other engine) are
@@ -299,14 +330,15 @@ class Comparison:
         return {
             "format": FORMAT,
             "target": self.target,
-            "engine": self.engine,
-            "accelerator": self.accelerator,
+            "engine": self.engine.name,
+            "accelerator": self.accelerator.name,
             "steps": self.steps,
             "calibration": self.calibration,
             "quantization": self.quantization,
             "variants": [r.to_dict() for r in self.results],
             "rules": _rules_of(self.results),
             "notes": list(self.notes),
+            **({"stream": self.stream} if self.stream else {}),
         }
 
     def to_dataframe(self, kind: str = "metrics"):
@@ -326,7 +358,9 @@ class Comparison:
     @classmethod
     def from_dict(cls, data: dict) -> "Comparison":
         """Rebuild a comparison from ``to_dict()`` (raw output tensors are not kept in JSON); a comparison
-        written in format 1 (each variant's rule under "policy") reads the same."""
+        written in format 1 (each variant's rule under "policy") reads the same. The engine and accelerator
+        are the registered ones the file names (an accelerator this process does not know reads as a stand-in:
+        ``accelerators.accelerator_named``)."""
         if isinstance(data, dict):
             check_format(data, "saved comparison")
         try:
@@ -334,7 +368,8 @@ class Comparison:
                          _str(data["quantization"]), tuple(_variant_result_from_dict(v) for v in data["variants"]),
                          notes=tuple(_str(n) for n in data.get("notes", ())),
                          engine=_engine(data.get("engine", TOSA.name)),
-                         accelerator=_str(data.get("accelerator", "tosa-int")))
+                         accelerator=_accelerator(data.get("accelerator", TOSA_INT.name)),
+                         stream=_str(data.get("stream", "")))
         except KeyError as exc:
             raise InspectorError(f"not a saved comparison: missing field {exc}") from None
         except (TypeError, ValueError, AttributeError) as exc:
@@ -369,10 +404,23 @@ def _rules_of(results) -> dict:
     return out
 
 
-def _engine(v) -> str:
+def _resolve(record) -> None:
+    """A record's engine and accelerator as the registered objects (a record made with their names, as a script
+    may write it, holds the objects all the same)."""
+    object.__setattr__(record, "engine", engine_of(record.engine))
+    object.__setattr__(record, "accelerator", accelerator_named(record.accelerator))
+
+
+def _engine(v) -> Engine:
+    """The registered engine a file names (ValueError on a name no engine has)."""
     if not isinstance(v, str) or v not in engines:
         raise ValueError(f"unknown engine {quoted(v)}")
-    return v
+    return engines.get(v)
+
+
+def _accelerator(v) -> Accelerator:
+    """The accelerator a file names: the registered one, or a stand-in for one this process does not know."""
+    return accelerator_named(_str(v))
 
 
 _float, _int, _str, _renamed = read_float, read_int, read_str, renamed  # the readers' short names here
@@ -402,7 +450,7 @@ def _variant_result_from_dict(d: dict) -> VariantResult:
         spec=_str(d.get("tosa_spec", "TOSA-1.0+INT")),
         error=_str(d.get("error"), True),
         engine=_engine(d.get("engine", TOSA.name)),
-        accelerator=_str(d.get("accelerator", "tosa-int")),
+        accelerator=_accelerator(d.get("accelerator", TOSA_INT.name)),
         cost=Cost.from_dict(d["cost"]) if d.get("cost") is not None else None,
         cost_error=_str(d.get("cost_error"), True),
     )

@@ -20,7 +20,7 @@ from .._workers import parallel as _parallel
 from .._base import store as _store
 from .._base.cache import BoundedCache
 from . import flow as _flow
-from .engines import engine_of
+from .engines import TOSA, engine_of
 from .quantization import Plan
 from .._cost.accelerators import TOSA_INT, Accelerator
 from .results import Comparison, Variant, VariantResult
@@ -40,6 +40,7 @@ class ModelTask:
     inputs: tuple  # its example inputs
     recurrent: tuple[tuple[int, int], ...]  # (output index, input index fed on the next call) pairs
     key: str  # the target's content key (the worker keeps its rebuilt target under it)
+    stream: Any = None  # its stream (a _targets.streams.Stream: plain tensors), when every step has a new input
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class ModelRun:
     steps: int  # how many recurrent steps each variant runs
     reference: Any  # the float outputs per step
     base_key: tuple  # variant_cache.base_key of the above: the results' cache key but the variant
-    engine: str = "tosa"  # the name of the engine that computes the numbers (inspector's engines registry)
+    engine: str = TOSA.name  # the name of the engine that computes the numbers (plain data: the worker resolves it)
     store: str | None = None  # the result store's folder the parent uses (None: off); the worker uses it too
 
 
@@ -78,11 +79,11 @@ class AttributionTask:
 def model_task(target: _load.Target) -> ModelTask:
     """``target`` as a worker receives it (raises what ``torch.export.save`` raises on its program)."""
     return ModelTask(_parallel.program_bytes(target.exported), target.name, target.source, target.inputs,
-                     tuple(target.recurrent.items()), target.key)
+                     tuple(target.recurrent.items()), target.key, target.stream)
 
 
 def model_run(target: _load.Target, calibration, steps: int, reference, base_key: tuple,
-              engine: str = "tosa") -> ModelRun:
+              engine: str = TOSA.name) -> ModelRun:
     """What the variants of ``target`` share, as a worker receives it (with the result store in use
     here: a worker keeps and reads answers where its parent does, whatever its own environment says)."""
     return ModelRun(model_task(target), calibration, steps, reference, base_key, engine, _store.where())
@@ -110,7 +111,8 @@ def worker_target(model: ModelTask) -> _load.Target:
     if target is None:
 
         program = _pt2.load_pt2_bytes(model.program)
-        target = _load.Target(model.name, program, model.inputs, None, dict(model.recurrent), model.source, model.key)
+        target = _load.Target(model.name, program, model.inputs, None, dict(model.recurrent), model.source, model.key,
+                              stream=model.stream)
         _WORKER_TARGETS.put(model.key, target)
     return target
 

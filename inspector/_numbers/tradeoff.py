@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from .._base.data import dataframe, json_float
 from .._base.formats import compiler
 from .._cost.records import ESTIMATE
+from .._cost.accelerators import Accelerator, accelerator_named
 from .._base.errors import InspectorError
 from .._base.display import draw
 
@@ -58,7 +59,7 @@ class Tradeoff:
     """Per variant cycles and dB, per site the cycles folding it buys: the fold's price on one accelerator."""
 
     target: str
-    accelerator: str
+    accelerator: Accelerator  # what every variant was lowered for (the comparison's)
     baseline: str | None  # the label of the variant that folds nothing (the site prices are read there)
     variants: tuple[VariantTrade, ...]
     sites: tuple[SitePrice, ...]
@@ -68,6 +69,9 @@ class Tradeoff:
     npu: str = ""
     system_config: str = ""
     memory_mode: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "accelerator", accelerator_named(self.accelerator))  # a name: looked up once
 
     @property
     def compiler(self) -> str:
@@ -81,7 +85,7 @@ class Tradeoff:
         raise InspectorError(f"no variant {label_or_rule!r} in this trade-off")
 
     def to_dict(self) -> dict:
-        return {"target": self.target, "accelerator": self.accelerator, "baseline": self.baseline,
+        return {"target": self.target, "accelerator": self.accelerator.name, "baseline": self.baseline,
                 "vela_version": self.vela_version, "npu": self.npu, "system_config": self.system_config,
                 "memory_mode": self.memory_mode, "compiler": self.compiler,
                 "estimate": ESTIMATE, "variants": [v.to_dict() for v in self.variants],

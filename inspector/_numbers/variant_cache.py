@@ -20,7 +20,7 @@ process and each worker process (its own copy). Its keys are built here only:
 Decisions are predicted with the real pass on the tfa graph that a first run on the model
 captured from its own quantization pipeline (the default a8w8 quantizer, no overrides); on a
 model nothing has run on yet, or under another quantization (which can change which nodes the
-quantizer lets fold: a node kept in float is never folded), only the variant itself is a key. Storage is a ``_cache.BoundedCache``: the least recently used go first.
+quantizer lets fold: a node kept in float is never folded), only the variant itself is a key. Storage is a ``_base/cache.py``'s ``BoundedCache``: the least recently used go first.
 
 Behind it, the result store on disk (``result_store``): a variant's result and a float reference
 this process does not have are read from there (written by another process or session), and what
@@ -39,6 +39,7 @@ from .._base.hashing import digest as _digest
 from .._rules.rules import folded_site_ids, get_rule
 from . import result_store as _disk
 from .results import Variant, VariantResult
+from .engines import TOSA, Engine, engine_of
 
 
 def model_fingerprint(target: _load.Target) -> str:
@@ -46,11 +47,12 @@ def model_fingerprint(target: _load.Target) -> str:
     return target.key
 
 
-def base_key(target: _load.Target, calibrated, steps: int, engine: str = "tosa") -> tuple:
-    """Everything a comparison's results depend on but the variant (``calibrated``: a ``_flow.Calibration``),
-    the engine that computes them among it (a name in ``engines.engines``)."""
+def base_key(target: _load.Target, calibrated, steps: int, engine: "str | Engine" = TOSA) -> tuple:
+    """Everything a comparison's results depend on but the variant (``calibrated``: a ``flow.Calibration``),
+    the engine that computes them among it (by its name: the keys of before)."""
     return (model_fingerprint(target), _digest(target.inputs), _digest(list(calibrated.batches)),
-            calibrated.sequence_steps, calibrated.reset, steps, engine)
+            calibrated.sequence_steps, calibrated.reset, steps, engine_of(engine).name) + \
+        ((tuple(s.key for s in calibrated.streams),) if calibrated.streams else ())  # a stream's keys (none: as before)
 
 
 def variant_identity(variant: Variant, plan) -> tuple:

@@ -1,6 +1,6 @@
 """What the worker pool's fork server loads once, so that every worker starts warm.
 
-``_pool`` starts worker processes from a fork server (``multiprocessing``'s ``forkserver``) that
+``_workers/pool.py`` starts worker processes from a fork server (``multiprocessing``'s ``forkserver``) that
 imports this module first. Importing it imports torch, executorch, the Arm quantizer, its TOSA
 backend and the reference model, then runs one tiny model (one 3x3 conv and a mul, 4 channels,
 8x8) through the whole flow a variant takes: export, the tfa capture, quantize, calibrate,

@@ -373,7 +373,7 @@ def rule_pass_class(rule: "str | Rule", markers: Iterable[str] = (), log: FoldLo
     Markers (site ids or node names) are set on the graph the pass receives, in
     ``meta["carried_quant_state"]`` and ``meta["custom"]``, before the guard reads them.
     ``hidden`` names the muls the guard hides instead, when the caller computed the guard on a
-    larger graph than the one the pass receives (a region, see ``_region``); ``site_ids`` (mul name
+    larger graph than the one the pass receives (a region, see ``_decide/region.py``); ``site_ids`` (mul name
     -> site id) when the caller found the sites already (the call does not look for them again).
     The subclass is made by the door (``_executorch.fold_pass_subclass``): the fold itself
     is always the installed code.

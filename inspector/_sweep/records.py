@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .._base.errors import InspectorError
+from .._cost.accelerators import TOSA_INT, Accelerator, accelerator_named
+from .._numbers.engines import TOSA, Engine, engine_of, engines
 
 UNCHANGED_DB = 0.01  # an SQNR difference below this is "unchanged"
 # The quantized (TOSA INT) flow folds in the quantizer's transform-for-annotation, before calibration,
@@ -168,6 +170,14 @@ def renamed_rule(data: dict) -> dict:
     return data
 
 
+def _engine(data: dict) -> Engine:
+    """The registered engine a variant's JSON names (InspectorError on a name no engine has)."""
+    name = _text(data, "engine", "variant")
+    if name not in engines:
+        raise _bad("variant", data)
+    return engines.get(name)
+
+
 # A variant's measured fields, in the order of its JSON; a variant that did not run has none of them.
 _MEASURED = ("worst_step", "max_abs_error", "last_step", "outputs", "folds", "folded", "not_delegated", "timings",
              "tosa_spec", "cached")
@@ -183,7 +193,7 @@ class SweepVariant:
     rule: str  # its rule's name
     steps: int  # recurrent steps compared
     stage: str = NUMBERS_STAGE  # the stage whose decisions its numbers follow
-    engine: str = "tosa"  # what computed the numbers: "tosa" or "simulation"
+    engine: Engine = TOSA  # what computed the numbers: the TOSA reference model or the simulation
     markers: tuple[str, ...] = ()  # carried-state markers of the variant
     quantization: str = "a8w8"  # the quantization it ran under
     overrides: dict = field(default_factory=dict)  # node -> "float" or a quantization name
@@ -202,13 +212,17 @@ class SweepVariant:
     error: str | None = None  # why it has no numbers (one line); its measured fields are then absent
     shared_with: str | None = None  # the variant whose result it shares (equal fold decisions)
     confirmed: bool | None = None  # in a confirmed simulated sweep: run on the TOSA reference (None: not asked)
-    accelerator: str = "tosa-int"  # what it was lowered for
+    accelerator: Accelerator = TOSA_INT  # what it was lowered for
     cycles: int | None = None  # on an NPU: Vela's total cycles (its estimate); None: no cost
     npu_ops: int | None = None  # on an NPU: Vela's NPU operations
     compiler: str | None = None  # on an NPU: the compiler settings of those cycles (``Cost.compiler``)
 
+    def __post_init__(self) -> None:  # names (as its JSON writes them) are looked up once, here
+        object.__setattr__(self, "engine", engine_of(self.engine))
+        object.__setattr__(self, "accelerator", accelerator_named(self.accelerator))
+
     def to_dict(self) -> dict:
-        d = {"target": self.target, "stage": self.stage, "engine": self.engine, "variant": self.variant,
+        d = {"target": self.target, "stage": self.stage, "engine": self.engine.name, "variant": self.variant,
              "rule": self.rule, "markers": list(self.markers), "quantization": self.quantization,
              "overrides": dict(self.overrides), "steps": self.steps, "sqnr_db_last": self.sqnr_db_last,
              "sqnr_db_worst": self.sqnr_db_worst}
@@ -220,12 +234,14 @@ class SweepVariant:
             d["error"] = self.error
         if self.confirmed is not None:
             d["confirmed"] = self.confirmed
-        d.update(accelerator=self.accelerator, cycles=self.cycles, npu_ops=self.npu_ops, compiler=self.compiler)
+        d.update(accelerator=self.accelerator.name, cycles=self.cycles, npu_ops=self.npu_ops, compiler=self.compiler)
         return d
 
     @classmethod
     def from_dict(cls, data) -> "SweepVariant":
-        """A variant as ``to_dict`` wrote it (or a sweep of format 1); InspectorError when it is not one."""
+        """A variant as ``to_dict`` wrote it (or a sweep of format 1); InspectorError when it is not one. Its engine
+        is the registered one it names; its accelerator too, or a stand-in for one this process does not know
+        (``accelerators.accelerator_named``)."""
         if not isinstance(data, dict):
             raise _bad("variant", data)
         data = renamed_rule(data)
@@ -233,7 +249,7 @@ class SweepVariant:
         fields = dict(target=_text(data, "target", "variant"), variant=_text(data, "variant", "variant"),
                       rule=_text(data, "rule", "variant"), steps=_whole(data.get("steps"), "variant", data),
                       stage=_text(data, "stage", "variant"),
-                      engine=_text(data, "engine", "variant"), markers=_texts(data.get("markers"), "variant", data),
+                      engine=_engine(data), markers=_texts(data.get("markers"), "variant", data),
                       quantization=_text(data, "quantization", "variant"),
                       overrides=_mapping(data.get("overrides"), "variant", data),
                       sqnr_db_last=_number(data.get("sqnr_db_last"), "variant", data),
@@ -242,7 +258,8 @@ class SweepVariant:
             if not isinstance(data["confirmed"], bool):
                 raise _bad("variant", data)
             fields["confirmed"] = data["confirmed"]
-        fields.update(accelerator=_text({"a": data.get("accelerator", "tosa-int")}, "a", "variant"),
+        written = _text({"a": data.get("accelerator", TOSA_INT.name)}, "a", "variant")
+        fields.update(accelerator=accelerator_named(written),
                       cycles=_whole(data.get("cycles"), "variant", data, optional=True),
                       npu_ops=_whole(data.get("npu_ops"), "variant", data, optional=True),
                       compiler=_text(data, "compiler", "variant", optional=True))
@@ -292,7 +309,7 @@ class ChangedSite:
         return d
 
 
-def sqnr_by_rule(variants, accelerator: str | None = None) -> dict[str, dict[str, float]]:
+def sqnr_by_rule(variants, accelerator: Accelerator | None = None) -> dict[str, dict[str, float]]:
     """model -> rule -> SQNR at the last step, from the variants that ran without markers (on ``accelerator``
     only, if given: a sweep over several accelerators has a number per accelerator)."""
     out: dict[str, dict[str, float]] = {}
@@ -302,7 +319,7 @@ def sqnr_by_rule(variants, accelerator: str | None = None) -> dict[str, dict[str
     return out
 
 
-def cycles_by_rule(variants, accelerator: str) -> dict[str, dict[str, int]]:
+def cycles_by_rule(variants, accelerator: Accelerator) -> dict[str, dict[str, int]]:
     """model -> rule -> Vela's total cycles on ``accelerator``, from the variants that ran without markers."""
     out: dict[str, dict[str, int]] = {}
     for v in variants:
@@ -311,12 +328,12 @@ def cycles_by_rule(variants, accelerator: str) -> dict[str, dict[str, int]]:
     return out
 
 
-def costed_accelerator(variants) -> str | None:
+def costed_accelerator(variants) -> Accelerator | None:
     """The first accelerator some variant has cycles on (None: no variant was priced)."""
     return next((v.accelerator for v in variants if v.error is None and v.cycles is not None), None)
 
 
-def compilers(variants) -> dict[str, str]:
+def compilers(variants) -> dict[Accelerator, str]:
     """accelerator -> the compiler settings its cycles were made under (``Cost.compiler``), for every accelerator
     some variant has cycles on; a variant written before the settings were kept says they were not recorded."""
     out: dict[str, str] = {}

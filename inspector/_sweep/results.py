@@ -11,6 +11,8 @@ from .records import (NUMBERS_STAGE, UNCHANGED_DB, ChangedSite, SweepModel, Swee
                       compilers, costed_accelerator, cycles_by_rule, sqnr_by_rule, sqnr_delta, table_number)
 from .._base.formats import cycles
 from .._base.display import draw
+from .._cost.accelerators import TOSA_INT, Accelerator, accelerator_named
+from .._numbers.engines import TOSA, Engine, engine_of
 
 
 # The formats a sweep is written in (``Sweep.format``; the presentation, ``present/sweep.py``, writes each).
@@ -37,9 +39,13 @@ class Sweep:
     reused: int = 0  # results read back from the result store instead of computed
     out: str | None = None  # the folder of the store results were kept in, when out= named one
     notes: tuple[str, ...] = ()  # what the user should know about how it ran
-    engine: str = "tosa"  # what computed the variants' numbers: "tosa" or "simulation" (_numbers/engines.py)
-    accelerators: tuple[str, ...] = ("tosa-int",)  # what the variants were lowered for, each variant on each
+    engine: Engine = TOSA  # what computed the variants' numbers: the TOSA reference or the simulation (engines.py)
+    accelerators: tuple[Accelerator, ...] = (TOSA_INT,)  # what the variants were lowered for, each variant on each
     advice: tuple = ()  # with advise_db: per model and Ethos-U, which sites should fold (``inspector.Advice``)
+
+    def __post_init__(self) -> None:  # names given here are looked up once
+        object.__setattr__(self, "engine", engine_of(self.engine))
+        object.__setattr__(self, "accelerators", tuple(accelerator_named(a) for a in self.accelerators))
 
     @property
     def changed(self) -> tuple[ChangedSite, ...]:
@@ -107,9 +113,9 @@ class Sweep:
     def to_dict(self) -> dict:
         """The JSON contract: models, rows, changed, variants (and how the sweep ran)."""
         return jsonable({
-            "format": FORMAT, "rules": list(self.rules), "accelerators": list(self.accelerators),
+            "format": FORMAT, "rules": list(self.rules), "accelerators": [a.name for a in self.accelerators],
             "stages": list(self.stages), "steps": self.steps,
-            "engine": self.engine, "models": [m.to_dict() for m in self.models],
+            "engine": self.engine.name, "models": [m.to_dict() for m in self.models],
             "rows": [r.to_dict() for r in self.rows],
             "changed": [c.to_dict() for c in self.changed], "variants": [v.to_dict() for v in self.variants],
             "summary": self.summary(),

@@ -14,9 +14,11 @@ from .._base import store as _store
 from .._base.hashing import digest
 from .._numbers.quantization import quantizations
 from .._numbers.results import Variant
-from .._base.data import jsonable
+from .._base.data import FORMAT, jsonable
 
-FORMAT_VERSION = 3  # of the sweep's records (3: a rule is "rule"; 2 said "policy", read by records.renamed_rule; 1: plain JSON files in out/, no longer read)
+# The sweep's records are in the one save-format version (a rule is "rule" since 2; entries that said "policy" are
+# read by records.renamed_rule; plain JSON files in out/, the first way, are no longer read).
+FORMAT_VERSION = FORMAT
 
 # The kinds of the sweep's entries (``Store.name(kind, ...)``).
 MODEL, ROW, VARIANT = "sweep-model", "sweep-row", "sweep-variant"

@@ -46,9 +46,9 @@ from .results import FORMATS, Sweep
 from .store import MODEL, ROW, VARIANT, Records, unchanged, variant_key
 from .work import MODEL_TASK, VARIANT_TASK
 from .._numbers.compare import variants_of, workers_of
-from .._numbers.engines import engine_of
+from .._numbers.engines import TOSA, Engine, engine_of
 from .._decide.stages import STAGES, check_stage
-from .._cost.accelerators import Accelerator, accelerator_of
+from .._cost.accelerators import TOSA_INT, Accelerator, accelerator_of
 from .._advise.advise import advise
 from .._targets import load as _load
 
@@ -68,9 +68,9 @@ def sweep(
     input_shapes: Sequence[Sequence[int]] | None = None,
     ray_address: str | None = None,
     progress: Progress | None = None,
-    engine: str = "tosa",
+    engine: "str | Engine" = TOSA,
     confirm: bool = False,
-    accelerators: Sequence[Any] = ("tosa-int",),
+    accelerators: Sequence[Any] = (TOSA_INT,),
     advise_db: float | None = None,
 ) -> Sweep:
     """Decide every site of every model at every stage under every rule; with ``steps > 0``, also
@@ -220,8 +220,8 @@ def _swept(specs, rules, stage_list, steps, variants, compare_variants, workers,
     result = Sweep(tuple(r.name for r in rules), tuple(stage_list), steps, tuple(state.model_rows()), tuple(state.rows_in_order()),
                  tuple(state.variants_in_order()), executor="inline" if local_only else executor,
                  seconds=time.perf_counter() - t_start, reused=state.reused,
-                 out=str(out) if out is not None else None, notes=tuple(notes), engine=engine,
-                 accelerators=tuple(c.name for c in chips))
+                 out=str(out) if out is not None else None, notes=tuple(notes), engine=engine_of(engine),
+                 accelerators=tuple(chips))
     if not confirm:
         return result
     return _confirmed(result, specs, dict(rules=rules, steps=steps, variants=variants, workers=workers, accelerators=chips,
@@ -236,7 +236,7 @@ def _confirmed(simulated: Sweep, specs: list[ModelSpec], asked: dict, t_start: f
 
     differ = {c.target for c in simulated.changed if c.stage == NUMBERS_STAGE}
     chosen = [spec for spec in specs if spec.label in differ]
-    exact = sweep(chosen, stages=(NUMBERS_STAGE,), engine="tosa", **asked) if chosen else None
+    exact = sweep(chosen, stages=(NUMBERS_STAGE,), engine=TOSA, **asked) if chosen else None
     by_pair = {(v.target, v.variant, v.accelerator): v for v in (exact.variants if exact else ())}
     rows = tuple(replace(by_pair[(v.target, v.variant, v.accelerator)], confirmed=True)
                  if (v.target, v.variant, v.accelerator) in by_pair
@@ -332,7 +332,7 @@ class _State:
         self.compared = _Phase("variants compared")
         self.waiting: dict[str, list] = {}  # label -> variant groups in flight
         self.need: dict[str, tuple] = {}  # label -> (rows, variants) still to compute
-        self.engine = "tosa"  # what computes the variants' numbers (part of their keys in the store)
+        self.engine = TOSA.name  # the name of what computes the variants' numbers (in their keys in the store)
         self.root: str | None = None  # the result store's folder (None: off): every task carries it to its worker
 
     # ------------------------------------------------------------ what is already done

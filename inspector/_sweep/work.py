@@ -26,6 +26,7 @@ from .._workers.kinds import task_kind
 from .._numbers.compare import plan_of
 from .._numbers.tasks import VariantTask, model_run, run_in_worker, worker_target
 from .._numbers.quantization import quantization_of
+from .._numbers.engines import TOSA
 from .._numbers.variant_cache import base_key, can_predict, predicted_decisions
 from .._base.errors import InspectorError, describe
 from .records import SweepRow
@@ -128,7 +129,7 @@ def _for_variants(target, asked: dict, timings: dict) -> dict:
     _flow.check_recurrent(target)
     calibrated = _flow.choose_calibration(target, None, steps)
     reference = _flow.float_reference(target, steps)
-    engine = asked.get("engine", "tosa")
+    engine = asked.get("engine", TOSA.name)
     base = base_key(target, calibrated, steps, engine)
     timings["float reference"] = time.perf_counter() - t0
     # The fold decisions each variant leads to, from the real pass on the tfa graph the quantizer
@@ -185,8 +186,8 @@ def summary_of(result) -> dict:
         "last_step": last, "outputs": per_output, "folds": data["folds"],
         "folded": sorted(s.site_id for s in result.sites if s.folded_at),
         "not_delegated": len(result.not_delegated), "timings": data["timings"],
-        "quantization": result.quantization, "tosa_spec": result.spec, "engine": result.engine,
-        "accelerator": result.accelerator, "cycles": result.cost.cycles if result.cost is not None else None,
+        "quantization": result.quantization, "tosa_spec": result.spec, "engine": result.engine.name,
+        "accelerator": result.accelerator.name, "cycles": result.cost.cycles if result.cost is not None else None,
         "npu_ops": result.cost.npu_ops if result.cost is not None else None,
         "compiler": result.cost.compiler if result.cost is not None else None,
     }

@@ -31,6 +31,7 @@ from .._base.limits import check_shape
 from .samples import samples
 from . import pt2 as _pt2
 from . import timm_nets
+from .streams import Stream, is_stream, stream_of
 
 SAMPLE_PREFIX = "sample:"
 # What a target keeps of this module's making: every buffer's initial value by module path.
@@ -43,7 +44,7 @@ class Target:
 
     name: str  # what the user called it: "sample:conv_mul_scalar", "MyNet", "model.pt2"
     exported: torch.export.ExportedProgram  # private; never run a pass on it directly
-    inputs: tuple  # example inputs (private copies)
+    inputs: tuple  # example inputs (private copies): a stream's first frame
     model: nn.Module | None = None  # pristine private eager copy (None for programs and .pt2)
     recurrent: dict = field(default_factory=dict)  # output index -> input index fed on the next call
     source: str | None = None  # the target as given on a command line ("model.pt2", "net.py:Net"); None for objects
@@ -52,6 +53,25 @@ class Target:
     key: str = ""
     # What is derived from it once (stage graphs, deciders, predicted decisions), asked for by name; bounded.
     facts: Facts = field(default_factory=Facts, repr=False, compare=False)
+    stream: Stream | None = None  # a new input at every step (None: every step is fed ``inputs`` again)
+    task: tuple[str, ...] = ()  # the task's own measurements the model asks for (its METRICS; accuracy on labels)
+
+    @property
+    def task_metrics(self) -> tuple[str, ...]:
+        """What a comparison measures beside the built-ins when it names nothing: the model's own ``METRICS`` and,
+        where its stream's frames carry labels, ``accuracy``."""
+        labelled = self.stream is not None and self.stream.labels is not None
+        return tuple(dict.fromkeys([*self.task, *(("accuracy",) if labelled else ())]))
+
+    def steps(self, steps: int | None) -> int:
+        """The steps a run takes: ``steps`` as given, else the stream's length (1 without a stream); never more
+        than the stream has frames."""
+        if steps is None:
+            return len(self.stream) if self.stream is not None else 1
+        if self.stream is not None and steps > len(self.stream):
+            raise InspectorError(f"steps={steps} but the stream of {self.name} has {len(self.stream)} frames: ask for "
+                                 f"at most {len(self.stream)} steps")
+        return steps
 
     def initial_buffers(self) -> dict[str, torch.Tensor]:
         """Every buffer's initial value by module path (state starts from these in every run)."""
@@ -85,7 +105,7 @@ def load(target: Any, example_inputs: Any = None) -> Target:
     if isinstance(target, (str, os.PathLike)):
         fresh = replace(fresh, source=os.fspath(target))
     key = digest(fresh.name, fresh.source or "", program_fingerprint(fresh.exported), fresh.inputs,
-                 sorted(fresh.recurrent.items()))
+                 sorted(fresh.recurrent.items()), fresh.stream.key if fresh.stream is not None else "")
     fresh = replace(fresh, key=key)
     return _TARGETS.get_or_compute(key, lambda: fresh)
 
@@ -183,7 +203,13 @@ def _from_script(spec: str, example_inputs: Any) -> Target:
     return _from_module(model, example_inputs, cls_name)
 
 
-def _inputs_of(model: nn.Module, example_inputs: Any, name: str) -> tuple:
+def _inputs_of(model: nn.Module, example_inputs: Any, name: str) -> tuple[tuple, Stream | None]:
+    """The inputs to export with and the stream, if the inputs are one (a sample's own stream by default)."""
+    if example_inputs is None and callable(getattr(model, "example_stream", None)):
+        example_inputs = model.example_stream()  # a sample's real inputs in order (None: it has none)
+    if is_stream(example_inputs):
+        stream = stream_of(example_inputs, f"the stream given for {name}")
+        return copy.deepcopy(stream.inputs), stream
     if example_inputs is None and callable(getattr(model, "example_inputs", None)):
         example_inputs = model.example_inputs()
     if example_inputs is None:
@@ -199,11 +225,11 @@ def _inputs_of(model: nn.Module, example_inputs: Any, name: str) -> tuple:
     for i, x in enumerate(example_inputs):
         if isinstance(x, torch.Tensor) and x.is_floating_point() and not torch.isfinite(x).all():
             raise InspectorError(f"example input {i} of {name} contains NaN or Inf; give finite inputs")
-    return copy.deepcopy(example_inputs)
+    return copy.deepcopy(example_inputs), None
 
 
 def _from_module(model: nn.Module, example_inputs: Any, name: str) -> Target:
-    inputs = _inputs_of(model, example_inputs, name)
+    inputs, stream = _inputs_of(model, example_inputs, name)
     # The weights are copied in the background while the model is exported: export only reads
     # them (on fake tensors), so it runs on the caller's, and the copies replace them after.
     parameters = list(model.parameters())
@@ -227,7 +253,8 @@ def _from_module(model: nn.Module, example_inputs: Any, name: str) -> Target:
         if id(value) in weights:
             state[key] = weights[id(value)]
     recurrent = dict(getattr(model, "RECURRENT", {}) or {})
-    return Target(name, exported, inputs, private, recurrent)
+    task = tuple(getattr(model, "METRICS", ()) or ())  # the task's own measurements (a sample's)
+    return Target(name, exported, inputs, private, recurrent, stream=stream, task=task)
 
 
 def _sharing_parameters(module: nn.Module) -> nn.Module:
@@ -236,7 +263,7 @@ def _sharing_parameters(module: nn.Module) -> nn.Module:
     Export traces on fake tensors and never writes into a parameter, but a ``forward`` may set
     Python attributes while it is traced: the copy keeps the pristine eager module as it was. The
     parameters are the weights (140 MB in nfnet_l0, about a second to copy), and nothing writes
-    into the exported program's without copying it first (``_stages``, ``_flow``), so the export
+    into the exported program's without copying it first (``_decide/stages.py``, ``_numbers/flow.py``), so the export
     and the eager copy hold the same ones.
     """
     return private_copy(module, shared=module.parameters())
@@ -249,9 +276,12 @@ def _from_program(program, example_inputs: Any, name: str) -> Target:
         example_inputs = stored[0] if stored else None
     if example_inputs is None:
         raise InspectorError(f"{name} carries no example inputs; pass example_inputs or --input-shape")
+    stream = stream_of(example_inputs, f"the stream given for {name}") if is_stream(example_inputs) else None
+    if stream is not None:
+        example_inputs = stream.inputs
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
-    return Target(name, program, copy.deepcopy(tuple(example_inputs)))
+    return Target(name, program, copy.deepcopy(tuple(example_inputs)), stream=stream)
 
 
 def random_inputs(shapes, what: str = "input shape") -> tuple:

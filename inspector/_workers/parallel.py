@@ -1,6 +1,6 @@
 """What compare's and the sweep's worker processes share: the cores, the program archive, ``__main__``.
 
-The workers themselves are ``_pool``'s (a warm pool per process, a pipe per worker, so that a
+The workers themselves are ``pool.py``'s (a warm pool per process, a pipe per worker, so that a
 worker that dies costs only its task). Workers are spawned (not forked: the parent may hold
 OpenMP thread pools, the widget's threads or a Jupyter kernel's) and receive data, never live
 modules: the target's exported program as a ``torch.export.save`` archive written by this

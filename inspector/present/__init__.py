@@ -19,6 +19,8 @@ from .markup import escape
 from .advice import advice_html
 from .._base.formats import cycles, db
 from .._base.errors import quoted
+from .._cost.accelerators import TOSA_INT
+from .._numbers.engines import SIMULATION
 
 __all__ = [
     # graphs: one picture per (graph, verdicts), colours from one table
@@ -30,6 +32,8 @@ __all__ = [
     "report_html", "figure_img", "ExplorerFiles", "advice_html",
     # what a form offers and checks
     "GRAPH_VIEWS", "GRAPH_SCOPES", "MAX_STEPS", "check_steps", "quoted", "SweepBar",
+    # the accelerator a form starts at, and the engine a screen previews with (registry objects, never names)
+    "TOSA_INT", "SIMULATION",
     # the one HTML escape every page and panel writes with; the one way a dB or a cycle count is written
     "escape", "db", "cycles",
 ]

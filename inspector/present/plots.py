@@ -101,6 +101,6 @@ def plot_bits(bits):
     ax.invert_yaxis()
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_xlabel(f"dB recovered over {bits.baseline} ({db(bits.baseline_sqnr_db)} dB), worst output, last step")
-    ax.set_title(f"{bits.target}: is it the fold or the bits? ({bits.steps} step(s)) [{getattr(bits, 'engine', 'tosa')}]")
+    ax.set_title(f"{bits.target}: is it the fold or the bits? ({bits.steps} step(s)) [{bits.engine}]")
     ax.grid(alpha=0.3, axis="x")
     return fig

@@ -29,6 +29,8 @@ from pathlib import Path
 
 from .._base.formats import cycles, db
 from .._cost.records import ESTIMATE
+from .._cost.accelerators import TOSA_INT
+from .._numbers.engines import TOSA
 from .markup import GITHUB_COMMENT_LIMIT, escape, markdown_table, md_code, page
 from .tables import (analysis_html, comparison_html, comparison_rows, compiler_of, price_rows, site_rows, stale_html,
                      tradeoff_rows)
@@ -140,12 +142,12 @@ def reproduce_command(analysis, comparison=None, fmt: str = "md") -> str:
     if comparison is not None:
         parts += ["--variants", ",".join(r.variant.rule.name + (f"@{r.variant.quantization}" if r.variant.quantization else "")
                                          for r in comparison.results), "--steps", str(comparison.steps)]
-        if comparison.engine != "tosa":
-            parts += ["--engine", comparison.engine]
+        if comparison.engine != TOSA:  # the command line's default engine goes without saying
+            parts += ["--engine", comparison.engine.name]
     # the accelerator whose flow hands the pass the tfa and lowering graphs, and what the variants are lowered for
     accelerator = analysis.accelerator if comparison is None else comparison.accelerator
-    if accelerator != "tosa-int":
-        parts += ["--accelerator", accelerator]
+    if accelerator != TOSA_INT:  # likewise its default accelerator
+        parts += ["--accelerator", accelerator.name]
     parts += ["--format", fmt]
     return " ".join(shlex.quote(p) for p in parts)
 
@@ -173,7 +175,7 @@ def summary(analysis, comparison=None) -> str:
     if comparison is not None:
         last = comparison.steps - 1
         parts = [f"{r.variant.label} {db(r.at_step(last).sqnr_db)} dB" for r in comparison.results if r.metrics]
-        engine = "TOSA INT reference model" if comparison.engine == "tosa" else comparison.engine_text
+        engine = f"{comparison.engine_text} model" if comparison.engine.authority else comparison.engine_text
         text += (f" On the {engine}, output 0 at step {comparison.steps} against float: "
                  + ", ".join(parts) + ".")
         costed = [r for r in comparison.measured if r.cost is not None]

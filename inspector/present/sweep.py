@@ -64,7 +64,7 @@ def simulated_pairs(s) -> set:
     engines = {(v.target, v.rule): v.engine for v in s.variants if not v.error}
     if len(set(engines.values())) < 2:
         return set()
-    return {pair for pair, engine in engines.items() if engine != "tosa"}
+    return {pair for pair, engine in engines.items() if not engine.authority}
 
 
 def _sqnr_cell(sim: set, target: str, rule: str, value) -> str:
@@ -75,7 +75,7 @@ def advice_rows(s) -> list[dict[str, str]]:
     """Per advised model and accelerator: what the advice folds, its cycles and dB, and what each rule gives up."""
     rows = []
     for a in s.advice:
-        row = {"model": a.target, "accelerator": a.accelerator, "budget dB": f"{a.budget_db:g}",
+        row = {"model": a.target, "accelerator": a.accelerator.name, "budget dB": f"{a.budget_db:g}",
                "advice folds": f"{len(a.folded)}/{len(a.sites)}", "cycles (Vela)": cycles(a.recommended.vela_cycles),
                "dB (TOSA)": db(a.recommended.tosa_db)}
         for rule in ("upstream", "state-aware"):

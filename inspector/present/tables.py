@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from .._sites.reasons import Reason, Risk
 from .._base.formats import MISSING, cycles, cycles_change, db, db_change, error, quantization_steps, share
 from .._cost.records import ESTIMATE
+from .._cost.accelerators import TOSA_INT
 from .._numbers.measures import cost_value, in_registry_order, metrics
 from .markup import escape
 from .styles import STYLES, site_kind
@@ -184,21 +185,22 @@ def comparison_rows(comparison) -> list[dict[str, str]]:
                 **({"quantization": r.quantization + (" + overrides" if r.variant.overrides else "")} if mixed else {}),
                 "folds tfa/lower": f"{r.folds['tfa']}/{r.folds['lowering']}",
                 "output": str(o),
-                **_measured_cells(m, first, names),
+                **_measured_cells(r, o, first, names),
                 "min ch SQNR": db(min(m.sqnr_per_channel_db) if m.sqnr_per_channel_db else None),
                 **({c.heading: c.format(cost_value(c, r.cost)) for c in cost_columns} if costed else {}),
             })
     return rows
 
 
-def _measured_cells(m, first, names) -> dict[str, str]:
-    """Every output measurement a result holds, each in its own format; the SQNR at the first step beside the last's
-    (the drift in one glance)."""
+def _measured_cells(r, output: int, first, names) -> dict[str, str]:
+    """Every output measurement a result holds, each in its own format (at the last step; a share over the frames,
+    such as accuracy, over all of them); the SQNR at the first step beside the last's (the drift in one glance)."""
     cells = {}
     for name in names:
         metric = metrics.by_key(name)
-        heading = metric.heading if metric is not None else name
-        cells[heading] = metric.format(m.value(name)) if metric is not None else error(m.value(name))
+        value = r.summary(name, output)
+        cells[metric.heading if metric is not None else name] = metric.format(value) if metric is not None \
+            else error(value)
         if name == "sqnr":
             cells["SQNR step 1"] = db(first.sqnr_db)
     return cells
@@ -274,7 +276,46 @@ def compiler_html(compiler: str) -> str:
 
 
 def _accelerator_text(comparison) -> str:
-    return "" if comparison.accelerator == "tosa-int" else f", lowered for {comparison.accelerator}"
+    return "" if comparison.accelerator == TOSA_INT else f", lowered for {comparison.accelerator}"
+
+
+def frame_rows(comparison) -> list[dict[str, str]]:
+    """Per frame of a stream (per step of a recurrent run): each variant's worst output SQNR and its shares over the
+    frames (a decision changed, accuracy) at that frame."""
+    means = [m for m in (metrics.by_key(n) for n in in_registry_order(
+        n for r in comparison.measured for n in r.measured_names)) if m is not None and m.over_steps == "mean"]
+    rows = []
+    for step in range(comparison.steps):
+        row = {"frame" if comparison.stream else "step": str(step + 1)}
+        for r in comparison.measured:
+            at = [m for m in r.metrics if m.step == step]
+            row[f"{r.variant.label} SQNR"] = db(min((m.sqnr_db for m in at), default=None))
+            for metric in means:
+                row[f"{r.variant.label} {metric.name}"] = metric.format(metric.worst(m.value(metric.name) for m in at))
+        rows.append(row)
+    return rows
+
+
+FRAMES_SHOWN = 12  # frames a text table shows (the first and last); HTML and DataFrames have them all
+
+
+def _frames_text(comparison) -> list[str]:
+    if comparison.steps < 2:
+        return []
+    rows = frame_rows(comparison)
+    cut = len(rows) > FRAMES_SHOWN
+    shown = rows[: FRAMES_SHOWN // 2] + rows[-(FRAMES_SHOWN // 2):] if cut else rows
+    return ["", f"per {'frame' if comparison.stream else 'step'}" + (
+        f" (the first and last {FRAMES_SHOWN // 2} of {len(rows)}; every one: to_dataframe())" if cut else "") + ":",
+        *text_table(shown)]
+
+
+def _frames_html(comparison) -> str:
+    if comparison.steps < 2:
+        return ""
+    table = html_table("fi-frames", f"<b>per {'frame' if comparison.stream else 'step'}</b>", frame_rows(comparison))
+    return f"<details class='fi-per-frame'><summary>per {'frame' if comparison.stream else 'step'} " \
+           f"({comparison.steps})</summary><div style='max-height:24em;overflow:auto'>{table}</div></details>"
 
 
 def comparison_text(comparison) -> str:
@@ -286,9 +327,11 @@ def comparison_text(comparison) -> str:
         return "\n".join([head, *errors])
     lines = [head, *text_table(rows), *errors, *(f"note: {n}" for n in comparison.notes),
              *([f"engine: {comparison.engine_note}"] if comparison.engine_note else []),
+             *([f"stream: {comparison.stream}"] if comparison.stream else []),
              f"calibration: {comparison.calibration}", f"quantization: {comparison.quantization}",
              *([f"compiler: {compiler_of(comparison)}"] if _costed(comparison) else []),
              *(f"cost: {r.cost_error}" for r in comparison.measured if r.cost_error)]
+    lines += _frames_text(comparison)
     if _costed(comparison):
         lines += ["", tradeoff_text(comparison.tradeoff())]
     return "\n".join(lines)
@@ -297,7 +340,8 @@ def comparison_text(comparison) -> str:
 def comparison_html(comparison) -> str:
     head = (f"<b>{escape(comparison.target)}</b>: {escape(comparison.engine_text)} vs float"
             f"{escape(_accelerator_text(comparison))}, {comparison.steps} step(s)"
-            f"<br><small>calibration: {escape(comparison.calibration)}; quantization: {escape(comparison.quantization)}</small>"
+            + (f"<br><small>stream: {escape(comparison.stream)}</small>" if comparison.stream else "")
+            + f"<br><small>calibration: {escape(comparison.calibration)}; quantization: {escape(comparison.quantization)}</small>"
             f"{compiler_html(compiler_of(comparison))}")
     tail = "".join(f"<div class='fi-error'>{escape(r.variant.label)}: not run: {escape(r.error)}</div>"
                    for r in comparison.errors)
@@ -306,6 +350,7 @@ def comparison_html(comparison) -> str:
         tail += f"<div class='fi-note fi-engine'>engine: {escape(comparison.engine_note)}</div>"
     tail += "".join(f"<div class='fi-note fi-cost'>cost: {escape(r.cost_error)}</div>"
                     for r in comparison.measured if r.cost_error)
+    tail += _frames_html(comparison)
     if _costed(comparison):
         tail += tradeoff_html(comparison.tradeoff())
     return html_table("fi-comparison", head, comparison_rows(comparison), tail)
@@ -363,7 +408,7 @@ def agreement_text(attribution) -> list[str]:
         worst = [a.max_steps for a in v.agreement if a.max_steps is not None]
         if worst:
             lines.append(f"{v.label}: simulation vs TOSA reference, max {quantization_steps(max(worst))} quantization step(s)")
-    if getattr(attribution, "engine", "tosa") != "tosa":
+    if not attribution.engine.lowers:  # no TOSA outputs to agree with (attribution.py)
         lines.append(f"compared on the {attribution.engine} engine: its agreement with the TOSA reference "
                      "was not measured")
     return lines

@@ -86,4 +86,4 @@ class ResidualTanhResidual(torch.nn.Module):
         return x + self.c(x) * 0.5
 
     def example_inputs(self):
-        return _input(16, 24, 18)
+        return _input(16, 12, 18)
