@@ -36,6 +36,13 @@ _TOOLS = {
 
 def pytest_configure(config):
     warnings.filterwarnings("ignore", category=FutureWarning)
+    # One torch thread per process: the suite runs a process per core (xdist's workers, and their kernels, CLI
+    # subprocesses and pool workers), and a second intra-op thread only fights the other process for its core. The
+    # inspector's numbers do not depend on it (the pool sets its workers' share the same way); a step loop of small
+    # ops was measured up to 100x slower with two threads on a busy 2-core machine. Inherited through the
+    # environment by every process the tests start.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     # The result store on disk: never the user's. One fresh store for the whole run, made by the first
     # process (xdist's workers, the notebooks' kernels and the CLI's subprocesses inherit its folder), so a
     # lowering or TOSA run of the same question is done once per run and its first use is always real.
