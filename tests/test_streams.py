@@ -145,3 +145,15 @@ def test_silero_over_its_speech_on_the_ethos_u85_and_u55():
     r = u55.results[0]
     assert r.error is None or "\n" not in r.error
     assert r.error is not None or r.not_delegated is not None
+
+
+def test_the_widget_runs_a_models_stream_by_default_and_shows_every_frame():
+    from widgets import FoldInspector
+
+    app = FoldInspector("sample:digits_layerscale", stage="tfa")
+    assert app.steps_input.value == 360  # the held-out digits, one per step
+    c = inspector.compare(Accumulate(), ("upstream",), example_inputs=_frames(4), engine="simulation")
+    html = inspector.present.comparison_html(c)
+    assert "fi-per-frame" in html and html.count("<tr>") >= 1 + 4 + 2  # a row per frame beside the summary
+    text = inspector.present.comparison_text(c)
+    assert "per frame:" in text and "stream: the stream given for Accumulate: 4 frames" in text

@@ -137,8 +137,7 @@ class FoldInspector(W.VBox):
                                               markers=tuple(markers), accelerator=accelerator)
             self._header.set_stage_quietly(self.analysis.stage)
         self._picker.start(self.analysis, self._target_ref)
-        is_recurrent = bool(self.analysis.target.recurrent) or any(s.state_path for s in self.analysis.sites)
-        self.steps_input.value = present.check_steps(steps) if steps is not None else (10 if is_recurrent else 1)
+        self.steps_input.value = present.check_steps(steps) if steps is not None else _default_steps(self.analysis)
         self._refresh()
 
     # ------------------------------------------------------------------ layout
@@ -567,6 +566,8 @@ class FoldInspector(W.VBox):
         self._journey.forget()
         self.advice = None
         self._tradeoff.show(None, ())
+        if analysis.target.stream is not None:  # a model with real inputs in order: every frame by default
+            self.steps_input.value = _default_steps(analysis)
 
     def _on_stage(self, change) -> None:
         def go():
@@ -636,3 +637,12 @@ class FoldInspector(W.VBox):
 
     def _render_curve(self) -> None:
         self._attribution.render_curve(self.attribution)
+
+
+def _default_steps(analysis) -> int:
+    """The steps a reference run takes unless the user says: a stream's frames (as many as a run may take), 10 for a
+    model that carries state, else 1."""
+    stream = analysis.target.stream
+    if stream is not None:
+        return min(len(stream), present.MAX_STEPS)
+    return 10 if analysis.target.recurrent or any(s.state_path for s in analysis.sites) else 1

@@ -216,6 +216,8 @@ class SweepVariant:
     cycles: int | None = None  # on an NPU: Vela's total cycles (its estimate); None: no cost
     npu_ops: int | None = None  # on an NPU: Vela's NPU operations
     compiler: str | None = None  # on an NPU: the compiler settings of those cycles (``Cost.compiler``)
+    measures: dict = field(default_factory=dict)  # the task's own measurements (accuracy, decision-mismatch@T):
+    # name -> its value over the run, the worst output's (``VariantResult.overall``)
 
     def __post_init__(self) -> None:  # names (as its JSON writes them) are looked up once, here
         object.__setattr__(self, "engine", engine_of(self.engine))
@@ -235,6 +237,8 @@ class SweepVariant:
         if self.confirmed is not None:
             d["confirmed"] = self.confirmed
         d.update(accelerator=self.accelerator.name, cycles=self.cycles, npu_ops=self.npu_ops, compiler=self.compiler)
+        if self.measures:
+            d["measures"] = dict(self.measures)
         return d
 
     @classmethod
@@ -262,7 +266,9 @@ class SweepVariant:
         fields.update(accelerator=accelerator_named(written),
                       cycles=_whole(data.get("cycles"), "variant", data, optional=True),
                       npu_ops=_whole(data.get("npu_ops"), "variant", data, optional=True),
-                      compiler=_text(data, "compiler", "variant", optional=True))
+                      compiler=_text(data, "compiler", "variant", optional=True),
+                      measures={_text({"k": k}, "k", "variant"): _number(v, "variant", data)
+                                for k, v in _mapping(data.get("measures", {}), "variant", data).items()})
         if error is not None:
             return cls(**fields)
         if any(k not in data for k in _MEASURED) or not isinstance(data["outputs"], list) \

@@ -23,7 +23,8 @@ from .._targets import load as _load
 from .._decide import stages as _stages
 from .._decide.decide import decider_of
 from .._workers.kinds import task_kind
-from .._numbers.compare import plan_of
+from .._numbers.compare import measured, plan_of
+from .._numbers.measures import wanted
 from .._numbers.tasks import VariantTask, model_run, run_in_worker, worker_target
 from .._numbers.quantization import quantization_of
 from .._numbers.engines import TOSA
@@ -159,13 +160,17 @@ def run_variant(task: VariantTask, report) -> dict:
     """One variant of one model on the TOSA INT reference model, from the prepared program (the same
     worker body as compare's: ``tasks.run_in_worker``)."""
     variant = task.variant
-    plan = task.plan or plan_of(worker_target(task.run.model), variant, quantization_of(None), task.accelerator)
+    target = worker_target(task.run.model)
+    plan = task.plan or plan_of(target, variant, quantization_of(None), task.accelerator)
     result, _, cached = run_in_worker(task.run, variant, plan, report)
-    return {**summary_of(result), "cached": cached, **({"timings": {}} if cached else {})}
+    if result.error is None and target.task_metrics:  # the task's own numbers (accuracy on labelled frames, ...)
+        result = measured(result, task.run.reference, wanted(None, task=target.task_metrics), target.stream)
+    return {**summary_of(result, target.task_metrics), "cached": cached, **({"timings": {}} if cached else {})}
 
 
-def summary_of(result) -> dict:
-    """A variant's numbers as the sweep keeps them (JSON-ready; no tensors)."""
+def summary_of(result, task: tuple[str, ...] = ()) -> dict:
+    """A variant's numbers as the sweep keeps them (JSON-ready; no tensors); ``task``: the task's own measurements
+    the result holds, each over the run (the worst output's)."""
     data = result.to_dict()
     finite = result.metrics
     last = max((m.step for m in finite), default=0)
@@ -190,4 +195,5 @@ def summary_of(result) -> dict:
         "accelerator": result.accelerator.name, "cycles": result.cost.cycles if result.cost is not None else None,
         "npu_ops": result.cost.npu_ops if result.cost is not None else None,
         "compiler": result.cost.compiler if result.cost is not None else None,
+        "measures": {name: result.overall(name) for name in task if name in result.measured_names},
     }

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from .._base.formats import cycles, cycles_change, db, db_change, plot_db, seconds
+from .._base.formats import MISSING, cycles, cycles_change, db, db_change, plot_db, seconds
+from .._numbers.measures import in_registry_order, metrics
 from .._sweep.records import compilers, costed_accelerator, cycles_by_rule
 from .._sweep.records import NUMBERS_STAGE, UNCHANGED_DB, sqnr_by_rule
 from .._sweep.results import FORMATS
@@ -71,6 +72,11 @@ def _sqnr_cell(sim: set, target: str, rule: str, value) -> str:
     return db(value) + (" (sim)" if (target, rule) in sim else "")
 
 
+def _task_cell(name: str, value) -> str:
+    metric = metrics.by_key(name)
+    return metric.format(value) if metric is not None else (MISSING if value is None else f"{value:.4g}")
+
+
 def advice_rows(s) -> list[dict[str, str]]:
     """Per advised model and accelerator: what the advice folds, its cycles and dB, and what each rule gives up."""
     rows = []
@@ -118,7 +124,11 @@ def sweep_markdown(s, limit: int) -> str:
         table += ["No site's decision differs between the rules.", ""]
     on = costed_accelerator(s.variants)
     spent = cycles_by_rule(s.variants, on) if on else {}
+    tasks = in_registry_order(n for v in s.variants for n in v.measures)  # the task's own numbers (accuracy, ...)
+    task_of = {(v.target, v.rule): v.measures for v in s.variants
+               if v.accelerator == s.accelerators[0] and not v.error and v.variant == v.rule}
     header = ["model", *[f"folded `{p}`" for p in s.rules], *([f"SQNR `{p}`" for p in s.rules] if s.steps else []),
+              *[f"{n} `{p}`" for n in tasks for p in s.rules],
               *([f"cycles `{p}` on {on}" for p in s.rules] if spent else [])]
     model_cells = []
     shown = NUMBERS_STAGE if NUMBERS_STAGE in s.stages else s.stages[-1]
@@ -135,6 +145,7 @@ def sweep_markdown(s, limit: int) -> str:
             cells.append("error" if r is None or r.error else f"{len(r.folded)}/{r.sites}")
         if s.steps:
             cells += [_sqnr_cell(sim, m.target, p, sqnr.get(m.target, {}).get(p)) for p in s.rules]
+        cells += [_task_cell(n, task_of.get((m.target, p), {}).get(n)) for n in tasks for p in s.rules]
         if spent:
             cells += [cycles(spent.get(m.target, {}).get(p)) for p in s.rules]
         model_cells.append(cells)
