@@ -58,23 +58,25 @@ def executorch_alone() -> float:
     quantizer.set_global(get_symmetric_quantization_config(is_per_channel=True))
     module = torch.export.export(copy.deepcopy(model), stream[0]).module(check_guards=False)
     prepared = prepare_pt2e(module, quantizer)
-    initial = {k: v.clone() for k, v in prepared.named_buffers()}
+    state = {k: v.clone() for k, v in model.named_buffers() if k in ("h", "c", "context")}  # what carries over
+
+    def reset(m):
+        for name, buf in m.named_buffers():
+            if name in state and buf.shape == state[name].shape:
+                buf.copy_(state[name])
+
     with torch.no_grad():
         for frames in (stream, noisy):
-            for name, buf in prepared.named_buffers():
-                buf.copy_(initial[name])
+            reset(prepared)
             for f in frames:
                 prepared(*f)
-        for name, buf in prepared.named_buffers():
-            buf.copy_(initial[name])
+        reset(prepared)
     converted = convert_pt2e(prepared)
     lowered = to_edge_transform_and_lower(torch.export.export(converted, stream[0]),
                                           partitioner=[TOSAPartitioner(TosaCompileSpec(str(spec.tosa_spec)))])
     program = lowered.exported_program()
     run = program.module()
-    for name, buf in run.named_buffers():
-        if name in initial:
-            buf.copy_(initial[name])
+    reset(run)
     with torch.no_grad(), TosaReferenceModelDispatch():
         quantized = [run(*f) for f in stream[:FRAMES]]
     reference = sample_models.get("silero_vad")

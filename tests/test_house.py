@@ -632,3 +632,30 @@ def test_a_comparison_read_back_holds_the_registrys_objects():
     assert elsewhere.accelerator.name == "an-npu-registered-elsewhere" and elsewhere.accelerator.stand_in
     assert "an-npu-registered-elsewhere" not in inspector.accelerators and not elsewhere.accelerator.costs
     assert elsewhere.to_dict()["accelerator"] == "an-npu-registered-elsewhere"
+
+
+def test_no_docstring_or_comment_names_a_module_that_does_not_exist():
+    """A ``_name.py``, or a ``_name`` (``_name.attr``) where a module ``name.py`` lives in a folder now, in double
+    backticks: the name of a flat module the core had before its folders; it must exist, or be a name the file itself
+    defines or imports (an alias such as ``_flow`` for ``from .. import flow as _flow``)."""
+    import re
+
+    modules = {p.stem for p in CORE.rglob("*.py")} | {p.name for p in CORE.rglob("*") if p.is_dir()}
+    stale = []
+    for path in sorted(CORE.rglob("*.py")):
+        text = path.read_text()
+        tree = ast.parse(text)
+        defined = set()
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                defined |= {a.asname or a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defined.add(node.name)
+            elif isinstance(node, ast.Assign):
+                defined |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        for found in re.finditer(r"``(_[a-z][a-z0-9_]*)(\.py``|\.[A-Za-z_]\w*|``)", text):
+            name, tail = found.group(1), found.group(2)
+            moved = name.lstrip("_") in modules  # a flat module's old name for one that lives in a folder now
+            if (tail == ".py``" or moved) and name not in modules and name not in defined:
+                stale.append(f"{path.relative_to(ROOT)}:{text[:found.start()].count(chr(10)) + 1} {found.group(0)}")
+    assert not stale, stale

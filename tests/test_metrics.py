@@ -52,6 +52,10 @@ def test_a_users_measurement_is_computed_shown_everywhere_and_read_back_by_a_new
         assert "max-err" in c.to_markdown() and "max-err" in c._repr_mimebundle_()["text/html"]
         report = inspector.analyze("sample:stateful_conv_mul").report(c, format="md")
         assert "max-err" in report
+        figure = c.plot("drift", metric="max-err")
+        assert figure.axes[0].get_ylabel().startswith("max-err") and figure._repr_png_()[:4] == b"\x89PNG"
+        plotted = figure.axes[0].lines[0].get_ydata()
+        assert list(plotted) == [m.value("max-err") for m in c.results[0].metrics]
         code = ("import json, sys, inspector; from inspector._targets.load import import_file; import_file(sys.argv[1]); "
                 "c = inspector.compare('sample:stateful_conv_mul', ('off', 'upstream'), steps=3, metrics=('max-err',), "
                 "workers=1); print(json.dumps([[r.cached, [m.value('max-err') for m in r.metrics]] for r in c.results]))")

@@ -388,9 +388,10 @@ class Comparison:
         GitHub's comment limit)."""
         return draw("markdown", self, limit=limit)
 
-    def plot(self, kind: str = "drift", output: int = 0):
-        """A matplotlib Figure: ``drift`` (SQNR per step per variant) or ``channels`` (SQNR per channel)."""
-        return draw("plot", self, kind, output)
+    def plot(self, kind: str = "drift", output: int = 0, metric: str = "sqnr"):
+        """A matplotlib Figure: ``drift`` (``metric``, the SQNR by default, per step per variant) or ``channels``
+        (SQNR per channel)."""
+        return draw("plot", self, kind, output, metric)
 
 
 def _rules_of(results) -> dict:

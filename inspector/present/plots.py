@@ -6,6 +6,7 @@ import functools
 import io
 
 from .._base.formats import db, plot_db
+from .._numbers.measures import metrics
 from .._base.errors import InspectorError, quoted
 
 
@@ -27,18 +28,22 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
-def plot_comparison(comparison, kind: str = "drift", output: int = 0):
-    """``drift``: SQNR of ``output`` per step, per variant; ``channels``: its SQNR per channel at the last step."""
+def plot_comparison(comparison, kind: str = "drift", output: int = 0, metric: str = "sqnr"):
+    """``drift``: ``metric`` (a measurement's name; SQNR by default) of ``output`` per step, per variant;
+    ``channels``: its SQNR per channel at the last step."""
     if kind not in ("drift", "channels"):
         raise InspectorError(f"unknown plot kind {quoted(kind)}; choose 'drift' or 'channels'")
+    measure = metrics.entry(metric) if metric != "sqnr_db" else metrics.entry("sqnr")
     fig = figure(figsize=(7, 3.5), layout="constrained")
     ax = fig.add_subplot()
     if kind == "drift":
         for r in comparison.measured:
-            values = [plot_db(v) for v in r.drift(output)]
+            values = [plot_db(v) if measure.unit == "dB" else (float("nan") if v is None else v)
+                      for v in r.drift(output, measure.name)]
             ax.plot(range(1, len(values) + 1), values, marker="o", markersize=3, label=r.variant.label)
-        ax.set_xlabel("step")
-        ax.set_ylabel(f"SQNR of output {output} (dB)")
+        ax.set_xlabel("frame" if comparison.stream else "step")
+        ax.set_ylabel(f"{measure.heading if measure.name != 'sqnr' else 'SQNR'} of output {output}"
+                      + (" (dB)" if measure.unit == "dB" else ""))
         ax.set_title(f"{comparison.target}: drift over {comparison.steps} step(s) [{comparison.engine}]")
     else:
         width = 0.8 / max(1, len(comparison.measured))
