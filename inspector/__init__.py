@@ -31,6 +31,7 @@ from ._journey.journey import journey
 from ._journey.records import Journey
 from ._advise.advise import advise
 from ._advise.records import Advice
+from ._advise.verdict import verdict
 from ._numbers.measures import Metric, metric, metrics
 from ._targets.streams import Stream
 
@@ -58,6 +59,8 @@ __all__ = [
     "journey", "Journey",
     # which sites should fold: each site's price in cycles and dB, the best set within a budget
     "advise", "Advice",
+    # the verdict on PR #21234: what its guard does and costs in the installed executorch, as a reply for the PR
+    "verdict",
 ]
 from ._base.version import __version__  # noqa: F401
 from . import present as present  # what a screen draws with: inspector.present, with its own __all__

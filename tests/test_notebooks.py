@@ -43,6 +43,10 @@ EXPECTED = {
     "09_which_sites_should_fold.ipynb": ["the advice folds it: True", "exhaustive search: 8 sets measured",
                                          "reloaded in a new process, it folds the advised sites: True",
                                          "two budgets, two answers: True"],
+    "10_the_verdict_on_21234.ipynb": ["at transform-for-annotation (before calibration) and 0 in lowering", "the site's mul ('mul') is in it: False",
+                                      "the structural check changed no decision in any flow",
+                                      "PR #22172 (Arm's Corstone-320 FVP", "decisions changed at 0.55",
+                                      "the command line's reply is the notebook's for stateful_conv_mul: True"],
 }
 
 

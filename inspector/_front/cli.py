@@ -34,6 +34,7 @@ from .._numbers.compare import variants_of
 from ..present.tables import attribution_text
 from .._numbers.attribution import attribution
 from .._advise.advise import advise
+from .._advise.verdict import DEFAULT_ACCELERATORS as VERDICT_ACCELERATORS, accelerators_names, verdict
 from ..present.advice import advice_text
 from .._base.files import check_writable, write_text
 from .._journey.journey import journey
@@ -265,6 +266,27 @@ def _other_commands(sub) -> None:
     d.add_argument("--html", default="demo-report.html", metavar="FILE", help="where to write the report")
 
     sub.add_parser("samples", help="list the built-in sample models")
+
+    vd = sub.add_parser("verdict", help="what PR #21234's guard does and costs in the installed executorch, on your "
+                        "models: the Markdown reply for the pull request",
+                        description="TARGET is sample:NAME, path/to/file.py:ClassName, model.pt2, or timm:NAME@SIZE "
+                                    "(several allowed). For each: where each flow folds (INT per accelerator, and the "
+                                    "FP flow), what upstream, state-aware (its structural check, its marker) and "
+                                    "state-aware-strict decide there, and what skipping the sites feeding state costs "
+                                    "(Vela's cycles, the TOSA reference model's dB and the task's own measures).")
+    vd.add_argument("targets", nargs="+", metavar="TARGET")
+    vd.add_argument("--accelerator", "--accelerators", dest="accelerators", type=_int_accelerators,
+                    default=",".join(VERDICT_ACCELERATORS), metavar="A,B",
+                    help="comma-separated INT accelerators whose flow is measured: " + ", ".join(accelerators_names())
+                         + f", or {ACCELERATOR_FORM} (default: {','.join(VERDICT_ACCELERATORS)})")
+    vd.add_argument("--steps", type=int, default=None,
+                    help=f"steps every variant runs, 1 to {MAX_STEPS} (default: the frames a published figure counts, "
+                         "else the stream's length, else 20 for a model with state, else 1)")
+    vd.add_argument("--no-fp", dest="fp", action="store_false", help="leave the FP flow (tosa-fp) out")
+    vd.add_argument("--workers", type=_workers, default=None, metavar="N",
+                    help="processes running the variants side by side (default: the cores available)")
+    vd.add_argument("--out", default=None, metavar="FILE", help="write the reply here (default: stdout)")
+    vd.add_argument("--json", action="store_true", help="print JSON instead of the Markdown reply")
 
     w = sub.add_parser("sweep", help="decide (and compare) many models under several rules: one table for a pull request",
                        description="TARGET is sample:NAME, path/to/file.py:ClassName, model.pt2, or timm:NAME@SIZE; --models reads "
@@ -687,6 +709,30 @@ def _sweep(args) -> int:
     return 0
 
 
+def _int_accelerators(text: str) -> list[str]:
+    """--accelerator A,B for a verdict, checked while parsing: each an INT accelerator (one line listing them)."""
+    names = [a.strip() for a in text.split(",") if a.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected accelerators separated by commas, got {_short(text)}")
+    return [_accelerator(n) for n in names]
+
+
+def _verdict(args) -> int:
+    if args.steps is not None:
+        check_steps(args.steps, "--steps")
+    out = check_writable(args.out) if args.out else None
+    result = verdict(args.targets, accelerators=args.accelerators, steps=args.steps, workers=args.workers,
+                     fp=args.fp, progress=_ProgressBar())
+    text = result.to_json() if args.json else result.to_markdown()
+    if out is None:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    else:
+        write_text(out, text)
+        print(f"wrote {out}: the verdict on {', '.join(n.target for n in result.networks)} "
+              f"({', '.join(result.accelerators)}; {len(text):,} characters)", file=sys.stderr)
+    return 0
+
+
 def _samples(args) -> int:
     for name in samples.names():
         print(f"{name:36} {samples.describe(name)}")
@@ -705,7 +751,7 @@ def main(argv: list[str] | None = None) -> int:
     _quiet_imports()
     handler = {"analyze": _analyze, "advise": _advise, "compare": _compare, "attribute": _attribute, "report": _report, "repro": _repro,
                "render": _render, "explorer": _explorer, "demo": _demo, "journey": _journey,
-               "samples": _samples, "sweep": _sweep}[args.command]
+               "samples": _samples, "sweep": _sweep, "verdict": _verdict}[args.command]
     try:
         return handler(args)
     except InspectorError as exc:

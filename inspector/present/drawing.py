@@ -1,7 +1,7 @@
 """The one door every record is drawn through: text, HTML, Jupyter's display, plots, pictures, pages.
 
 Records are data (``Analysis``, ``Comparison``, ``EngineGap``, ``Attribution``, ``Bits``, ``Sweep``,
-``Journey``, ``Advice``); a record's drawing method (``_repr_mimebundle_``, ``render``, ``plot``, ``to_markdown``, ...)
+``Journey``, ``Advice``, ``Verdict``); a record's drawing method (``_repr_mimebundle_``, ``render``, ``plot``, ``to_markdown``, ...)
 is one line that hands the record to a function here. This module sits above every record
 (``tests/test_house.py`` checks that records reach the presentation through it alone); what it draws
 with is the rest of ``present``: ``tables`` (text and HTML tables), ``render`` and ``pictures``
@@ -16,6 +16,7 @@ from functools import singledispatch
 from typing import Iterable
 
 from .._advise.records import Advice
+from .._advise.verdict_records import Verdict
 from .._base import display as _display
 from .._base.files import write_text
 from .._decide.analysis import Analysis
@@ -28,6 +29,7 @@ from .._numbers.tradeoff import Tradeoff
 from .._sweep.results import Sweep
 from .._base.errors import InspectorError
 from . import advice as _advice, journey as _journey, plots as _plots, report as _report, sweep as _sweep, tables as _tables
+from . import verdict as _verdict
 from .pictures import picture
 from .render import WHICH, render as _render, render_pair as _render_pair, svg as _svg
 
@@ -69,6 +71,8 @@ html.register(Sweep, lambda s: _sweep.sweep_html(s, page=False))
 text.register(Tradeoff, _tables.tradeoff_text)
 html.register(Tradeoff, _tables.tradeoff_html)
 text.register(Advice, _advice.advice_text)
+text.register(Verdict, _verdict.verdict_text)
+html.register(Verdict, _verdict.verdict_html)
 html.register(Advice, _advice.advice_html)
 text.register(Journey, _journey.journey_text)
 html.register(Journey, _journey.journey_html)
@@ -98,6 +102,8 @@ plot.register(Advice, _advice.plot_advice)
 
 def markdown(record, limit: int | None = None) -> str:
     """``record`` as a Markdown reply for an issue or a pull request (local paths redacted, GitHub's limit)."""
+    if isinstance(record, Verdict):
+        return _verdict.verdict_markdown(record, limit)
     if isinstance(record, Advice):
         return _advice.advice_markdown(record, limit)
     if isinstance(record, Comparison):
@@ -185,4 +191,4 @@ _display.provide(bundle=bundle, text=text, html=html, plot=plot, markdown=markdo
                  verdicts=verdicts, render=render, render_pair=render_pair, svg=svg, report=report,
                  to_model_explorer=to_model_explorer, sweep_json=sweep_json, sweep_csv=sweep_csv,
                  sweep_format=sweep_format, sweep_page=sweep_page, sweep_markdown=sweep_markdown,
-                 journey_picture=journey_picture)
+                 journey_picture=journey_picture, verdict_answer=_verdict.answer)
