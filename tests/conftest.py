@@ -20,7 +20,10 @@ ROOT = Path(__file__).resolve().parent.parent
 NO_LOWERING = tuple(s for s in inspector.STAGES if s != "lowering")
 # The samples decided at lowering by the tests (a few seconds each): one the INT flow never folds, one behind a
 # view, one folded at tfa that writes state. test_lowering_stage.py runs ExecuTorch's own flow on each too.
-LOWERING_SAMPLES = ("conv1d_mul", "conv_view_scale", "stateful_conv_mul")
+# FOLD_INSPECTOR_LOWER_EVERY_SAMPLE=1 runs the same tests on every sample (a quantize and a lowering each per
+# accelerator: generated_blocks alone takes minutes), as the lowering stage was checked when it was built.
+LOWERING_SAMPLES = (tuple(inspector.samples.names()) if os.environ.get("FOLD_INSPECTOR_LOWER_EVERY_SAMPLE")
+                    else ("conv1d_mul", "conv_view_scale", "stateful_conv_mul"))
 STORE_ENV = "FOLD_INSPECTOR_STORE"
 _RUN_ENV = "FOLD_INSPECTOR_TEST_RUN_STORE"  # the run's shared store, for xdist's workers
 _STORE_ROOT: Path | None = None  # this process's stores, removed at its end
