@@ -196,7 +196,7 @@ def test_quickstart_marker_toggle_and_reference_run(lab, page):
         if (document.querySelector('.fi-app .fi-preview')) window.fiPreviews += 1;
     }).observe(document.body, {childList: true, subtree: true}); }""")
     app.locator(".fi-run button, button.fi-run").first.click()
-    expect(app.locator(".fi-results table")).to_be_visible(timeout=300_000)
+    expect(app.locator(".fi-results .fi-comparison > table")).to_be_visible(timeout=300_000)  # (not its per-step one)
     expect(app.locator(".fi-progress-label")).to_have_text("done", timeout=300_000)
     expect(app.locator(".fi-results")).to_contain_text("state-aware")
     expect(app.locator(".fi-results")).to_contain_text("TOSA INT reference vs float")
