@@ -132,6 +132,25 @@ def test_real_entry_point_prints_no_traceback():
     assert bad.stderr.strip().splitlines()[-1].startswith("error: unknown sample")
 
 
+def test_help_and_a_bad_argument_import_no_executorch_and_the_verdicts_help_still_lists_its_accelerators():
+    """The help and an error need no backend: ExecuTorch's Ethos-U compile specs (which say what quantizes) are read
+    only when the verdict's own help is shown (seconds of imports every command paid)."""
+    probe = ("import runpy, sys\n"
+             "sys.argv = ['inspector', *sys.argv[1:]]\n"
+             "try:\n    runpy.run_module('inspector', run_name='__main__')\n"
+             "except SystemExit:\n    pass\n"
+             "print('executorch imported:', 'executorch' in sys.modules)\n")
+    for argv in (["--help"], ["analyze", "sample:nope"], ["verdict", "--help"]):
+        run = subprocess.run([sys.executable, "-c", probe, *argv], cwd=ROOT, capture_output=True, text=True,
+                             timeout=300)
+        imported = run.stdout.strip().splitlines()[-1]
+        if argv == ["verdict", "--help"]:
+            assert imported == "executorch imported: True" and "ethos-u55-128, " in " ".join(run.stdout.split())
+            assert "tosa-fp" not in run.stdout.split("--accelerator A,B", 2)[-1].split("--steps")[0]
+        else:
+            assert imported == "executorch imported: False", (argv, run.stdout[-500:])
+
+
 @pytest.mark.requires_tosa
 def test_compare_json_is_exactly_one_document_and_debug_shows_the_backend_output():
     """`compare --json | python -m json.tool` works: the TOSA reference model's C++ warnings

@@ -277,8 +277,9 @@ def _other_commands(sub) -> None:
     vd.add_argument("targets", nargs="+", metavar="TARGET")
     vd.add_argument("--accelerator", "--accelerators", dest="accelerators", type=_int_accelerators,
                     default=",".join(VERDICT_ACCELERATORS), metavar="A,B",
-                    help="comma-separated INT accelerators whose flow is measured: " + ", ".join(accelerators_names())
-                         + f", or {ACCELERATOR_FORM} (default: {','.join(VERDICT_ACCELERATORS)})")
+                    help=_WhenShown(lambda: "comma-separated INT accelerators whose flow is measured: "
+                                    + ", ".join(accelerators_names())
+                                    + f", or {ACCELERATOR_FORM} (default: {','.join(VERDICT_ACCELERATORS)})"))
     vd.add_argument("--steps", type=int, default=None,
                     help=f"steps every variant runs, 1 to {MAX_STEPS} (default: the frames a published figure counts, "
                          "else the stream's length, else 20 for a model with state, else 1)")
@@ -327,6 +328,19 @@ def _other_commands(sub) -> None:
     w.add_argument("--confirm", action="store_true",
                    help="with --engine simulation: then run on the TOSA reference the variants of every model whose "
                    "decisions at tfa differ between the rules; the table marks the numbers that stay simulated")
+
+
+class _WhenShown(str):
+    """A help text written when ``--help`` prints it, not when the parser is built: which accelerators quantize is
+    read from ExecuTorch's Ethos-U compile specs, seconds of imports every command (an error, ``list``) would pay."""
+
+    def __new__(cls, write):
+        text = super().__new__(cls, "(written when shown)")
+        text._write = write
+        return text
+
+    def __mod__(self, params):  # argparse expands a help text with ``help % params``
+        return self._write() % params
 
 
 def _short(text: str, limit: int = 60) -> str:
