@@ -25,8 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BASE = os.environ.get("BENCH_BASE", "d561151")
 TARGET = 0.80
-_DURATION = re.compile(r"^\s*([0-9.]+)s (setup|call|teardown)\s+\S+", re.M)
-_SUMMARY = re.compile(r"=+ (.*) in ([0-9.]+)s")
+_DURATION = re.compile(r"^\s*([0-9.]+)s (setup|call|teardown)\s+(\S+)", re.M)
+_SUMMARY = re.compile(r"^=*\s*(\d+ (?:passed|failed|error).*?) in ([0-9.]+)s", re.M)
+LOGS = Path(os.environ.get("BENCH_SUITE_LOGS", ROOT / "test-artifacts" / "bench-suite"))
 
 
 def run(commit: str, folder: Path) -> dict:
@@ -42,11 +43,15 @@ def run(commit: str, folder: Path) -> dict:
     started = time.perf_counter()
     proc = subprocess.run(args, cwd=checkout, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - started
-    (folder / f"{commit}.log").write_text(proc.stdout + proc.stderr)
-    durations = [float(m.group(1)) for m in _DURATION.finditer(proc.stdout)]
+    LOGS.mkdir(parents=True, exist_ok=True)
+    log = LOGS / f"{commit}.log"  # kept: which tests weigh what
+    log.write_text(proc.stdout + proc.stderr)
+    per_test: dict[str, float] = {}
+    for m in _DURATION.finditer(proc.stdout):
+        per_test[m.group(3)] = per_test.get(m.group(3), 0.0) + float(m.group(1))
     summary = _SUMMARY.findall(proc.stdout)
-    return {"commit": commit, "sum": sum(durations), "tests": len(durations), "wall": wall,
-            "summary": summary[-1][0] if summary else f"pytest exited {proc.returncode}", "log": folder / f"{commit}.log"}
+    return {"commit": commit, "sum": sum(per_test.values()), "tests": len(per_test), "per_test": per_test,
+            "wall": wall, "summary": summary[-1][0] if summary else f"pytest exited {proc.returncode}", "log": log}
 
 
 def main() -> None:
@@ -59,11 +64,17 @@ def main() -> None:
             one, five, _ = os.getloadavg()
             r = run(commit, folder)
             results.append(r)
-            print(f"{commit}: test time {r['sum']:,.0f} s (the sum of {r['tests']} durations), wall {r['wall']:,.0f} s; "
+            print(f"{commit}: test time {r['sum']:,.0f} s (the durations of {r['tests']} tests), wall {r['wall']:,.0f} s; "
                   f"{r['summary']}  [load before {one:.2f}/{five:.2f}]", flush=True)
         ratio = results[1]["sum"] / results[0]["sum"] if results[0]["sum"] else float("nan")
         print(f"HEAD {head} against {BASE}: {ratio:.2f}x of its test time (target <= {TARGET}x: "
               f"{'met' if ratio <= TARGET else 'NOT met'})")
+        base, now = results[0]["per_test"], results[1]["per_test"]
+        both = set(base) & set(now)
+        old, new = sum(base[t] for t in both), sum(now[t] for t in both)
+        added = sum(v for t, v in now.items() if t not in base)
+        print(f"the {len(both)} tests both commits have: {old:,.0f} s -> {new:,.0f} s ({new / old:.2f}x); "
+              f"{len(now) - len(both)} tests new since {BASE}: {added:,.0f} s; logs in {LOGS}")
 
 
 if __name__ == "__main__":
