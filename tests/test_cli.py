@@ -134,21 +134,23 @@ def test_real_entry_point_prints_no_traceback():
 
 def test_help_and_a_bad_argument_import_no_executorch_and_the_verdicts_help_still_lists_its_accelerators():
     """The help and an error need no backend: ExecuTorch's Ethos-U compile specs (which say what quantizes) are read
-    only when the verdict's own help is shown (seconds of imports every command paid)."""
-    probe = ("import runpy, sys\n"
-             "sys.argv = ['inspector', *sys.argv[1:]]\n"
-             "try:\n    runpy.run_module('inspector', run_name='__main__')\n"
-             "except SystemExit:\n    pass\n"
-             "print('executorch imported:', 'executorch' in sys.modules)\n")
-    for argv in (["--help"], ["analyze", "sample:nope"], ["verdict", "--help"]):
-        run = subprocess.run([sys.executable, "-c", probe, *argv], cwd=ROOT, capture_output=True, text=True,
-                             timeout=300)
-        imported = run.stdout.strip().splitlines()[-1]
-        if argv == ["verdict", "--help"]:
-            assert imported == "executorch imported: True" and "ethos-u55-128, " in " ".join(run.stdout.split())
-            assert "tosa-fp" not in run.stdout.split("--accelerator A,B", 2)[-1].split("--steps")[0]
-        else:
-            assert imported == "executorch imported: False", (argv, run.stdout[-500:])
+    only when the verdict's own help is shown (seconds of imports every command paid). One process, three commands."""
+    probe = ("import contextlib, io, runpy, sys\n"
+             "for argv in (['analyze', 'sample:nope'], ['--help'], ['verdict', '--help']):\n"
+             "    sys.argv = ['inspector', *argv]\n"
+             "    out = io.StringIO()\n"
+             "    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):\n"
+             "        try:\n            runpy.run_module('inspector', run_name='__main__')\n"
+             "        except SystemExit:\n            pass\n"
+             "    print(' '.join(argv), '| executorch imported:', 'executorch' in sys.modules, '|',\n"
+             "          ' '.join(out.getvalue().split()))\n")
+    run = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    lines = run.stdout.strip().splitlines()
+    assert [line.split(" | ")[:2] for line in lines] == [["analyze sample:nope", "executorch imported: False"],
+                                                         ["--help", "executorch imported: False"],
+                                                         ["verdict --help", "executorch imported: True"]], run.stdout
+    help_text = lines[-1].split("--accelerator A,B", 2)[-1].split("--steps")[0]
+    assert "ethos-u55-128, " in help_text and "tosa-fp" not in help_text
 
 
 @pytest.mark.requires_tosa

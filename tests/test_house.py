@@ -659,3 +659,20 @@ def test_no_docstring_or_comment_names_a_module_that_does_not_exist():
             if (tail == ".py``" or moved) and name not in modules and name not in defined:
                 stale.append(f"{path.relative_to(ROOT)}:{text[:found.start()].count(chr(10)) + 1} {found.group(0)}")
     assert not stale, stale
+
+
+def test_the_suites_order_names_tests_that_exist():
+    """conftest's timings hand the long tests out first; an entry naming a renamed test silently hands it out last."""
+    import conftest
+
+    names = {*conftest.SECONDS, *(m for ms in conftest.SHARED_GROUPS.values() for m in ms if "::" in m)}
+    missing = []
+    for name in sorted(names):
+        file, _, test = name.partition("::")
+        path = ROOT / "tests" / file
+        function, _, param = test.partition("[")
+        defined = path.exists() and function in {
+            n.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.FunctionDef)}
+        if not defined or (function == "test_notebook_runs" and not (ROOT / "notebooks" / param[:-1]).exists()):
+            missing.append(name)
+    assert missing == []
