@@ -20,7 +20,6 @@ The records are ``verdict_records.py``'s; the words and the reply are ``present/
 from __future__ import annotations
 
 import copy
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Callable, Iterable
 
 import torch
@@ -30,7 +29,7 @@ from .._base.version import __version__
 from .._cost.accelerators import TOSA_FP, Accelerator, accelerator_of, accelerators
 from .._decide import stages as _stages
 from .._decide.decide import analyze
-from .._doors import tosa as _tosa
+from .._doors import executorch as _executorch, tosa as _tosa
 from .._doors.fold_swap import swapped_fold_pass
 from .._numbers import flow as _flow, stale as _stale
 from .._numbers.compare import compare
@@ -359,13 +358,8 @@ def _float_task(loaded: _load.Target, reference, wanted) -> tuple[tuple[str, flo
 
 
 def _versions() -> tuple[tuple[str, str], ...]:
-    def v(name: str) -> str:
-        try:
-            return version(name)
-        except PackageNotFoundError:
-            return "not installed"
-
-    return tuple((name, v(name)) for name in ("executorch", "torch", "torchao", "tosa-tools", "ethos-u-vela")) + (
+    return tuple((name, _executorch.installed_version(name, missing="not installed"))
+                 for name in ("executorch", "torch", "torchao", "tosa-tools", "ethos-u-vela")) + (
         ("fold-inspector", __version__),)
 
 

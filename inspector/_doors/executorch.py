@@ -76,11 +76,12 @@ def _import(module: str) -> ModuleType:
         raise InspectorError(f"cannot import {module} ({exc}); install it with: {_INSTALL}") from None
 
 
-def installed_version(package: str = "executorch") -> str:
+def installed_version(package: str = "executorch", missing: str = "(not installed)") -> str:
+    """``package``'s installed version, read from its metadata; ``missing`` where it is not installed."""
     try:
         return version(package)
     except PackageNotFoundError:
-        return "(not installed)"
+        return missing
 
 
 def check_required(required=REQUIRED, supported: str = SUPPORTED, package: str = "executorch",
