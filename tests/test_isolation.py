@@ -186,7 +186,8 @@ def test_the_fork_server_warms_up_and_keeps_no_thread():
 @pytest.mark.own_store  # its point is that the work is done again
 def test_idle_workers_and_their_fork_server_stop(monkeypatch):
     """The warm pool and the fork server it comes from hold a copy of the stack each: after the idle
-    timeout both are gone, and the next comparison starts them again with the same numbers."""
+    timeout both are gone; a comparison with nothing to run on workers does not leave one warming up; the next
+    one with work starts them again with the same numbers."""
     monkeypatch.setattr(_pool, "IDLE_SECONDS", 1.0)
     first = inspector.compare(TARGET, ("off", "upstream"), steps=2, workers=2)
     assert _pool.server_pid() is not None
@@ -195,6 +196,11 @@ def test_idle_workers_and_their_fork_server_stop(monkeypatch):
             break
         time.sleep(0.1)
     assert _pool.warm_workers() == 0 and _pool.server_pid() is None
+    # answered from the store: the server this comparison starts (to warm up while it loads) is stopped unused,
+    # mid-warm-up, instead of taking a core for ~10 s for nothing
+    cached = inspector.compare(TARGET, ("off", "upstream"), steps=2, workers=2)
+    assert all(r.cached for r in cached.results) and _pool.server_pid() is None
+    assert [r.metrics for r in cached.results] == [r.metrics for r in first.results]
     inspector.clear_cache(disk=True)  # computed again by new workers, not read back from the result store
     again = inspector.compare(TARGET, ("off", "upstream"), steps=2, workers=2)
     assert [r.metrics for r in again.results] == [r.metrics for r in first.results]

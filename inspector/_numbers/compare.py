@@ -111,8 +111,9 @@ def compare(
     default = quantization_of(quantization)
     wanted = variants_of(variants, markers)
     n_workers = workers_of(workers)
+    started = False  # the fork server, by this call
     if isolate or (n_workers > 1 and len(wanted) > 1):
-        _pool.start_server()  # warms up in its own process while this one loads and exports
+        started = _pool.start_server()  # warms up in its own process while this one loads and exports
     loaded = _load.load(target, example_inputs)
     steps = loaded.steps(steps)  # a stream's length unless given
     check_steps(steps)
@@ -154,7 +155,10 @@ def compare(
     at_once = side_by_side(loaded, steps, len(to_run), n_workers)
     if to_run:
         check_memory(loaded, steps, len(to_run), at_once, isolate or at_once > 1)
-    if to_run and (isolate or at_once > 1):
+    on_workers = bool(to_run) and (isolate or at_once > 1)
+    if started and not on_workers:
+        _pool.stop_unused_server()  # every answer from the store, or one variant to run here: its warm-up stops
+    if on_workers:
         _run_parallel(loaded, wanted, plans, to_run, results, base, calibrated, steps, reference, n_workers, at_once,
                       progress, isolate, engine)
     else:

@@ -424,15 +424,16 @@ def _context():
     return _WarmContext()
 
 
-def start_server() -> None:
+def start_server() -> bool:
     """Start the fork server the workers come from, if it is not running (``inspector.start_workers``).
 
     Returns at once: the server imports and warms up in its own process (about 10 s of one core), and
     the first worker waits for it. A comparison asked for on workers, and a widget as it opens, call
     it; a script that will compare later may call it first thing. It stops with the workers after
-    IDLE_SECONDS idle, and at exit."""
+    IDLE_SECONDS idle, and at exit. True when this call started it (False: it was running already, or
+    this platform has none): the caller that started it may stop it unused (``stop_unused_server``)."""
     if not _FORKSERVER:
-        return
+        return False
 
     server = forkserver._forkserver
     with _SERVER_LOCK:
@@ -441,7 +442,30 @@ def start_server() -> None:
         preload = [m for m in server._preload_modules if m != "__main__"]
         if any(m not in preload for m in _BOOT):
             server.set_forkserver_preload([*preload, *(m for m in _BOOT if m not in preload)])
+        before = server._forkserver_pid
         server.ensure_running()
+        return server._forkserver_pid != before
+
+
+def stop_unused_server() -> None:
+    """Stop the fork server at once, in the middle of its warm-up if need be, when no worker of it is alive: for a
+    comparison that started it and then had nothing to run on workers (every variant answered from the store, or
+    one left to run here). Its warm-up would otherwise go on taking a core for about 10 s, for nothing."""
+    if not _FORKSERVER:
+        return
+
+    with _SERVER_LOCK:
+        if _OTHER_POOLS or (_SHARED is not None and _SHARED.alive):
+            return  # workers of it are alive: it is in use
+        pid = forkserver._forkserver._forkserver_pid
+        if pid is None:
+            return
+        # The server reads its "stop" (the closed pipe) only once its warm-up is over: it is killed instead. It
+        # has forked nothing (no worker is alive), so nothing else goes with it.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            forkserver._forkserver._stop()
 
 
 def stop_server() -> None:
