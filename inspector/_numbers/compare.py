@@ -157,7 +157,7 @@ def compare(
         check_memory(loaded, steps, len(to_run), at_once, isolate or at_once > 1)
     on_workers = bool(to_run) and (isolate or at_once > 1)
     if started and not on_workers:
-        _pool.stop_unused_server()  # every answer from the store, or one variant to run here: its warm-up stops
+        _pool.stop_server(mid_warm_up=True)  # every answer from the store, or one variant to run here: its warm-up stops
     if on_workers:
         _run_parallel(loaded, wanted, plans, to_run, results, base, calibrated, steps, reference, n_workers, at_once,
                       progress, isolate, engine)

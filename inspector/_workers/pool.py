@@ -431,7 +431,7 @@ def start_server() -> bool:
     the first worker waits for it. A comparison asked for on workers, and a widget as it opens, call
     it; a script that will compare later may call it first thing. It stops with the workers after
     IDLE_SECONDS idle, and at exit. True when this call started it (False: it was running already, or
-    this platform has none): the caller that started it may stop it unused (``stop_unused_server``)."""
+    this platform has none): the caller that started it may stop it unused (``stop_server(mid_warm_up=True)``)."""
     if not _FORKSERVER:
         return False
 
@@ -447,36 +447,23 @@ def start_server() -> bool:
         return server._forkserver_pid != before
 
 
-def stop_unused_server() -> None:
-    """Stop the fork server at once, in the middle of its warm-up if need be, when no worker of it is alive: for a
-    comparison that started it and then had nothing to run on workers (every variant answered from the store, or
-    one left to run here). Its warm-up would otherwise go on taking a core for about 10 s, for nothing."""
-    if not _FORKSERVER:
-        return
-
-    with _SERVER_LOCK:
-        if _OTHER_POOLS or (_SHARED is not None and _SHARED.alive):
-            return  # workers of it are alive: it is in use
-        pid = forkserver._forkserver._forkserver_pid
-        if pid is None:
-            return
-        # The server reads its "stop" (the closed pipe) only once its warm-up is over: it is killed instead. It
-        # has forked nothing (no worker is alive), so nothing else goes with it.
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(Exception):
-            forkserver._forkserver._stop()
-
-
-def stop_server() -> None:
+def stop_server(*, mid_warm_up: bool = False) -> None:
     """Stop the fork server (it holds a warm copy of torch and executorch; it starts again when needed).
-    Only once no worker of it is left: it waits for them."""
+    Only once no worker of it is left: it waits for them. ``mid_warm_up``: now, even in the middle of its warm-up
+    (for a comparison that started it and then had nothing to run on workers: every variant answered from the
+    store, or one left to run here), instead of letting it take a core for about 10 s for nothing."""
     if not _FORKSERVER:
         return
 
     with _SERVER_LOCK:
         if _OTHER_POOLS or (_SHARED is not None and _SHARED.alive):
             return  # workers are left (a second sweep's meanwhile): stop it next time
+        pid = forkserver._forkserver._forkserver_pid
+        if mid_warm_up and pid is not None:
+            # The server reads its "stop" (the closed pipe) only once its warm-up is over: it is killed instead. It
+            # has forked nothing (no worker is alive), so nothing else goes with it.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(Exception):
             forkserver._forkserver._stop()
 
