@@ -676,3 +676,42 @@ def test_the_suites_order_names_tests_that_exist():
         if not defined or (function == "test_notebook_runs" and not (ROOT / "notebooks" / param[:-1]).exists()):
             missing.append(name)
     assert missing == []
+
+
+# ExecuTorch's Arm flow is written once (inspector/_doors/arm_flow.py); the door that wraps these calls defines them.
+FLOW_CALLS = {"prepare_pt2e", "convert_pt2e", "to_edge_transform_and_lower"}
+FLOW_MODULES = {"_doors.arm_flow", "_doors.tosa"}
+
+
+def _flow_calls(tree: ast.Module) -> list[int]:
+    """Lines that call a step of ExecuTorch's flow: ``prepare_pt2e(...)``, ``x.convert_pt2e(...)``,
+    ``to_edge_transform_and_lower(...)`` or the TOSA door's ``_tosa.lower(...)``."""
+    lines = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+        door_lower = (isinstance(func, ast.Attribute) and func.attr == "lower" and isinstance(func.value, ast.Name)
+                      and func.value.id == "_tosa")
+        if name in FLOW_CALLS or door_lower:
+            lines.append(node.lineno)
+    return lines
+
+
+def test_the_arm_flow_is_written_once():
+    """Only the flow's runner (and the door that wraps ExecuTorch's calls) calls prepare_pt2e, convert_pt2e or
+    to_edge_transform_and_lower: a change of ExecuTorch's flow is one edit."""
+    found = {name: lines for name, tree in _modules().items() if name not in FLOW_MODULES
+             for lines in [_flow_calls(tree)] if lines}
+    widgets = {str(p.relative_to(ROOT)): lines for p in sorted((ROOT / "widgets").rglob("*.py"))
+               for lines in [_flow_calls(ast.parse(p.read_text()))] if lines}
+    assert not found and not widgets, f"the flow is called outside inspector/_doors/arm_flow.py: {found | widgets}"
+
+
+def test_the_written_once_check_can_fail():
+    copied = ("def journey(module, quantizer, program, spec):\n"
+              "    prepared = _tosa.prepare_pt2e(module, quantizer)\n"
+              "    converted = _flow.run_phase('convert', None, lambda: _tosa.convert_pt2e(prepared))\n"
+              "    return _tosa.lower(program, spec)\n")
+    assert sorted(_flow_calls(ast.parse(copied))) == [2, 3, 4]

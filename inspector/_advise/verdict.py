@@ -30,7 +30,7 @@ from .._cost.accelerators import TOSA_FP, Accelerator, accelerator_of, accelerat
 from .._decide import stages as _stages
 from .._decide.decide import analyze
 from .._doors import executorch as _executorch, tosa as _tosa
-from .._doors.fold_swap import swapped_fold_pass
+from .._doors.arm_flow import ArmFlow
 from .._numbers import flow as _flow, stale as _stale
 from .._numbers.compare import compare
 from .._numbers.measures import metrics as _metrics
@@ -252,9 +252,8 @@ def _marked_program_tfa(loaded: _load.Target, chip: Accelerator, state_sites) ->
     program = _marked_program(loaded, state_sites)
     plan = _stale.plan_for(loaded, chip)
     log = FoldLog()
-    with swapped_fold_pass(rule_pass_class("state-aware", (), log)):
-        module = program.module(check_guards=False)
-        _flow.run_phase("prepare", None, lambda: _tosa.prepare_pt2e(module, plan.quantizer()))
+    ArmFlow(spec=plan.spec, quantizer=plan.quantizer, fold_pass=rule_pass_class("state-aware", (), log),
+            until="prepare", capture_output=False).run_on(program, loaded.inputs)
     return tuple(i for r in log.runs if r.tfa for i in r.folded_ids)
 
 
@@ -300,8 +299,8 @@ def _marked_program_fp(loaded: _load.Target, state_sites) -> tuple[str, ...]:
     program: a whole ``to_edge_transform_and_lower`` for TOSA-1.0+FP."""
     program = _marked_program(loaded, state_sites)
     log = FoldLog()
-    with swapped_fold_pass(rule_pass_class("state-aware", (), log)):
-        _flow.run_phase("lower", None, lambda: _tosa.lower(program, TOSA_FP.spec("")))
+    ArmFlow(spec=TOSA_FP.spec(""), fold_pass=rule_pass_class("state-aware", (), log),
+            capture_output=False).run_on(program, loaded.inputs)
     return tuple(i for r in log.runs if not r.tfa for i in r.folded_ids)
 
 

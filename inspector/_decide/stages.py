@@ -20,11 +20,10 @@ import torch
 from torch.fx import GraphModule
 
 from .._doors import executorch as _executorch
-from .._base import quiet as _quiet
-from .._base.errors import InspectorError, crash_behind, describe, first_line, listing, quoted
+from .._base.errors import InspectorError, describe, first_line, listing, quoted
 from .._base.copies import no_gc_pauses, private_copy
 from .._cost import accelerators as _accelerators
-from .._doors.fold_swap import swapped_fold_pass
+from .._doors.arm_flow import ArmFlow, Observer, Stop
 from .._rules.rules import FoldLog, rule_pass_class
 from .._sites import graph as _graph
 from .._targets.facts import Fact
@@ -234,29 +233,36 @@ def _capture_tfa_graph(exported, quantizer=None) -> tuple[GraphModule, None, tup
     that pipeline, so neither ``ep.module()`` nor transform-for-annotation alone is
     the same graph (a ``bn(conv(x)) * s`` is a site only after the fusion). The
     capture runs the pass under the rule ``off``, so the rest of the pipeline sees an
-    unfolded graph that is then discarded.
+    unfolded graph that is then discarded. ExecuTorch's Arm flow (``_doors.arm_flow``) up to ``prepare``.
     """
 
     log = FoldLog(snapshots=True)
-    gm = copy.deepcopy(exported).module(check_guards=False)
     quantizer = quantizer if quantizer is not None else _executorch.tosa_int_quantizer()
     notes: tuple[str, ...] = ()
     try:
-        with swapped_fold_pass(rule_pass_class("off", log=log)), _quiet.quiet_loggers(*_executorch.ARM_PASS_LOGGERS):
-            _tosa.prepare_pt2e(gm, quantizer)
-    except Exception as exc:  # noqa: BLE001 - a failure after the fold leaves the capture valid
+        ArmFlow(spec=_tosa.SPEC, quantizer=lambda: quantizer, fold_pass=rule_pass_class("off", log=log),
+                until="prepare", capture_output=False).run_on(exported, ())
+    except InspectorError as exc:  # a failure after the fold leaves the capture valid
         if not log.runs:
-            raise InspectorError(_FAILED_BEFORE + first_line(exc)) from None
+            raise InspectorError(_FAILED_BEFORE + first_line(exc.__cause__ or exc)) from exc
         notes = (f"the quantizer's prepare_pt2e failed after the fold pass ran "
-                 f"(this model will not quantize as is): {first_line(exc)}",)
+                 f"(this model will not quantize as is): {first_line(exc.__cause__ or exc)}",)
     graph = tfa_graph_of(log)
     if graph is None:
         raise InspectorError(_NEVER_RAN)
     return graph, None, notes
 
 
-class _FoldReached(Exception):
-    """The capture has the graph the fold receives: the rest of ``prepare_pt2e`` is not needed."""
+class _UntilFold(Observer):
+    """Keeps the graph the fold pass receives in transform-for-annotation, and stops the flow there."""
+
+    def __init__(self) -> None:
+        self.received: list[GraphModule] = []
+
+    def fold_call(self, state, graph_module, program) -> None:
+        if program is None:  # prepare_pt2e runs the pass in transform-for-annotation only
+            self.received.append(graph_module)  # private to the capture; nothing runs on it after the stop
+            raise Stop()
 
 
 def tfa_graph_until_fold(exported) -> StageGraph:
@@ -269,29 +275,31 @@ def tfa_graph_until_fold(exported) -> StageGraph:
     failing after the fold), so the graph is not kept as the target's: the caller keeps it once its
     own ``prepare_pt2e`` went through.
     """
-
-    received: list[GraphModule] = []
-
-    def start(graph_module, program):  # prepare_pt2e runs the pass in transform-for-annotation only
-        received.append(graph_module)  # private to the capture; nothing runs on it after the stop
-        raise _FoldReached()
-
-    gm = copy.deepcopy(exported).module(check_guards=False)
-    quantizer = _executorch.tosa_int_quantizer()
+    until = _UntilFold()
     try:  # (the collector is the caller's to pause, as for ``build``)
-        with swapped_fold_pass(_executorch.fold_pass_subclass("capture", start)), \
-                _quiet.quiet_loggers(*_executorch.ARM_PASS_LOGGERS):
-            _tosa.prepare_pt2e(gm, quantizer)
-    except Exception as exc:  # noqa: BLE001 - the stop itself, or a failure before the fold
-        if not received or crash_behind(exc, _FoldReached) is None:
-            raise InspectorError(_FAILED_BEFORE + first_line(exc)) from None
-    if not received:
+        ArmFlow(spec=_tosa.SPEC, quantizer=_executorch.tosa_int_quantizer, fold_pass=_executorch.fold_pass_class(),
+                until="prepare", capture_output=False).run_on(exported, (), (until,))
+    except InspectorError as exc:  # a failure before the fold
+        raise InspectorError(_FAILED_BEFORE + first_line(exc.__cause__ or exc)) from exc
+    if not until.received:
         raise InspectorError(_NEVER_RAN)
-    return StageGraph("tfa", _executorch.lazy_graph_module(received[0]), None)
+    return StageGraph("tfa", _executorch.lazy_graph_module(until.received[0]), None)
 
 
-class _LoweringReached(Exception):
-    """The lowering capture has the graph the fold receives in the last partition: the rest is not needed."""
+class _LastPartition(Observer):
+    """Keeps (a copy of) every graph the fold pass receives in a lowering call, and stops the flow as it receives the
+    last partition's (the passes after it, and the serialization, are not needed)."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[GraphModule, Any]] = []
+
+    def fold_call(self, state, graph_module, program) -> None:
+        if program is None:  # transform-for-annotation: the installed pass as it runs there
+            return
+        if state.partitions and len(self.received) + 1 >= state.partitions[0]:  # the last partition: kept as is
+            self.received.append((graph_module, program))
+            raise Stop()
+        self.received.append(copy_pair((graph_module, program)))
 
 
 def _capture_lowering(target, chip) -> StageGraph:
@@ -302,46 +310,30 @@ def _capture_lowering(target, chip) -> StageGraph:
     not change the graph), ``convert_pt2e``, re-export; then, as in the FP flow (``tosa-fp``, the float export
     itself), ``to_edge_transform_and_lower`` with the TOSA partitioner for the accelerator's TOSA specification.
     The pass is the installed one everywhere; in the last TOSA partition its call is stopped as it receives the
-    graph (the passes after it, and the serialization, are not needed): a lowering up to the fold call.
+    graph: ExecuTorch's Arm flow (``_doors.arm_flow``) up to the fold call of the last lowering.
     """
     if target.exported is None:
         raise InspectorError(f"{target.name} is a bare graph: it has only the tfa stage")
     spec = chip.spec(_accelerators.INT)
     log = FoldLog()
-    received: list[tuple[GraphModule, Any]] = []
-    partitions: list[int] = []
-
-    class Capturing(rule_pass_class("upstream", log=log)):  # type: ignore[misc, valid-type]
-        def call(self, graph_module):
-            if self.exported_program is None:  # transform-for-annotation: the installed pass as it runs there
-                return super().call(graph_module)
-            if partitions and len(received) + 1 >= partitions[0]:  # the last partition: kept as it is received
-                received.append((graph_module, self.exported_program))
-                raise _LoweringReached()
-            received.append(copy_pair((graph_module, self.exported_program)))
-            return super().call(graph_module)
-
     inputs = target.inputs
-    reached = False
+
+    def one_call(prepared):
+        with torch.no_grad():
+            prepared(*copy.deepcopy(inputs))
+
+    last = _LastPartition()
+    is_quantized = quantized(chip)
+    flow = ArmFlow(spec=spec, quantizer=(lambda: quantizer_for(chip)) if is_quantized else None,
+                   fold_pass=rule_pass_class("upstream", log=log), calibrate=one_call if is_quantized else None,
+                   until="lower")
     try:
-        with swapped_fold_pass(Capturing), _quiet.quiet_loggers(*_executorch.ARM_PASS_LOGGERS), \
-                _quiet.captured_fds():
-            program = copy.deepcopy(target.exported)  # the tfa fold writes scaled weights into what it is given
-            if quantized(chip):
-                prepared = _tosa.prepare_pt2e(program.module(check_guards=False), quantizer_for(chip))
-                with torch.no_grad():
-                    prepared(*copy.deepcopy(inputs))
-                converted = _tosa.convert_pt2e(prepared)
-                program = torch.export.export(converted, copy.deepcopy(inputs))
-            _tosa.lower(program, spec, partitions=partitions)
-    except InspectorError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the stop itself, or the flow failing before the fold
-        reached = crash_behind(exc, _LoweringReached) is not None
-        if not reached:
-            raise InspectorError(f"lowering {target.name} for {chip.name} ({spec}) failed before the fold pass "
-                                 f"received its graph: {first_line(exc)}; the installed stack lowers for: "
-                                 f"{listing(_accelerators.accelerators.names())}") from None
+        flow.run_on(target.exported, inputs, (last,))
+    except InspectorError as exc:  # the flow failing before the fold
+        raise InspectorError(f"lowering {target.name} for {chip.name} ({spec}) failed before the fold pass "
+                             f"received its graph: {first_line(exc.__cause__ or exc)}; the installed stack lowers "
+                             f"for: {listing(_accelerators.accelerators.names())}") from exc
+    received = last.received
     if not received:
         raise InspectorError(f"nothing of {target.name} is delegated to the TOSA backend for {chip.name}, so the fold "
                              "pass never runs in lowering; analyze at stage tfa or edge")

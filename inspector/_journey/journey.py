@@ -28,7 +28,7 @@ from .._base.copies import no_gc_pauses
 from .._decide import stages as _stages
 from .._decide.decide import Decider, analyze
 from .._doors import executorch as _executorch, pipeline as _pipeline, tosa as _tosa
-from .._doors.fold_swap import swapped_fold_pass
+from .._doors.arm_flow import ArmFlow, Observer
 from .._numbers import flow as _flow
 from .._numbers.quantization import DEFAULT, Plan, quantizations
 from .._base.formats import cycles, db
@@ -89,61 +89,20 @@ def _journey(rule, loaded, site, stage: str, tosa: bool, all_passes: bool, start
     quantized = _stages.quantized(chip)
     follower = Follower({named.conv: ("conv",), named.mul: ("mul", "output")}, all_passes=all_passes)
     notes: list[str] = []
-    module = copy.deepcopy(loaded.exported).module(check_guards=False)
-    if not ({named.conv, named.mul} & {n.name for n in module.graph.nodes}):
-        raise InspectorError(f"site {quoted(chosen.id)} has no node in the exported program "
-                             f"(conv {named.conv}, mul {named.mul} at {stage}); try stage='aten'")
     initial = loaded.initial_buffers()
-    calibration = _flow.choose_calibration(loaded, None, 1)
-    eager_site, eager_out = _values(module, loaded.inputs, (named.mul,))
-    _flow.reset_state(module, initial)
-    points: list[Point] = [Point("float eager", "torch (float)", 0.0 if eager_site else None,
-                                 math.inf if eager_site else None, 0.0, math.inf)]
-    error = None
-    lowered = None
-    with _quiet.captured_fds() as captured, _quiet.quiet_loggers(*_executorch.ARM_PASS_LOGGERS):
-        try:
-            with swapped_fold_pass(rule_pass_class(rule, (), FoldLog())), _pipeline.observing(follower):
-                if not quantized:  # the FP flow (tosa-fp): nothing is quantized, the export is lowered as it is
-                    lowered, rejected = _float_flow(loaded, follower, plan.spec)
-                else:
-                    follower.start(module)
-                    follower.phase = "prepare"
-                    follower.expect(FUSE, "prepare")
-                    prepared = _flow.run_phase("prepare", None, lambda: _tosa.prepare_pt2e(module, plan.quantizer()))
-                    if unkept is not None and not chip.costs and not _stages.has_stage_graph(loaded, "tfa"):
-                        _stages.keep_stage_graph(loaded, "tfa", unkept)  # prepare_pt2e went through: a whole capture's graph
-                    follower.settle(ANNOTATE, "prepare", prepared)
-                    points.append(_point("after transform-for-annotation", "torch (float, observers passed through)",
-                                         prepared, loaded, follower, eager_site, eager_out, skip_observers=True))
-                    _flow.reset_state(prepared, initial)
-                    _flow.run_phase("calibrate", None, lambda: _flow.calibrate(prepared, calibration, loaded))
-                    follower.phase = "convert"
-                    follower.expect(CONVERT, "convert")
-                    converted = _flow.run_phase("convert", None, lambda: _tosa.convert_pt2e(prepared))
-                    follower.settle(FOLD_WEIGHTS, "convert", converted)
-                    _flow.reset_state(converted, initial)
-                    points.append(_point(SIMULATED, "torch (quantize/dequantize simulation)", converted, loaded,
-                                         follower, eager_site, eager_out, through_qdq=True))
-                    _flow.reset_state(converted, initial)
-                    reexported = _flow.run_phase("re-export", None,
-                                                 lambda: torch.export.export(converted, copy.deepcopy(loaded.inputs)))
-                    follower.settle(REEXPORT, "re-export", reexported.graph_module)
-                    follower.program = reexported
-                    follower.phase = "to_edge"
-                    follower.expect(TO_EDGE, "to_edge")
-                    with _tosa.partition_rejections() as rejected:
-                        lowered = _flow.run_phase("lower", None, lambda: _tosa.lower(reexported, plan.spec,
-                                                                                     locations=chip.costs))
-        except InspectorError as exc:
-            error = exc
-        if error is None:
-            program = lowered.exported_program()
-            if tosa:
-                points.append(_tosa_point(program, loaded, eager_out, initial))
-    if error is not None:
-        error.details = "\n".join(filter(None, (error.details, captured.text)))
-        raise error
+    watching = _Watching(loaded, chosen, named, stage, follower, initial,
+                         keep_tfa=unkept if quantized and not chip.costs else None)
+    flow = ArmFlow(spec=plan.spec, quantizer=plan.quantizer if quantized else None,
+                   fold_pass=rule_pass_class(rule, (), FoldLog()),
+                   calibrate=(lambda prepared: _flow.calibrate(prepared, _flow.choose_calibration(loaded, None, 1),
+                                                               loaded)) if quantized else None,
+                   reset=lambda module: _flow.reset_state(module, initial), locations=chip.costs)
+    state = flow.run_on(loaded.exported, loaded.inputs, (watching,))
+    lowered, rejected, points = state.lowered, state.rejected, watching.points
+    program = lowered.exported_program()
+    if tosa:
+        with _quiet.captured_fds(), _quiet.quiet_loggers(*_executorch.ARM_PASS_LOGGERS):
+            points.append(_tosa_point(program, loaded, watching.eager_out, initial))
     notes.extend(follower.notes)
     ending = _ending(follower, program, rejected)
     cost = None
@@ -192,16 +151,66 @@ def program_digest(lowered) -> str:
     return h.hexdigest()
 
 
-def _float_flow(loaded, follower: Follower, spec: str):
-    """The FP flow, watched: the export lowered as it is, for ``spec`` (``TOSA-1.0+FP``); (lowered, rejections)."""
-    program = copy.deepcopy(loaded.exported)
-    follower.start(program.graph_module)
-    follower.program = program
-    follower.phase = "to_edge"
-    follower.expect(TO_EDGE, "to_edge")
-    with _tosa.partition_rejections() as rejected:
-        lowered = _flow.run_phase("lower", None, lambda: _tosa.lower(program, spec))
-    return lowered, rejected
+class _Watching(Observer):
+    """The journey's view of ExecuTorch's Arm flow: the follower watches every pass (the pipeline door), is told
+    which of the flow's steps runs now, and the numbers are read between steps (float eager before prepare, the
+    prepared graph in float after it, the quantize/dequantize simulation after convert)."""
+
+    def __init__(self, loaded, chosen, named, stage: str, follower: Follower, initial, keep_tfa) -> None:
+        self.loaded, self.chosen, self.named, self.stage = loaded, chosen, named, stage
+        self.follower, self.initial, self.keep_tfa = follower, initial, keep_tfa
+        self.points: list[Point] = []
+        self.eager_site: dict = {}
+        self.eager_out: list = []
+
+    def scope(self):
+        return _pipeline.observing(self.follower)
+
+    def after(self, step: str, state) -> None:
+        follower, loaded = self.follower, self.loaded
+        if step == "export" and state.module is None:  # the FP flow (tosa-fp): the export is lowered as it is
+            self._eager(copy.deepcopy(state.program).module(check_guards=False))
+            follower.start(state.program.graph_module)
+            follower.program = state.program
+            follower.phase = "to_edge"
+            follower.expect(TO_EDGE, "to_edge")
+        elif step == "export":
+            self._eager(state.module)
+            follower.start(state.module)
+            follower.phase = "prepare"
+            follower.expect(FUSE, "prepare")
+        elif step == "prepare":
+            if self.keep_tfa is not None and not _stages.has_stage_graph(loaded, "tfa"):
+                _stages.keep_stage_graph(loaded, "tfa", self.keep_tfa)  # prepare_pt2e went through
+            follower.settle(ANNOTATE, "prepare", state.prepared)
+            self.points.append(_point("after transform-for-annotation", "torch (float, observers passed through)",
+                                      state.prepared, loaded, follower, self.eager_site, self.eager_out,
+                                      skip_observers=True))
+            _flow.reset_state(state.prepared, self.initial)
+        elif step == "calibrate":
+            follower.phase = "convert"
+            follower.expect(CONVERT, "convert")
+        elif step == "convert":
+            follower.settle(FOLD_WEIGHTS, "convert", state.converted)
+            self.points.append(_point(SIMULATED, "torch (quantize/dequantize simulation)", state.converted, loaded,
+                                      follower, self.eager_site, self.eager_out, through_qdq=True))
+            _flow.reset_state(state.converted, self.initial)
+        elif step == "re-export":
+            follower.settle(REEXPORT, "re-export", state.reexported.graph_module)
+            follower.program = state.reexported
+            follower.phase = "to_edge"
+            follower.expect(TO_EDGE, "to_edge")
+
+    def _eager(self, module) -> None:
+        """The site's and the model's float values on the module the flow starts from (its state put back)."""
+        named = self.named
+        if not ({named.conv, named.mul} & {n.name for n in module.graph.nodes}):
+            raise InspectorError(f"site {quoted(self.chosen.id)} has no node in the exported program "
+                                 f"(conv {named.conv}, mul {named.mul} at {self.stage}); try stage='aten'")
+        self.eager_site, self.eager_out = _values(module, self.loaded.inputs, (named.mul,))
+        _flow.reset_state(module, self.initial)
+        self.points.append(Point("float eager", "torch (float)", 0.0 if self.eager_site else None,
+                                 math.inf if self.eager_site else None, 0.0, math.inf))
 
 
 def _analysis(loaded, stage: str, rule, chip):

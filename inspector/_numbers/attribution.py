@@ -37,11 +37,10 @@ from . import result_store as _disk
 from .variant_cache import attribution_key
 from .flow import is_qdq, quantize, reset_state, sqnr, stepped
 from .tasks import AttributionTask, model_task, worker_target
-from .._doors.fold_swap import swapped_fold_pass
-from .._rules.rules import FoldLog, rule_pass_class
+from .._rules.rules import FoldLog
 from .._workers import pool as _pool
 from .._workers.kinds import task_kind
-from .._base.errors import InspectorError, describe
+from .._base.errors import InspectorError
 from .._base.display import draw
 
 # Nodes whose SQNR drops by more than this many dB below their inputs' are where error enters.
@@ -371,13 +370,8 @@ def _attribute(comparison, progress: Callable[[str, float], None] | None = None)
         if progress is not None:
             progress(f"{variant.label}: quantize", i / len(comparison.results))
         log = FoldLog()
-        with _quiet.captured_fds(), swapped_fold_pass(rule_pass_class(variant.rule, variant.markers, log)):
-            try:
-                float_gm, quant_gm = quantize(target, variant, calibrated, plan, keep_float=True)
-            except InspectorError:
-                raise
-            except Exception as exc:  # noqa: BLE001
-                raise InspectorError(f"quantizing variant {variant.label} failed: {describe(exc)}") from None
+        with _quiet.captured_fds():
+            float_gm, quant_gm = quantize(target, variant, calibrated, plan, keep_float=True, log=log)
         folded = _folded_names(log, sites)
         if progress is not None:
             progress(f"{variant.label}: per-node error", (i + 0.5) / len(comparison.results))

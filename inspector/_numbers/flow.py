@@ -21,28 +21,24 @@ Why calibration follows the run and what the flow is: docs/design.md, docs/stack
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
 import torch
 from torch.fx import Node
 
-from .._doors import executorch as _executorch, tosa as _tosa
+from .._doors.arm_flow import ArmFlow, Observer
 from .._sites import graph as _graph
 from .._targets import load as _load, streams as _streams
-from .._base import quiet as _quiet
 from .._decide import stages as _stages
-from .._base.copies import private_copy
-from .._doors.fold_swap import swapped_fold_pass
 from .._rules.rules import FoldLog, rule_pass_class
 from .quantization import Plan
 from . import measures as _measures
 from .results import Metrics, NotDelegated, QParams, SiteOutcome, Variant, VariantResult
 from .engines import SIMULATION
-from .._base.errors import InspectorError, UnknownMarker, crash_behind, describe
+from .._base.errors import InspectorError
 
 # Default calibration: the example inputs plus this many perturbed copies (seeded). A model with
 # state free-runs each of them for as many steps as the comparison runs, up to CALIBRATION_MAX_STEPS,
@@ -246,59 +242,42 @@ def reset_state(module: torch.nn.Module, initial: dict[str, torch.Tensor]) -> No
 
 
 def quantize(target: _load.Target, variant: Variant, calibrated: Calibration, plan: Plan, *,
-             keep_float: bool = False, mark=None, between=None):
-    """Prepare, calibrate and convert a private copy of the target under ``plan`` (inside the
-    caller's fold swap).
+             keep_float: bool = False, between=None, log: FoldLog | None = None):
+    """Prepare, calibrate and convert a private copy of the target under ``plan`` and the variant's fold rule
+    (ExecuTorch's Arm flow up to ``convert_pt2e``: ``_doors.arm_flow``).
 
     Returns ``(prepared, converted)``: with ``keep_float`` a copy of the calibrated prepared
     model (float, observers passing values through), else None; and the converted pt2e model
     (quantize/dequantize simulation), state reset to the model's initial values. ``between(prepared)`` runs
     after calibration, before conversion (a flow 1.5.1 does not run: ``stale.py``'s fold after calibration).
+    ``log`` hears the fold pass's calls.
     """
-    mark = mark or (lambda phase, index: None)
-    with _quiet.quiet_loggers(*_executorch.ARM_PASS_LOGGERS):
-        return _quantize(target, variant, calibrated, plan, keep_float, mark, between)
+    flow = replace(arm_flow(target, variant, calibrated, plan, between=between, log=log or FoldLog()),
+                   keep_float=keep_float, lower=False, capture_output=False)
+    state = flow.run_on(target.exported, target.inputs)
+    return state.float_copy, state.converted
 
 
-def _quantize(target, variant, calibrated, plan: Plan, keep_float, mark, between=None):
-    quantizer = run_phase("quantizer", variant, plan.quantizer)
-    # The target's own export (a private copy): the program the user gave, exported once.
-    module = copy.deepcopy(target.exported).module(check_guards=False)
-    plan.tag(module)  # the nodes an override keeps out of the variant's quantization
-    mark("export", 0)
-    prepared = run_phase("prepare", variant, lambda: _tosa.prepare_pt2e(module, quantizer))
-    mark("prepare", 1)
-    run_phase("calibrate", variant, lambda: calibrate(prepared, calibrated, target))
-    if between is not None:
-        run_phase("after calibration", variant, lambda: between(prepared))
-    mark("calibrate", 2)
-    kept = None
-    if keep_float:
-        kept = private_copy(prepared)  # the quantizer's constant folding leaves non-leaf tensors in it
-        reset_state(kept, target.initial_buffers())
-    converted = run_phase("convert", variant, lambda: _tosa.convert_pt2e(prepared))
-    reset_state(converted, target.initial_buffers())
-    return kept, converted
+def arm_flow(target: _load.Target, variant: Variant | None, calibrated: Calibration | None, plan: Plan, *,
+             log: FoldLog, between=None, fold_rule=None) -> ArmFlow:
+    """The Arm flow one variant of ``target`` goes through: ``plan``'s quantizer (its overrides tagged on the
+    module), the variant's fold rule (``fold_rule``, else the variant's rule and markers) logging into ``log``,
+    calibration on ``calibrated`` (none when None), every module reset to the model's initial state after
+    conversion; lowered for ``plan``'s specification. The caller adds what to run and price (``replace``)."""
+    initial = target.initial_buffers()
 
+    def tagged(program):
+        module = program.module(check_guards=False)
+        plan.tag(module)  # the nodes an override keeps out of the variant's quantization
+        return module
 
-def run_phase(name: str, variant: Variant | None, fn):
-    """``fn()``, one phase of the quantized flow (prepare, calibrate, convert, lower, ...), with a
-    crash turned into a one-line InspectorError that names the phase (and the variant, if given);
-    a crash of the fold pass that the pipeline wrapped is unwrapped first."""
-    failed = f"{name} failed" + (f" for variant {variant.label}" if variant is not None else "")
-    try:
-        return fn()
-    except InspectorError:
-        raise
-    except Exception as exc:  # noqa: BLE001
-        crash = crash_behind(exc)
-        if crash is not None:  # the pass crashed inside the pipeline, which wrapped the error
-            raise InspectorError(f"{failed}: {crash}") from None
-        unknown = crash_behind(exc, UnknownMarker)
-        if unknown is not None:
-            raise InspectorError(f"variant {variant.label}: {unknown}" if variant is not None else str(unknown)) \
-                from None
-        raise InspectorError(f"{failed}: {describe(exc)}") from None
+    rule = fold_rule if fold_rule is not None else (variant.rule if variant is not None else "upstream")
+    markers = variant.markers if variant is not None and fold_rule is None else ()
+    return ArmFlow(spec=plan.spec, quantizer=plan.quantizer, fold_pass=rule_pass_class(rule, markers, log),
+                   prepare_module=tagged,
+                   calibrate=(None if calibrated is None else lambda prepared: calibrate(prepared, calibrated, target)),
+                   after_calibration=between, reset=lambda module: reset_state(module, initial),
+                   label=variant.label if variant is not None else None)
 
 
 def calibrate(prepared, calibration: Calibration, target: _load.Target) -> None:
@@ -330,52 +309,30 @@ def run_variant(target: _load.Target, variant: Variant, calibrated: Calibration,
     """
     timings: dict[str, float] = {}
     log = FoldLog()
-    mark = _clock(timings, report, PHASES)
-
     # The run captures the tfa graph for later predictions (the default quantization's, per accelerator).
     log.snapshots = plan.plain and not _stages.has_stage_graph(target, plan.tfa_key)
-    initial = target.initial_buffers()
     chip = plan.accelerator
+
+    def priced(state):  # the same flatbuffer the reference model ran, compiled by Vela: numbers and cost from one
+        outside = _not_delegated(state.lowered_program, state.rejected)
+        return chip.cost(state.lowered, _site_names(log), sum(1 for n in outside if n.reason != BOUNDARY))
+
+    flow = replace(arm_flow(target, variant, calibrated, plan, between=between, log=log),
+                   locations=chip.costs,  # on an NPU every TOSA operator carries its node: how Vela's rows reach sites
+                   run=lambda module: run_steps(module, target, steps), cost=priced if chip.costs else None)
     # Everything the stack prints on the way (the reference model's C++ warnings on fd 1
     # among it) goes into the variant's log, shown under --debug, never into stdout.
-    with _output_kept() as captured:
-        with swapped_fold_pass(rule_pass_class(variant.rule, variant.markers, log)):
-            _, converted = quantize(target, variant, calibrated, plan, mark=mark, between=between)
-            qparams = _site_qparams(converted, log)
-            mark("convert", 3)
-            reexported = run_phase("re-export", variant,
-                                lambda: torch.export.export(converted, copy.deepcopy(target.inputs)))
-            mark("re-export", 4)
-            with _tosa.partition_rejections() as rejected:
-                # on an NPU every TOSA operator carries its node: how Vela's rows reach the sites
-                lowered = run_phase("lower", variant, lambda: _tosa.lower(reexported, plan.spec, locations=chip.costs))
-            mark("lower", 5)
-        program = lowered.exported_program()
-        module = program.module()
-        reset_state(module, initial)
-
-        def on_the_reference_model():
-            with _tosa.reference_dispatch():
-                return run_steps(module, target, steps)
-
-        quantized = run_phase("the TOSA reference model", variant, on_the_reference_model)
-    mark("reference", 6)
-    outside = _not_delegated(program, rejected)
-    cost, cost_error = None, None
-    if chip.costs:
-        try:  # the same flatbuffer the reference model ran, compiled by Vela: numbers and cost from one program
-            with _output_kept():
-                cost = chip.cost(lowered, _site_names(log), sum(1 for n in outside if n.reason != BOUNDARY))
-        except InspectorError as exc:
-            cost_error = f"variant {variant.label}: {exc}"
-        mark("cost", 7)
-    measured, folds, sites, decisions = _outcome(target, log, qparams, quantized, reference, plan.tfa_key)
-    mark("metrics", 8)
+    state = flow.run_on(target.exported, target.inputs, (_Clock(timings, report, PHASES),))
+    qparams = _site_qparams(state.converted, log)
+    outside = _not_delegated(state.lowered_program, state.rejected)
+    measured, folds, sites, decisions = _outcome(target, log, qparams, state.outputs, reference, plan.tfa_key)
+    timings["metrics"] = 0.0
+    report("metrics", 1.0)
     result = VariantResult(variant, folds, sites, measured, outside, timings,
                            quantization=plan.quantization.name, spec=plan.spec,
-                           outputs=tuple(tuple(step) for step in quantized), log=captured.text,
-                           output_scales=output_scales(converted), accelerator=chip, cost=cost,
-                           cost_error=cost_error)
+                           outputs=tuple(tuple(step) for step in state.outputs), log=state.output,
+                           output_scales=output_scales(state.converted), accelerator=chip, cost=state.cost,
+                           cost_error=state.cost_error)
     return result, decisions
 
 
@@ -415,55 +372,42 @@ def run_simulated(target: _load.Target, variant: Variant, calibrated: Calibratio
     """
     timings: dict[str, float] = {}
     log = FoldLog()
-    mark = _clock(timings, report, SIMULATION_PHASES)
-
     log.snapshots = plan.plain and not _stages.has_stage_graph(target, plan.tfa_key)
-    with _output_kept() as captured:
-        with swapped_fold_pass(rule_pass_class(variant.rule, variant.markers, log)):
-            _, converted = quantize(target, variant, calibrated, plan, mark=mark)
-        qparams = _site_qparams(converted, log)
-        mark("convert", 3)
-        quantized = run_phase("the quantize/dequantize simulation", variant,
-                           lambda: run_steps(converted, target, steps))
-    mark("simulate", 4)
-    measured, folds, sites, decisions = _outcome(target, log, qparams, quantized, reference, plan.tfa_key)
-    mark("metrics", 5)
+    flow = replace(arm_flow(target, variant, calibrated, plan, log=log), lower=False,
+                   run=lambda converted: run_steps(converted, target, steps),
+                   run_name="the quantize/dequantize simulation")
+    state = flow.run_on(target.exported, target.inputs,
+                        (_Clock(timings, report, SIMULATION_PHASES, {"run": "simulate"}),))
+    qparams = _site_qparams(state.converted, log)
+    measured, folds, sites, decisions = _outcome(target, log, qparams, state.outputs, reference, plan.tfa_key)
+    timings["metrics"] = 0.0
+    report("metrics", 1.0)
     result = VariantResult(variant, folds, sites, measured, (), timings, quantization=plan.quantization.name,
-                           spec=plan.spec, outputs=tuple(tuple(step) for step in quantized), log=captured.text,
-                           engine=SIMULATION, output_scales=output_scales(converted), accelerator=plan.accelerator,
+                           spec=plan.spec, outputs=tuple(tuple(step) for step in state.outputs), log=state.output,
+                           engine=SIMULATION, output_scales=output_scales(state.converted),
+                           accelerator=plan.accelerator,
                            cost_error=("the simulation does not lower the program: its cost comes with the TOSA run"
                                        if plan.accelerator.costs else None))
     return result, decisions
 
 
-@contextlib.contextmanager
-def _output_kept():
-    """Everything the stack prints inside (the reference model's C++ warnings on fd 1 among it) is
-    kept, never shown; an ``InspectorError`` raised inside carries it as its ``details`` (--debug)."""
-    error = None
-    with _quiet.captured_fds() as captured:
-        try:
-            yield captured
-        except InspectorError as exc:
-            error = exc
-    if error is not None:
-        error.details = "\n".join(filter(None, (error.details, captured.text)))
-        raise error
+class _Clock(Observer):
+    """Each step's seconds into ``timings`` (under the phase names results use), and ``report(phase, fraction)`` as
+    the run advances through ``phases``."""
 
+    def __init__(self, timings: dict, report, phases: tuple, names: dict | None = None) -> None:
+        self.timings, self.report, self.phases = timings, report, phases
+        self.names = {"run": "reference", **(names or {})}
+        self.clock = 0.0
 
-def _clock(timings: dict, report, phases: tuple) -> Callable[[str, int], None]:
-    """``mark(phase, index)``: the time since the last mark goes into ``timings[phase]``, and
-    ``report`` hears how far through ``phases`` the run is."""
-    clock = time.perf_counter()
+    def before(self, step, state) -> None:
+        self.clock = time.perf_counter()
 
-    def mark(phase: str, index: int) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        timings[phase] = now - clock
-        clock = now
-        report(phase, (index + 1) / len(phases))
-
-    return mark
+    def after(self, step, state) -> None:
+        phase = self.names.get(step, step)
+        self.timings[phase] = time.perf_counter() - self.clock
+        if phase in self.phases:
+            self.report(phase, (self.phases.index(phase) + 1) / len(self.phases))
 
 
 def _outcome(target: _load.Target, log: FoldLog, qparams, quantized, reference, tfa_key: str = "tfa"):

@@ -31,9 +31,7 @@ from torch.fx import GraphModule, Node
 
 from .._base.cache import BoundedCache
 from .._base.errors import InspectorError
-from .._doors import tosa as _tosa
-from .._doors.fold_swap import swapped_fold_pass
-from .._rules.rules import FoldLog, Rule, get_rule, rule_pass_class
+from .._rules.rules import FoldLog, Rule, get_rule
 from .._targets import load as _load
 from . import compare as _compare, flow as _flow, result_store as _disk
 from . import measures as _measures
@@ -105,13 +103,17 @@ def plan_for(target: _load.Target, accelerator):
 
 
 def _prepared(target: _load.Target, rule: str, plan, calibration: _flow.Calibration):
-    """``target`` prepared with ``plan``'s quantizer under ``rule``'s fold, calibrated: (graph, the tfa FoldRun)."""
+    """``target`` prepared with ``plan``'s quantizer under ``rule``'s fold, calibrated: (graph, the tfa FoldRun).
+    ExecuTorch's Arm flow (``_doors.arm_flow``) up to calibration."""
     log = FoldLog()
-    with swapped_fold_pass(rule_pass_class(rule, (), log)):
-        module = copy.deepcopy(target.exported).module(check_guards=False)  # the tfa fold scales what it is given
-        prepared = _flow.run_phase("prepare", None, lambda: _tosa.prepare_pt2e(module, plan.quantizer()))
-    with _one_thread():
-        _flow.run_phase("calibrate", None, lambda: _flow.calibrate(prepared, calibration, target))
+
+    def calibrate(prepared):
+        with _one_thread():
+            _flow.calibrate(prepared, calibration, target)
+
+    flow = replace(_flow.arm_flow(target, None, None, plan, log=log, fold_rule=rule), calibrate=calibrate,
+                   until="calibrate", capture_output=False)
+    prepared = flow.run_on(target.exported, target.inputs).prepared
     tfa = next((r for r in log.runs if r.tfa), None)
     if tfa is None:
         raise InspectorError(f"the fold pass never ran in transform-for-annotation for {target.name} on "
