@@ -1,9 +1,9 @@
 """What the worker pool's fork server loads once, so that every worker starts warm.
 
-``_workers/pool.py`` starts worker processes from a fork server (``multiprocessing``'s ``forkserver``) that
-imports this module first. Importing it imports torch, executorch, the Arm quantizer, its TOSA
-backend and the reference model, then runs one tiny model (one 3x3 conv and a mul, 4 channels,
-8x8) through the whole flow a variant takes: export, the tfa capture, quantize, calibrate,
+``_workers/pool.py`` forks worker processes from a fork server of its own (a process it starts, which
+forks a worker on request) that imports this module first. Importing it imports torch, executorch,
+the Arm quantizer, its TOSA backend and the reference model, then runs one tiny model (one 3x3 conv
+and a mul, 4 channels, 8x8) through the whole flow a variant takes: export, the tfa capture, quantize, calibrate,
 convert, lower, the reference model, and a ``.pt2`` round trip. A fresh process pays about 4 s
 of imports and 7 s of first calls (executorch's edge dialect reads its operator YAML, torch's
 export and the lowering warm their caches: docs/stack-facts.md); a worker forked from this

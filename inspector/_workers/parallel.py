@@ -1,8 +1,9 @@
 """What compare's and the sweep's worker processes share: the cores, the program archive, ``__main__``.
 
 The workers themselves are ``pool.py``'s (a warm pool per process, a pipe per worker, so that a
-worker that dies costs only its task). Workers are spawned (not forked: the parent may hold
-OpenMP thread pools, the widget's threads or a Jupyter kernel's) and receive data, never live
+worker that dies costs only its task). Workers are never forked from this process (it may hold
+OpenMP thread pools, the widget's threads or a Jupyter kernel's): they come from the pool's
+single-threaded fork server, or are spawned where there is none, and receive data, never live
 modules: the target's exported program as a ``torch.export.save`` archive written by this
 process, read back through the safe loader.
 """

@@ -14,43 +14,45 @@ it has:
 task it held. (``concurrent.futures.ProcessPoolExecutor`` cannot: one dead worker breaks every
 future of the pool.) Ctrl-C in the parent stops the workers and propagates.
 
-Workers are forked from a fork server (``multiprocessing``'s ``forkserver``) that has imported
-what the layers above name with ``boot_with`` (torch, executorch, the quantizer, and one tiny model
-run through the whole flow): a worker costs a fork, not the 4 s of imports and 7 s of first calls a
-spawned process pays. ``start_server()`` starts that server in the background (the first comparison or
-widget does), so its warm-up overlaps the parent's own export and capture. On a platform without
-``forkserver`` workers are spawned.
+Workers are forked from a fork server of the pool's own: one long-lived process, started with
+``subprocess``, that has imported what the layers above name with ``boot_with`` (torch, executorch, the
+quantizer, and one tiny model run through the whole flow) and then forks a worker whenever the pool asks,
+handing it a pipe the pool sent over a socket (``socket.send_fds``): a worker costs a fork, not the 4 s of
+imports and 7 s of first calls a spawned process pays. ``start_server()`` starts that server in the
+background (the first comparison or widget does), so its warm-up overlaps the parent's own export and
+capture. Only public APIs are used (``subprocess``, ``os.fork``, ``socket``, ``multiprocessing.connection``),
+so the pool runs alike on every Python the project supports. On a platform without ``os.fork`` workers are
+spawned.
 """
 
 from __future__ import annotations
 
-import resource
-from multiprocessing import forkserver
-from multiprocessing import spawn, util
-from multiprocessing.context import reduction, set_spawning_popen
 import atexit
 import contextlib
 import heapq
-import io
+import importlib
+import json
 import multiprocessing
-import multiprocessing.context
-import multiprocessing.popen_forkserver as popen_forkserver
 import os
 import pickle
+import resource
 import signal
+import socket
+import struct
+import subprocess
 import sys
 import threading
 import time
 import traceback
+import weakref
 from dataclasses import dataclass, field
-from multiprocessing.connection import wait
+from multiprocessing.connection import Connection, wait
 from typing import Any, Iterator
 
 from .._base.cache import also_clear
 from . import kinds as _kinds
 from .._base.errors import InspectorError, quoted
 from .._base import quiet as _quiet
-import torch
 from .parallel import available_workers
 from .parallel import main_not_imported
 
@@ -122,21 +124,28 @@ def signal_text(exitcode: int | None) -> str:
 # ---------------------------------------------------------------- in a worker process
 
 
-def _worker_main(conn, threads: int, setup: dict) -> None:
-    """A worker's whole life: run tasks sent over ``conn`` until the parent closes it. ``setup`` is
-    the parent's environment, working folder, import path and memory cap at the worker's start (a
-    worker forked from the fork server would otherwise see the server's, from when it started)."""
+def _worker_main(conn) -> None:
+    """A worker's whole life: run tasks sent over ``conn`` until the parent closes it. Its first message is
+    its share of the cores and the parent's environment, working folder, import path and memory cap at the
+    worker's start (a worker forked from the fork server would otherwise see the server's, from when it
+    started)."""
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     # A script reads the parent's stdout (`sweep --format json | jq`): whatever native code or a
     # model's forward prints in a worker goes to stderr instead.
     with contextlib.suppress(OSError):
         os.dup2(2, 1)
+    try:
+        threads, setup = _recv(conn)
+    except (EOFError, OSError):
+        return  # the parent gave up on this worker before it started
     os.environ.clear()
     os.environ.update(setup["environ"])
     with contextlib.suppress(OSError):
         os.chdir(setup["cwd"])
     sys.path[:] = setup["path"]
+    import torch  # already imported by the fork server's warm-up: free here
+
     torch.set_num_threads(threads)
     _quiet.install_warning_filters()
     _limit_memory(setup["memory"])
@@ -258,13 +267,13 @@ class InlinePool(_Queued):
 
 
 class LocalPool(_Queued):
-    """``workers`` spawned processes, one task each at a time; a dead worker costs its task only."""
+    """``workers`` worker processes (forked from the warm fork server), one task each at a time; a dead worker
+    costs its task only."""
 
     name = "local"
 
     def __init__(self, workers: int, cores: int | None = None) -> None:
         super().__init__()
-        self._ctx = _context()
         self._idle: list = []  # (process, conn) ready for a task
         self._busy: dict = {}  # conn -> (process, job)
         self._ended: list[Event] = []  # tasks that ended before a worker took them in
@@ -295,18 +304,24 @@ class LocalPool(_Queued):
             self._busy.clear()
 
     def _start(self) -> None:
-        parent, child = self._ctx.Pipe(duplex=True)
+        parent, child = multiprocessing.Pipe(duplex=True)
         setup = {"environ": dict(os.environ), "cwd": os.getcwd(), "path": list(sys.path),
                  "memory": os.environ.get(MEMORY_LIMIT_ENV)}
-        process = self._ctx.Process(target=_worker_main, args=(child, self.threads, setup), daemon=True,
-                                    name=f"fold-inspector-worker-{self.started}")
-        if self._ctx.get_start_method() == "forkserver":
-            start_server()
-            process.start()  # forked from the warm server: it ignores Ctrl-C, and never re-imports __main__
-        else:
-            with main_not_imported(), _sigint_ignored():
-                process.start()  # born ignoring Ctrl-C (Python keeps an inherited SIG_IGN): the parent handles it
-        child.close()
+        try:
+            if _FORK_SERVER:
+                process = _fork_worker(child, f"fold-inspector-worker-{self.started}")
+            else:
+                process = multiprocessing.get_context("spawn").Process(
+                    target=_worker_main, args=(child,), daemon=True, name=f"fold-inspector-worker-{self.started}")
+                with main_not_imported(), _sigint_ignored():
+                    process.start()  # born ignoring Ctrl-C (Python keeps an inherited SIG_IGN): the parent handles it
+        except BaseException:
+            parent.close()
+            raise
+        finally:
+            child.close()  # the worker holds its end: when it dies, this pipe says so
+        with contextlib.suppress(OSError):
+            _send(parent, (self.threads, setup))  # a worker dead already is found at its first task
         self.started += 1
         self._idle.append((process, parent))
 
@@ -401,6 +416,15 @@ def _stop_worker(process, conn, wait: bool = True) -> None:
 
 
 # ---------------------------------------------------------------- the fork server
+#
+# A process of the pool's own, started with subprocess (never multiprocessing's spawn, which would import the
+# parent's __main__ there: a script without a __name__ guard would run again). It imports the boot modules,
+# then forks a worker for each request on its control socket. A request carries two descriptors
+# (socket.send_fds): the worker's end of its pipe to the pool, and the write end of a status pipe the server
+# keeps. On that status pipe the server writes the worker's pid as it forks, and its exit code once it has
+# reaped it; the pool's end of it is the worker's sentinel, as a multiprocessing process has one. So a worker
+# that dies is seen at once (its pipe closes) and its exit code is known (a signal, OUT_OF_MEMORY), although it
+# is the server's child, not the pool's.
 
 
 # What the fork server imports before it forks a worker: named by the layers above (``boot_with``), which
@@ -412,16 +436,30 @@ def boot_with(module: str) -> None:
     """Have the fork server import ``module`` (warming what the tasks need) before the first worker forks."""
     if module not in _BOOT:
         _BOOT.append(module)
-_FORKSERVER = "forkserver" in multiprocessing.get_all_start_methods()  # else workers are spawned
+
+
+_FORK_SERVER = hasattr(os, "fork") and hasattr(socket, "send_fds")  # else workers are spawned
 _SERVER_LOCK = threading.Lock()
 _OTHER_POOLS = 0  # pools of their own open now (a second sweep meanwhile): their workers need the server
+_STATUS = struct.Struct("q")  # a pid, then an exit code, on a worker's status pipe
 
 
-def _context():
-    """Where workers come from: forked from the warm fork server, or spawned where there is none."""
-    if not _FORKSERVER:
-        return multiprocessing.get_context("spawn")
-    return _WarmContext()
+@dataclass
+class _Server:
+    """The running fork server, as the pool sees it."""
+
+    process: subprocess.Popen
+    control: socket.socket  # requests go here; closing it asks the server to stop
+
+
+_SERVER: "_Server | None" = None
+
+# How the server starts: deaf to Ctrl-C (a terminal sends it to the whole group: the pool's to handle) before it
+# imports anything, then the parent's import path (a script's folder, a test's), then this module, by the name
+# it has here.
+_BOOTSTRAP = ("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+              "import importlib, json, sys; sys.path[:] = json.loads(sys.argv[1]); "
+              "importlib.import_module(sys.argv[2])._server_main(int(sys.argv[3]), json.loads(sys.argv[4]))")
 
 
 def start_server() -> bool:
@@ -432,19 +470,27 @@ def start_server() -> bool:
     it; a script that will compare later may call it first thing. It stops with the workers after
     IDLE_SECONDS idle, and at exit. True when this call started it (False: it was running already, or
     this platform has none): the caller that started it may stop it unused (``stop_server(mid_warm_up=True)``)."""
-    if not _FORKSERVER:
+    if not _FORK_SERVER:
         return False
 
-    server = forkserver._forkserver
+    global _SERVER
     with _SERVER_LOCK:
-        # The server loads our boot module. It must not import the parent's __main__ (a script without a
-        # __name__ guard would run there): that is multiprocessing's default preload, dropped here.
-        preload = [m for m in server._preload_modules if m != "__main__"]
-        if any(m not in preload for m in _BOOT):
-            server.set_forkserver_preload([*preload, *(m for m in _BOOT if m not in preload)])
-        before = server._forkserver_pid
-        server.ensure_running()
-        return server._forkserver_pid != before
+        if _SERVER is not None and _SERVER.process.poll() is None:
+            return False
+        _forget_server()  # it died on its own: start another
+        ours, theirs = socket.socketpair()
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-c", _BOOTSTRAP, json.dumps([str(p) for p in sys.path]), __name__,
+                 str(theirs.fileno()), json.dumps(_BOOT)],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        _SERVER = _Server(process, ours)
+        return True
 
 
 def stop_server(*, mid_warm_up: bool = False) -> None:
@@ -452,66 +498,231 @@ def stop_server(*, mid_warm_up: bool = False) -> None:
     Only once no worker of it is left: it waits for them. ``mid_warm_up``: now, even in the middle of its warm-up
     (for a comparison that started it and then had nothing to run on workers: every variant answered from the
     store, or one left to run here), instead of letting it take a core for about 10 s for nothing."""
-    if not _FORKSERVER:
+    if not _FORK_SERVER:
         return
 
+    global _SERVER
     with _SERVER_LOCK:
         if _OTHER_POOLS or (_SHARED is not None and _SHARED.alive):
             return  # workers are left (a second sweep's meanwhile): stop it next time
-        pid = forkserver._forkserver._forkserver_pid
-        if mid_warm_up and pid is not None:
-            # The server reads its "stop" (the closed pipe) only once its warm-up is over: it is killed instead. It
-            # has forked nothing (no worker is alive), so nothing else goes with it.
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(Exception):
-            forkserver._forkserver._stop()
+        server, _SERVER = _SERVER, None
+    if server is None:
+        return
+    server.control.close()  # a warm server reads this at once and exits
+    if mid_warm_up:
+        # A server still warming up reads its control socket only after: it is killed instead. It has forked
+        # nothing (no worker is alive), so nothing else goes with it.
+        with contextlib.suppress(ProcessLookupError):
+            server.process.kill()
+    try:
+        server.process.wait(60)
+    except subprocess.TimeoutExpired:  # stuck: nothing of value is left in it
+        server.process.kill()
+        server.process.wait()
 
 
 def server_pid() -> int | None:
     """The fork server's process id while it runs (for tests and memory accounting)."""
-    if not _FORKSERVER:
+    server = _SERVER
+    if server is None or server.process.poll() is not None:
         return None
+    return server.process.pid
 
-    return forkserver._forkserver._forkserver_pid
+
+def _forget_server() -> None:
+    """Drop a server that died or broke its word (called with _SERVER_LOCK held): a next one starts afresh."""
+    global _SERVER
+    if _SERVER is not None:
+        _SERVER.control.close()
+        with contextlib.suppress(ProcessLookupError):
+            _SERVER.process.kill()
+        _SERVER.process.wait()
+        _SERVER = None
 
 
-class _WarmPopen(popen_forkserver.Popen):
-    """The forkserver's start, without telling the child to import the parent's ``__main__`` (a
-    user's script with no ``if __name__ == "__main__":`` guard would run again there; the workers
-    need nothing from it). The body is multiprocessing's own (3.11) with that one change: nothing
-    process-wide is swapped, so a start from a background thread is safe."""
-
-    def _launch(self, process_obj):
-        prep_data = {k: v for k, v in spawn.get_preparation_data(process_obj._name).items()
-                     if k not in ("init_main_from_path", "init_main_from_name")}
-        buf = io.BytesIO()
-        set_spawning_popen(self)
+def _fork_worker(child: Connection, name: str) -> "_Worker":
+    """A worker forked from the fork server (started here if it is not running), holding ``child``'s end of its
+    pipe to the pool. Waits while the server warms up; a server that died is started again once."""
+    for attempt in (1, 2):
+        start_server()
+        status_r, status_w = os.pipe()
         try:
-            reduction.dump(prep_data, buf)
-            reduction.dump(process_obj, buf)
+            with _SERVER_LOCK:
+                server = _SERVER
+                try:
+                    if server is None:
+                        raise ConnectionError("the fork server was stopped")
+                    socket.send_fds(server.control, [b"F"], [child.fileno(), status_w])
+                except OSError:
+                    if attempt == 2:
+                        raise
+                    _forget_server()
+                    continue
+            os.close(status_w)
+            status_w = -1
+            pid = _read_status(status_r)  # the server forks once its warm-up is over
+            if pid is None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    server.process.wait(1)
+                if server.process.poll() is None:  # it lives on for the other workers
+                    raise ChildProcessError("the fork server could not fork (out of memory or processes?)")
+                if attempt == 2:
+                    raise ConnectionError("the fork server exited")
+                with _SERVER_LOCK:  # it died before it forked: start another
+                    if _SERVER is server:
+                        _forget_server()
+                continue
+            worker = _Worker(pid, status_r, name)
+            status_r = -1
+            return worker
+        except OSError as exc:
+            raise InspectorError(f"cannot start a worker process: {type(exc).__name__}: {exc}") from exc
         finally:
-            set_spawning_popen(None)
-        self.sentinel, w = forkserver.connect_to_new_process(self._fds)
-        _parent_w = os.dup(w)
-        self.finalizer = util.Finalize(self, util.close_fds, (_parent_w, self.sentinel))
-        with open(w, "wb", closefd=True) as f:
-            f.write(buf.getbuffer())
-        self.pid = forkserver.read_signed(self.sentinel)
+            for fd in (status_r, status_w):
+                if fd >= 0:
+                    os.close(fd)
+    raise AssertionError("unreachable")
 
 
-class _WarmProcess(multiprocessing.context.ForkServerProcess):
-    """A forkserver process that starts through ``_WarmPopen``."""
+def _read_status(fd: int) -> int | None:
+    """One number from a status pipe; None at its end (the server is gone)."""
+    data = b""
+    while len(data) < _STATUS.size:
+        chunk = os.read(fd, _STATUS.size - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return _STATUS.unpack(data)[0]
 
-    @staticmethod
-    def _Popen(process_obj):
-        return _WarmPopen(process_obj)
+
+class _Worker:
+    """A worker forked by the fork server, with what the pool asks of a process (``multiprocessing.Process``'s
+    names): its ``pid``, a ``sentinel`` ready when it has ended, its ``exitcode`` (a signal's as a negative
+    number), ``join``, ``is_alive``, ``terminate``, ``kill``."""
+
+    def __init__(self, pid: int, status: int, name: str) -> None:
+        self.pid = pid
+        self.name = name
+        self.sentinel = status  # the status pipe's read end: readable once the server has reaped it
+        self.exitcode: int | None = None
+        self._ended = False
+        # closed with this object; not at exit before the pool's own atexit stop has joined it
+        weakref.finalize(self, os.close, status).atexit = False
+
+    def _poll(self, timeout: float | None = 0.0) -> bool:
+        if not self._ended and wait([self.sentinel], timeout):
+            self.exitcode = _read_status(self.sentinel)  # None: the server went without saying
+            self._ended = True
+        return self._ended
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait until it has ended (at most ``timeout`` seconds)."""
+        self._poll(timeout)
+
+    def is_alive(self) -> bool:
+        return not self._poll()
+
+    def terminate(self) -> None:
+        self._signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+
+    def _signal(self, sig: int) -> None:
+        if not self._poll():  # reaped: its pid may be another process's by now
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self.pid, sig)
 
 
-class _WarmContext(multiprocessing.context.ForkServerContext):
-    """The forkserver context, whose processes start through ``_WarmPopen``."""
+def _server_main(control_fd: int, boot: list[str]) -> None:
+    """The fork server's whole life (in its own process): import ``boot``, then fork a worker for each request
+    on the control socket, and report each worker's pid and exit code on its status pipe, until the pool closes
+    the control socket and no worker of it is left."""
+    control = socket.socket(fileno=control_fd)
+    for module in boot:
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - a warm-up that fails only leaves the workers cold
+            traceback.print_exc()
+    # A child's end wakes the loop below: SIGCHLD writes to this pipe (a handler must be set for that).
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    statuses: dict[int, int] = {}  # pid of a live worker -> the write end of its status pipe
+    listening = True
+    while listening or statuses:
+        ready = wait([control, wake_r] if listening else [wake_r], timeout=1.0)
+        if wake_r in ready:
+            with contextlib.suppress(BlockingIOError):
+                while os.read(wake_r, 4096):
+                    pass
+        if control in ready:
+            try:
+                request, fds, _, _ = socket.recv_fds(control, 1, 2)
+            except OSError:
+                request, fds = b"", []
+            if not request or len(fds) != 2:
+                for fd in fds:
+                    os.close(fd)
+                listening = False  # the pool has gone or asks the server to stop
+                control.close()
+            else:
+                conn_fd, status_w = fds
+                try:
+                    pid = os.fork()
+                except OSError:  # no memory or processes left: this worker's end (the pool says so), not the server's
+                    os.close(conn_fd)
+                    os.close(status_w)
+                    continue
+                if pid == 0:
+                    signal.set_wakeup_fd(-1)
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    for fd in (wake_r, wake_w, status_w, *statuses.values()):
+                        os.close(fd)
+                    control.close()
+                    _worker_process(conn_fd)
+                os.close(conn_fd)  # the worker holds it now: when the worker ends, the pool's end says so
+                with contextlib.suppress(OSError):
+                    os.write(status_w, _STATUS.pack(pid))
+                statuses[pid] = status_w
+        _reap(statuses)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # nothing to tidy in a process that only forks (and torch's teardown is slow)
 
-    Process = _WarmProcess
+
+def _reap(statuses: dict) -> None:
+    """Tell the pool the exit code of every worker that has ended."""
+    while statuses:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        fd = statuses.pop(pid, None)
+        if fd is not None:
+            with contextlib.suppress(OSError):  # the pool may have let go of this worker already
+                os.write(fd, _STATUS.pack(os.waitstatus_to_exitcode(status)))
+            os.close(fd)
+
+
+def _worker_process(conn_fd: int) -> None:
+    """A freshly forked worker: runs ``_worker_main`` and never returns into the server's loop."""
+    code = 1
+    try:
+        _worker_main(Connection(conn_fd))
+        code = 0
+    except BaseException:  # noqa: BLE001 - the exit code tells the pool
+        with contextlib.suppress(Exception):
+            traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
 
 
 # ---------------------------------------------------------------- the warm pool
@@ -755,6 +966,8 @@ def pool_for(executor: str, workers: int, ray_address: str | None = None, *, inl
         raise InspectorError(f"unknown executor {quoted(executor)}; choose one of: {', '.join(EXECUTORS)}")
 
 
+# At exit (run in the reverse order): the workers stop first, then their fork server, at once even mid-warm-up.
+atexit.register(lambda: stop_server(mid_warm_up=True))
 atexit.register(shutdown)
 atexit.register(shutdown_ray)
 also_clear(shutdown)  # inspector.clear_cache(): the workers' caches go with them
