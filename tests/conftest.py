@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import os
 import shutil
@@ -272,3 +273,68 @@ def pytest_addoption(parser):
 def update_goldens(request) -> bool:
     """True under ``pytest --update-goldens``: golden tests rewrite their files instead of comparing."""
     return request.config.getoption("--update-goldens")
+
+
+# Goldens are recorded on the main lock's executorch (tests/goldens/KIND/FILE). Another release whose graphs
+# differ keeps its own copy of only the files that differ, in tests/goldens/executorch-X.Y/KIND/FILE, read
+# instead of the main one when X.Y is installed: each release is compared with what it really draws.
+GOLDENS = ROOT / "tests" / "goldens"
+MAIN_LOCK = ROOT / "constraints" / "py3.11.txt"  # CI's whole suite runs on it; the goldens were recorded there
+
+
+def locked_version(lock: Path, package: str) -> str:
+    """The version ``lock`` pins ``package`` to (``package==X`` line)."""
+    for line in lock.read_text(encoding="utf-8").splitlines():
+        name, sep, pinned = line.partition("==")
+        if sep and name.strip().lower() == package:
+            return pinned.strip()
+    raise AssertionError(f"{lock.name} pins no {package}")
+
+
+def release_of(version: str) -> str:
+    """``1.4.0`` -> ``1.4``: the goldens of a release series (its releases share the Arm pipeline around the pass:
+    one ``arm_pass_manager.py`` for 1.4.0/1.4.1, another for 1.5.0/1.5.1, docs/stack-facts.md)."""
+    return ".".join(version.split(".")[:2])
+
+
+MAIN_EXECUTORCH = locked_version(MAIN_LOCK, "executorch")
+INSTALLED_EXECUTORCH = importlib.metadata.version("executorch")
+
+
+def release_goldens(version: str) -> Path:
+    """The folder of the goldens that differ on ``version``'s release series from the main lock's."""
+    return GOLDENS / f"executorch-{release_of(version)}"
+
+
+@pytest.fixture
+def golden(update_goldens):
+    """``golden("render/NAME.dot", text)`` compares ``text`` with its golden for the installed executorch: the
+    release's own copy if it has one, else the main one. Under ``--update-goldens`` it writes the main file on
+    the main lock's release series; on another release it writes the release's copy only where the text differs
+    from the main file (and removes a copy that no longer differs), so a release folder holds exactly the files
+    whose graphs really differ on that release."""
+    on_main = release_of(INSTALLED_EXECUTORCH) == release_of(MAIN_EXECUTORCH)
+    release = release_goldens(INSTALLED_EXECUTORCH)
+
+    def check(relative: str, text: str) -> None:
+        main, own = GOLDENS / relative, release / relative
+        if update_goldens:
+            if on_main:
+                main.parent.mkdir(parents=True, exist_ok=True)
+                main.write_text(text, encoding="utf-8")
+            elif main.exists() and main.read_text(encoding="utf-8") == text:
+                own.unlink(missing_ok=True)
+                for folder in (own.parent, release):  # a release left with no copy has no folder either
+                    if folder.is_dir() and not any(folder.iterdir()):
+                        folder.rmdir()
+            else:
+                own.parent.mkdir(parents=True, exist_ok=True)
+                own.write_text(text, encoding="utf-8")
+            return
+        path = own if not on_main and own.exists() else main
+        shown = path.relative_to(GOLDENS)
+        assert path.exists(), f"no golden {shown}: run pytest --update-goldens"
+        assert text == path.read_text(encoding="utf-8"), \
+            f"{shown} differs on executorch {INSTALLED_EXECUTORCH}: inspect, then pytest --update-goldens"
+
+    return check

@@ -1,7 +1,12 @@
-"""pyproject.toml and environment.yml pin the same stack, and it is the one installed.
+"""pyproject.toml's ranges, the locks in constraints/ and environment.yml agree, and the venv holds its set.
 
-The two files are edited by hand; these tests catch a pin changed in one and
-not the other, an unpinned dependency, and a venv that drifted from the pins.
+pyproject.toml gives ranges: what `pip install .` accepts in an environment that already has executorch and
+torch. Each lock in constraints/ is one exact set inside those ranges, the one make installs with
+`pip install -c LOCK` (constraints/py3.11.txt for make, the tests, CI and every figure in docs;
+constraints/oldest-executorch.txt for the corner CI also checks). environment.yml pins the same versions as
+the Python 3.11 lock. These files are edited by hand or written by `make lock`; these tests catch a range
+that lets torch go, a lock outside the ranges, a corner that is no longer the corner, and a venv that
+drifted from what it was installed with.
 """
 
 from __future__ import annotations
@@ -9,21 +14,29 @@ from __future__ import annotations
 import importlib.metadata
 import re
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the tomli backport, a dependency there
+    import tomli as tomllib
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
+LOCKS = REPO_ROOT / "constraints"
+MAIN_LOCK = LOCKS / "py3.11.txt"  # make's, the tests', CI's and the docs' set
+OLDEST_LOCK = LOCKS / "oldest-executorch.txt"  # the corner CI checks: the oldest executorch on the newest Python
 
 # `name==version` and nothing else: no ranges, extras or markers.
 EXACT_PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-Za-z0-9.+!-]+)$")
 
-# The heart of the stack: the venv must hold exactly these versions.
+# The heart of the stack: the venv must hold these at the lock's versions, or inside the ranges.
 CORE_PACKAGES = ["torch", "executorch", "tosa-tools"]
 
 
@@ -37,10 +50,44 @@ def _environment() -> dict:
         return yaml.safe_load(f)
 
 
-def _pyproject_requirements() -> list[str]:
+def _requirements() -> list[Requirement]:
+    """Every requirement of pyproject.toml: the dependencies and every extra."""
     project = _pyproject()["project"]
-    extras = project["optional-dependencies"]
-    return list(project["dependencies"]) + list(extras["test"]) + list(extras["explorer"]) + list(extras["ray"]) + list(extras["timm"])
+    lines = list(project["dependencies"])
+    for extra in project["optional-dependencies"].values():
+        lines += extra
+    return [Requirement(line) for line in lines]
+
+
+def _requirements_for(python: str) -> dict[str, Requirement]:
+    """Canonical name -> requirement, for the requirements whose marker holds on Python `python` (X.Y)."""
+    env = {"python_version": python, "python_full_version": f"{python}.0"}
+    return {canonicalize_name(r.name): r for r in _requirements() if r.marker is None or r.marker.evaluate(env)}
+
+
+def _pins(lines: list[str]) -> dict[str, str]:
+    """Canonical name -> version; fails on anything that is not an exact pin or is listed twice."""
+    pins: dict[str, str] = {}
+    for line in lines:
+        match = EXACT_PIN.match(line.strip())
+        assert match, f"{line!r} is not an exact `name==version` pin"
+        name = canonicalize_name(match["name"])
+        assert name not in pins, f"{name} is listed twice"
+        pins[name] = match["version"]
+    return pins
+
+
+def _read_lock(text: str) -> tuple[str | None, dict[str, str]]:
+    """A lock's Python (its `# python: X.Y` line) and its pins."""
+    lines = [line.strip() for line in text.splitlines()]
+    pythons = [line.split(":", 1)[1].strip() for line in lines if line.startswith("# python:")]
+    return (pythons[0] if pythons else None), _pins([line for line in lines if line and not line.startswith("#")])
+
+
+def _lock(path: Path) -> tuple[str, dict[str, str]]:
+    python, pins = _read_lock(path.read_text(encoding="utf-8"))
+    assert python, f"{path.name} does not say which Python it is for (a `# python: X.Y` line)"
+    return python, pins
 
 
 def _conda_dependencies() -> list[str]:
@@ -54,45 +101,72 @@ def _environment_pip_section() -> list[str]:
     return [str(entry).strip() for entry in sections[0]]
 
 
-def _environment_pip_requirements() -> list[str]:
-    """The pip section without pip options such as `-e .`."""
-    return [entry for entry in _environment_pip_section() if not entry.startswith("-")]
-
-
-def _pins(requirements: list[str]) -> dict[str, str]:
-    """Canonical name -> version; fails on anything that is not an exact pin or is listed twice."""
-    pins: dict[str, str] = {}
-    for requirement in requirements:
-        match = EXACT_PIN.match(requirement.strip())
-        assert match, f"{requirement!r} is not an exact `name==version` pin"
-        name = canonicalize_name(match["name"])
-        assert name not in pins, f"{name} is listed twice"
-        pins[name] = match["version"]
-    return pins
-
-
 def _conda_name(dep: str) -> str:
     return re.split(r"[=<>!~\s]", dep.strip(), maxsplit=1)[0]
 
 
-def test_every_pyproject_dependency_is_an_exact_pin():
-    # An unpinned torch makes pip pull a multi-GB CUDA build.
-    pins = _pins(_pyproject_requirements())
-    assert pins["torch"] == "2.13.0"
+def _supported_minors() -> list[str]:
+    """The Python 3.X releases requires-python admits, oldest first."""
+    requires = SpecifierSet(_pyproject()["project"]["requires-python"])
+    return [f"3.{minor}" for minor in range(0, 30) if Version(f"3.{minor}.0") in requires]
 
 
-def test_every_environment_pip_dependency_is_an_exact_pin():
-    _pins(_environment_pip_requirements())
+def _lower_bound(spec: SpecifierSet) -> Version:
+    bounds = [Version(s.version) for s in spec if s.operator in (">=", "==")]
+    assert bounds, f"{spec} has no lower bound"
+    return max(bounds)
 
 
-def test_pyproject_pins_appear_identically_in_environment_yml():
-    in_pyproject = set(_pyproject_requirements())
-    in_environment = set(_environment_pip_requirements())
-    only_pyproject = sorted(in_pyproject - in_environment)
-    only_environment = sorted(in_environment - in_pyproject)
-    assert not only_pyproject and not only_environment, (
-        f"pins differ: only in pyproject.toml {only_pyproject}, only in environment.yml {only_environment}"
+def test_every_dependency_is_a_bounded_range():
+    for requirement in _requirements():
+        operators = {s.operator for s in requirement.specifier}
+        assert operators & {">=", "=="}, f"{requirement} has no lower bound"
+        assert operators & {"<", "<=", "=="}, f"{requirement} has no upper bound"
+
+
+def test_torch_is_held_to_the_release_executorch_is_built_for():
+    # An unbounded torch makes pip pull the newest one, a multi-GB CUDA build.
+    torch = _requirements_for("3.11")["torch"].specifier
+    assert "2.13.0" in torch
+    assert "2.14.0" not in torch and "2.12.1" not in torch
+
+
+@pytest.mark.parametrize("lock", sorted(LOCKS.glob("*.txt")), ids=lambda p: p.name)
+def test_every_lock_pins_every_dependency_inside_its_range(lock):
+    python, pins = _lock(lock)
+    assert python in _supported_minors(), f"{lock.name} is for Python {python}, outside requires-python"
+    for name, requirement in _requirements_for(python).items():
+        assert name in pins, f"{lock.name} does not pin {name}"
+        assert requirement.specifier.contains(pins[name], prereleases=True), (
+            f"{lock.name} pins {name}=={pins[name]}, outside pyproject.toml's {requirement}"
+        )
+    # The lock names torch's public version: ==2.13.0 still takes a CPU wheel (2.13.0+cpu) where there is one.
+    assert Version(pins["torch"]).local is None, f"{lock.name} pins torch=={pins['torch']}: write the public version"
+
+
+def test_the_main_lock_is_python_3_11_and_the_corner_is_the_corner():
+    main_python, _ = _lock(MAIN_LOCK)
+    assert main_python == "3.11"
+    python, pins = _lock(OLDEST_LOCK)
+    assert python == _supported_minors()[-1], "the corner's Python is not the newest requires-python admits"
+    executorch = _requirements_for(python)["executorch"].specifier
+    assert Version(pins["executorch"]) == _lower_bound(executorch), (
+        f"the corner pins executorch {pins['executorch']}, the oldest pyproject.toml admits is {_lower_bound(executorch)}"
     )
+
+
+def test_environment_yml_pins_the_main_locks_versions():
+    python, lock = _lock(MAIN_LOCK)
+    entries = [entry for entry in _environment_pip_section() if not entry.startswith("-")]
+    pins = _pins(entries)
+    direct = set(_requirements_for(python))
+    assert set(pins) == direct, (
+        f"environment.yml's pip section should list pyproject.toml's dependencies: "
+        f"missing {sorted(direct - set(pins))}, extra {sorted(set(pins) - direct)}"
+    )
+    differ = {name: (version, lock.get(name)) for name, version in pins.items() if lock.get(name) != version}
+    assert not differ, f"environment.yml and {MAIN_LOCK.name} differ (environment.yml, lock): {differ}"
+    assert [dep for dep in _conda_dependencies() if _conda_name(dep) == "python"] == [f"python={python}"]
 
 
 def test_environment_yml_installs_the_project_itself():
@@ -100,16 +174,20 @@ def test_environment_yml_installs_the_project_itself():
 
 
 def test_python_version_agrees():
-    requires_python = SpecifierSet(_pyproject()["project"]["requires-python"])
-    assert Version("3.11.0") in requires_python
-    assert Version("3.10.14") not in requires_python
-    assert Version("3.12.0") not in requires_python
-
-    pythons = [dep for dep in _conda_dependencies() if _conda_name(dep) == "python"]
-    assert pythons == ["python=3.11"]
-
+    assert _supported_minors() == ["3.10", "3.11", "3.12", "3.13"]
     running = Version(".".join(map(str, sys.version_info[:3])))
+    requires_python = SpecifierSet(_pyproject()["project"]["requires-python"])
     assert running in requires_python, f"running Python {running} is outside requires-python {requires_python}"
+
+
+def test_make_looks_for_every_supported_python_and_pins_the_locks_torch():
+    makefile = (REPO_ROOT / "Makefile").read_text(encoding="utf-8")
+    candidates = re.search(r"^PYTHON_CANDIDATES := (.*)$", makefile, re.M)
+    assert candidates, "the Makefile has no PYTHON_CANDIDATES"
+    assert candidates[1].split() == [f"python{v}" for v in reversed(_supported_minors())] + ["python3"]
+    torch_pin = re.search(r"^TORCH_PIN := torch==(\S+)$", makefile, re.M)
+    assert torch_pin, "the Makefile has no TORCH_PIN"
+    assert torch_pin[1] == _lock(MAIN_LOCK)[1]["torch"]
 
 
 def test_graphviz_is_a_conda_dependency():
@@ -117,9 +195,41 @@ def test_graphviz_is_a_conda_dependency():
     assert "graphviz" in {_conda_name(dep) for dep in _conda_dependencies()}
 
 
+def _installed_lock() -> tuple[str | None, dict[str, str]] | None:
+    """The lock make installed this venv with (its stamp is a copy), or None: no stamp, or no lock."""
+    stamp = Path(sys.prefix) / ".installed"
+    text = stamp.read_text(encoding="utf-8") if stamp.is_file() else ""
+    python, pins = _read_lock(text)
+    return (python, pins) if pins else None
+
+
+def _installed(package: str) -> Version:
+    return Version(importlib.metadata.version(package))
+
+
+def test_the_venv_holds_the_lock_it_was_installed_with():
+    installed = _installed_lock()
+    if installed is None:
+        pytest.skip("not a venv make installed from a lock: test_core_packages_are_inside_the_ranges checks it")
+    python, pins = installed
+    assert python == "%d.%d" % sys.version_info[:2], f"the venv was installed from the lock for Python {python}"
+    drifted = {}
+    for name, version in pins.items():
+        try:
+            have = _installed(name)
+        except importlib.metadata.PackageNotFoundError:
+            drifted[name] = (version, None)
+            continue
+        # The CPU torch wheel is versioned `2.13.0+cpu`; `==2.13.0` accepts it, so compare the public part.
+        if have.public != Version(version).public:
+            drifted[name] = (version, str(have))
+    assert not drifted, f"the venv drifted from its lock (locked, installed): {drifted}"
+
+
 @pytest.mark.parametrize("package", CORE_PACKAGES)
-def test_installed_version_matches_pin(package):
-    pinned = _pins(_pyproject_requirements())[canonicalize_name(package)]
-    installed = Version(importlib.metadata.version(package))
-    # The CPU torch wheel is versioned `2.13.0+cpu`; `==2.13.0` accepts it, so compare the public part.
-    assert installed.public == pinned, f"{package} {installed} is installed, pyproject.toml pins {pinned}"
+def test_core_packages_are_inside_the_ranges(package):
+    requirement = _requirements_for("%d.%d" % sys.version_info[:2])[canonicalize_name(package)]
+    installed = _installed(package)
+    assert requirement.specifier.contains(installed.public, prereleases=True), (
+        f"{package} {installed} is installed, pyproject.toml asks for {requirement.specifier}"
+    )

@@ -426,8 +426,10 @@ def test_compare_runs_a_registered_rule():
 # Module-level containers that are registries, not caches: each is filled by registering, once.
 REGISTRIES = {("_targets.samples", "_DEFAULT")}
 # Memos of the installed stack's fixed facts (imported classes and modules): a fixed, small set of keys.
+# The installed stack checked once per process: bounded by the doors' name tables, and cleared by clear_checks.
 STACK_MEMOS = {("_doors.executorch", "_ready"), ("_doors.executorch", "_get"),
-               ("_doors.executorch", "_caching_classes"), ("_doors.tosa", "_ready"), ("_doors.vela", "_ready")}
+               ("_doors.executorch", "_caching_classes"), ("_doors.tosa", "_ready"), ("_doors.vela", "_ready"),
+               ("_doors.executorch", "_version_checked"), ("_doors.executorch", "check_once")}
 
 
 def _core_modules():

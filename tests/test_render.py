@@ -1,6 +1,8 @@
 """Pictures: ``inspector.present.render`` draws verdicts from one style table, safely and the same every run.
 
-Golden DOT sources live in tests/goldens/render/; ``pytest --update-goldens`` rewrites them.
+Golden DOT sources live in tests/goldens/render/, recorded on the main lock's executorch; a release whose graphs
+differ keeps its own copies of those that differ in tests/goldens/executorch-X.Y/render/ (the ``golden`` fixture,
+tests/conftest.py). ``pytest --update-goldens`` rewrites the installed release's.
 """
 
 from __future__ import annotations
@@ -20,12 +22,12 @@ from torch import nn
 import inspector
 import sample_models
 from inspector import InspectorError
+from inspector._doors import executorch as _executorch
 from inspector._front.cli import main
 from inspector.present.render import LEGEND, STYLES, _text, _tooltip, svg
 from sample_models.generated import tfa_blocks
-from conftest import ROOT
+from conftest import GOLDENS, MAIN_EXECUTORCH, ROOT, release_of
 
-GOLDENS = ROOT / "tests" / "goldens" / "render"
 SVG_NS = "{http://www.w3.org/2000/svg}"
 
 
@@ -78,16 +80,26 @@ GOLDEN_CASES = ([(name, "upstream") for name in sample_models.names() if name !=
 
 
 @pytest.mark.parametrize("name,policy", GOLDEN_CASES, ids=[f"{n}-{p}" for n, p in GOLDEN_CASES])
-def test_golden_dot_source(name, policy, stage_analyses, update_goldens):
+def test_golden_dot_source(name, policy, stage_analyses, golden):
     analysis = stage_analyses(name, "tfa").with_rule(policy)
-    source = scrub(analysis.render_pair().source)
-    path = GOLDENS / f"{name}.tfa.{policy}.dot"
-    if update_goldens:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(source, encoding="utf-8")
-        return
-    assert path.exists(), f"no golden {path.name}: run pytest --update-goldens"
-    assert source == path.read_text(encoding="utf-8"), f"{path.name} changed: inspect, then pytest --update-goldens"
+    golden(f"render/{name}.tfa.{policy}.dot", scrub(analysis.render_pair().source))
+
+
+def test_a_release_keeps_only_the_goldens_its_graphs_change():
+    """Each tests/goldens/executorch-X.Y/ folder is a release series that ships the pass and is not the main
+    lock's, and holds only copies of main goldens that differ from them: a copy equal to the main file, or
+    with no main file, would hide what the release really changes."""
+    main_release = release_of(MAIN_EXECUTORCH)
+    shipped = {release_of(v) for v in _executorch.KNOWN_TO_WORK}
+    for folder in sorted(GOLDENS.glob("executorch-*")):
+        release = folder.name.removeprefix("executorch-")
+        assert release in shipped and release != main_release, f"{folder.name}: not a release the goldens need"
+        copies = [p for p in folder.rglob("*") if p.is_file()]
+        assert copies, f"{folder.name} is empty"
+        for copy in copies:
+            main = GOLDENS / copy.relative_to(folder)
+            assert main.exists(), f"{copy.relative_to(GOLDENS)} has no main golden"
+            assert copy.read_bytes() != main.read_bytes(), f"{copy.relative_to(GOLDENS)} equals the main golden"
 
 
 def test_same_graph_same_source(stage_analyses):

@@ -23,7 +23,7 @@ from .._doors import executorch as _executorch
 from .._base.errors import InspectorError, describe, first_line, listing, quoted
 from .._base.copies import no_gc_pauses, private_copy
 from .._cost import accelerators as _accelerators
-from .._doors.arm_flow import ArmFlow, Observer, Stop
+from .._doors.arm_flow import ArmFlow, FlowStepError, Observer, Stop
 from .._rules.rules import FoldLog, rule_pass_class
 from .._sites import graph as _graph
 from .._targets.facts import Fact
@@ -132,6 +132,9 @@ def copy_pair(pair: tuple[GraphModule, Any]) -> tuple[GraphModule, Any]:
     tensors = [program.state_dict.get(t) for t in signature.inputs_to_parameters.values()]
     tensors += list(program.constants.values())
     shared = {id(t): t for t in tensors if isinstance(t, torch.Tensor)}
+    # a buffer the flow computed (executorch 1.4's lowering leaves some with a grad_fn) cannot be deep-copied: a leaf
+    shared.update({id(t): t.detach().clone() for t in program.state_dict.values()
+                   if isinstance(t, torch.Tensor) and not t.is_leaf and id(t) not in shared})
     program = copy.deepcopy(program, shared)
     return program.graph_module, program
 
@@ -167,7 +170,7 @@ def stage_graph_of(target, stage: str, accelerator=None) -> StageGraph:
         except Exception as exc:  # noqa: BLE001 - torch/executorch failing on this model: one line
             raise InspectorError(
                 f"building the {stage} graph of {target.name} failed: {describe(exc)}; try another stage"
-            ) from None
+            ) from exc
 
     return target.facts.get(STAGE_GRAPH, key, make)
 
@@ -242,7 +245,9 @@ def _capture_tfa_graph(exported, quantizer=None) -> tuple[GraphModule, None, tup
     try:
         ArmFlow(spec=_tosa.SPEC, quantizer=lambda: quantizer, fold_pass=rule_pass_class("off", log=log),
                 until="prepare", capture_output=False).run_on(exported, ())
-    except InspectorError as exc:  # a failure after the fold leaves the capture valid
+    except FlowStepError as exc:  # a failure after the fold leaves the capture valid
+        if exc.step != "prepare":  # the model itself (its module's code) failed: the stage graph's own one line
+            raise exc.__cause__ or exc
         if not log.runs:
             raise InspectorError(_FAILED_BEFORE + first_line(exc.__cause__ or exc)) from exc
         notes = (f"the quantizer's prepare_pt2e failed after the fold pass ran "
@@ -279,7 +284,9 @@ def tfa_graph_until_fold(exported) -> StageGraph:
     try:  # (the collector is the caller's to pause, as for ``build``)
         ArmFlow(spec=_tosa.SPEC, quantizer=_executorch.tosa_int_quantizer, fold_pass=_executorch.fold_pass_class(),
                 until="prepare", capture_output=False).run_on(exported, (), (until,))
-    except InspectorError as exc:  # a failure before the fold
+    except FlowStepError as exc:  # a failure before the fold
+        if exc.step != "prepare":  # the model itself (its module's code) failed: the stage graph's own one line
+            raise exc.__cause__ or exc
         raise InspectorError(_FAILED_BEFORE + first_line(exc.__cause__ or exc)) from exc
     if not until.received:
         raise InspectorError(_NEVER_RAN)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -160,28 +159,31 @@ class ArmFlow:
         inputs (the re-export's); ``observers`` hear every step. Returns the run's state."""
         state = FlowState()
         steps = self.steps()
-        with contextlib.ExitStack() as stack:
-            captured = stack.enter_context(_quiet.captured_fds()) if self.capture_output else None
+        error: InspectorError | None = None
+        with contextlib.ExitStack() as outer:  # what the stack printed is read once this scope has closed
+            captured = outer.enter_context(_quiet.captured_fds()) if self.capture_output else None
             try:
-                stack.enter_context(swapped_fold_pass(_observed_pass(self.fold_pass or active_fold_pass(),
-                                                                     observers, state)))
-                stack.enter_context(_quiet.quiet_loggers(*_executorch.ARM_PASS_LOGGERS))
-                for observer in observers:
-                    stack.enter_context(observer.scope())
-                state.program = copy.deepcopy(program)  # the tfa fold writes scaled weights into what it is given
-                for step in steps:
-                    self._heard(step, state, observers, "before")
-                    self._step(step, state, inputs)
-                    self._heard(step, state, observers, "after")
+                with contextlib.ExitStack() as stack:
+                    stack.enter_context(swapped_fold_pass(_observed_pass(self.fold_pass or active_fold_pass(),
+                                                                         observers, state)))
+                    stack.enter_context(_quiet.quiet_loggers(*_executorch.ARM_PASS_LOGGERS))
+                    for observer in observers:
+                        stack.enter_context(observer.scope())
+                    state.program = copy.deepcopy(program)  # the tfa fold writes scaled weights into what it is given
+                    for step in steps:
+                        self._heard(step, state, observers, "before")
+                        self._step(step, state, inputs)
+                        self._heard(step, state, observers, "after")
             except _Stopped as stop:
                 state.stopped = stop.step
             except InspectorError as exc:
-                if captured is not None:
-                    exc.details = "\n".join(filter(None, (exc.details, captured.text)))
-                raise
-            finally:
-                if captured is not None:
-                    state.output = captured.text
+                error = exc
+        if captured is not None:
+            state.output = captured.text
+        if error is not None:
+            # the attached text only: the cause's traceback is read from the chain, not stored twice
+            error.details = "\n".join(filter(None, (error.attached, state.output)))
+            raise error
         return state
 
     # ------------------------------------------------------------ the steps
@@ -206,17 +208,17 @@ class ArmFlow:
                 raise _Stopped(step) from exc
             raise self._failure(step, exc) from exc
 
-    def _failure(self, step: str, exc: Exception) -> InspectorError:
+    def _failure(self, step: str, exc: Exception) -> "FlowStepError":
         name = self.run_name if step == "run" else step
         failed = f"{name} failed" + (f" for variant {self.label}" if self.label is not None else "")
         crash = crash_behind(exc)
         if crash is not None:  # the fold pass crashed inside the pipeline, which wrapped the error
-            return InspectorError(f"{failed}: {crash}", details=_trace(exc))
+            return FlowStepError(f"{failed}: {crash}", step=step)
         unknown = crash_behind(exc, UnknownMarker)
         if unknown is not None:
-            return InspectorError(f"variant {self.label}: {unknown}" if self.label is not None else str(unknown),
-                                  details=_trace(exc))
-        return InspectorError(f"{failed}: {describe(exc)}", details=_trace(exc))
+            return FlowStepError(f"variant {self.label}: {unknown}" if self.label is not None else str(unknown),
+                                 step=step)
+        return FlowStepError(f"{failed}: {describe(exc)}", step=step)  # raised from exc: details are its traceback
 
     def _export(self, state: FlowState, inputs) -> None:
         if self.quantized:
@@ -266,16 +268,21 @@ class ArmFlow:
             state.cost_error = (f"variant {self.label}: {exc}" if self.label is not None else str(exc))
 
 
+class FlowStepError(InspectorError):
+    """A crash of the stack inside one step of the flow: the one line names the step, ``step`` says which, and the
+    original is chained below it (``__cause__``)."""
+
+    def __init__(self, message: str, *, step: str) -> None:
+        super().__init__(message)
+        self.step = step  # one of STEPS
+
+
 class _Stopped(Exception):
     """An observer stopped the run in ``step``."""
 
     def __init__(self, step: str) -> None:
         super().__init__(step)
         self.step = step
-
-
-def _trace(exc: BaseException) -> str:
-    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
 
 
 def _observed_pass(base: type, observers: tuple[Observer, ...], state: FlowState) -> type:

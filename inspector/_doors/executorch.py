@@ -7,11 +7,17 @@ module is listed in ``REQUIRED`` and checked once, before the first answer: if a
 upgrade renames one, the inspector fails with one line instead of, say, a state
 guard that silently stops applying. Imports are lazy, so ``import inspector``
 stays cheap. The TOSA flow has its own door, ``_doors/tosa.py``, with the same check.
+
+Before any name, the installed executorch's version is checked against the releases that ship the pass and were
+measured (``KNOWN_TO_WORK``, ``SUPPORTED_RANGE``: scripts/check_releases.py measures them, docs/stack-facts.md has
+the table): outside the range, or with a name missing, the user gets one line naming what is missing and the
+releases known to work. Each table is checked once per process (``check_once``).
 """
 
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 from importlib.metadata import PackageNotFoundError, version
 import copy
@@ -30,8 +36,13 @@ from torch.export.graph_signature import ExportGraphSignature
 from torch.fx import GraphModule
 import torch
 
-SUPPORTED = "1.5.1"
+SUPPORTED = "1.5.1"  # the pin (pyproject.toml): what an install should bring
+# Every release that ships FoldScalarMulIntoConvPass, each measured with scripts/check_releases.py (newest first:
+# the first is the one to install). A release outside SUPPORTED_RANGE is refused before any name is read.
+KNOWN_TO_WORK = ("1.5.1", "1.5.0", "1.4.1", "1.4.0")
+SUPPORTED_RANGE = ((1, 4, 0), (1, 6))  # >=1.4.0,<1.6
 _INSTALL = f"pip install executorch=={SUPPORTED} (see pyproject.toml)"
+_KNOWN = ", ".join(KNOWN_TO_WORK)
 
 _FOLD_MODULE = "executorch.backends.arm._passes.fold_scalar_mul_into_conv_pass"
 _PASS_MANAGER = "executorch.backends.arm._passes.arm_pass_manager"
@@ -84,9 +95,40 @@ def installed_version(package: str = "executorch", missing: str = "(not installe
         return missing
 
 
-def check_required(required=REQUIRED, supported: str = SUPPORTED, package: str = "executorch",
+def _release(text: str) -> tuple[int, ...] | None:
+    """The release numbers of a version string ("1.5.1+cpu" -> (1, 5, 1)); None if it has none. A pre-release or
+    development build of a release ("1.6.0.dev20260301", "1.6.0a0") counts as that release."""
+    found = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
+    return tuple(int(n or 0) for n in found.groups()) if found else None
+
+
+def _range_text(range_=SUPPORTED_RANGE) -> str:
+    low, high = range_
+    return f">={'.'.join(map(str, low))},<{'.'.join(map(str, high))}"
+
+
+def check_version(installed: str | None = None, package: str = "executorch") -> None:
+    """The installed executorch (or ``installed``) is a release the inspector supports, or one line: what it is,
+    why not, and the releases known to work."""
+    installed = installed_version(package, missing="") if installed is None else installed
+    if not installed:
+        why = "it is not installed"
+    else:
+        release = _release(installed)
+        low, high = SUPPORTED_RANGE
+        if release is not None and low <= release < high:
+            return
+        why = f"it is outside {_range_text()}, the releases that ship the fold pass as measured"
+    raise InspectorError(f"{package} {installed or '(not installed)'} is not supported: {why}; supported: {_KNOWN} "
+                         f"({_INSTALL})")
+
+
+def check_required(required=REQUIRED, supported: str = _KNOWN, package: str = "executorch",
                    install: str = _INSTALL) -> None:
-    """Every name in ``required`` exists, or one line: which one is missing, and what of ``package`` is supported."""
+    """Every name in ``required`` exists, or one line: which one is missing, and what of ``package`` is supported.
+    For executorch, its version is checked first (``check_version``)."""
+    if package == "executorch":
+        _version_checked()
     for module, name, attributes in required:
         try:
             owner = _import(module)
@@ -102,8 +144,26 @@ def check_required(required=REQUIRED, supported: str = SUPPORTED, package: str =
 
 
 @functools.cache
+def _version_checked() -> None:
+    check_version()
+
+
+@functools.cache
+def check_once(required=REQUIRED, supported: str = _KNOWN, package: str = "executorch",
+               install: str = _INSTALL) -> None:
+    """``check_required``, once per process per table (a door asks before its first answer, and again for free)."""
+    check_required(required, supported, package, install)
+
+
+def clear_checks() -> None:
+    """Forget every check made (a test that changes the stack under a door checks it again)."""
+    for cached in (_version_checked, check_once, _ready, _get):
+        cached.cache_clear()
+
+
+@functools.cache
 def _ready() -> None:
-    check_required()
+    check_once()
 
 
 @functools.cache

@@ -19,6 +19,7 @@ needs neither. The names it binds are checked once (``REQUIRED``), as the other 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import contextvars
 import threading
 from typing import Any, Iterator, Protocol
@@ -110,7 +111,7 @@ def _tell(observer: Observer, what: str, *args) -> None:
 
 
 def _classes() -> tuple[type, type, type]:
-    _executorch.check_required(REQUIRED)
+    _executorch.check_once(REQUIRED)
     return (getattr(_executorch._import(_PASS_BASE), "PassBase"), getattr(_executorch._import(_ARM_PASS), "ArmPass"),
             getattr(_executorch._import(_PASS_MANAGER), "ArmPassManager"))
 
@@ -154,3 +155,18 @@ def pass_name(pass_: Any) -> str:
 def program_of(pass_: Any) -> Any:
     """The exported program a lowering pass holds (the Arm pass manager hands it the current one), or None."""
     return getattr(pass_, "exported_program", None)
+
+
+def fold_pass_registrations() -> tuple[tuple[str, int, str], ...]:
+    """Where the installed pass manager builds the fold pass: ``(file, line, code)`` per construction of
+    ``FoldScalarMulIntoConvPass(...)`` in its source (the file relative to the executorch package), read from the
+    installed file itself, so a reply's code pointers are those of the executorch that measured it."""
+    module = _executorch.pass_manager_module()
+    path = inspect.getsourcefile(module)
+    if path is None:
+        return ()
+    relative = "/".join(module.__name__.split(".")[1:]) + ".py"  # executorch is a namespace package: no root file
+    with open(path, encoding="utf-8") as source:
+        lines = source.read().splitlines()
+    return tuple((relative, i + 1, line.strip().rstrip(","))
+                 for i, line in enumerate(lines) if "FoldScalarMulIntoConvPass(" in line)

@@ -47,7 +47,7 @@ def _ready() -> None:
         raise InspectorError(
             f"the TOSA reference model is not available ({exc}); install it with: pip install tosa-tools==2026.8.0"
         ) from None
-    _executorch.check_required(REQUIRED)
+    _executorch.check_once(REQUIRED)
 
 
 def _get(module: str, name: str):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import inspect
 from importlib.metadata import version
 import os
-import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -19,6 +18,11 @@ from .._targets.samples import samples as sample_registry
 from .._base.limits import check_shape
 from .._base.version import __version__
 import torch
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser as the tomli backport (a dependency there)
+    import tomli as tomllib
 
 
 @dataclass(frozen=True)
