@@ -29,8 +29,8 @@ def set_quietly(control: Any, value: Any, observer: Callable) -> None:
 
 
 def describe(exc: BaseException) -> tuple[str, str | None]:
-    """An exception as the widget shows it: one line, and the traceback behind a toggle unless it is
-    an ``InspectorError`` (whose message already says what was wrong)."""
+    """An exception as the widget shows it: one line, and behind a toggle the traceback (an ``InspectorError``'s
+    ``details``: its cause's traceback and what it carried; None when it has none)."""
     if isinstance(exc, InspectorError):
-        return str(exc), None
-    return f"{type(exc).__name__}: {exc}", traceback.format_exc()
+        return str(exc), exc.details or None
+    return f"{type(exc).__name__}: {exc}", "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))

@@ -153,7 +153,7 @@ class ReferencePanel:
         if not comparison.engine.authority:  # a preview: its cost comes with the numbers that replace it
             banner += PREVIEW + (COST_LATER if comparison.accelerator.costs else "")
         self.gap_results.value = present.gap_html(gap) if gap is not None else ""
-        self.results.value = banner + present.comparison_html(comparison)
+        self.results.value = banner + present.comparison_html(comparison) + present.failures_html(comparison)
         self.plots.value = "".join(present.figure_img(comparison.plot(kind)) for kind in ("drift", "channels"))
 
     def offer_rules(self) -> None:

@@ -1,5 +1,7 @@
 """Errors the inspector raises on bad input: one line that says what was wrong and what to do."""
 
+import traceback
+
 
 def first_line(exc: BaseException) -> str:
     """The first non-blank line of an exception's message (its type name if it has none).
@@ -15,8 +17,32 @@ def first_line(exc: BaseException) -> str:
 
 
 def describe(exc: BaseException) -> str:
-    """``"TypeName: first line"``, for one-line error messages."""
+    """``"TypeName: first line"``, for one-line error messages.
+
+    When ExecuTorch's pass manager wrapped a pass's error (a bare ``Exception`` naming the pass, which in the Arm
+    pipeline is an adapter around the real one), the error it wrapped is described instead, with the pass that
+    raised it: "RuntimeError: ... (in ExecuTorch's FuseQuantizedActivationPass)".
+    """
+    cause = exc.__cause__
+    if cause is not None and _WRAPPED in str(exc):
+        where = _innermost_pass(cause)
+        return describe(cause) + (f" (in ExecuTorch's {where})" if where else "")
     return f"{type(exc).__name__}: {first_line(exc)}"
+
+
+_WRAPPED = "error occurred when running"  # ExecuTorch's PassManager: "An error occurred when running the 'X' pass"
+
+
+def _innermost_pass(exc: BaseException) -> str | None:
+    """The class of the innermost pass object on ``exc``'s traceback (a frame's ``self`` with a ``call`` method whose
+    class is named ``*Pass``, ExecuTorch's convention), or None."""
+    found, tb = None, exc.__traceback__
+    while tb is not None:
+        owner = tb.tb_frame.f_locals.get("self")
+        if owner is not None and type(owner).__name__.endswith("Pass") and callable(getattr(owner, "call", None)):
+            found = type(owner).__name__
+        tb = tb.tb_next
+    return found
 
 
 def quoted(value, limit: int = 60) -> str:
@@ -40,13 +66,34 @@ def listing(items, limit: int = 240) -> str:
 class InspectorError(Exception):
     """A user-facing error; its message is one line that names the problem and the fix.
 
-    ``details`` keeps what the user does not need to see by default (what the backend
-    printed while failing); the CLI shows it under ``--debug``.
+    What the user does not need to see by default travels with it in ``details``: the whole
+    traceback of its cause when it was raised ``from exc`` (formatted when read), then the text
+    the raiser attached (``attached``: what the backend printed while failing, or the traceback
+    a worker process sent as text). ``--debug`` prints it, ``--json`` carries it, the widget and
+    the HTML report show it behind a disclosure.
     """
 
     def __init__(self, message: str = "", *, details: str = "") -> None:
         super().__init__(message)
-        self.details = details
+        self.attached = details  # text from outside this process's chain (a worker's traceback, the backend's output)
+
+    @property
+    def cause_traceback(self) -> str:
+        """The formatted traceback of the exception this one was raised from, with its own chain ("" if none)."""
+        cause = self.__cause__
+        if cause is None:
+            return ""
+        return "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
+
+    @property
+    def details(self) -> str:
+        """Everything behind the one line: the cause's traceback, then the attached text ("" if neither)."""
+        return "\n".join(part.rstrip("\n") for part in (self.cause_traceback, self.attached) if part.strip())
+
+    @details.setter
+    def details(self, text: str) -> None:
+        # Setting replaces the attached text; the cause's traceback is never stored, it is read from the chain.
+        self.attached = text
 
 
 class ExplanationMismatchWarning(UserWarning):

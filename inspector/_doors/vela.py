@@ -76,13 +76,13 @@ _BACKEND_ID = "TOSABackend"  # a TOSA-partitioned delegate: its processed_bytes 
 
 @functools.cache
 def _ready() -> None:
-    _executorch.check_required(REQUIRED)
+    _executorch.check_once(REQUIRED)
     try:
         import ethosu.vela  # noqa: F401  (fail here, clearly, not deep inside a compile)
     except ImportError as exc:
         raise InspectorError(f"Vela is not available ({exc}); install it with: {_INSTALL}") from None
-    _executorch.check_required(VELA_REQUIRED, SUPPORTED, "ethos-u-vela", _INSTALL)
-    _executorch.check_required(SCHEMA_REQUIRED, _SCHEMA_SUPPORTED, "tosa-tools", _SCHEMA_INSTALL)
+    _executorch.check_once(VELA_REQUIRED, SUPPORTED, "ethos-u-vela", _INSTALL)
+    _executorch.check_once(SCHEMA_REQUIRED, _SCHEMA_SUPPORTED, "tosa-tools", _SCHEMA_INSTALL)
 
 
 def _get(module: str, name: str):
@@ -325,7 +325,7 @@ def compile(tosa_flatbuffer: bytes, config: VelaConfig) -> VelaRun:  # noqa: A00
                 status = main(args)
         except (Exception, SystemExit) as exc:  # regor raises RuntimeError, its CLI SystemExit, its config VelaError
             why = _last_line(python.getvalue() + native.text) if isinstance(exc, SystemExit) else _why(exc)
-            raise InspectorError(f"Vela could not compile the TOSA flatbuffer for {config.accelerator}: {why}") from None
+            raise InspectorError(f"Vela could not compile the TOSA flatbuffer for {config.accelerator}: {why}") from exc
         finally:
             sys.setrecursionlimit(limit)
         seconds = time.perf_counter() - started

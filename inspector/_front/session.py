@@ -296,7 +296,7 @@ class _Checker:
         try:
             comparison = Comparison.from_dict(value)
         except InspectorError as exc:
-            raise InspectorError(f"{self.source}: field 'results': {exc}") from None
+            raise InspectorError(f"{self.source}: field 'results': {exc}") from exc
         except OverflowError:  # an integer too big for a float field (JSON integers have no bound)
             raise InspectorError(f"{self.source}: field 'results' holds a number too large for a float") from None
         for r in comparison.results:

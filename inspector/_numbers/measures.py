@@ -214,7 +214,7 @@ def values(chosen: Iterable[Metric], reference: torch.Tensor, quantized: torch.T
         try:
             value = float(m.compute(reference, quantized, label) if m.labels else m.compute(reference, quantized))
         except Exception as exc:  # noqa: BLE001 - a user's measurement failed: one line naming it
-            raise InspectorError(f"the measurement {quoted(m.name)} failed: {type(exc).__name__}: {exc}") from None
+            raise InspectorError(f"the measurement {quoted(m.name)} failed: {type(exc).__name__}: {exc}") from exc
         out.append((m.name, value))
     return tuple(out)
 
@@ -226,7 +226,7 @@ def cost_value(m: Metric, cost: Any) -> float | None:
     try:
         return float(m.compute(cost))
     except Exception as exc:  # noqa: BLE001 - a user's measurement failed: one line naming it
-        raise InspectorError(f"the measurement {quoted(m.name)} failed: {type(exc).__name__}: {exc}") from None
+        raise InspectorError(f"the measurement {quoted(m.name)} failed: {type(exc).__name__}: {exc}") from exc
 
 
 # ---------------------------------------------------------------- the built-ins, registered as a user's would be

@@ -373,7 +373,7 @@ class Comparison:
         except KeyError as exc:
             raise InspectorError(f"not a saved comparison: missing field {exc}") from None
         except (TypeError, ValueError, AttributeError) as exc:
-            raise InspectorError(f"not a saved comparison: {type(exc).__name__}: {exc}") from None
+            raise InspectorError(f"not a saved comparison: {type(exc).__name__}: {exc}") from exc
         for r in result.measured:  # every (step, output) the tables and plots read must be there
             have = {(m.step, m.output) for m in r.metrics}
             outputs = sorted({o for _, o in have})

@@ -246,7 +246,7 @@ def register(rule: Rule, *, replace: bool = False) -> Rule:
     return rules.register(rule, replace=replace)
 
 
-_INSTALLED = f"the installed pass (executorch {_executorch.SUPPORTED})"
+_INSTALLED = f"the installed pass (executorch {_executorch.installed_version()})"  # the release this process runs
 OFF = register(Rule("off", "never fold", "this project: the fold turned off, for comparison", folds=False))
 UPSTREAM = register(Rule("upstream", "the installed pass as it is", _INSTALLED))
 STATE_AWARE = register(Rule(
@@ -349,10 +349,10 @@ def rule_skips(rule: Rule, graph, program, stage: str, cands, ids, reach: _graph
         try:
             answer = rule.check(context)
         except InspectorError as exc:
-            raise InspectorError(f"rule {quoted(rule.name)} failed on site {site_id}: {exc}") from None
+            raise InspectorError(f"rule {quoted(rule.name)} failed on site {site_id}: {exc}") from exc
         except Exception as exc:  # noqa: BLE001 - the user's guard raised: one line naming it
             raise InspectorError(f"rule {quoted(rule.name)} raised on site {site_id}: {describe(exc)}; "
-                                 "fix the guard (it must return None or inspector.Skip(code, detail))") from None
+                                 "fix the guard (it must return None or inspector.Skip(code, detail))") from exc
         took = time.perf_counter() - t0
         if took > GUARD_SECONDS:
             raise InspectorError(f"rule {quoted(rule.name)} took {took:.1f} s on site {site_id} (the limit is "
@@ -459,9 +459,9 @@ def run_pass(graph_module: GraphModule, program, rule: "str | Rule", markers: tu
     except Exception as exc:  # noqa: BLE001 - the installed pass raised: say where, in one line
         crash = crash_behind(exc)
         if crash is not None:
-            raise crash from None
+            raise crash from crash.__cause__  # the pass's own error stays chained, not its wrapper
         where = f" at stage {stage}" if stage else ""
-        raise InspectorError(f"the installed fold pass raised{where}: {describe(exc)}") from None
+        raise InspectorError(f"the installed fold pass raised{where}: {describe(exc)}") from exc
     return log.runs[-1]
 
 

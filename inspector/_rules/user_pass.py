@@ -42,7 +42,7 @@ def user_pass_class(rule, markers: tuple[str, ...], log) -> type:
                 raise InspectorError(
                     f"the pass class of rule {name} does not take the installed pass's constructor "
                     f"({base.__name__}(exported_program) or {base.__name__}(tfa_pass=True)): {describe(exc)}"
-                ) from None
+                ) from exc
             self._inspector_program = args[0] if args else kwargs.get("exported_program")
 
         def call(self, graph_module: GraphModule):
@@ -53,12 +53,12 @@ def user_pass_class(rule, markers: tuple[str, ...], log) -> type:
             except InspectorError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the user's pass raised: one line naming it
-                raise InspectorError(f"the pass of rule {name} raised: {describe(exc)}") from None
+                raise InspectorError(f"the pass of rule {name} raised: {describe(exc)}") from exc
             try:
                 graph_module.graph.lint()
             except Exception as exc:  # noqa: BLE001
                 raise InspectorError(f"the pass of rule {name} left a graph that fails graph.lint(): "
-                                     f"{describe(exc)}") from None
+                                     f"{describe(exc)}") from exc
             run.folded = before.folded_in(graph_module, rule.name)
             run.folded_ids = [run.site_ids[m] for m in run.folded]
             if log is not None:

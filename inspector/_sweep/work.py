@@ -151,7 +151,7 @@ def _for_variants(target, asked: dict, timings: dict) -> dict:
         run = model_run(target, calibrated, steps, reference, base, engine)
     except Exception as exc:  # noqa: BLE001
         raise InspectorError(f"torch.export.save cannot write {target.name}'s program, so no worker can run it: "
-                             f"{describe(exc)}") from None
+                             f"{describe(exc)}") from exc
     return {"run": run, "decisions": decisions, "nodes": len(target.exported.graph.nodes)}
 
 

@@ -58,7 +58,7 @@ def import_timm():
         import timm
     except RuntimeError as exc:
         if "torchvision::" not in str(exc):
-            raise InspectorError(f"importing timm failed: {exc}") from None
+            raise InspectorError(f"importing timm failed: {exc}") from exc
     else:
         return timm
     for name in [n for n in sys.modules if n.split(".")[0] in ("timm", "torchvision")]:
@@ -68,7 +68,7 @@ def import_timm():
         # lazy: the same import again, its C-op registrations skipped
         import timm
     except Exception as exc:  # noqa: BLE001
-        raise InspectorError(f"importing timm failed: {type(exc).__name__}: {exc}") from None
+        raise InspectorError(f"importing timm failed: {type(exc).__name__}: {exc}") from exc
     return timm
 
 
@@ -86,7 +86,7 @@ def build(spec: str) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...], str]:
         try:
             model = timm.create_model(name, pretrained=False).eval()
         except Exception as exc:  # noqa: BLE001
-            raise InspectorError(f"timm could not build {quoted(name)}: {type(exc).__name__}: {exc}") from None
+            raise InspectorError(f"timm could not build {quoted(name)}: {type(exc).__name__}: {exc}") from exc
     if size is None:
         channels, height, width = model.pretrained_cfg.get("input_size", (3, 224, 224))
     else:

@@ -110,7 +110,7 @@ def graph_json(analysis, which: str = "before") -> tuple[dict, int]:
             graphs = Adapter(source, settings).convert()
     except Exception as exc:  # noqa: BLE001 - the adapter is a third party's code: one line
         raise InspectorError(f"Model Explorer's PyTorch adapter could not convert the {analysis.stage} graph: "
-                             f"{type(exc).__name__}: {exc}") from None
+                             f"{type(exc).__name__}: {exc}") from exc
     data = convert({"graphs": graphs["graphs"]})
     graph_id = f"{analysis.name} ({analysis.stage}, {which}, rule {analysis.rule.name})"
     data["graphs"][0]["id"] = graph_id
@@ -212,7 +212,7 @@ def read_manifest(folder: str | os.PathLike) -> tuple[Path, list[Path]]:
         node_data = [folder / name for name in manifest["node_data"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise InspectorError(f"{quoted(str(folder))} holds no Model Explorer export of the inspector "
-                             f"({type(exc).__name__}); write one with: python -m inspector explorer TARGET --out DIR") from None
+                             f"({type(exc).__name__}); write one with: python -m inspector explorer TARGET --out DIR") from exc
     for path in (graph, *node_data):
         if path.resolve().parent != folder.resolve():
             raise InspectorError(f"{quoted(str(folder / MANIFEST))} names a file outside its folder; refusing it")

@@ -223,7 +223,7 @@ def pipe(digraph: graphviz.Digraph, fmt: str) -> bytes:
         raise InspectorError(DOT_MISSING) from None
     except graphviz.CalledProcessError as exc:
         err = (exc.stderr or b"").decode("utf-8", "replace").strip().splitlines()
-        raise InspectorError(f"dot failed to draw the graph: {err[0] if err else exc}") from None
+        raise InspectorError(f"dot failed to draw the graph: {err[0] if err else exc}") from exc
     except OSError as exc:  # dot died while reading the graph (a broken pipe)
         raise InspectorError(f"dot failed to draw the graph: {exc.strerror or exc}") from None
 

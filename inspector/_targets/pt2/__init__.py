@@ -78,14 +78,14 @@ def load_pt2(path: str | os.PathLike) -> torch.export.ExportedProgram:
     try:
         checked = _check_archive(path)
     except _Refusal as exc:
-        raise InspectorError(_message(shown, exc)) from None
+        raise InspectorError(_message(shown, exc)) from exc
     except RecursionError:
         raise InspectorError(f"refusing to load {shown}: the archive is nested too deeply to check") from None
     except MemoryError:  # the archive, or this process's memory limit: say which could not be told apart
         raise InspectorError(f"refusing to load {shown}: out of memory while checking it (the archive is too big "
                              "for the memory this process may use)") from None
     except Exception as exc:  # noqa: BLE001 - a shape the checks did not foresee; torch never saw it
-        raise InspectorError(f"refusing to load {shown}: the archive is malformed ({type(exc).__name__})") from None
+        raise InspectorError(f"refusing to load {shown}: the archive is malformed ({type(exc).__name__})") from exc
     try:
         with _no_code_from_archives():
             # lazy: torch's private archive reader, looked up when one is read
@@ -105,11 +105,11 @@ def load_pt2(path: str | os.PathLike) -> torch.export.ExportedProgram:
             ) from None
         raise InspectorError(
             _one_line(f"cannot load {shown} as a torch.export .pt2 archive: {_q(first_line(exc), 200)}")
-        ) from None
+        ) from exc
     try:
         _check_loaded(program)
     except _Refusal as exc:
-        raise InspectorError(_message(shown, exc)) from None
+        raise InspectorError(_message(shown, exc)) from exc
     _state_as_leaves(program)
     return program
 
@@ -176,7 +176,7 @@ def _check_archive(path: Path) -> _Checked:
     try:
         zf = zipfile.ZipFile(path)
     except Exception as exc:  # noqa: BLE001 - whatever zipfile makes of a crafted file
-        raise _Refusal(f"it is not a zip archive ({_q(first_line(exc))})", invalid=True) from None
+        raise _Refusal(f"it is not a zip archive ({_q(first_line(exc))})", invalid=True) from exc
     with zf:
         _root, members = _check_names(zf.infolist())
         _check_sizes(members)
@@ -264,8 +264,8 @@ def _check_example_form(program: torch.export.ExportedProgram, inputs) -> None:
 
     try:
         _check_inputs_match(inputs[0], inputs[1], program.call_spec.in_spec)
-    except Exception:  # noqa: BLE001 - any mismatch torch finds, in whatever form
-        raise _Refusal("example inputs do not have the structure of the program's inputs", _SAMPLE_INPUTS) from None
+    except Exception as exc:  # noqa: BLE001 - any mismatch torch finds, in whatever form (chained: it says which)
+        raise _Refusal("example inputs do not have the structure of the program's inputs", _SAMPLE_INPUTS) from exc
 
 
 def _check_example_values(inputs) -> None:

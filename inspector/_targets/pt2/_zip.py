@@ -157,7 +157,7 @@ def _read_chunks(zf: zipfile.ZipFile, m: _Member):
                     raise _Refusal(f"decompresses to more than its {limit} bytes (headers lie: a decompression bomb?)", m.rel)
                 yield chunk
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError) as exc:
-        raise _Refusal(f"cannot be read: {_q(first_line(exc))}", m.rel) from None
+        raise _Refusal(f"cannot be read: {_q(first_line(exc))}", m.rel) from exc
     if got != m.info.file_size:
         raise _Refusal("is shorter than its headers say", m.rel)
 
@@ -172,7 +172,7 @@ def _check_directory(source: Path | bytes, rel: str | None = None) -> None:
         with (open(source, "rb") if isinstance(source, Path) else io.BytesIO(source)) as fp:
             end = zipfile._EndRecData(fp)  # the same reader zipfile uses; reads the file's tail only
     except Exception as exc:  # noqa: BLE001
-        raise _Refusal(f"it is not a zip archive ({_q(first_line(exc))})", rel, invalid=rel is None) from None
+        raise _Refusal(f"it is not a zip archive ({_q(first_line(exc))})", rel, invalid=rel is None) from exc
     if end is None:
         raise _Refusal("it is not a zip archive (no end of central directory)", rel, invalid=rel is None)
     entries, size = end[zipfile._ECD_ENTRIES_TOTAL], end[zipfile._ECD_SIZE]
@@ -190,7 +190,7 @@ def _check_nested_torch_save(data: bytes, rel: str) -> None:
     try:
         inner = zipfile.ZipFile(io.BytesIO(data))
     except Exception as exc:  # noqa: BLE001 - whatever zipfile makes of crafted bytes
-        raise _Refusal(f"example inputs are not a torch.save zip: {_q(first_line(exc))}", rel) from None
+        raise _Refusal(f"example inputs are not a torch.save zip: {_q(first_line(exc))}", rel) from exc
     names: set[str] = set()
     with inner:
         infos = inner.infolist()
