@@ -45,7 +45,7 @@ EXPECTED = {
                                          "two budgets, two answers: True"],
     "10_the_verdict_on_21234.ipynb": ["at transform-for-annotation (before calibration) and 0 in lowering", "the site's mul ('mul') is in it: False",
                                       "the structural check changed no decision in any flow",
-                                      "PR #22172 (Arm's Corstone-320 FVP", "decisions changed at 0.55",
+                                      "reaches the pass", "So the marker is the PR's whole effect.",
                                       "the command line's reply is the notebook's for stateful_conv_mul: True"],
 }
 

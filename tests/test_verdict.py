@@ -60,13 +60,13 @@ def test_the_command_lines_reply_on_a_new_stateful_model_is_a_comparisons(tmp_pa
     assert not any(r.cached for r in direct.results)
     assert up.folds == {"tfa": 1, "lowering": 0} and skipped.folds == {"tfa": 0, "lowering": 0}
 
-    int_row = _row(reply, "folded at tfa", network="LeakyGainState", flow=f"INT ({CHIP})")
-    assert int_row["folded at tfa"] == f"{up.folds['tfa']} of 1" and int_row["folded in lowering"] == "0 of 1"
-    fp_row = _row(reply, "folded at tfa", network="LeakyGainState", flow="FP (tosa-fp)")
-    assert fp_row["folded in lowering"] == "1 of 1"  # the FP flow folds it in its lowering call
-    row = _row(reply, "cycles upstream", network="LeakyGainState", accelerator=CHIP)
-    assert row["cycles upstream"] == cycles(up.cost.cycles) and row["cycles skipped"] == cycles(skipped.cost.cycles)
-    assert row["worst dB upstream"] == db(up.overall("sqnr")) and row["worst dB skipped"] == db(skipped.overall("sqnr"))
+    int_row = _row(reply, "folded before calibration", network="LeakyGainState", flow=f"INT ({CHIP})")
+    assert int_row["folded before calibration"] == f"{up.folds['tfa']} of 1" and int_row["folded in to_edge_transform_and_lower"] == "0 of 1"
+    fp_row = _row(reply, "folded before calibration", network="LeakyGainState", flow="FP (tosa-fp)")
+    assert fp_row["folded in to_edge_transform_and_lower"] == "1 of 1"  # the FP flow folds it in its lowering call
+    row = _row(reply, "cycles installed", network="LeakyGainState", accelerator=CHIP)
+    assert row["cycles installed"] == cycles(up.cost.cycles) and row["cycles skipped"] == cycles(skipped.cost.cycles)
+    assert row["worst dB installed"] == db(up.overall("sqnr")) and row["worst dB skipped"] == db(skipped.overall("sqnr"))
     assert up.cost.compiler in reply
 
     # the fold after calibration, computed again: its dB is the reply's, and without the observer swap it is upstream

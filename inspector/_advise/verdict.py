@@ -20,6 +20,8 @@ The records are ``verdict_records.py``'s; the words and the reply are ``present/
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import torch
@@ -29,11 +31,14 @@ from .._base.version import __version__
 from .._cost.accelerators import TOSA_FP, Accelerator, accelerator_of, accelerators
 from .._decide import stages as _stages
 from .._decide.decide import analyze
-from .._doors import executorch as _executorch, tosa as _tosa
+from .._doors import executorch as _executorch, pipeline as _pipeline
 from .._doors.arm_flow import ArmFlow
 from .._numbers import flow as _flow, stale as _stale
 from .._numbers.compare import compare
 from .._numbers.measures import metrics as _metrics
+from .._numbers.quantization import DEFAULT, quantizations
+from .._rules.pr_pass import pr_rule
+from .marker_reach import CUSTOM_PROGRAM, TOP_PROGRAM, marker_reach
 from .._numbers.results import VariantResult
 from .._rules.rules import FoldLog, rule_pass_class
 from .._sites import graph as _graph
@@ -61,7 +66,8 @@ _RISKS = (RiskCode.FEEDS_CARRIED_STATE.value[0], RiskCode.FEEDS_RECURRENT_OUTPUT
 
 
 def verdict(targets: Any, *, accelerators: Iterable["str | Accelerator"] = DEFAULT_ACCELERATORS,
-            steps: int | None = None, workers: int | None = None, fp: bool = True,
+            steps: int | None = None, quantization: str | None = None, pr_pass_file: "str | Path | None" = None,
+            markers_reach: bool = True, workers: int | None = None, fp: bool = True,
             progress: Progress | None = None) -> Verdict:
     """Measure what PR #21234's guard does and costs in the installed executorch, on each of ``targets``.
 
@@ -71,9 +77,22 @@ def verdict(targets: Any, *, accelerators: Iterable["str | Accelerator"] = DEFAU
     measure (each Ethos-U's cycles are Vela's; ``tosa-int`` has none); ``fp=True`` also reads the FP flow
     (``tosa-fp``) where the backend lowers the model. ``steps``: every variant's steps (default: the frames a
     published figure counts, else the stream's length, else ``STATE_STEPS`` for a model with state, else 1).
+    ``quantization``: what every INT variant runs under (a name of ``inspector.quantizations``: ``a8w8`` by default,
+    ``a16w8``, per-tensor weights, ...), named in every table the verdict writes.
+    ``pr_pass_file``: PR #21234's own ``fold_scalar_mul_into_conv_pass.py`` (its ``arm_pass_utils.py`` beside it):
+    the structural-check and marker columns then run the PR's code (``pr_rule``) instead of this project's
+    re-implementation (the rule ``state-aware``); every column says which produced it.
+    ``markers_reach``: also measure, on the first network with a site feeding state, where a marker set by a model
+    author (top-level ``node.meta`` key, ``node.meta["custom"]``) reaches the pass in each flow (``marker_reach``).
     ``workers``: as ``compare``'s. Returns a ``Verdict``: ``answer()`` in words, ``to_markdown()`` the reply.
     """
     chips = _chips(accelerators)
+    chosen = quantizations.get(DEFAULT if quantization is None else quantization)  # unknown: one line, before work
+    if pr_pass_file is not None:
+        guard = pr_rule(pr_pass_file, commit=Path(pr_pass_file).name)  # a label without the local path
+        settings = _Settings(quantization=chosen.name, guard=guard.name, guard_label=guard.source)
+    else:
+        settings = _Settings(quantization=chosen.name, guard="state-aware", guard_label=REIMPLEMENTED)
     items = _items(targets)
     networks = []
     for n, (target, inputs) in enumerate(items):
@@ -81,10 +100,32 @@ def verdict(targets: Any, *, accelerators: Iterable["str | Accelerator"] = DEFAU
             if progress is not None:
                 progress(phase, (n + fraction) / len(items))
 
-        networks.append(_network(target, inputs, chips, steps, workers, fp, report))
+        networks.append(_network(target, inputs, chips, steps, workers, fp, report, settings))
+    reach = ()
+    stateful = next((n for n in networks if n.state_sites), None)
+    if markers_reach and stateful is not None:
+        if progress is not None:
+            progress(f"{stateful.target}: where a marker reaches the pass", 1.0)
+        item = next(item for item in items if _load.load(*item).name == stateful.target)
+        reach = marker_reach(_load.load(*item), sites=stateful.state_sites,
+                             placements=(TOP_PROGRAM, CUSTOM_PROGRAM))
     if progress is not None:
         progress("done", 1.0)
-    return Verdict(tuple(networks), tuple(c.name for c in chips), _versions())
+    return Verdict(tuple(networks), tuple(c.name for c in chips), _versions(), quantization=chosen.name,
+                   pointers=_pipeline.fold_pass_registrations(), guard=settings.guard_label, marker_reach=reach)
+
+
+# What produced the structural-check and marker columns when no PR pass file is given.
+REIMPLEMENTED = "this project's re-implementation of PR #21234's guard (the rule state-aware)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Settings:
+    """What every network of one verdict runs under, resolved once."""
+
+    quantization: str  # the quantization's registered name
+    guard: str  # the rule that runs PR #21234's guard: state-aware, or the PR's own pass file's rule
+    guard_label: str  # what produced those columns, in words
 
 
 def _chips(accelerators) -> list[Accelerator]:
@@ -148,7 +189,8 @@ def _steps_of(loaded: _load.Target, steps: int | None, published: Published | No
     return STATE_STEPS if _flow.has_state(loaded) else 1
 
 
-def _network(target, inputs, chips, steps, workers, fp, report) -> Network:
+def _network(target, inputs, chips, steps, workers, fp, report, settings: _Settings) -> Network:
+    quantization = settings.quantization
     loaded = _load.load(target, inputs)
     published = published_for(loaded.name)
     n_steps = _steps_of(loaded, steps, published)
@@ -158,24 +200,24 @@ def _network(target, inputs, chips, steps, workers, fp, report) -> Network:
     state_sites = tuple(s.id for s in tfa.sites if s.state_path or set(s.risk_codes) & set(_RISKS))
     flows, ons = [], []
     calibration, stream, reference = "", "", None
-    variants = {UPSTREAM: ("upstream", ()), STRUCTURAL: ("state-aware", ())}
+    variants = {UPSTREAM: ("upstream", ()), STRUCTURAL: (settings.guard, ())}
     if state_sites:
-        variants[MARKER] = ("state-aware", state_sites)
+        variants[MARKER] = (settings.guard, state_sites)
     variants[STRICT] = ("state-aware-strict", ())
     for i, chip in enumerate(chips):
         def step(phase: str, fraction: float, i=i) -> None:
             report(f"{loaded.name} on {chip.name}: {phase}", (i + fraction) / (len(chips) + 1))
 
         comparison = compare(loaded, list(variants.values()), steps=n_steps, accelerator=chip, metrics=wanted,
-                             workers=workers, progress=step)
+                             workers=workers, progress=step, quantization=quantization)
         calibration, stream, reference = comparison.calibration, comparison.stream, comparison.reference
         results = dict(zip(variants, comparison.results))
         on_chip = tfa if i == 0 else analyze(loaded, stage="tfa", accelerator=chip)
-        flows.append(_int_flow(loaded, chip, on_chip, results, variants))
-        ons.append(_on(loaded, chip, n_steps, results, wanted))
+        flows.append(_int_flow(loaded, chip, on_chip, results, variants, settings))
+        ons.append(_on(loaded, chip, n_steps, results, wanted, quantization))
     if fp:
         report(f"{loaded.name}: the FP flow", len(chips) / (len(chips) + 1))
-        flows.append(_fp_flow(loaded, sites, state_sites))
+        flows.append(_fp_flow(loaded, sites, state_sites, settings))
     return Network(loaded.name, n_steps, calibration, stream, sites, state_sites, tuple(flows), tuple(ons),
                    float_task=_float_task(loaded, reference, wanted), published=published)
 
@@ -205,19 +247,20 @@ def _decision(key: str, result: VariantResult, decided, how: str) -> Decision:
                     tuple((s.id, reasons.get(s.id, ())) for s in decided.sites if s.id not in folded), how)
 
 
-def _int_flow(loaded, chip: Accelerator, tfa, results: dict, variants: dict) -> Flow:
+def _int_flow(loaded, chip: Accelerator, tfa, results: dict, variants: dict, settings: _Settings) -> Flow:
     upstream = results[UPSTREAM]
     if upstream.error is not None:
         return Flow("INT", chip.name, upstream.spec, {"tfa": 0, "lowering": 0}, True, error=upstream.error)
     how = f"the real {chip.name} flow (prepare_pt2e, calibrate, convert, to_edge_transform_and_lower)"
-    decisions = [_decision(key, r, tfa.with_rule(variants[key][0]).with_markers(variants[key][1]), how)
+    decisions = [_decision(key, r, tfa.with_rule(variants[key][0]).with_markers(variants[key][1]),
+                           f"{how}; {settings.guard_label}" if key in (STRUCTURAL, MARKER) else how)
                  for key, r in results.items() if r.error is None]
     notes = [f"{r.variant.label}: {r.error}" for r in results.values() if r.error is not None]
     state_sites = variants.get(MARKER, ("", ()))[1]
     if state_sites:
         try:
-            folded = _marked_program_tfa(loaded, chip, state_sites)
-            decisions.append(Decision(MARKER_ON_PROGRAM, "state-aware", folded,
+            folded = _marked_program_tfa(loaded, chip, state_sites, settings)
+            decisions.append(Decision(MARKER_ON_PROGRAM, settings.guard, folded,
                                       tuple((s.id, ()) for s in tfa.sites if s.id not in folded),
                                       how=f"prepare_pt2e with {chip.name}'s quantizer, the marker set in the "
                                           "exported program's top-level node meta"))
@@ -246,13 +289,13 @@ def _marked_program(loaded: _load.Target, state_sites):
     return program
 
 
-def _marked_program_tfa(loaded: _load.Target, chip: Accelerator, state_sites) -> tuple[str, ...]:
+def _marked_program_tfa(loaded: _load.Target, chip: Accelerator, state_sites, settings: _Settings) -> tuple[str, ...]:
     """The sites ``state-aware`` lets fold at tfa when the marker is set on the exported program: the real
     ``prepare_pt2e`` with the accelerator's quantizer (nothing is lowered)."""
     program = _marked_program(loaded, state_sites)
-    plan = _stale.plan_for(loaded, chip)
+    plan = _stale.plan_for(loaded, chip, settings.quantization)
     log = FoldLog()
-    ArmFlow(spec=plan.spec, quantizer=plan.quantizer, fold_pass=rule_pass_class("state-aware", (), log),
+    ArmFlow(spec=plan.spec, quantizer=plan.quantizer, fold_pass=rule_pass_class(settings.guard, (), log),
             until="prepare", capture_output=False).run_on(program, loaded.inputs)
     return tuple(i for r in log.runs if r.tfa for i in r.folded_ids)
 
@@ -260,30 +303,31 @@ def _marked_program_tfa(loaded: _load.Target, chip: Accelerator, state_sites) ->
 # ---------------------------------------------------------------- the FP flow
 
 
-def _fp_flow(loaded: _load.Target, sites, state_sites) -> Flow:
+def _fp_flow(loaded: _load.Target, sites, state_sites, settings: _Settings) -> Flow:
     spec = TOSA_FP.spec("")
     how = "the installed pass on the graph the FP flow hands it in to_edge_transform_and_lower"
     try:
-        runs = [(UPSTREAM, "upstream", ()), (STRUCTURAL, "state-aware", ())]
+        runs = [(UPSTREAM, "upstream", ()), (STRUCTURAL, settings.guard, ())]
         found = analyze(loaded, stage="lowering", accelerator=TOSA_FP)
         present = [s for s in state_sites if s in {x.id for x in found.sites}]
         if present:
-            runs.append((MARKER, "state-aware", tuple(present)))
+            runs.append((MARKER, settings.guard, tuple(present)))
         runs.append((STRICT, "state-aware-strict", ()))
         decisions = []
         for key, rule, markers in runs:
             a = found.with_rule(rule).with_markers(markers) if (rule, markers) != ("upstream", ()) else found
             decisions.append(Decision(key, rule + (f"+marked({','.join(markers)})" if markers else ""),
                                       tuple(s.id for s in a.folded),
-                                      tuple((s.id, s.reason_codes) for s in a.skipped), how))
+                                      tuple((s.id, s.reason_codes) for s in a.skipped),
+                                      f"{how}; {settings.guard_label}" if key in (STRUCTURAL, MARKER) else how))
         notes = [n for n in found.notes if "PR #21234" in n or "earlier" in n]
     except InspectorError as exc:
         return Flow("FP", TOSA_FP.name, spec, {"tfa": 0, "lowering": 0}, False,
                     error=f"the FP flow could not be read: {first_line(exc)}")
     if present:
         try:
-            folded = _marked_program_fp(loaded, state_sites)
-            decisions.append(Decision(MARKER_ON_PROGRAM, "state-aware", folded,
+            folded = _marked_program_fp(loaded, state_sites, settings)
+            decisions.append(Decision(MARKER_ON_PROGRAM, settings.guard, folded,
                                       tuple((s, ()) for s in sites if s not in folded),
                                       how="to_edge_transform_and_lower for TOSA-1.0+FP, the marker set in the "
                                           "exported program's top-level node meta"))
@@ -294,12 +338,12 @@ def _fp_flow(loaded: _load.Target, sites, state_sites) -> Flow:
     return Flow("FP", TOSA_FP.name, spec, folds, False, tuple(decisions), tuple(notes))
 
 
-def _marked_program_fp(loaded: _load.Target, state_sites) -> tuple[str, ...]:
+def _marked_program_fp(loaded: _load.Target, state_sites, settings: _Settings) -> tuple[str, ...]:
     """The sites ``state-aware`` lets fold in the FP flow's lowering calls when the marker is set on the exported
     program: a whole ``to_edge_transform_and_lower`` for TOSA-1.0+FP."""
     program = _marked_program(loaded, state_sites)
     log = FoldLog()
-    ArmFlow(spec=TOSA_FP.spec(""), fold_pass=rule_pass_class("state-aware", (), log),
+    ArmFlow(spec=TOSA_FP.spec(""), fold_pass=rule_pass_class(settings.guard, (), log),
             capture_output=False).run_on(program, loaded.inputs)
     return tuple(i for r in log.runs if not r.tfa for i in r.folded_ids)
 
@@ -312,23 +356,27 @@ def _figures(label: str, r: VariantResult, task: Iterable[str]) -> Figures:
         return Figures(label, (), None, None, None, None, None, error=r.error)
     means = [m.value("mean-abs") for m in r.metrics if m.value("mean-abs") is not None]
     worst = r.worst(max((m.step for m in r.metrics), default=0))
+    steps = sorted({m.step for m in r.metrics})
+    per_step = tuple(min((m.sqnr_db for m in r.metrics if m.step == s and m.sqnr_db is not None), default=None)
+                     for s in steps)  # the worst output's SQNR at each step
     return Figures(label, _folded(r), r.cost.cycles if r.cost is not None else None, r.overall("sqnr"),
                    worst.sqnr_db if worst is not None else None, r.overall("max-abs"),
                    sum(means) / len(means) if means else None,
-                   tuple((name, r.summary(name)) for name in task))
+                   tuple((name, r.summary(name)) for name in task), step_db=per_step)
 
 
-def _on(loaded, chip: Accelerator, steps: int, results: dict, wanted) -> OnAccelerator:
+def _on(loaded, chip: Accelerator, steps: int, results: dict, wanted, quantization: str) -> OnAccelerator:
     task = [m for m in wanted if _metrics.entry(m).over_steps == "mean"]
     upstream = _figures("upstream", results[UPSTREAM], task)
     skipped = _figures(SKIPPED, results[MARKER], task) if MARKER in results else None
     stale, note, observed, graphs = None, "", (), None
     if results[UPSTREAM].error is None and _folded(results[UPSTREAM]):
         try:
-            graphs = _stale.calibrated(loaded, chip, steps)
+            graphs = _stale.calibrated(loaded, chip, steps, quantization=quantization)
             observed = graphs.sites
             if _stale.swappable(graphs):
-                stale = _figures(_stale.LABEL, _stale.folded_after_calibration(loaded, chip, steps, metrics=wanted),
+                stale = _figures(_stale.LABEL, _stale.folded_after_calibration(loaded, chip, steps, metrics=wanted,
+                                                                              quantization=quantization),
                                  task)
             else:
                 note = ("no folded conv has an observer of its own output in the INT flow's calibrated graph: no fold "

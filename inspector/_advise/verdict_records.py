@@ -8,6 +8,7 @@ tables and the Markdown reply from them.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,16 +75,24 @@ class Figures:
     mean_abs: float | None  # mean |quantized - float| over every output and step (the mean of the per-step means)
     task: tuple[tuple[str, float | None], ...] = ()  # the task's measures over the run (accuracy %, decision shares)
     error: str | None = None  # why this variant has no numbers
+    step_db: tuple[float | None, ...] = ()  # the worst output's SQNR at each step, in order
 
     def value(self, name: str) -> float | None:
         """The task measure ``name`` over the run (None: not measured)."""
         return next((v for k, v in self.task if k == name), None)
 
+    @property
+    def mean_db(self) -> float | None:
+        """The mean over the steps of the worst output's SQNR (None: not measured; an infinite step is left out)."""
+        finite = [x for x in self.step_db if x is not None and math.isfinite(x)]
+        return sum(finite) / len(finite) if finite else None
+
     def to_dict(self) -> dict:
         return {"label": self.label, "folded": list(self.folded), "cycles": self.cycles,
                 "worst_db": json_float(self.worst_db), "last_db": json_float(self.last_db),
                 "max_abs": json_float(self.max_abs), "mean_abs": json_float(self.mean_abs),
-                "task": {k: json_float(v) for k, v in self.task}, "error": self.error}
+                "task": {k: json_float(v) for k, v in self.task}, "error": self.error,
+                "mean_db": json_float(self.mean_db), "step_db": [json_float(x) for x in self.step_db]}
 
 
 @dataclass(frozen=True)
@@ -171,6 +180,11 @@ class Verdict:
     networks: tuple[Network, ...]
     accelerators: tuple[str, ...]  # the INT accelerators measured, in order
     versions: tuple[tuple[str, str], ...] = ()  # (package, version) of the stack that measured it
+    quantization: str = "a8w8"  # what every INT variant ran under
+    # Where the installed pass manager builds the fold pass: (file relative to executorch, line, the line's code)
+    pointers: tuple[tuple[str, int, str], ...] = ()
+    guard: str = ""  # what produced the structural-check and marker columns (the PR's pass file, or the re-implementation)
+    marker_reach: tuple = ()  # marker_reach.MarkerReach records: where a marker a model author sets reaches the pass
 
     def network(self, target: str) -> Network:
         """The network named ``target`` (as given, or its name)."""
@@ -185,7 +199,12 @@ class Verdict:
 
     def to_dict(self) -> dict:
         return {"format": FORMAT, "kind": "verdict", "accelerators": list(self.accelerators),
-                "versions": dict(self.versions), "networks": [n.to_dict() for n in self.networks]}
+                "versions": dict(self.versions), "quantization": self.quantization,
+                "pointers": [{"file": f, "line": n, "code": c} for f, n, c in self.pointers], "guard": self.guard,
+                "marker_reach": [{"flow": r.flow, "call": r.call, "placement": r.placement, "where": r.where,
+                                  "reached": r.reached, "pr_reads": r.pr_reads, "error": r.error}
+                                 for r in self.marker_reach],
+                "networks": [n.to_dict() for n in self.networks]}
 
     def to_json(self) -> str:
         """``to_dict()`` as strict JSON."""

@@ -24,6 +24,8 @@ left out: ``ethos-u85-256:Sram_Only`` is ``ethos-u85-256``). A user registers an
 
 from __future__ import annotations
 
+import configparser
+import os
 from dataclasses import dataclass, field
 
 from .._base.cache import BoundedCache
@@ -161,6 +163,7 @@ def _settle(name: str) -> Accelerator:
     if target not in _vela.ACCELERATORS:
         raise InspectorError(f"{quoted(target)} takes no memory mode or system config: it is not an Ethos-U target; "
                              f"choose one of: {', '.join(_vela.ACCELERATORS)}")
+    _named_in_config(target, mode, system)  # a name Vela's file does not have: one line in a second, not after seconds
     config = _vela.vela_config(target, system or None, mode)  # raises the one line naming what Vela takes
     default = _vela.vela_config(target)  # ExecuTorch's own choice for the target
     if (config.system_config, config.memory_mode) == (default.system_config, default.memory_mode):
@@ -170,6 +173,32 @@ def _settle(name: str) -> Accelerator:
     return Accelerator(written, f"{target} with the memory mode {config.memory_mode} and the system config "
                                 f"{config.system_config}: numbers on the TOSA reference model, cost from Vela",
                        npu=target, system_config=system, memory_mode=config.memory_mode)
+
+
+# The config file ExecuTorch's EthosUCompileSpec hands Vela unless told another (its ``config_ini``; the inspector
+# never names another): a test checks it against the flags the compile spec really builds.
+CONFIG_FILE = "Arm/vela.ini"
+
+
+def _named_in_config(target: str, mode: str, system: str) -> None:
+    """Refuse a memory mode or system config that Vela's config file does not name at all, reading the file alone.
+
+    Whether Vela takes a name with the target (and ExecuTorch's default of the other setting) is checked next, by
+    ExecuTorch's compile spec and Vela's own reading: seconds of imports. A misspelt name needs neither, so it is
+    one line before them. Without Vela the check is left to that door, which says how to install it."""
+    try:
+        # lazy: Vela's own constant, from a light module (no backend behind it)
+        from ethosu.vela.architecture_features import CONFIG_FILES_PATH
+    except (ImportError, AttributeError):
+        return
+    parser = configparser.ConfigParser()
+    if not parser.read(os.path.join(CONFIG_FILES_PATH, *CONFIG_FILE.split("/"))):
+        return
+    for name, kind, words in ((mode, "Memory_Mode", "memory mode"), (system, "System_Config", "system config")):
+        named = [s.split(".", 1)[1] for s in parser.sections() if s.startswith(kind + ".")]
+        if name and named and name not in named:
+            raise InspectorError(f"unknown {words} {quoted(name)} for {target}: Vela's config file ({CONFIG_FILE}) "
+                                 f"names only: {', '.join(named)}")
 
 
 # The one registry of accelerators: every entry point (CLI, widget, compare, sweep) offers what it holds, and takes

@@ -139,7 +139,7 @@ class Analysis:
     def notes(self) -> tuple[str, ...]:
         """Things the user should know about this stage's graph and how it was obtained."""
         note = self.stage_note
-        return ((note,) if note else ()) + self.stage_graph.notes
+        return self.target.notes + ((note,) if note else ()) + self.stage_graph.notes
 
     @property
     def name(self) -> str:

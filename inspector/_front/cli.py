@@ -1,7 +1,8 @@
 """``python -m inspector``: analyze or draw a model from the shell, or run the demo.
 
 Bad input prints one line (``error: ...``) and exits with status 2; ``--debug``
-shows the traceback instead.
+prints the whole traceback before it (the cause's too), and with ``--json`` stdout gets
+``{"error": line, "details": traceback}``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import json
 import logging
 import os
 import sys
+import traceback
 import warnings
+from pathlib import Path
 from dataclasses import replace
 
 from .._base.errors import InspectorError, describe, quoted
@@ -21,11 +24,11 @@ from .._decide.stages import STAGES, STAGE_HELP
 from .._rules.rules import BUILT_IN, DEFAULT_VARIANTS
 from .._base.limits import MAX_STEPS
 from .._targets.load import load, random_inputs
-from .._targets.streams import read_npy, read_wav
+from .._targets.streams import read_npy, read_wav, read_wav_header
 from .._decide.decide import analyze
 from ..present.tables import analysis_text
 from .._numbers.compare import compare
-from ..present.tables import comparison_text
+from ..present.tables import comparison_html, comparison_text
 from .._base.limits import check_steps
 from .._numbers.engines import TOSA, engines
 from .._cost.accelerators import DEFAULT as DEFAULT_ACCELERATOR, FORM as ACCELERATOR_FORM, accelerator_of, accelerators
@@ -114,12 +117,7 @@ def _model_command_factory(sub):
         """A subcommand that takes a model: TARGET, --input-shape, --mark, and usually --stage/--rule."""
         cmd = sub.add_parser(name, help=help, description="TARGET is sample:NAME, path/to/file.py:ClassName, model.pt2, or timm:NAME@SIZE.")
         cmd.add_argument("target", metavar="TARGET")
-        cmd.add_argument("--input-shape", action="append", default=[], metavar="1,3,8,8",
-                         help="shape of one example input (repeat per input); random seeded float32")
-        cmd.add_argument("--stream", default=None, metavar="FILE",
-                         help="a new input at every step, read from FILE: a .npy array (T, *input shape), or a .wav "
-                              "(16-bit mono, at the model's SAMPLE_RATE) cut into frames of the model's input; its "
-                              "length is the default number of steps")
+        inputs_arguments(cmd)
         if stage_and_rule:
             cmd.add_argument("--stage", choices=STAGES, default=None,
                              help="which graph the pass receives: " + "; ".join(f"{k}: {v}" for k, v in STAGE_HELP.items())
@@ -134,6 +132,18 @@ def _model_command_factory(sub):
         return cmd
 
     return model_command
+
+
+def inputs_arguments(cmd, each: str = "") -> None:
+    """``--input-shape`` and ``--stream``: what a model is fed, as every command that takes a model takes it
+    (``each``: said after the help when the command takes several targets and every one is fed the same)."""
+    cmd.add_argument("--input-shape", action="append", default=[], metavar="1,3,8,8",
+                     help="shape of one example input (repeat per input); random seeded float32" + each)
+    cmd.add_argument("--stream", default=None, metavar="FILE",
+                     help="a new input at every step, read from FILE: a .npy array (T, *input shape) of real numbers, "
+                          "or a .wav (16-bit mono PCM, at the model's SAMPLE_RATE) cut into frames of the model's "
+                          "input; a regular file (not a pipe or a device); its length is the default number of steps"
+                          + each)
 
 
 def _number_commands(model_command) -> None:
@@ -259,10 +269,14 @@ def _picture_commands(model_command) -> None:
 def _other_commands(sub) -> None:
     """demo, samples and sweep."""
 
-    d = sub.add_parser("demo", help="analyze the default sample under each built-in rule; write an HTML report")
+    d = sub.add_parser("demo", help="analyze the default sample under each built-in rule, compare their quantized "
+                       "numbers; write an HTML report")
     d.add_argument("--sample", default=None, help="sample name (default: the default sample)")
     d.add_argument("--stage", choices=STAGES, default="tfa", help="the stage to decide at (default: tfa, where the "
                    "INT flow folds)")
+    d.add_argument("--steps", type=int, default=DEMO_STEPS,
+                   help=f"also run each built-in rule on the TOSA INT reference model for this many steps and compare "
+                        f"(0: no numbers, nothing lowered) (default: {DEMO_STEPS})")
     d.add_argument("--html", default="demo-report.html", metavar="FILE", help="where to write the report")
 
     sub.add_parser("samples", help="list the built-in sample models")
@@ -275,6 +289,7 @@ def _other_commands(sub) -> None:
                                     "state-aware-strict decide there, and what skipping the sites feeding state costs "
                                     "(Vela's cycles, the TOSA reference model's dB and the task's own measures).")
     vd.add_argument("targets", nargs="+", metavar="TARGET")
+    inputs_arguments(vd, " (every TARGET is fed the same)")
     vd.add_argument("--accelerator", "--accelerators", dest="accelerators", type=_int_accelerators,
                     default=",".join(VERDICT_ACCELERATORS), metavar="A,B",
                     help=_WhenShown(lambda: "comma-separated INT accelerators whose flow is measured: "
@@ -283,6 +298,12 @@ def _other_commands(sub) -> None:
     vd.add_argument("--steps", type=int, default=None,
                     help=f"steps every variant runs, 1 to {MAX_STEPS} (default: the frames a published figure counts, "
                          "else the stream's length, else 20 for a model with state, else 1)")
+    vd.add_argument("--quantization", type=_quantization_name, default=None, metavar="NAME",
+                    help="what every INT variant runs under, named in every table: "
+                         + "; ".join(f"{k}: {v}" for k, v in quantizations.help().items()) + " (default: a8w8)")
+    vd.add_argument("--pr-pass", dest="pr_pass", type=_pass_file, default=None, metavar="FILE.py",
+                    help="PR #21234's own fold_scalar_mul_into_conv_pass.py (its arm_pass_utils.py beside it): the "
+                         "structural-check and marker columns run it instead of this project's re-implementation")
     vd.add_argument("--no-fp", dest="fp", action="store_false", help="leave the FP flow (tosa-fp) out")
     vd.add_argument("--workers", type=_workers, default=None, metavar="N",
                     help="processes running the variants side by side (default: the cores available)")
@@ -351,21 +372,29 @@ def _short(text: str, limit: int = 60) -> str:
 def _example_inputs(args):
     """The example inputs a model command runs on: a stream read from ``--stream``, or ``--input-shape``'s random
     tensors, or None (the model's own)."""
-    path = getattr(args, "stream", None)
-    if path is None:
-        return _inputs_from_shapes(args.input_shape)
-    if args.input_shape:
+    return inputs_for(args.target, args.input_shape, getattr(args, "stream", None))
+
+
+def inputs_for(target: str, shapes: list[str], stream: str | None):
+    """What ``target`` is fed, from ``--input-shape`` and ``--stream`` (every command that takes a model, ``verdict``
+    included, reads them here): a stream read from the file, ``--input-shape``'s random tensors, or None (the
+    model's own). A bad file is one line before the model is loaded; a .wav needs the model's input shape and
+    SAMPLE_RATE to be cut into frames."""
+    if stream is None:
+        return _inputs_from_shapes(shapes)
+    if shapes:
         raise InspectorError("give --stream or --input-shape, not both: a stream's frames are the inputs")
-    if path.endswith(".npy"):
-        return read_npy(path)
-    if path.endswith(".wav"):
-        model = load(args.target)  # its input shape and rate say how to cut the recording
+    if stream.endswith(".npy"):
+        return read_npy(stream)
+    if stream.endswith(".wav"):
+        read_wav_header(stream)  # a FIFO, a device, a cut or lying recording: one line before any model work
+        model = load(target)  # its input shape and rate say how to cut the recording
         rate = getattr(model.model, "SAMPLE_RATE", None)
         if rate is None:
-            raise InspectorError(f"{args.target} declares no SAMPLE_RATE (Hz) to read a .wav at: give the frames as "
+            raise InspectorError(f"{target} declares no SAMPLE_RATE (Hz) to read a .wav at: give the frames as "
                                  "a .npy array instead")
-        return read_wav(path, tuple(model.inputs[0].shape), int(rate))
-    raise InspectorError(f"--stream reads a .npy array of frames or a .wav recording, got {_short(path)}")
+        return read_wav(stream, tuple(model.inputs[0].shape), int(rate))
+    raise InspectorError(f"--stream reads a .npy array of frames or a .wav recording, got {_short(stream)}")
 
 
 def _inputs_from_shapes(shapes: list[str]):
@@ -396,12 +425,17 @@ def _print_json(data) -> None:
     print(json.dumps(data, indent=2, allow_nan=False))
 
 
-def _print_result(args, result, text) -> None:
-    """A result on stdout: its JSON with ``--json``, else ``text(result)``."""
+def _print_result(args, result, text, errors=()) -> None:
+    """A result on stdout: its JSON with ``--json``, else ``text(result)``; either names the executorch it ran on
+    (the pass and the flow are that release's: several are supported). ``errors``: what failed on the way, with its
+    traceback (``{"variant", "error", "details"}``), added to the JSON as ``"errors"`` when there are any."""
+    from .._doors.executorch import installed_version  # lazy: the CLI's help and its errors import no backend
+
     if args.json:
-        _print_json(result.to_dict())
+        _print_json({**result.to_dict(), "executorch": installed_version(), **({"errors": errors} if errors else {})})
     else:
         print(text(result))
+        print(f"executorch {installed_version()}")
 
 
 class _ProgressBar:
@@ -441,9 +475,12 @@ def _compare(args) -> int:
     if args.debug:
         for r in result.results:
             if r.log.strip():
-                print(f"--- what the backend printed while running {r.variant.label}:\n{r.log.rstrip()}",
-                      file=sys.stderr)
-    _print_result(args, result, comparison_text)
+                what = (f"why {r.variant.label} failed (the traceback, then what the backend printed)" if r.error
+                        else f"what the backend printed while running {r.variant.label}")
+                print(f"--- {what}:\n{r.log.rstrip()}", file=sys.stderr)
+    # a variant that failed carries its traceback in the JSON too, as a failed command's error does
+    _print_result(args, result, comparison_text,
+                  errors=[{"variant": r.variant.label, "error": r.error, "details": r.log} for r in result.errors])
     for r in result.errors:  # the others' numbers are printed; this one is named, and the exit says so
         print(f"error: {r.error}", file=sys.stderr)
     return 1 if result.errors else 0
@@ -458,10 +495,10 @@ def engine_argument(cmd, *, several: bool = False) -> None:
                           + "; ".join(f"{k}: {v}" for k, v in engines.help().items()) + f" (default: {TOSA.name})")
     if several:  # a sweep runs each variant on each accelerator
         cmd.add_argument("--accelerators", "--accelerator", dest="accelerators", default=DEFAULT_ACCELERATOR,
-                         metavar="A,B", help="comma-separated accelerators to lower every variant for (each variant on "
-                                             "each; on an Ethos-U its row has Vela's cycles): "
-                                             + ", ".join(accelerators.names()) + f", or {ACCELERATOR_FORM} "
-                                             f"(default: {DEFAULT_ACCELERATOR})")
+                         type=_accelerator_list, metavar="A,B",
+                         help="comma-separated accelerators to lower every variant for (each variant on each; on "
+                              "an Ethos-U its row has Vela's cycles): " + ", ".join(accelerators.names())
+                              + f", or {ACCELERATOR_FORM} (default: {DEFAULT_ACCELERATOR})")
         return
     accelerator_argument(cmd)
 
@@ -498,6 +535,23 @@ def quantization_arguments(cmd) -> None:
     cmd.add_argument("--keep", action="append", default=[], metavar="KEY=float|NAME",
                      help="in every variant, keep a node name, module path or site id in float (KEY=float) or at "
                           "another quantization (KEY=a16w8) (repeatable)")
+
+
+def _quantization_name(text: str) -> str:
+    """--quantization NAME, checked while parsing (one line listing the registered ones)."""
+    try:
+        return quantizations.get(text).name
+    except InspectorError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _pass_file(text: str) -> str:
+    """--pr-pass FILE.py: an existing Python file, checked while parsing (loaded when the verdict starts)."""
+    path = Path(text)
+    if path.suffix != ".py" or not path.is_file():
+        raise argparse.ArgumentTypeError(f"no such Python file: {text} (give PR #21234's "
+                                         "fold_scalar_mul_into_conv_pass.py, its arm_pass_utils.py beside it)")
+    return text
 
 
 def _variants_arg(args):
@@ -645,20 +699,31 @@ def _explorer(args) -> int:
     return 0
 
 
+# The steps the demo compares the built-in rules over: enough for carried state to show (the README's figure).
+DEMO_STEPS = 20
+
+
 def _demo(args) -> int:
     check_writable(args.html)
+    if args.steps:
+        check_steps(args.steps, "--steps")
     name = args.sample or default()
     print(f"sample:{name}: {samples.describe(name)}\n")
     first = analyze("sample:" + name, stage=args.stage, rule="upstream")
     results = [first] + [first.with_rule(p) for p in BUILT_IN if p != "upstream"]
     for r in results:
         print(analysis_text(r), end="\n\n")
+    numbers = ""
+    if args.steps:  # the numbers each rule gives, and in words why they are equal when they are
+        comparison = first.compare(BUILT_IN, steps=args.steps, progress=_ProgressBar())
+        print(comparison_text(comparison), end="\n\n")
+        numbers = f"<h2>The quantized numbers of each rule</h2>{comparison_html(comparison)}"
     strict = next(r for r in results if r.rule.name == "state-aware-strict")
     try:
         picture = f"<h2>Before | after under state-aware-strict</h2>{svg(strict.render_pair())}"
     except InspectorError as exc:  # no dot: the tables still make a report
         picture = f"<p><i>{escape(exc)}</i></p>"
-    body = "".join(f"<section>{analysis_html(r)}</section><hr>" for r in results) + picture
+    body = "".join(f"<section>{analysis_html(r)}</section><hr>" for r in results) + numbers + picture
     text = page(f"fold inspector: {name}", f"<h1>fold inspector: sample:{escape(name)}</h1>"
                 f"<p>{escape(samples.describe(name))}</p>{body}")
     out = write_text(check_writable(args.html), text)
@@ -723,6 +788,15 @@ def _sweep(args) -> int:
     return 0
 
 
+def _accelerator_list(text: str) -> list[str]:
+    """--accelerators A,B for a sweep, checked while parsing: each one's canonical name (an unknown one, or a memory
+    mode or system config Vela does not take, is one line before any model is loaded)."""
+    names = [a.strip() for a in text.split(",") if a.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected accelerators separated by commas, got {_short(text)}")
+    return [_accelerator(n) for n in names]
+
+
 def _int_accelerators(text: str) -> list[str]:
     """--accelerator A,B for a verdict, checked while parsing: each an INT accelerator (one line listing them)."""
     names = [a.strip() for a in text.split(",") if a.strip()]
@@ -735,8 +809,11 @@ def _verdict(args) -> int:
     if args.steps is not None:
         check_steps(args.steps, "--steps")
     out = check_writable(args.out) if args.out else None
-    result = verdict(args.targets, accelerators=args.accelerators, steps=args.steps, workers=args.workers,
-                     fp=args.fp, progress=_ProgressBar())
+    targets = args.targets
+    if args.input_shape or args.stream is not None:  # each target with what it is fed: verdict's (target, inputs)
+        targets = [(t, inputs_for(t, args.input_shape, args.stream)) for t in args.targets]
+    result = verdict(targets, accelerators=args.accelerators, steps=args.steps, quantization=args.quantization,
+                     pr_pass_file=args.pr_pass, workers=args.workers, fp=args.fp, progress=_ProgressBar())
     text = result.to_json() if args.json else result.to_markdown()
     if out is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
@@ -769,11 +846,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return handler(args)
     except InspectorError as exc:
-        if args.debug:
-            if exc.details.strip():
-                print(f"--- what the backend printed before the error:\n{exc.details.rstrip()}", file=sys.stderr)
-            raise
-        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        _print_error(args, " ".join(str(exc).split()), exc, details=exc.details, carried=exc.attached)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -782,8 +855,28 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except Exception as exc:  # noqa: BLE001 - the last line of defence for a CLI user
-        if args.debug:
-            raise
-        print(f"error: internal error {describe(exc)} "
-              "(rerun with --debug for the traceback, and please report it)", file=sys.stderr)
+        line = f"internal error {describe(exc)}" + ("" if args.debug else
+                                                    " (rerun with --debug for the traceback, and please report it)")
+        _print_error(args, line, exc, details=_traceback(exc))
         return 1
+
+
+def _traceback(exc: BaseException) -> str:
+    """``exc``'s whole traceback, with every exception chained below it."""
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+
+
+def _print_error(args, line: str, exc: BaseException, *, details: str, carried: str = "") -> None:
+    """An error as the command line shows it: one ``error:`` line on stderr. Under ``--debug`` the whole
+    traceback comes first, oldest first as Python prints a chain: ``carried`` (what the error brought as text: the
+    traceback of a variant's failure, a worker process's, what the backend printed), then the error's own traceback
+    with every cause chained in this process. With ``--json`` (or ``--format json``) stdout also gets one JSON
+    document, ``{"error": line, "details": details}``, so a script reading it keeps the traceback."""
+    if args.debug:
+        if carried.strip():
+            print(f"--- what the error carried (the traceback of its cause, what the backend printed):\n"
+                  f"{carried.rstrip()}\n--- the error itself:", file=sys.stderr)
+        print(_traceback(exc).rstrip("\n"), file=sys.stderr)
+    if getattr(args, "json", False) or getattr(args, "format", None) == "json":
+        _print_json({"error": line, "details": details})
+    print(f"error: {line}", file=sys.stderr)

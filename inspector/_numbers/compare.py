@@ -185,7 +185,8 @@ def compare(
         progress("done", 1.0)
     return Comparison(loaded.name, steps, calibrated.text, default.text, tuple(results),
                       reference=tuple(tuple(step) for step in reference),
-                      run=Run(loaded, calibrated, tuple(plans)), notes=decision_notes(loaded, wanted, results, chip),
+                      run=Run(loaded, calibrated, tuple(plans)),
+                      notes=loaded.notes + decision_notes(loaded, wanted, results, chip),
                       engine=engine, accelerator=chip, stream=loaded.stream.text() if loaded.stream is not None else "")
 
 
@@ -367,7 +368,7 @@ def _run_parallel(target, wanted, plans, to_run, results, base, calibrated, step
     except Exception as exc:  # noqa: BLE001 - a program torch cannot save cannot travel to a worker
         if isolate:
             raise InspectorError(f"torch.export.save cannot write {target.name}'s program, so it cannot run in a "
-                                 f"worker process: {describe(exc)}; run it with isolate=False") from None
+                                 f"worker process: {describe(exc)}; run it with isolate=False") from exc
         run = None
     outcomes: list[Any] = [None] * len(firsts)
     if run is None or (len(firsts) == 1 and not isolate):

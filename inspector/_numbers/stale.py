@@ -97,9 +97,11 @@ class Calibrated:
                              f"{', '.join(s.site for s in self.sites) or 'none'}")
 
 
-def plan_for(target: _load.Target, accelerator):
-    """How ``upstream`` quantizes ``target`` for ``accelerator`` (the default quantization, no override)."""
-    return _compare.plan_of(target, Variant(get_rule("upstream")), quantizations.get(DEFAULT), accelerator)
+def plan_for(target: _load.Target, accelerator, quantization=None):
+    """How ``upstream`` quantizes ``target`` for ``accelerator`` under ``quantization`` (a name or a registered
+    quantization; default ``a8w8``), no override."""
+    chosen = quantizations.get(DEFAULT if quantization is None else quantization)
+    return _compare.plan_of(target, Variant(get_rule("upstream")), chosen, accelerator)
 
 
 def _prepared(target: _load.Target, rule: str, plan, calibration: _flow.Calibration):
@@ -158,11 +160,12 @@ def _range(graph: GraphModule, observer: Node | None) -> tuple[float, float] | N
     return float(low), float(high)
 
 
-def calibrated(target, accelerator, steps: int, calibration=None) -> Calibrated:
+def calibrated(target, accelerator, steps: int, calibration=None, quantization=None) -> Calibrated:
     """The graphs ``accelerator``'s INT flow calibrates for ``target`` (with and without the installed fold), on the
-    calibration ``compare`` would use for ``steps`` steps (or ``calibration``)."""
+    calibration ``compare`` would use for ``steps`` steps (or ``calibration``), under ``quantization`` (default
+    ``a8w8``)."""
     target = _load.load(target)
-    plan = plan_for(target, accelerator)
+    plan = plan_for(target, accelerator, quantization)
     chosen = _flow.choose_calibration(target, calibration, steps)
     key = base_key(target, chosen, steps, TOSA) + (plan.identity,)
     return _CALIBRATED.get_or_compute(key, lambda: _calibrate_both(target, plan, chosen))
@@ -210,17 +213,18 @@ def swappable(graph: Calibrated) -> tuple[str, ...]:
 
 
 def folded_after_calibration(target, accelerator, steps: int, *, copy_observers: bool = True, metrics=None,
-                             progress=None) -> VariantResult:
+                             progress=None, quantization=None) -> VariantResult:
     """``upstream``'s flow for ``accelerator`` with the fold applied after calibration (``LABEL``: executorch 1.5.1
     never runs it): each folded conv's output keeps the qparams calibrated before the fold. Lowered, run on the TOSA
     reference model and priced by Vela like any variant of ``compare`` (the same calibration and float reference),
     measured by ``metrics`` (default: the built-ins and the task's own). ``copy_observers=False``: the same flow
-    without the swap (equals ``upstream``). One line if no site can be swapped."""
+    without the swap (equals ``upstream``). ``quantization``: as ``compare``'s (default ``a8w8``). One line if no
+    site can be swapped."""
     target = _load.load(target)
-    plan = plan_for(target, accelerator)
+    plan = plan_for(target, accelerator, quantization)
     steps = target.steps(steps)
     chosen = _flow.choose_calibration(target, None, steps)
-    graph = calibrated(target, accelerator, steps)
+    graph = calibrated(target, accelerator, steps, quantization=quantization)
     ids = swappable(graph)
     if not ids:
         raise InspectorError(f"{target.name} on {plan.accelerator.name}: no site folds at tfa with an observer of its "

@@ -55,6 +55,8 @@ class Target:
     facts: Facts = field(default_factory=Facts, repr=False, compare=False)
     stream: Stream | None = None  # a new input at every step (None: every step is fed ``inputs`` again)
     task: tuple[str, ...] = ()  # the task's own measurements the model asks for (its METRICS; accuracy on labels)
+    export: str = ""  # how a module was exported: NON_STRICT or STRICT ("" for a program or a .pt2: not exported here)
+    notes: tuple[str, ...] = ()  # what every answer about it should say (a module that exported only strict=True)
 
     @property
     def task_metrics(self) -> tuple[str, ...]:
@@ -173,7 +175,7 @@ def import_file(file: str | os.PathLike):
                              "with `if __name__ == '__main__':`") from None
     except Exception as exc:  # noqa: BLE001
         sys.modules.pop(mod_name, None)
-        raise InspectorError(f"importing {path.name} failed: {describe(exc)}") from None
+        raise InspectorError(f"importing {path.name} failed: {describe(exc)}") from exc
     return module
 
 
@@ -195,9 +197,9 @@ def _from_script(spec: str, example_inputs: Any) -> Target:
             raise InspectorError(f"{cls_name}() needs arguments ({first_line(exc)}); the inspector builds the class "
                                  "with none: give it defaults, or build it in Python and call inspector.analyze(model)"
                                  ) from None
-        raise InspectorError(f"{cls_name}() failed: {describe(exc)}") from None
+        raise InspectorError(f"{cls_name}() failed: {describe(exc)}") from exc
     except Exception as exc:  # noqa: BLE001
-        raise InspectorError(f"{cls_name}() failed: {describe(exc)}") from None
+        raise InspectorError(f"{cls_name}() failed: {describe(exc)}") from exc
     if example_inputs is None:
         example_inputs = getattr(module, "EXAMPLE_INPUTS", None)
     return _from_module(model, example_inputs, cls_name)
@@ -237,14 +239,7 @@ def _from_module(model: nn.Module, example_inputs: Any, name: str) -> Target:
     # everything but the weights copied now (deepcopy alone would refuse non-leaf tensor attributes)
     private = private_copy(model, shared=parameters).eval()
     try:
-        # torch prints the whole graph before some export errors; the one-line error says enough
-        with _quiet.captured_python(), _quiet.quiet_loggers(*_quiet.EXPORT_LOGGERS, level=logging.CRITICAL):
-            exported = torch.export.export(_sharing_parameters(private), copy.deepcopy(inputs))
-    except Exception as exc:  # noqa: BLE001 - export errors are the user's model/input mismatch
-        raise InspectorError(
-            f"torch.export failed for {name} with inputs {describe_inputs(inputs)}: "
-            f"{describe(exc)}; check the example inputs or --input-shape"
-        ) from None
+        exported, how, notes = _export(private, inputs, name)
     finally:
         weights = copies()
     swap_parameters(private, weights)
@@ -254,7 +249,39 @@ def _from_module(model: nn.Module, example_inputs: Any, name: str) -> Target:
             state[key] = weights[id(value)]
     recurrent = dict(getattr(model, "RECURRENT", {}) or {})
     task = tuple(getattr(model, "METRICS", ()) or ())  # the task's own measurements (a sample's)
-    return Target(name, exported, inputs, private, recurrent, stream=stream, task=task)
+    return Target(name, exported, inputs, private, recurrent, stream=stream, task=task, export=how, notes=notes)
+
+
+NON_STRICT = "torch.export.export(strict=False)"  # the inspector's way: traces the Python as it runs
+STRICT = "torch.export.export(strict=True)"  # ExecuTorch's test harness's way (TorchDynamo captures the graph)
+
+
+def _export(private: nn.Module, inputs: tuple, name: str) -> tuple[torch.export.ExportedProgram, str, tuple[str, ...]]:
+    """Export ``private`` non-strict and, if that fails, strict, as ExecuTorch's own test harness exports
+    (``backends/test/harness/stages/export.py``): some models export only that way (torchaudio's Conformer, whose
+    padding mask reads ``lengths.max()``, fails non-strict with GuardOnDataDependentSymNode). Returns the program,
+    which export made it, and the note saying so when it was the strict one; when both fail, the non-strict
+    export's error is the one line (with the strict one's after it)."""
+    try:
+        return _export_once(private, inputs, strict=False), NON_STRICT, ()
+    except Exception as exc:  # noqa: BLE001 - export errors are the user's model/input mismatch
+        first = exc
+    try:
+        exported = _export_once(private, inputs, strict=True)
+    except Exception as exc:  # noqa: BLE001
+        raise InspectorError(
+            f"torch.export failed for {name} with inputs {describe_inputs(inputs)}: "
+            f"{describe(first)} (and with strict=True, as ExecuTorch's test harness exports: {describe(exc)}); "
+            "check the example inputs or --input-shape"
+        ) from first
+    return exported, STRICT, (f"{name} was exported with {STRICT}, as ExecuTorch's own test harness exports it: the "
+                              f"inspector's default non-strict export failed ({describe(first)})",)
+
+
+def _export_once(private: nn.Module, inputs: tuple, *, strict: bool) -> torch.export.ExportedProgram:
+    # torch prints the whole graph before some export errors; the one-line error says enough
+    with _quiet.captured_python(), _quiet.quiet_loggers(*_quiet.EXPORT_LOGGERS, level=logging.CRITICAL):
+        return torch.export.export(_sharing_parameters(private), copy.deepcopy(inputs), strict=strict)
 
 
 def _sharing_parameters(module: nn.Module) -> nn.Module:

@@ -11,7 +11,7 @@ from .._base.limits import MAX_STEPS, check_steps
 from . import drawing as _drawing  # noqa: F401 - imported for what it does: it fills the ground floor's drawing table
 from .explorer import ExplorerFiles
 from .render import GRAPH_SCOPES, GRAPH_VIEWS, LEGEND, STYLES, Verdicts, render, render_pair, site_kind, svg
-from .report import figure_img, report_html
+from .report import failures_html, figure_img, report_html
 from .tables import (SiteRow, site_prices, analysis_html, analysis_text, attribution_html, attribution_text, bits_html,
                      bits_text, comparison_html, comparison_text, compiler_of, gap_html, site_rows, stale_html)
 from .._sweep.records import SweepBar
@@ -29,7 +29,7 @@ __all__ = [
     "SiteRow", "site_rows", "site_prices", "analysis_text", "analysis_html", "comparison_text", "comparison_html", "bits_text",
     "bits_html", "attribution_text", "attribution_html", "stale_html", "gap_html", "compiler_of",
     # pages and figures
-    "report_html", "figure_img", "ExplorerFiles", "advice_html",
+    "report_html", "figure_img", "ExplorerFiles", "advice_html", "failures_html",
     # what a form offers and checks
     "GRAPH_VIEWS", "GRAPH_SCOPES", "MAX_STEPS", "check_steps", "quoted", "SweepBar",
     # the accelerator a form starts at, and the engine a screen previews with (registry objects, never names)

@@ -7,7 +7,8 @@ a GitHub issue, or JSON; the same facts in each, from the same code (CLI, API an
 - Local absolute paths are redacted in every format: the home folder (``~``), the working folder
   and the model file's folder (relative paths), the virtualenv (``<venv>``), site-packages
   (``<site-packages>``) and the inspector's own folder; stack traces keep only the user's frames
-  unless ``full_traces``.
+  unless ``full_traces``; the traceback of a variant that failed is kept whole (HTML: behind a ``<details>``;
+  JSON: ``"errors"``), its paths redacted.
 - Markdown stays under GitHub's 65,536-character limit: rows and details are left out, with a
   note saying so, and the document stays valid.
 """
@@ -32,8 +33,8 @@ from .._cost.records import ESTIMATE
 from .._cost.accelerators import TOSA_INT
 from .._numbers.engines import TOSA
 from .markup import GITHUB_COMMENT_LIMIT, escape, markdown_table, md_code, page
-from .tables import (analysis_html, comparison_html, comparison_rows, compiler_of, price_rows, site_rows, stale_html,
-                     tradeoff_rows)
+from .tables import (analysis_html, comparison_html, comparison_notes, comparison_rows, compiler_of, price_rows,
+                     site_rows, stale_html, tradeoff_rows)
 from .._base.errors import InspectorError, quoted
 from .._base.version import __version__
 from .render import render_pair, svg
@@ -210,8 +211,12 @@ def report(analysis, comparison=None, *, format: str = "html", results_for=None,
 
 
 def report_dict(analysis, comparison=None, *, command: str = "", journeys=()) -> dict:
-    """The report's facts, JSON-ready (with ``journeys``, a "journeys" list)."""
+    """The report's facts, JSON-ready (with ``journeys``, a "journeys" list; with variants that failed, an "errors"
+    list: each one's line and traceback)."""
     extra = {"journeys": [j.to_dict() for j in journeys]} if journeys else {}
+    failed = comparison.errors if comparison is not None else ()
+    if failed:
+        extra["errors"] = [{"variant": r.variant.label, "error": r.error, "details": r.log} for r in failed]
     return {**extra,
         "summary": summary(analysis, comparison),
         "analysis": analysis.to_dict(),
@@ -249,7 +254,7 @@ def report_html(analysis, comparison=None, *, results_for=None, full_traces: boo
     else:
         stale = results_for is not None and tuple(results_for) != analysis.configuration
         banner = stale_html(results_for) if stale else ""
-        results = banner + comparison_html(comparison) + "".join(
+        results = banner + comparison_html(comparison) + failures_html(comparison) + "".join(
             figure_img(comparison.plot(kind)) for kind in ("drift", "channels"))
     env = "".join(f"<tr><td>{escape(k)}</td><td>{escape(v)}</td></tr>" for k, v in environment().items())
     template = _BODY
@@ -339,18 +344,29 @@ def report_markdown(analysis, comparison=None, *, command: str | None = None, jo
     return text
 
 
+def failures_html(comparison) -> str:
+    """Why each variant of ``comparison`` that failed did, behind a disclosure: the traceback it carried and what the
+    backend printed, escaped ("" when none failed, or none carried anything). The one line stays in the table's
+    own error line; a debugger opens this."""
+    return "".join(f"<details class='fi-error-details'><summary>why {escape(r.variant.label)} failed: the traceback"
+                   f"</summary><pre>{escape(r.log.rstrip())}</pre></details>"
+                   for r in comparison.errors if r.log.strip())
+
+
 def comparison_md(comparison) -> list[str]:
     """A comparison as Markdown lines: what ran, then one row per variant and output with every measurement it
     holds (each in its own format)."""
     crows = comparison_rows(comparison)
     cols = list(crows[0]) if crows else []
     compiler = compiler_of(comparison)
+    notes = [f"- note: {md_code(n, limit=2000)}" for n in comparison_notes(comparison)]
     return ([f"**{comparison.engine_text} vs float**, {comparison.steps} step(s), "
              f"calibration: {md_code(comparison.calibration)}" + (f", compiler: {md_code(compiler)}" if compiler else ""),
              ""] + (markdown_table(cols, [[md_code(r[c], cell=True) for c in cols] for r in crows]) if crows
                     else ["(no variant has numbers)"])
             + (["", f"engine: {comparison.engine_note}"] if comparison.engine_note else [])
-            + [f"- {md_code(r.variant.label)}: {md_code(r.error)}" for r in comparison.errors])
+            + [f"- {md_code(r.variant.label)}: {md_code(r.error)}" for r in comparison.errors]
+            + ([""] + notes if notes else []))
 
 
 def comparison_markdown(comparison, limit: int | None = None) -> str:

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from .._sites.reasons import Reason, Risk
+from .._rules.rules import rules
 from .._base.formats import MISSING, cycles, cycles_change, db, db_change, error, quantization_steps, share
 from .._cost.records import ESTIMATE
 from .._cost.accelerators import TOSA_INT
@@ -111,7 +114,7 @@ def analysis_text(analysis) -> str:
         head += f"  markers={', '.join(analysis.markers)}"
     rows = [r.cells() for r in site_rows(analysis)]
     if not rows:
-        return "\n".join([head, "no conv->mul sites", *(f"note: {n}" for n in analysis.notes)])
+        return "\n".join([head, "no conv->mul sites", *(f"note: {n}" for n in analysis_notes(analysis))])
     cols = list(rows[0])
     widths = {c: min(60, max(len(c), *(len(r[c]) for r in rows))) for c in cols}
 
@@ -121,8 +124,14 @@ def analysis_text(analysis) -> str:
     out = [head, line(cols), line(["-" * widths[c] for c in cols])]
     out += [line([r[c] for c in cols]) for r in rows]
     out.append(analysis.summary())
-    out += [f"note: {n}" for n in analysis.notes]
+    out += [f"note: {n}" for n in analysis_notes(analysis)]
     return "\n".join(out)
+
+
+def analysis_notes(analysis) -> list[str]:
+    """What an analysis's reader must know: its own notes, and markers set under a rule that reads none."""
+    ignored = marker_note(analysis.rule, analysis.markers)
+    return [*analysis.notes, *([ignored] if ignored else [])]
 
 
 def _clip(text: str, width: int) -> str:
@@ -141,7 +150,7 @@ def analysis_html(analysis, comparison=None) -> str:
         head += ", markers " + ", ".join(f"<code>{escape(m)}</code>" for m in analysis.markers)
     rows = site_rows(analysis, comparison)
     if not rows:
-        notes = "".join(f"<p class='fi-note'>note: {escape(n)}</p>" for n in analysis.notes)
+        notes = "".join(f"<p class='fi-note'>note: {escape(n)}</p>" for n in analysis_notes(analysis))
         return f"<div class='fi-analysis'>{head}<p>no conv-&gt;mul sites</p>{notes}</div>"
     cells = [
         f"<tr class='fi-site-{escape(r.decision)}'><td><code>{escape(r.site)}</code>{' &#9873;' if r.marked else ''}</td>"
@@ -153,7 +162,7 @@ def analysis_html(analysis, comparison=None) -> str:
         "<table class='fi-table'><thead><tr><th>site</th><th>decision</th><th>conv &rarr; mul</th>"
         "<th>scale</th><th>reasons</th><th>risks</th></tr></thead><tbody>" + "".join(cells) + "</tbody></table>"
     )
-    notes = "".join(f"<p class='fi-note'>note: {escape(n)}</p>" for n in analysis.notes)
+    notes = "".join(f"<p class='fi-note'>note: {escape(n)}</p>" for n in analysis_notes(analysis))
     return f"<div class='fi-analysis'>{_STYLE}{head}{table}<p>{escape(analysis.summary())}</p>{notes}</div>"
 
 
@@ -175,13 +184,14 @@ def comparison_rows(comparison) -> list[dict[str, str]]:
     costed = any(r.cost is not None for r in comparison.results)  # Vela's cycles, on an NPU accelerator
     cost_columns = [c for c in metrics("cost") if c.builtin]  # cycles, NPU ops, SRAM, flash
     names = in_registry_order(n for r in comparison.measured for n in r.measured_names)
+    tags = _variant_tags(comparison)
     for r in comparison.measured:
         outputs = sorted({m.output for m in r.metrics})
         for o in outputs:
             m = r.at_step(last, o)
             first = r.at_step(0, o)
             rows.append({
-                "variant": r.variant.label + (" (cached)" if r.cached else ""),
+                "variant": r.variant.label + "".join(f" ({tag})" for tag in tags.get(id(r), ())),
                 **({"quantization": r.quantization + (" + overrides" if r.variant.overrides else "")} if mixed else {}),
                 "folds tfa/lower": f"{r.folds['tfa']}/{r.folds['lowering']}",
                 "output": str(o),
@@ -325,7 +335,7 @@ def comparison_text(comparison) -> str:
     errors = [f"{r.variant.label}: not run: {r.error}" for r in comparison.errors]
     if not rows:
         return "\n".join([head, *errors])
-    lines = [head, *text_table(rows), *errors, *(f"note: {n}" for n in comparison.notes),
+    lines = [head, *text_table(rows), *errors, *(f"note: {n}" for n in comparison_notes(comparison)),
              *([f"engine: {comparison.engine_note}"] if comparison.engine_note else []),
              *([f"stream: {comparison.stream}"] if comparison.stream else []),
              f"calibration: {comparison.calibration}", f"quantization: {comparison.quantization}",
@@ -345,7 +355,7 @@ def comparison_html(comparison) -> str:
             f"{compiler_html(compiler_of(comparison))}")
     tail = "".join(f"<div class='fi-error'>{escape(r.variant.label)}: not run: {escape(r.error)}</div>"
                    for r in comparison.errors)
-    tail += "".join(f"<div class='fi-note'>note: {escape(n)}</div>" for n in comparison.notes)
+    tail += "".join(f"<div class='fi-note'>note: {escape(n)}</div>" for n in comparison_notes(comparison))
     if comparison.engine_note:
         tail += f"<div class='fi-note fi-engine'>engine: {escape(comparison.engine_note)}</div>"
     tail += "".join(f"<div class='fi-note fi-cost'>cost: {escape(r.cost_error)}</div>"
@@ -354,6 +364,153 @@ def comparison_html(comparison) -> str:
     if _costed(comparison):
         tail += tradeoff_html(comparison.tradeoff())
     return html_table("fi-comparison", head, comparison_rows(comparison), tail)
+
+
+# ---------------------------------------------------------------- what a comparison's numbers do not say
+
+
+def ignores_markers(rule) -> bool:
+    """``rule`` reads no carried-state marker: it never folds, or it is the installed pass as it is (no state guard
+    and no guard of the user's). A user's pass class may read markers its own way: it is never said to ignore them."""
+    return not rule.folds or (rule.guard is None and rule.check is None and rule.pass_class is None)
+
+
+def marker_note(rule, markers) -> str:
+    """One line when ``markers`` are set under a rule that reads none ("" otherwise): they change nothing there."""
+    if not markers or not ignores_markers(rule):
+        return ""
+    why = ("never folds" if not rule.folds
+           else "has no state guard (it is the installed pass as it is), so it reads none")
+    readers = [n for n in rules.names() if rules.get(n).guarded]
+    many = len(markers) != 1
+    return (f"the marker{'s' * many} {', '.join(markers)} change{'' if many else 's'} nothing under {rule.name}: it "
+            f"{why}" + (f"; the rules with a state guard read markers ({', '.join(readers)})" if readers else ""))
+
+
+def _folds(r) -> tuple:
+    """What makes two results the same quantized program: where each site folded, under the same quantization."""
+    return (r.quantization, r.variant.overrides, r.spec, r.accelerator.name,
+            tuple(sorted((s.site_id, s.folded_at or "") for s in r.sites)), tuple(sorted(r.folds.items())))
+
+
+def _reused(comparison) -> dict[int, object]:
+    """Per result answered without a run of its own (``cached``), by ``id``: the earlier variant of this comparison
+    that folds exactly as it does (its numbers are that one's run), or None (an earlier run's, kept)."""
+    measured = comparison.measured
+    out = {}
+    for i, r in enumerate(measured):
+        if r.cached:
+            out[id(r)] = next((o for o in measured[:i] if _folds(o) == _folds(r)), None)
+    return out
+
+
+def _where_folded(r) -> str:
+    folded = sorted(f"{s.site_id} at {s.folded_at}" for s in r.sites if s.folded_at)
+    return ", ".join(folded) if folded else "no site"
+
+
+def _variant_tags(comparison) -> dict[int, tuple[str, ...]]:
+    """Per result (by ``id``), what its table cell says beside its label: whose run its numbers are, and markers
+    set under a rule that reads none."""
+    tags: dict[int, list[str]] = {}
+    for key, twin in _reused(comparison).items():
+        tags.setdefault(key, []).append(f"same folds as {twin.variant.label}" if twin is not None else "earlier run")
+    for r in comparison.measured:
+        if marker_note(r.variant.rule, r.variant.markers):
+            tags.setdefault(id(r), []).append("markers ignored")
+    return {k: tuple(v) for k, v in tags.items()}
+
+
+def comparison_notes(comparison) -> list[str]:
+    """What a comparison's reader must know beside its numbers: the comparison's own notes, then, in words, what a
+    variant's cell marks (a variant answered by another's run, markers a rule ignores) and, when every variant's
+    outputs are equal though they fold differently, why."""
+    notes = list(comparison.notes)
+    by_id = {id(r): r for r in comparison.measured}
+    earlier = []
+    for key, twin in _reused(comparison).items():
+        r = by_id[key]
+        if twin is None:
+            earlier.append(r.variant.label)
+            continue
+        notes.append(f"{r.variant.label} is marked 'same folds as {twin.variant.label}': it folds exactly where "
+                     f"{twin.variant.label} does (at {_where_folded(r)}), so it is the same quantized program and its "
+                     "numbers are that run's, not a second lowering")
+    if earlier:
+        one = len(earlier) == 1
+        notes.append(f"{', '.join(earlier)} {'is' if one else 'are'} marked 'earlier run': {'its' if one else 'their'} "
+                     "numbers come from an earlier run of the same model, inputs and fold decisions (kept in memory "
+                     "or in the result store), not lowered again")
+    for r in comparison.measured:
+        ignored = marker_note(r.variant.rule, r.variant.markers)
+        if ignored:
+            notes.append(f"{r.variant.label}: {ignored}")
+    equal = equal_numbers_note(comparison)
+    return notes + ([equal] if equal else [])
+
+
+def _same_outputs(a, b) -> bool:
+    return len(a.outputs) == len(b.outputs) and all(
+        len(x) == len(y) and all(torch.equal(p, q) for p, q in zip(x, y)) for x, y in zip(a.outputs, b.outputs))
+
+
+def equal_numbers_note(comparison) -> str:
+    """One line when every variant's quantized outputs are equal (bit for bit, at every step) although the variants
+    fold differently, saying why as far as the run shows it ("" otherwise, or when the outputs were not kept, as in
+    a comparison read from JSON): where the pass folded (at tfa, before calibration) and, per site, the grids its
+    calibrated qparams show (the folded conv on the unfolded mul's grid, the unfolded conv's grid a whole multiple
+    of it)."""
+    measured = comparison.measured
+    if len(measured) < 2 or not all(r.outputs for r in measured):
+        return ""
+    if len({_folds(r)[4] for r in measured}) < 2 or not all(_same_outputs(measured[0], r) for r in measured[1:]):
+        return ""
+    groups: dict[tuple, list[str]] = {}
+    for r in measured:
+        groups.setdefault(tuple(sorted(s.site_id for s in r.sites if s.folded_at)), []).append(r.variant.label)
+    said = "; ".join(f"{', '.join(labels)} fold{'s' * (len(labels) == 1)} " + (", ".join(sites) or "no site")
+                     for sites, labels in groups.items())
+    text = (f"every variant gives the same quantized outputs at every step (compared bit for bit) though they fold "
+            f"differently ({said})")
+    where = {s.folded_at for r in measured for s in r.sites if s.folded_at}
+    if where == {"tfa"}:
+        text += (": in the INT flow the installed pass folds at tfa (in the quantizer's transform-for-annotation), "
+                 "before calibration, so the observers calibrate the graph already folded")
+    grids = _grids(measured)
+    return text + (f"; {grids}" if grids else "")
+
+
+def _grids(measured) -> str:
+    """Why a folded site quantizes as its unfolded twin, from the calibrated qparams, when they show it: the folded
+    conv's output on the unfolded mul's grid, and the unfolded conv's grid a multiple of that grid with the same zero
+    point (the scale then only relabels the grid: a scalar fold is scale-equivariant under per-tensor activation
+    quantization). "" when any site's qparams do not show it."""
+    said = []
+    for site in sorted({s.site_id for r in measured for s in r.sites if s.folded_at}):
+        folded = [s for r in measured for s in r.sites if s.site_id == site and s.folded_at]
+        unfolded = [s for r in measured for s in r.sites if s.site_id == site and not s.folded_at]
+        pairs = [(f.conv_output, u.conv_output, u.mul_output) for f in folded for u in unfolded]
+        if not pairs or any(None in p for p in pairs):
+            return ""
+        ratios = set()
+        for onto, conv, mul in pairs:
+            if not (_close(onto.scale, mul.scale) and onto.zero_point == mul.zero_point == conv.zero_point):
+                return ""
+            ratios.add(round(conv.scale / mul.scale, 4))
+        if len(ratios) != 1:
+            return ""
+        mul = pairs[0][2]
+        said.append(f"at {site} the folded conv's output is quantized on the grid the unfolded mul's output had "
+                    f"(scale {mul.scale:.4g}, zero point {mul.zero_point}) and the unfolded conv's grid is "
+                    f"{ratios.pop():g}x that one with the same zero point")
+    if not said:
+        return ""
+    return ("; ".join(said) + ", so the scale only relabels the grid and folding it changes no quantized value (a "
+            "scalar fold is scale-equivariant under per-tensor activation quantization)")
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-6 * max(abs(a), abs(b))
 
 
 # ---------------------------------------------------------------- is it the fold or the bits?

@@ -8,6 +8,9 @@ as another engine's.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from .._advise.marker_reach import CUSTOM_PROGRAM, TOP_PROGRAM
 from .._advise.verdict_records import (MARKER, MARKER_ON_PROGRAM, STRICT, STRUCTURAL, UPSTREAM, Figures, Flow,
                                        Network, Verdict)
 from .._base.formats import GITHUB_COMMENT_LIMIT, MISSING, cycles, cycles_change, db, db_change
@@ -19,9 +22,12 @@ from .tables import html_table, text_table
 
 PR = "#21234"
 HAZARD = "#21152"
-TITLES = {UPSTREAM: "upstream (installed pass)", STRUCTURAL: "state-aware, no marker (structural check)",
-          MARKER: "state-aware + marker on the pass's graph", MARKER_ON_PROGRAM: "marker set on the exported program",
-          STRICT: "state-aware-strict"}
+# The decision columns, in words a PR reader knows (the installed pass is named by its version in ``titles``).
+TITLES = {UPSTREAM: "installed pass", STRUCTURAL: f"{PR}'s structural check, no marker (re-implemented here)",
+          MARKER: "marker on the graph the pass receives", MARKER_ON_PROGRAM: "marker in the exported program's node.meta",
+          STRICT: "this project's stricter guard (in-place writes too)"}
+FOLDED_BEFORE = "folded before calibration"  # in the quantizer's rewrite (transform-for-annotation)
+FOLDED_LOWERING = "folded in to_edge_transform_and_lower"
 
 
 # ---------------------------------------------------------------- small words
@@ -99,49 +105,187 @@ def _observed_folded(v: Verdict) -> list:
     return [(n, a, o) for n in v.networks for a in n.accelerators for o in a.observed if o.folded]
 
 
-def answer(v: Verdict, quote=None) -> list[str]:
-    """The verdict in sentences, each from the numbers (``Verdict.answer``); ``quote`` writes a network's name (a
-    Markdown reply: a code span, so a model's name stays text)."""
+# PR #21234's own tests of the guard (read at its head): both build their graph with ``to_edge`` and hand the pass
+# that top-level edge program, as the installed unit test does.
+PR_TESTS = ("test_does_not_fold_when_output_feeds_stateful_buffer", "test_does_not_fold_when_output_marked_carried_state")
+WORDS = ("Words: a *site* is a convolution whose output is multiplied by a constant, what the pass folds; the "
+         "*quantizer's rewrite* is ExecuTorch's transform-for-annotation, the passes prepare_pt2e runs on the graph "
+         "before it inserts observers (so before calibration).")
+
+
+def _pointer(v: Verdict, needle: str) -> str:
+    """``file:line`` of the installed pass manager's construction of the fold pass whose code has ``needle``."""
+    found = next(((f, n) for f, n, code in v.pointers if needle in code), None)
+    return f"{found[0]}:{found[1]}" if found else "arm_pass_manager.py"
+
+
+def lead(v: Verdict, quote=None) -> list[str]:
+    """The reply's first sentences, for a reviewer of the PR: what the structural check does in this executorch and
+    why (with code pointers), what the marker does in each flow, what skipping costs (mean and worst), and what would
+    have to change for #21152's mechanism to arise. Each sentence is built from the numbers and says only what they
+    show."""
     quote = quote or _short
     ints, fps = _int_flows(v), _fp_flows(v)
-    out = [_in_short(v, ints, fps), _where_int(v, ints), _where_fp(v, fps), _structural(ints, fps),
+    out = [_lead_structural(v, ints, fps), _lead_marker(v, ints, fps), *_lead_costs(v, quote), _lead_hazard(v, ints)]
+    return [x for x in out if x]
+
+
+def scope(v: Verdict, quote=None) -> str:
+    """What was measured, said once: the networks with a site, how many had none, the quantization, accelerators
+    and executorch."""
+    quote = quote or _short
+    with_site = [n for n in v.networks if n.sites]
+    none = len(v.networks) - len(with_site)
+    steps = sorted({n.steps for n in with_site})
+    text = (f"Measured on {len(with_site)} network(s) with a site ({', '.join(quote(n.target) for n in with_site)}"
+            + (f"; {none} of the {len(v.networks)} given had none, so nothing to decide" if none else "")
+            + f"), {v.quantization}, over {_span(steps, str)} step(s), on {_names(v.accelerators)} and the FP flow "
+            f"(TOSA-1.0+FP), executorch {_version(v, 'executorch')}: the installed pass, not main and not the PR's "
+            "branch.")
+    if v.guard:
+        text += f" The structural-check and marker columns ran {v.guard}."
+    has_fp = any(f.name == "FP" for n in with_site for f in n.flows)
+    return text if has_fp else text.replace(" and the FP flow (TOSA-1.0+FP)", "")
+
+
+def _lead_structural(v: Verdict, ints, fps) -> str:
+    both = ints + fps
+    if not both:
+        return ""
+    if not _same_as_upstream(both, STRUCTURAL):
+        kept, total = _stopped(both, STRUCTURAL)
+        return f"{PR}'s structural check kept {_of(kept, total)} site(s) feeding state from folding."
+    return (f"In executorch {_version(v, 'executorch')} {PR}'s structural check cannot fire, and on these networks it "
+            f"changed no decision: the pass manager builds the pass for the quantizer's rewrite with no exported "
+            f"program (`{_pointer(v, 'tfa_pass=True')}`), so there is no graph signature to read, and inside "
+            f"to_edge_transform_and_lower (`{_pointer(v, 'exported_program')}`) it receives the TOSA delegate's own "
+            "program, where the state is a plain input and output, never a BUFFER_MUTATION.")
+
+
+def _lead_marker(v: Verdict, ints, fps) -> str:
+    if not any(n.state_sites for n in v.networks):
+        return ""
+    (k_int, t_int), (kp_int, tp_int) = _stopped(ints, MARKER), _stopped(ints, MARKER_ON_PROGRAM)
+    (kp_fp, tp_fp) = _stopped(fps, MARKER_ON_PROGRAM)
+    whole = "So the marker is the PR's whole effect. " if _same_as_upstream(ints + fps, STRUCTURAL) else ""
+    parts = []
+    if t_int:
+        parts.append(f"in the INT flow it only prevents a fold that happens before calibration ({_of(k_int, t_int)} "
+                     "site(s) feeding state kept), so the observers then see the unfolded conv and its mul")
+    if tp_int or tp_fp:
+        reach = []
+        if tp_int:
+            reach.append(f"reaches the quantizer's rewrite ({_of(kp_int, tp_int)} kept)" if kp_int
+                         else "does not reach the quantizer's rewrite")
+        if tp_fp:
+            reach.append(f"reaches the FP flow's lowering call ({_of(kp_fp, tp_fp)} kept)" if kp_fp
+                         else f"does not reach the FP flow's lowering call ({_of(kp_fp, tp_fp)} kept): to_edge drops "
+                              "a top-level node.meta key")
+        parts.append("set where a model author sets it, in the exported program's top-level node.meta, it "
+                     + " but ".join(reach) if len(reach) == 2 and bool(kp_int) != bool(kp_fp)
+                     else "set where a model author sets it, in the exported program's top-level node.meta, it "
+                     + " and ".join(reach))
+    custom = [r for r in v.marker_reach if r.placement == CUSTOM_PROGRAM and r.error is None]
+    top = [r for r in v.marker_reach if r.placement == TOP_PROGRAM and r.error is None]
+    if custom and all(r.reached for r in custom) and not all(r.reached for r in top):
+        parts.append('set in node.meta["custom"] instead, it reaches every fold call of both flows, so that is where '
+                     "the PR should read it")
+    if not parts:
+        return ""
+    text = "; ".join(parts)
+    return whole + text[0].upper() + text[1:] + "."
+
+
+def _lead_costs(v: Verdict, quote) -> list[str]:
+    """Per network with sites feeding state: what skipping them cost, mean and worst, per accelerator (the numbers
+    said once where every accelerator measured the same)."""
+    out = []
+    for n in v.networks:
+        if not n.state_sites:
+            continue
+        cost, numbers = [], {}
+        for a in n.accelerators:
+            up, sk = a.upstream, a.skipped
+            if sk is None or sk.error is not None or up.error is not None:
+                continue
+            extra = _change(sk.cycles, up.cycles)
+            cost.append(f"{cycles_change(extra)} cycles on {a.accelerator}" if extra is not None
+                        else f"no cycles on {a.accelerator}")
+            numbers.setdefault(_skipped_numbers(up, sk), []).append(a.accelerator)
+        if not cost:
+            continue
+        if len(numbers) == 1:
+            said = next(iter(numbers)) + (" on every accelerator" if len(cost) > 1 else "")
+        else:
+            said = "; ".join(f"on {_names(chips)}: {text}" for text, chips in numbers.items())
+        out.append(f"Skipping the {_sites(len(n.state_sites))} feeding state of {quote(n.target)} (the marker on "
+                   f"each), over {n.steps} step(s), costs {_names(cost)}; {said}.")
+    return out
+
+
+def _skipped_numbers(up: Figures, sk: Figures) -> str:
+    """What skipping did to the numbers: mean and worst SQNR, mean |error|, the steps each way, the task."""
+    task = [f"{name} {_task_value(name, up.value(name))} -> {_task_value(name, sk.value(name))}"
+            for name, _ in up.task if up.value(name) is not None or sk.value(name) is not None]
+    if up.step_db == sk.step_db and up.mean_abs == sk.mean_abs:
+        return ", ".join([f"the same SQNR at every step ({db(up.mean_db)} dB on average, {db(up.worst_db)} at "
+                          "worst) and the same mean |error|", *task])
+    better = sum(1 for u, s in zip(up.step_db, sk.step_db) if u is not None and s is not None and u > s)
+    worse = sum(1 for u, s in zip(up.step_db, sk.step_db) if u is not None and s is not None and u < s)
+    words = [f"mean SQNR {db(up.mean_db)} -> {db(sk.mean_db)} dB", f"worst {db(up.worst_db)} -> {db(sk.worst_db)} dB",
+             f"mean |error| {_err(up.mean_abs)} -> {_err(sk.mean_abs)} "
+             f"({_pct(_change(sk.mean_abs, up.mean_abs), up.mean_abs)})"]
+    if len(up.step_db) > 1:
+        words.append(f"folding better at {better} and worse at {worse} of {len(up.step_db)} steps")
+    return ", ".join(words + task)
+
+
+def _err(value) -> str:
+    return MISSING if value is None else f"{value:.3g}"
+
+
+def _lead_hazard(v: Verdict, ints) -> str:
+    """What would have to change for #21152's mechanism to arise, and what it does when built on purpose."""
+    if not ints or any(f.folds.get("lowering", 0) for _, f in ints):
+        return ""
+    stale = [a for n in v.networks for a in n.accelerators if a.stale is not None and a.stale.error is None]
+    built = ""
+    if stale:
+        changes = [_change(a.stale.worst_db, a.upstream.worst_db) for a in stale]
+        changes = [c for c in changes if c is not None]
+        if changes:
+            built = (" Built here on purpose (not a flow ExecuTorch runs), such a fold moves the worst SQNR by "
+                     f"{_span(changes, db_change)} dB.")
+    return (f"{HAZARD}'s mechanism, qparams calibrated before a fold and left stale by it, needs a fold after "
+            f"calibration, which no flow of executorch {_version(v, 'executorch')} makes: the INT flow folds before "
+            "the observers exist and its lowering call receives the mul already quantized, and the FP flow calibrates "
+            f"nothing; it would take a float mul surviving into a calibrated graph that is then folded.{built}")
+
+
+def tests_point(v: Verdict) -> str:
+    """Why the PR's tests pass while the check never fires in the flow."""
+    return (f"{PR}'s tests ({', '.join(f'`{t}`' for t in PR_TESTS)}) build their graph with `to_edge` and hand the "
+            "pass that top-level edge program, a graph the pipeline never hands it: there the buffer write is still a "
+            "BUFFER_MUTATION output, so the check fires in the tests and in no flow measured here; a test through "
+            "`to_edge_transform_and_lower` (or the quantizer's `prepare_pt2e`) would show it.")
+
+
+def answer(v: Verdict, quote=None) -> list[str]:
+    """The verdict in sentences, each from the numbers (``Verdict.answer``): the lead a reviewer reads first, what was
+    measured, why the PR's tests pass, then every finding in detail; ``quote`` writes a network's name (a Markdown
+    reply: a code span, so a model's name stays text)."""
+    return [*lead(v, quote), scope(v, quote), tests_point(v), *details(v, quote)]
+
+
+def details(v: Verdict, quote=None) -> list[str]:
+    """Every finding in sentences, each from the numbers, below the lead."""
+    quote = quote or _short
+    ints, fps = _int_flows(v), _fp_flows(v)
+    out = [_where_int(v, ints), _where_fp(v, fps), _structural(ints, fps),
            *_markers(v, ints, fps),
-           _after_calibration(v, quote), *(_skipping(n, quote) for n in v.networks if n.state_sites),
+           _after_calibration(v, quote),
            *(_no_site(n, quote) for n in v.networks if not n.sites)]
     return [s for s in out if s]
-
-
-def _in_short(v: Verdict, ints, fps) -> str:
-    """The bottom line: each clause only where the numbers below hold it."""
-    clauses = []
-    both = ints + fps
-    if both and _same_as_upstream(both, STRUCTURAL):
-        clauses.append(f"{PR}'s structural check decides nothing " + ("in either flow" if ints and fps else
-                                                                        "in the INT flow" if ints else "in the FP flow"))
-    (k_int, t_int), (k_fp, t_fp) = _stopped(ints, MARKER_ON_PROGRAM), _stopped(fps, MARKER_ON_PROGRAM)
-    if t_int and t_fp and k_int == t_int and k_fp == 0:
-        clauses.append("its marker, set on the exported program, stops the fold in the INT flow's "
-                       "transform-for-annotation and does not reach the FP flow's lowering call")
-    elif t_int and k_int == t_int and (not t_fp or k_fp == t_fp):
-        clauses.append("its marker, set on the exported program, stops the fold in every flow measured")
-    if ints and not any(f.folds.get("lowering", 0) for _, f in ints) and any(f.folds.get("tfa", 0) for _, f in ints):
-        clauses.append(f"the stale qparams {HAZARD} describes need a fold after calibration, which the INT flow never "
-                       "makes (it folds before the observers exist) and the FP flow has nothing calibrated for")
-    costs = {}
-    for n in v.networks:
-        for a in n.accelerators:
-            if n.state_sites and a.skipped is not None and a.skipped.error is None and a.upstream.error is None:
-                costs.setdefault(a.accelerator, []).append(
-                    (_change(a.skipped.cycles, a.upstream.cycles), _change(a.skipped.worst_db, a.upstream.worst_db)))
-    spans = []
-    for chip, pairs in costs.items():
-        extra = [c for c, _ in pairs if c is not None]
-        dbs = [d for _, d in pairs if d is not None]
-        if extra and dbs:
-            spans.append(f"{_span(extra, cycles_change)} cycles and {_span(dbs, db_change)} dB on {chip}")
-    if spans:
-        clauses.append("skipping the sites feeding state changed the cycles and the worst SQNR by " + ", ".join(spans))
-    return ("In short, for executorch " + _version(v, "executorch") + ": " + "; ".join(clauses) + ".") if clauses else ""
 
 
 def _span(values, write) -> str:
@@ -241,25 +385,6 @@ def _after_calibration(v: Verdict, quote) -> str:
             "the worst SQNR: " + "; ".join(parts) + ".")
 
 
-def _skipping(n: Network, quote) -> str:
-    """What skipping the sites feeding state costs on each accelerator: cycles, dB, the task's measures."""
-    parts = []
-    for a in n.accelerators:
-        if a.skipped is None or a.skipped.error is not None or a.upstream.error is not None:
-            continue
-        extra = _change(a.skipped.cycles, a.upstream.cycles)
-        cyc = f"{cycles_change(extra)} cycles ({_pct(extra, a.upstream.cycles)})" if extra is not None else "no cycles"
-        task = "".join(f", {name} {_task_value(name, a.upstream.value(name))} -> "
-                       f"{_task_value(name, a.skipped.value(name))}" for name, _ in a.upstream.task)
-        parts.append(f"{cyc} on {a.accelerator}, worst SQNR "
-                     f"{db_change(_change(a.skipped.worst_db, a.upstream.worst_db))} dB{task}")
-    if not parts:
-        return ""
-    in_float = "".join(f" (float: {name} {_task_value(name, value)})" for name, value in n.float_task)
-    return (f"Skipping the {_sites(len(n.state_sites))} feeding state of {quote(n.target)} (state-aware with the "
-            f"marker), over {n.steps} steps: " + "; ".join(parts) + f"{in_float}.")
-
-
 def _no_site(n: Network, quote) -> str:
     """A network without a site: nothing to decide; its figures beside published ones."""
     text = (f"{quote(n.target)} has no conv->mul site: no fold rule changes anything there, and its error is the "
@@ -290,9 +415,10 @@ def flow_rows(v: Verdict) -> list[dict[str, str]]:
     for n in v.networks:
         for f in n.flows:
             row = {"network": n.target, "flow": f"{f.name} ({f.accelerator})"}
+            titles = _titles(v)
             if f.error is not None:
-                rows.append({**row, "folded at tfa": MISSING, "folded in lowering": MISSING,
-                             "observers calibrate": MISSING, **{TITLES[k]: MISSING for k in TITLES}})
+                rows.append({**row, FOLDED_BEFORE: MISSING, FOLDED_LOWERING: MISSING,
+                             "observers calibrate": MISSING, **{titles[k]: MISSING for k in titles}})
                 continue
             on = n.on(f.accelerator)
             if not f.calibrated:
@@ -301,13 +427,41 @@ def flow_rows(v: Verdict) -> list[dict[str, str]]:
                 calibrate = "the folded conv (no mul)"
             else:
                 calibrate = "the graph as exported (nothing folded)"
-            row.update({"folded at tfa": _of(f.folds.get("tfa", 0), len(n.sites)) if f.calibrated else "no tfa",
-                        "folded in lowering": _of(f.folds.get("lowering", 0), len(n.sites)),
+            row.update({FOLDED_BEFORE: _of(f.folds.get("tfa", 0), len(n.sites)) if f.calibrated
+                        else "nothing calibrated",
+                        FOLDED_LOWERING: _of(f.folds.get("lowering", 0), len(n.sites)),
                         "observers calibrate": calibrate})
-            for key, title in TITLES.items():
+            for key, title in titles.items():
                 d = f.decision(key)
                 row[title] = MISSING if d is None else _decided(d, len(n.sites))
             rows.append(row)
+    return rows
+
+
+def _titles(v: Verdict) -> dict[str, str]:
+    """The decision columns' titles for this verdict: the installed pass named by its executorch version, and the
+    structural check by what computed it (the PR's own pass file when one was given)."""
+    titles = dict(TITLES, **{UPSTREAM: f"installed pass (executorch {_version(v, 'executorch')})"})
+    hows = {d.how for n in v.networks for f in n.flows for d in f.decisions if d.key == STRUCTURAL}
+    if hows and all("PR #21234's pass file" in h for h in hows):
+        titles[STRUCTURAL] = f"{PR}'s structural check, no marker (the PR's own pass file)"
+    return titles
+
+
+CALLS = (("INT", "tfa", "INT flow: quantizer's rewrite (before calibration)"),
+         ("INT", "lowering", "INT flow: to_edge_transform_and_lower"), ("FP", "lowering", "FP flow: to_edge_transform_and_lower"))
+
+
+def reach_rows(v: Verdict) -> list[dict[str, str]]:
+    """Per place a model author sets the marker: whether it is on the mul the fold pass receives, per call."""
+    rows = []
+    for placement in dict.fromkeys(r.placement for r in v.marker_reach):
+        records = {(r.flow, r.call): r for r in v.marker_reach if r.placement == placement}
+        row = {"marker set as": next(iter(records.values())).where}
+        for flow, call, title in CALLS:
+            r = records.get((flow, call))
+            row[title] = MISSING if r is None else "error" if r.error else "reaches the pass" if r.reached else "lost"
+        rows.append(row)
     return rows
 
 
@@ -337,12 +491,13 @@ def cost_rows(v: Verdict) -> list[dict[str, str]]:
             up, sk, st = a.upstream, a.skipped, a.stale
             rows.append({
                 "network": n.target, "accelerator": a.accelerator, "steps": str(n.steps),
-                "cycles upstream": cycles(up.cycles), "cycles skipped": cycles(sk.cycles) if sk else MISSING,
+                "cycles installed": cycles(up.cycles), "cycles skipped": cycles(sk.cycles) if sk else MISSING,
                 "Δ cycles": cycles_change(_change(sk.cycles, up.cycles)) if sk else MISSING,
-                "worst dB upstream": db(up.worst_db), "worst dB skipped": db(sk.worst_db) if sk else MISSING,
-                "Δ dB": db_change(_change(sk.worst_db, up.worst_db)) if sk else MISSING,
-                "task upstream": _task(up, n), "task skipped": _task(sk, n) if sk else MISSING,
-                "folded after calibration, worst dB (not a 1.5.1 flow)":
+                "mean dB installed": db(up.mean_db), "mean dB skipped": db(sk.mean_db) if sk else MISSING,
+                "worst dB installed": db(up.worst_db), "worst dB skipped": db(sk.worst_db) if sk else MISSING,
+                "mean |error| installed": _err(up.mean_abs), "mean |error| skipped": _err(sk.mean_abs) if sk else MISSING,
+                "task installed": _task(up, n), "task skipped": _task(sk, n) if sk else MISSING,
+                "folded after calibration, worst dB (not an ExecuTorch flow)":
                     f"{db(st.worst_db)} ({db_change(_change(st.worst_db, up.worst_db))})" if st and st.error is None
                     else MISSING})
     return rows
@@ -437,10 +592,12 @@ def promises(v: Verdict) -> list[str]:
 def verdict_text(v: Verdict) -> str:
     lines = [f"The verdict on {PR} (executorch {_version(v, 'executorch')}, {_names(v.accelerators)} and the FP flow)",
              ""]
-    lines += [f"- {s}" for s in answer(v)]
+    lines += [*lead(v), "", scope(v), tests_point(v), WORDS, "", "In detail:"]
+    lines += [f"- {s}" for s in details(v)]
     for title, rows in (("where each flow folds, and what each rule decides:", flow_rows(v)),
                         ("what the INT flow's observers calibrate:", observer_rows(v)),
                         ("what skipping the carried-state sites costs:", cost_rows(v)),
+                        ("where a marker set by a model author reaches the pass:", reach_rows(v)),
                         ("beside published figures:", published_rows(v))):
         if rows:
             lines += ["", title, *text_table(rows)]
@@ -451,11 +608,14 @@ def verdict_text(v: Verdict) -> str:
 
 def verdict_html(v: Verdict) -> str:
     head = (f"<b>The verdict on {escape(PR)}</b> (executorch {escape(_version(v, 'executorch'))}, "
-            f"{escape(_names(v.accelerators))} and the FP flow)<ul>"
-            + "".join(f"<li>{escape(s)}</li>" for s in answer(v)) + "</ul>")
+            f"{escape(_names(v.accelerators))} and the FP flow)"
+            + "".join(f"<p>{escape(s)}</p>" for s in (*lead(v), scope(v), tests_point(v), WORDS))
+            + "<details><summary>In detail</summary><ul>"
+            + "".join(f"<li>{escape(s)}</li>" for s in details(v)) + "</ul></details>")
     tail = ""
     for title, rows in (("What the INT flow's observers calibrate", observer_rows(v)),
                         ("What skipping the carried-state sites costs", cost_rows(v)),
+                        ("Where a marker set by a model author reaches the pass", reach_rows(v)),
                         ("Beside published figures", published_rows(v))):
         if rows:
             tail += f"<h4>{escape(title)}</h4>" + html_table("fi-rows", "", rows)
@@ -481,22 +641,36 @@ def verdict_markdown(v: Verdict, limit: int | None = None) -> str:
     def name(target: str) -> str:
         return md_code(redact(_short(target)))
 
+    given = v
+    v = replace(v, networks=tuple(n for n in v.networks if n.sites))  # the reply is about networks with a site
+
     def document(full: bool) -> str:
         versions = ", ".join(f"{k} {val}" for k, val in v.versions)
         out = [f"**The verdict on {PR}, measured** ({versions})", ""]
-        out += [f"- {redact(s)}" for s in answer(v, name)]
-        out += ["", "**Where each flow folds, and what each rule decides** (sites folded of the network's sites; "
+        out += [redact(s) for s in (*lead(v, name), "")]
+        out += [f"_{redact(scope(given, name))}_", "", redact(tests_point(v)), "", f"_{WORDS}_", ""]
+        if not v.networks:
+            return "\n".join(out) + "\n"
+        out += ["**Where each flow folds, and what each rule decides** (sites folded of the network's sites; "
                 "the INT flow's rows are its real runs, the FP flow's the installed pass on the graph that flow hands "
                 "it)", ""] + table(flow_rows(v))
         if full and observer_rows(v):
             out += ["", "**What the INT flow's observers calibrate** (the conv's output, per folded site)", ""]
             out += table(observer_rows(v))
-        out += ["", "**What skipping the carried-state sites costs** (skipped: state-aware with a marker on each site "
-                "feeding state; worst dB: the worst output's SQNR at its worst step)", ""] + table(cost_rows(v))
+        out += ["", "**What skipping the sites feeding state costs** (skipped: the guard with a marker on each site "
+                "feeding state; mean dB: the worst output's SQNR averaged over the steps; worst dB: at its worst step)",
+                ""] + table(cost_rows(v))
+        if reach_rows(v):
+            out += ["", "**Where a marker set by a model author reaches the pass** (the exported program's site muls "
+                    "marked, each flow run through, the graph every fold call receives read)", ""]
+            out += table(reach_rows(v))
         if published_rows(v):
             out += ["", "**Beside published figures**", ""] + table(published_rows(v))
         out += [""] + [f"- {redact(line)}" for line in compiler_lines(v)]
         if full:
+            out += ["", "<details><summary>Every finding, in detail</summary>", ""]
+            out += [f"- {redact(s)}" for s in details(v, name)]
+            out += ["", "</details>"]
             out += ["", "<details><summary>How it was measured</summary>", ""]
             out += [f"- {md_code(redact(line))}" for line in method_lines(v)]
             out += ["", "</details>"]
@@ -514,5 +688,5 @@ def verdict_markdown(v: Verdict, limit: int | None = None) -> str:
     return text if len(text) <= limit else text[: max(0, limit - 2)] + "…\n"
 
 
-__all__ = ["answer", "compiler_lines", "cost_rows", "flow_rows", "method_lines", "observer_rows",
+__all__ = ["answer", "details", "lead", "scope", "tests_point", "compiler_lines", "cost_rows", "flow_rows", "method_lines", "observer_rows",
            "promises", "published_rows", "verdict_html", "verdict_markdown", "verdict_text"]
