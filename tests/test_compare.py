@@ -338,15 +338,15 @@ def _children(pid: int) -> list[int]:
 
 
 def _workers_of(pid: int) -> list[int]:
-    """The worker processes under ``pid``: forked by its fork server (children of a child running
-    multiprocessing's forkserver), or spawned (children running spawn_main); the fork server too."""
+    """The worker processes under ``pid``: forked by its fork server (children of the child that runs the pool's
+    ``_server_main``), or spawned (children running spawn_main); the fork server too."""
     found = []
     for kid in _children(pid):
         try:
             cmdline = open(f"/proc/{kid}/cmdline").read()
         except OSError:
             continue
-        if "forkserver" in cmdline:
+        if "_server_main" in cmdline:
             grandchildren = _children(kid)
             if grandchildren:
                 found += [kid, *grandchildren]

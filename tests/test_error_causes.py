@@ -190,6 +190,7 @@ def _crashing_call(self, graph_module):
 
 
 @pytest.mark.requires_tosa
+@pytest.mark.own_store  # the run's shared store may hold this variant already: then nothing would lower
 def test_a_crash_inside_executorch_lowering_names_the_step_and_keeps_its_traceback(monkeypatch, capsys):
     """The issue's "done when": a pass of the Arm lowering pipeline raises; without --debug the user sees one line
     naming the flow step and the variant, with --debug the whole traceback (down to the raising function), and

@@ -767,7 +767,7 @@ def _sweep(args) -> int:
         check_steps(args.steps, "--steps")
     shapes = None
     if args.input_shape:
-        shapes = [tuple(x.shape) for x in _example_inputs(args)]
+        shapes = [tuple(x.shape) for x in _inputs_from_shapes(args.input_shape)]  # one shape for every model
     try:
         result = sweep([*args.targets, *args.models], args.rules, stages=args.stages, steps=steps,
                        variants=args.variants,

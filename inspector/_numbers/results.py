@@ -19,6 +19,7 @@ from .._cost.accelerators import TOSA_INT, Accelerator, accelerator_named
 from .engines import TOSA, Engine, engine_of, engines, gap as engine_gap
 from .measures import cost_value, in_registry_order, metrics
 from .._base.errors import InspectorError, listing, quoted
+from .._base.hashing import digest
 from .._base.display import draw
 
 
@@ -173,6 +174,13 @@ class VariantResult:
     accelerator: Accelerator = TOSA_INT  # what it was lowered for (inspector.accelerators)
     cost: Cost | None = None  # Vela's estimate of its lowered program on that accelerator (None: no NPU, or none made)
     cost_error: str | None = None  # why an NPU variant with numbers has no cost (one line)
+    # a digest of ``outputs``, kept where the outputs are not (a comparison read back from JSON or a session)
+    outputs_digest: str = field(default="", repr=False, compare=False)
+
+    @property
+    def output_digest(self) -> str:
+        """A digest of the quantized outputs, bit for bit ("" when neither they nor their digest were kept)."""
+        return digest(*(t for step in self.outputs for t in step)) if self.outputs else self.outputs_digest
 
     def __post_init__(self) -> None:
         _resolve(self)
@@ -256,6 +264,7 @@ class VariantResult:
             "accelerator": self.accelerator.name,
             "cost": self.cost.to_dict() if self.cost is not None else None,
             "cost_error": self.cost_error,
+            "outputs_digest": self.output_digest,
         }
 
 
@@ -454,6 +463,7 @@ def _variant_result_from_dict(d: dict) -> VariantResult:
         accelerator=_accelerator(d.get("accelerator", TOSA_INT.name)),
         cost=Cost.from_dict(d["cost"]) if d.get("cost") is not None else None,
         cost_error=_str(d.get("cost_error"), True),
+        outputs_digest=_str(d.get("outputs_digest"), True) or "",
     )
 
 

@@ -450,18 +450,21 @@ def comparison_notes(comparison) -> list[str]:
 
 
 def _same_outputs(a, b) -> bool:
-    return len(a.outputs) == len(b.outputs) and all(
-        len(x) == len(y) and all(torch.equal(p, q) for p, q in zip(x, y)) for x, y in zip(a.outputs, b.outputs))
+    """Bit for bit: the outputs themselves where both were kept, else their digests (a comparison read back)."""
+    if a.outputs and b.outputs:
+        return len(a.outputs) == len(b.outputs) and all(
+            len(x) == len(y) and all(torch.equal(p, q) for p, q in zip(x, y)) for x, y in zip(a.outputs, b.outputs))
+    return bool(a.output_digest) and a.output_digest == b.output_digest
 
 
 def equal_numbers_note(comparison) -> str:
     """One line when every variant's quantized outputs are equal (bit for bit, at every step) although the variants
-    fold differently, saying why as far as the run shows it ("" otherwise, or when the outputs were not kept, as in
-    a comparison read from JSON): where the pass folded (at tfa, before calibration) and, per site, the grids its
+    fold differently, saying why as far as the run shows it ("" otherwise, or when neither the outputs nor their
+    digests were kept, as in a comparison written before digests were): where the pass folded (at tfa, before calibration) and, per site, the grids its
     calibrated qparams show (the folded conv on the unfolded mul's grid, the unfolded conv's grid a whole multiple
     of it)."""
     measured = comparison.measured
-    if len(measured) < 2 or not all(r.outputs for r in measured):
+    if len(measured) < 2 or not all(r.outputs or r.output_digest for r in measured):
         return ""
     if len({_folds(r)[4] for r in measured}) < 2 or not all(_same_outputs(measured[0], r) for r in measured[1:]):
         return ""
