@@ -13,10 +13,12 @@ import contextvars
 import functools
 import tempfile
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 from . import executorch as _executorch
+from .decompositions import shared_decompositions
 from .._base.cache import BoundedCache
+from .._base.copies import no_gc_pauses
 from .._base.hashing import digest
 from .._base.errors import InspectorError
 
@@ -144,6 +146,10 @@ def lower(program, spec: str = SPEC, *, locations: bool = False, partitions: lis
 
             partitioner.partition = counting
         stack.enter_context(_executorch.shared_provenance())
+        stack.enter_context(shared_decompositions())  # torch.export's program-independent work, once
+        # The cyclic collector's full pass walks the whole heap (the stack's ~600k objects, nothing of the program)
+        # once a lowering; the lowering's own garbage is collected young, as soon as it returns.
+        stack.enter_context(no_gc_pauses())
         return _get("executorch.exir", "to_edge_transform_and_lower")(program, partitioner=[partitioner])
 
 
