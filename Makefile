@@ -39,7 +39,7 @@ PYTEST_ARGS ?=
 # notebook is a group of its own (tests/conftest.py), so the notebooks spread over the cores.
 TEST_WORKERS ?= auto
 
-.PHONY: setup setup-browser demo lab test check bench fuzz pictures screenshot lock clean
+.PHONY: setup setup-browser demo lab lint test check bench fuzz pictures screenshot lock clean
 
 # The venv is rebuilt only when pyproject.toml or a lock changes; the stamp is a copy of the lock it was
 # installed with (tests/test_environment_pins.py checks the venv against it), or says it has none.
@@ -95,7 +95,12 @@ demo: setup
 lab: setup
 	$(VENV)/bin/jupyter lab $(ALLOW_ROOT) notebooks/01_quickstart.ipynb
 
-test: setup-browser
+# The linter (pyproject.toml's [tool.ruff]) over the whole tree, in about a second: `make test` and `make check`
+# run it first, so CI fails on a finding before the suite starts.
+lint: setup
+	@$(VENV_PYTHON) -m ruff check --quiet . || { echo "ruff check found the findings above: fix each, or end its line with '# noqa: CODE - why'" >&2; exit 1; }
+
+test: setup-browser lint
 	@$(VENV_PYTHON) -m compileall -q -j 0 inspector widgets sample_models tests >/dev/null || true  # the suite's hundreds of processes read these
 	$(VENV_PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
@@ -103,7 +108,7 @@ test: setup-browser
 # soak or killed worker (the notebooks run the whole flow, so they are left to `make test`).
 # `make test` is still the one command that runs everything, and what CI runs.
 CHECK_MARKERS := not requires_tosa and not browser and not slow and not soak and not requires_ray and not crash and not fuzz
-check: setup
+check: setup lint
 	$(VENV_PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "$(CHECK_MARKERS)" --ignore=tests/test_notebooks.py $(PYTEST_ARGS)
 
 bench: setup

@@ -14,8 +14,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from inspector._targets import timm_nets  # noqa: E402
-from inspector._base.errors import InspectorError  # noqa: E402
+from inspector._targets import timm_nets
+from inspector._base.errors import InspectorError
 
 
 def ensure_extras() -> None:

@@ -50,9 +50,9 @@ def child(spec: str, what: str) -> dict:
     target, inputs = bench_target(spec, SEED)
     t0 = time.perf_counter()
     if what == "compare":
-        inspector.compare(target, ("off", "upstream"), example_inputs=inputs, accelerator=ACCELERATOR)
+        inspector.compare(target, variants=("off", "upstream"), example_inputs=inputs, accelerator=ACCELERATOR)
         return {"seconds": time.perf_counter() - t0}
-    a = inspector.advise(target, inputs, accelerator=ACCELERATOR, budget_db=1.0)
+    a = inspector.advise(target, example_inputs=inputs, accelerator=ACCELERATOR, budget_db=1.0)
     return {"seconds": time.perf_counter() - t0, "sites": sum(s.reachable for s in a.sites), "search": a.search,
             "points": len(a.points), "folded": len(a.folded), "gap": a.prediction_gap,
             "saved_vs_off": a.versus("off").cycles_saved, "db_vs_upstream": a.versus("upstream").db_change,

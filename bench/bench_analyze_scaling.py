@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import inspector  # noqa: E402
-from sample_models.generated import tfa_blocks  # noqa: E402
+import inspector
+from sample_models.generated import tfa_blocks
 
 TARGET_RATIO = 10.5
 ROUNDS = int(os.environ.get("ROUNDS", "3"))

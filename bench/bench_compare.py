@@ -23,17 +23,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 logging.getLogger("torchao").setLevel(logging.ERROR)
 warnings.filterwarnings("ignore")
 
-import torch  # noqa: E402
+import torch
 
-import inspector  # noqa: E402
+import inspector
 from inspector import clear_cache
 from inspector._doors import executorch as _executorch
 from inspector._workers import parallel as _parallel
 from inspector._base import quiet as _quiet
-from inspector._doors import tosa as _tosa  # noqa: E402
-from inspector._targets.load import load  # noqa: E402
-from inspector._numbers.flow import choose_calibration  # noqa: E402
-from sample_models.big import ConvStack  # noqa: E402
+from inspector._doors import tosa as _tosa
+from inspector._targets.load import load
+from inspector._numbers.flow import choose_calibration
+from sample_models.big import ConvStack
 
 FIRST_CALL_TARGET = 1.10
 PARALLEL_TARGET = 1.5
@@ -67,23 +67,23 @@ def main() -> None:
     warm = medium(1000)
     batches = list(choose_calibration(load(warm), None, 1).batches)  # the same calibration batches compare uses
     plain_flow(warm, warm.example_inputs(), batches[:1])  # warm-up: imports, kernel caches
-    inspector.compare(medium(1001), ("upstream",))
+    inspector.compare(medium(1001), variants=("upstream",))
 
     plain, first, repeat, exports, through, phases = [], [], [], [], [], []
     for round_ in range(3):  # interleaved so drift on the machine hits both alike
         model = medium(round_)
-        plain.append(timed(lambda: plain_flow(model, model.example_inputs(), batches))[0])
+        plain.append(timed(lambda model=model: plain_flow(model, model.example_inputs(), batches))[0])
         unseen = medium(100 + round_)  # new weights: nothing about it is cached
-        seconds, result = timed(lambda: inspector.compare(unseen, ("upstream",)))
+        seconds, result = timed(lambda unseen=unseen: inspector.compare(unseen, variants=("upstream",)))
         first.append(seconds)
         phases.append(result.results[0].timings)
         again = medium(100 + round_)  # a fresh object with the same content: answered from the cache
-        seconds, result = timed(lambda: inspector.compare(again, ("upstream",)))
+        seconds, result = timed(lambda again=again: inspector.compare(again, variants=("upstream",)))
         assert result.results[0].cached
         repeat.append(seconds)
-        exports.append(timed(lambda: torch.export.export(copy.deepcopy(again), again.example_inputs()))[0])
+        exports.append(timed(lambda again=again: torch.export.export(copy.deepcopy(again), again.example_inputs()))[0])
         analysis = inspector.analyze(again, stage="tfa")
-        seconds, result = timed(lambda: analysis.compare(("upstream",)))
+        seconds, result = timed(lambda analysis=analysis: analysis.compare(("upstream",)))
         assert result.results[0].cached
         through.append(seconds)
     p, f, r, e, a = min(plain), min(first), min(repeat), min(exports), min(through)
@@ -101,9 +101,9 @@ def main() -> None:
     big = ConvStack()
     variants = ("off", "upstream", "state-aware-strict")
     clear_cache()
-    sequential, seq = timed(lambda: inspector.compare(big, variants, workers=1))
+    sequential, seq = timed(lambda: inspector.compare(big, variants=variants, workers=1))
     clear_cache()
-    parallel, par = timed(lambda: inspector.compare(big, variants))  # default: the cores available
+    parallel, par = timed(lambda: inspector.compare(big, variants=variants))  # default: the cores available
     identical = all(torch.equal(a, b) for p, s in zip(par.results, seq.results)
                     for ps, ss in zip(p.outputs, s.outputs) for a, b in zip(ps, ss))
     phase_totals: dict[str, float] = {}

@@ -60,7 +60,7 @@ def child(spec: str, accelerator: str) -> dict:
 
     target, inputs = bench_target(spec, SEED)
     t0 = time.perf_counter()
-    cmp = inspector.compare(target, VARIANTS, example_inputs=inputs, workers=1, accelerator=accelerator)
+    cmp = inspector.compare(target, variants=VARIANTS, example_inputs=inputs, workers=1, accelerator=accelerator)
     seconds = time.perf_counter() - t0
     costs = {r.variant.label: r.cost for r in cmp.results}
     return {"seconds": seconds, "errors": [r.error for r in cmp.errors],

@@ -114,7 +114,7 @@ def child(side: str, name: str, seed: int) -> dict:
         import inspector
 
         def run(model, inputs):
-            inspector.analyze(model, inputs, stage="edge")
+            inspector.analyze(model, example_inputs=inputs, stage="edge")
 
     t0 = time.perf_counter()
     run(*_small())
@@ -176,7 +176,7 @@ def child_in_order(name: str, seed: int) -> dict:
     clock = _Clock()
     _wrap_inspector_steps(clock)
     c3, t3 = time.process_time(), time.perf_counter()
-    inspector.analyze(model, inputs, stage="edge")
+    inspector.analyze(model, example_inputs=inputs, stage="edge")
     total, cpu = time.perf_counter() - t3, time.process_time() - c3
     steps = dict(clock.spent)
     steps["other"] = total - sum(steps.values())

@@ -69,7 +69,7 @@ def child_compare(engine: str, spec: str, out: str) -> dict:
 
     name, model, inputs = _model(spec)
     t0 = time.perf_counter()
-    cmp = inspector.compare(model, VARIANTS, example_inputs=inputs, workers=1, engine=engine)
+    cmp = inspector.compare(model, variants=VARIANTS, example_inputs=inputs, workers=1, engine=engine)
     seconds = time.perf_counter() - t0
     with open(out, "wb") as f:  # this bench's own file, read back by its parent
         pickle.dump(dataclasses.replace(cmp, run=None), f)

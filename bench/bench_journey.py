@@ -25,7 +25,7 @@ os.environ["FOLD_INSPECTOR_STORE"] = "off"  # every number computed, none read b
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import inspector  # noqa: E402
+import inspector
 
 TARGET_RATIO = 1.0
 REPEATS = 2  # journeys and compare alternate; the best time of each is kept
@@ -56,10 +56,10 @@ def main(names: list[str]) -> int:
             for _ in range(REPEATS):  # interleaved, the best of each: a busy minute slows one run, not the ratio
                 for rule in ("upstream", "off"):
                     inspector.clear_cache()  # each journey finds its site itself (one prepare_pt2e), as a user's would
-                    took = seconds(lambda rule=rule: inspector.journey(target, 0, rule))
+                    took = seconds(lambda rule=rule, target=target: inspector.journey(target, site=0, variant=rule))
                     times[rule] = min(times.get(rule, took), took)
                 inspector.clear_cache()
-                took = seconds(lambda: inspector.compare(target, workers=1))
+                took = seconds(lambda target=target: inspector.compare(target, workers=1))
                 times["compare"] = min(times.get("compare", took), took)
         except inspector.InspectorError as exc:
             print(f"{name:36} failed: {exc}")

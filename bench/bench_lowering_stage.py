@@ -27,10 +27,10 @@ os.environ["FOLD_INSPECTOR_STORE"] = "off"  # every number computed, none read b
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 warnings.filterwarnings("ignore")
 
-import torch  # noqa: E402
+import torch
 
-import inspector  # noqa: E402
-import sample_models  # noqa: E402
+import inspector
+import sample_models
 
 TARGET_RATIO = 1.10
 TARGET_TOGGLE_MS = 100
@@ -97,7 +97,7 @@ def plain_flow(name: str, accelerator: str) -> None:
     arm_pass_manager.FoldScalarMulIntoConvPass = Stopping
     try:
         to_edge_transform_and_lower(program, partitioner=[partitioner])
-    except Exception as exc:  # noqa: BLE001 - the stop, wrapped by the pass manager
+    except Exception as exc:  # the stop, wrapped by the pass manager
         while exc is not None and not isinstance(exc, _Stop):
             exc = exc.__cause__ or exc.__context__
         if exc is None:
@@ -110,7 +110,7 @@ def first_analyze(name: str, accelerator: str) -> inspector.Analysis:
     """``analyze`` at lowering of a fresh copy of the sample (nothing of an earlier one reused)."""
     inspector.clear_cache()
     model = sample_models.get(name)
-    return inspector.analyze(model, model.example_inputs(), stage="lowering", accelerator=accelerator)
+    return inspector.analyze(model, example_inputs=model.example_inputs(), stage="lowering", accelerator=accelerator)
 
 
 def seconds(fn) -> float:
@@ -149,7 +149,7 @@ def main(names: list[str]) -> int:
             plain, ours = [], []
             analysis = None
             for _ in range(REPEATS):
-                plain.append(seconds(lambda: plain_flow(name, accelerator)))
+                plain.append(seconds(lambda name=name, accelerator=accelerator: plain_flow(name, accelerator)))
                 t0 = time.perf_counter()
                 analysis = first_analyze(name, accelerator)
                 ours.append(time.perf_counter() - t0)

@@ -46,7 +46,8 @@ def child() -> None:
     import inspector
     from sample_models.generated import GeneratedBlocks
 
-    inspector.analyze(GeneratedBlocks(blocks=4), GeneratedBlocks(blocks=4).example_inputs(), stage="aten")
+    inspector.analyze(GeneratedBlocks(blocks=4), example_inputs=GeneratedBlocks(blocks=4).example_inputs(),
+                      stage="aten")
     inspector.clear_cache()
     gc.collect()
     baseline = _status("VmRSS")
@@ -59,7 +60,7 @@ def child() -> None:
     holding = _status("VmRSS") - baseline
 
     _reset_peak()
-    analysis = inspector.analyze(program, inputs, stage="aten", rule="state-aware")
+    analysis = inspector.analyze(program, example_inputs=inputs, stage="aten", rule="state-aware")
     peak = _status("VmHWM") - baseline
     print(json.dumps({"nodes": len(program.graph.nodes), "sites": len(analysis.sites),
                       "holding": holding, "peak": peak}))

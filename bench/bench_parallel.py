@@ -74,14 +74,16 @@ digest = hashlib.sha256()
 times = []
 cpu = []  # per call: the CPU seconds of every process that worked on it
 variants = []  # per call: each variant's own seconds (its phases), as the process that ran it timed them
-for call, inputs in enumerate((model.example_inputs(), (torch.randn(1, 16, 28, 28, generator=torch.Generator().manual_seed(11)),))):
+other = (torch.randn(1, 16, 28, 28, generator=torch.Generator().manual_seed(11)),)
+for call, inputs in enumerate((model.example_inputs(), other)):
     c0 = tree_cpu()
     t0 = time.perf_counter()
-    result = inspector.compare(model, {variants!r}, example_inputs=inputs, workers=workers)
+    result = inspector.compare(model, variants={variants!r}, example_inputs=inputs, workers=workers)
     times.append(time.perf_counter() - t0)
     cpu.append(tree_cpu() - c0)
     variants.append({{r.variant.label: sum(r.timings.values()) for r in result.results}})
-    assert all(r.error is None and not r.cached for r in result.results), [(r.variant.label, r.error, r.cached) for r in result.results]
+    assert all(r.error is None and not r.cached for r in result.results), \
+        [(r.variant.label, r.error, r.cached) for r in result.results]
     for r in result.results:
         for step in r.outputs:
             for t in step:
@@ -103,12 +105,12 @@ from sample_models.big import ConvStack
 if sys.argv[2] == "shared":
     torch.set_num_threads(1)  # as in a pool worker (alone it keeps torch's default, as workers=1 does)
 model = ConvStack(convs=16, channels=16, size=28, seed=7)
-inspector.compare(model, ("upstream",), workers=1)  # warm: imports and first calls paid
+inspector.compare(model, variants=("upstream",), workers=1)  # warm: imports and first calls paid
 print("ready", flush=True)
 sys.stdin.readline()
 inputs = (torch.randn(1, 16, 28, 28, generator=torch.Generator().manual_seed(int(sys.argv[1]))),)
 t0 = time.perf_counter()
-inspector.compare(model, ("upstream",), example_inputs=inputs, workers=1)
+inspector.compare(model, variants=("upstream",), example_inputs=inputs, workers=1)
 print(time.perf_counter() - t0, flush=True)
 """
 
@@ -130,13 +132,13 @@ def inputs(seed):
     return (torch.randn(1, 16, 28, 28, generator=torch.Generator().manual_seed(seed)),)
 
 
-inspector.compare(model, (one,), workers=1)  # warm: imports and first calls paid, here and in the workers
-inspector.compare(model, (one, one), example_inputs=inputs(1), workers=2)
+inspector.compare(model, variants=(one,), workers=1)  # warm: imports and first calls paid, here and in the workers
+inspector.compare(model, variants=(one, one), example_inputs=inputs(1), workers=2)
 t0 = time.perf_counter()
-inspector.compare(model, (one,), example_inputs=inputs(2), workers=1)
+inspector.compare(model, variants=(one,), example_inputs=inputs(2), workers=1)
 alone = time.perf_counter() - t0
 t0 = time.perf_counter()
-result = inspector.compare(model, (one, one), example_inputs=inputs(3), workers=2)
+result = inspector.compare(model, variants=(one, one), example_inputs=inputs(3), workers=2)
 pair = time.perf_counter() - t0
 assert not any(r.cached for r in result.results)
 print(json.dumps({{"alone": alone, "pair": pair}}))

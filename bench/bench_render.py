@@ -15,9 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import inspector  # noqa: E402
-from inspector.present.render import svg  # noqa: E402
-from sample_models.generated import tfa_blocks  # noqa: E402
+import inspector
+from inspector.present.render import svg
+from sample_models.generated import tfa_blocks
 
 WHOLE_TARGET = 3.0  # seconds, whole ~1,000-node graph to SVG
 FOCUS_TARGET = 0.2  # seconds, one site's neighbourhood to SVG

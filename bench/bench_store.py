@@ -25,9 +25,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 warnings.filterwarnings("ignore")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from inspector._base import store as _store  # noqa: E402
+from inspector._base import store as _store
 
 TARGET_RATIO = 0.05
 ENTRIES = 200
@@ -40,7 +40,7 @@ import inspector
 import torch._dynamo  # the stack's import, which every first export pays
 inspector.analyze(sys.argv[1], stage="aten")  # a new kernel's first analysis: the program exported once
 t1 = time.perf_counter()
-c = inspector.compare(sys.argv[1], tuple(sys.argv[2].split(",")), steps=int(sys.argv[3]), workers=1)
+c = inspector.compare(sys.argv[1], variants=tuple(sys.argv[2].split(",")), steps=int(sys.argv[3]), workers=1)
 t2 = time.perf_counter()
 a = inspector.attribution(c)
 t3 = time.perf_counter()

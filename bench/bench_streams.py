@@ -8,7 +8,7 @@ Each side is the first call of a fresh process (a fresh result store for the ins
    seeded noise (what the inspector calibrates on), converted, exported again, lowered once with the TOSA
    partitioner for the accelerator's TOSA specification, 79 frames on the TOSA reference model from a fresh state,
    the float model over the same 79 frames, and Vela on the delegate's flatbuffer;
-2. ``inspector.compare("sample:silero_vad", ("off", "upstream"), steps=79, accelerator="ethos-u85-256")``: the same
+2. ``inspector.compare("sample:silero_vad", variants=("off", "upstream"), steps=79, accelerator="ethos-u85-256")``: the same
    work (the VAD has no conv->mul site, so both variants fold alike and run once), plus every measurement per frame.
 
 Target: (2) <= 1.20x (1). Printed: both times, the ratio, the machine's load.
@@ -97,7 +97,8 @@ def inspector_compare() -> float:
     import inspector
 
     t0 = time.perf_counter()
-    c = inspector.compare("sample:silero_vad", ("off", "upstream"), steps=FRAMES, accelerator=ACCELERATOR, workers=1)
+    c = inspector.compare("sample:silero_vad", variants=("off", "upstream"), steps=FRAMES, accelerator=ACCELERATOR,
+                          workers=1)
     assert not c.errors and c.steps == FRAMES
     return time.perf_counter() - t0
 

@@ -45,18 +45,18 @@ warnings.filterwarnings("ignore")
 # Without out=, a sweep keeps and reads its results in the store in use: off, so 1. and 2. compute everything.
 os.environ["FOLD_INSPECTOR_STORE"] = "off"
 
-import torch  # noqa: E402
+import torch
 
-import inspector  # noqa: E402
-from bench_compare import plain_flow  # noqa: E402  (the plain flow, for the warm-up)
+import inspector
+from bench_compare import plain_flow  # the plain flow, for the warm-up
 from inspector import samples
 from inspector._doors import executorch as _executorch
 from inspector._workers import pool as _pool
 from inspector._base import quiet as _quiet
-from inspector._doors import tosa as _tosa  # noqa: E402
-from inspector._numbers.flow import choose_calibration  # noqa: E402
-from inspector._targets.load import load  # noqa: E402
-from inspector import sweep  # noqa: E402
+from inspector._doors import tosa as _tosa
+from inspector._numbers.flow import choose_calibration
+from inspector._targets.load import load
+from inspector import sweep
 
 SPEEDUP_TARGET = 1.7  # workers=2 against workers=1, on 2 cores
 RAY_OVERHEAD_TARGET = 0.15  # ray seconds / local seconds - 1
@@ -98,7 +98,7 @@ def start_from_nothing() -> None:
 def run_sweep(targets, steps, **kwargs):
     """One sweep from nothing: no cache of this process or of a worker can answer it."""
     start_from_nothing()
-    return timed(lambda: sweep(targets, RULES, stages=("tfa",), steps=steps, **kwargs))
+    return timed(lambda: sweep(targets, rules=RULES, stages=("tfa",), steps=steps, **kwargs))
 
 
 def answered_from_a_cache(result) -> list[str]:
@@ -285,7 +285,7 @@ def main() -> None:
     t_init, _ = timed(lambda: ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
                                        configure_logging=False))
     try:
-        t_running, on_running = timed(lambda: sweep(targets, RULES, stages=("tfa",), steps=steps, workers=2,
+        t_running, on_running = timed(lambda: sweep(targets, rules=RULES, stages=("tfa",), steps=steps, workers=2,
                                                     executor="ray"))
     finally:
         ray.shutdown()

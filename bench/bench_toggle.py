@@ -22,9 +22,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 warnings.filterwarnings("ignore")
 
-import inspector  # noqa: E402
-from sample_models.generated import tfa_blocks  # noqa: E402
-from widgets import FoldInspector  # noqa: E402
+import inspector
+from sample_models.generated import tfa_blocks
+from widgets import FoldInspector
 
 TARGET_1K_MS = 100
 TARGET_10K_MS = 100

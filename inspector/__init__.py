@@ -1,7 +1,7 @@
 """fold-inspector core: find, decide, explain and compare every conv->mul fold site.
 
 No UI here: ``widgets`` imports this package, never the reverse. ``__all__`` is the user's verbs
-and the records they return (at most 40 names); the records those reach (``ScaleSummary``,
+and the records they return (at most 42 names); the records those reach (``ScaleSummary``,
 ``NotDelegated``, ``Quantization``, ``Metric``, ``ModelSpec``, ``models_from``,
 ``ExplanationMismatchWarning``) stay importable from here. What a screen needs to draw is the
 public module ``inspector.present``.
@@ -13,17 +13,17 @@ from ._targets.samples import samples
 from ._rules.rules import DEFAULT_VARIANTS, Rule, RuleContext, Skip, rule, rules
 from ._decide.stages import STAGES
 from ._numbers.attribution import Attribution, attribution
-from ._decide.analysis import Analysis, ScaleSummary, Site
+from ._decide.analysis import Analysis, ScaleSummary as ScaleSummary, Site
 from ._decide.decide import analyze, analyze_graph
 from ._numbers.compare import compare
 from ._numbers.bits import Bits, bits
-from ._numbers.quantization import Quantization, quantizations
-from ._sweep.sweep import ModelSpec, Sweep, models_from, sweep
-from ._numbers.results import Comparison, NotDelegated, Variant, VariantResult
+from ._numbers.quantization import Quantization as Quantization, quantizations
+from ._sweep.sweep import ModelSpec as ModelSpec, Sweep, models_from as models_from, sweep
+from ._numbers.results import Comparison, NotDelegated as NotDelegated, Variant, VariantResult
 from ._cost.accelerators import Accelerator, accelerators
 from ._base.cache import clear_all as clear_cache
 from ._workers.pool import start_server as start_workers
-from ._base.errors import ExplanationMismatchWarning, InspectorError
+from ._base.errors import ExplanationMismatchWarning as ExplanationMismatchWarning, InspectorError
 from ._sites.reasons import Reason
 from ._front.repro import reproducer
 from ._front.session import Session
@@ -32,7 +32,10 @@ from ._journey.records import Journey
 from ._advise.advise import advise
 from ._advise.records import Advice
 from ._advise.verdict import verdict
-from ._numbers.measures import Metric, metric, metrics
+from ._advise.widen import layers, widen
+from ._advise.widen_records import Layers as Layers, Widening as Widening
+from .present import widen_view as _widen_view  # noqa: F401 - registers how layers and widen read
+from ._numbers.measures import Metric as Metric, metric, metrics
 from ._targets.streams import Stream
 
 __all__ = [
@@ -61,8 +64,10 @@ __all__ = [
     "advise", "Advice",
     # the verdict on PR #21234: what its guard does and costs in the installed executorch, as a reply for the PR
     "verdict",
+    # which layers need more bits: each layer's cycles beside the error entering there, the cheapest widening
+    "layers", "widen",
 ]
-from ._base.version import __version__  # noqa: F401
+from ._base.version import __version__ as __version__
 from . import present as present  # what a screen draws with: inspector.present, with its own __all__
 
 _quiet.install_warning_filters()

@@ -69,7 +69,8 @@ class _TrainedDigits(SampleModel):
         from inspector import Stream  # the samples import the core only when they need it
 
         images, labels = split("held-out")
-        return Stream(tuple((image[None],) for image in images), tuple(labels), name="the 360 held-out digits")
+        return Stream(frames=tuple((image[None],) for image in images), labels=tuple(labels),
+                      name="the 360 held-out digits")
 
     def top1(self, images: torch.Tensor, labels: torch.Tensor) -> float:
         """The share of ``images`` whose most likely class is their label."""
@@ -171,7 +172,8 @@ class DigitsStateful(_TrainedDigits):
         images, labels = images[:STREAMED], labels[:STREAMED]
         frames = tuple(column for image in images for column in self.columns(image[None]))
         marks = tuple(label if i % 8 == 7 else None for label in labels for i in range(8))
-        return Stream(frames, marks, sequence=8, name=f"the first {STREAMED} held-out digits, a column per call")
+        return Stream(frames=frames, labels=marks, sequence=8,
+                      name=f"the first {STREAMED} held-out digits, a column per call")
 
     @torch.no_grad()
     def predict(self, images: torch.Tensor) -> torch.Tensor:

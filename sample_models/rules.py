@@ -30,7 +30,7 @@ def keep_wide_scales(site: RuleContext) -> Skip | None:
     """
     ratio = site.scale.ratio  # None when the scale is not a constant
     if site.scale.kind not in ("scalar", "scalar-tensor") and ratio is not None and ratio >= WIDE_SCALE_RATIO:
-        return Skip("wide-scale", f"max|s|/min|s| = {ratio:.3g} (|s| from {site.scale.min_abs:.3g} to "
+        return Skip(code="wide-scale", detail=f"max|s|/min|s| = {ratio:.3g} (|s| from {site.scale.min_abs:.3g} to "
                                   f"{site.scale.max_abs:.3g}), at least {WIDE_SCALE_RATIO:g}")
     return None
 
@@ -43,5 +43,5 @@ def skip_reaching_outputs(site: RuleContext) -> Skip | None:
     sites of a plain feed-forward model reach an output too.
     """
     if site.reaches_output:
-        return Skip("reaches-output", f"{site.mul.name} reaches the graph's output")
+        return Skip(code="reaches-output", detail=f"{site.mul.name} reaches the graph's output")
     return None

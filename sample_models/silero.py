@@ -105,7 +105,7 @@ class SileroVad(SampleModel):
         """The whole clip, a frame of 512 samples per call: speech, quiet and noise, 125 frames (4 s)."""
         from inspector import Stream  # the samples import the core only when they need it
 
-        return Stream(tuple((frame.unsqueeze(0),) for frame in speech().split(FRAME)),
+        return Stream(frames=tuple((frame.unsqueeze(0),) for frame in speech().split(FRAME)),
                       name=f"speech.wav (espeak-ng, {RATE // 1000} kHz), frames of {FRAME} samples")
 
     def example_inputs(self):

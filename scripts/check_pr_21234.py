@@ -383,7 +383,7 @@ def check_analyze_runs_the_pr_rule(graphs, rule) -> None:
     lowering, and its decisions are those of the PR's functions on the analysis's own graph."""
     model = BufferState()
     for stage in ("aten", "edge", "tfa"):
-        analysis = inspector.analyze(model, (_x(1, 4, 8, 8),), stage=stage, rule=rule.name)
+        analysis = inspector.analyze(model, example_inputs=(_x(1, 4, 8, 8),), stage=stage, rule=rule.name)
         graph = analysis.stage_graph
         decided = pr_pass.pr_decisions(rule, graph.graph_module, graph.program)
         assert [s.decision for s in analysis.sites] == [d.decision for d in decided], stage

@@ -74,7 +74,7 @@ def _calibrated_as_the_hook(name: str) -> dict:
     from inspector import InspectorError
 
     try:
-        comparison = inspector.compare(f"sample:{name}", ["upstream"], accelerator=ACCELERATOR, workers=1,
+        comparison = inspector.compare(f"sample:{name}", variants=["upstream"], accelerator=ACCELERATOR, workers=1,
                                        calibration=[sample_models.get(name).example_inputs()])
     except InspectorError as exc:
         return {"error": str(exc)}
@@ -154,7 +154,7 @@ def ensure_venv(release: str, where: Path, python: str, log: Path) -> Path:
     keep.write_text("".join(line + "\n" for line in frozen.splitlines()
                             if re.match(r"(torch|executorch|torchao|tosa-tools|ethos-u-vela|numpy)==", line)))
     pins = _lock_pins()
-    spec = lambda name: f"{name}=={pins[name]}" if name in pins else name  # noqa: E731
+    spec = lambda name: f"{name}=={pins[name]}" if name in pins else name
     _run([*pip, "-c", str(keep), *map(spec, RUNTIME)], log)
     _run([*pip, "--no-deps", *map(spec, NO_DEPS)], log)
     _run([*pip, "--no-deps", "-e", str(REPO)], log)
@@ -319,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    split = lambda text: [s for s in text.split(",") if s]  # noqa: E731
+    split = lambda text: [s for s in text.split(",") if s]
     sys.path.insert(0, str(REPO))
     import sample_models
 

@@ -9,8 +9,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import inspector  # noqa: E402
-from inspector.present.render import pipe  # noqa: E402  (the one door to dot)
+import inspector
+from inspector.present.render import pipe  # the one door to dot
 
 
 def main() -> None:
@@ -19,7 +19,7 @@ def main() -> None:
     subprocess.run([sys.executable, "-m", "inspector", "render", "sample:stateful_conv_mul", "--stage", "tfa",
                     "--rule", "state-aware-strict", "--which", "both", "--out", str(docs / "stateful-conv-mul.png")],
                    check=True, cwd=ROOT)
-    comparison = inspector.compare("sample:stateful_wide_scale", ("off", "upstream"), steps=20)
+    comparison = inspector.compare("sample:stateful_wide_scale", variants=("off", "upstream"), steps=20)
     attribution = inspector.attribution(comparison)
     analysis = inspector.analyze("sample:stateful_wide_scale", stage="tfa", rule="off")
     graph = analysis.render("after", errors=attribution.variant("off"))

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-import fuzzing  # noqa: E402 - found through the path above
+import fuzzing  # found through the path above
 
 SCHEDULE = ("pt2", "pt2", "session", "pt2", "pt2", "session", "cli", "store")  # archives are the widest door
 ANALYZE_EVERY = 20  # of the archives that load, analyze one in this many (~1 s each)

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sample_models import digits  # noqa: E402
+from sample_models import digits
 
 # name -> (class, epochs, learning rate, batch size); Adam, cross-entropy.
 RECIPES = {

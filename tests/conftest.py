@@ -203,7 +203,8 @@ def pytest_collection_modifyitems(config, items):
     """Under ``--dist loadgroup`` (make test) each test file is one group, so a worker runs it whole and
     builds its module fixtures (a JupyterLab server, a shared analysis) once; each notebook, and each
     test of ``OWN_GROUP``, is a group of its own, so the suite's longest tests spread over the workers;
-    the files of a ``SHARED_GROUPS`` entry share one worker's session fixtures. The groups are handed out longest first (``SECONDS``): the short ones fill the gaps at the end."""
+    the files of a ``SHARED_GROUPS`` entry share one worker's session fixtures. The groups are handed out longest
+    first (``SECONDS``): the short ones fill the gaps at the end."""
     if not getattr(config.option, "loadgroup", False):  # set in the workers of xdist's loadgroup
         return
     groups: dict[str, list] = {}

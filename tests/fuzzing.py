@@ -33,7 +33,8 @@ import time
 import warnings
 import zipfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import torch
 
@@ -193,11 +194,13 @@ def _session_bases(folder: Path) -> dict[str, bytes]:
 
     site = "conv@models.py:53"
     sessions = {
-        "minimal": Session("sample:conv_mul_scalar", "tfa", "upstream"),
-        "with_results": Session("sample:conv_mul_scalar", "tfa", "upstream", markers=(site,), selected=site,
+        "minimal": Session(target="sample:conv_mul_scalar", stage="tfa", rule="upstream"),
+        "with_results": Session(target="sample:conv_mul_scalar", stage="tfa", rule="upstream", markers=(site,),
+                                selected=site,
                                 variants=("off", "upstream"), steps=2, graph_view="after", graph_scope="whole",
                                 results=_comparison(site, 2), results_for=("tfa", "upstream", (site,))),
-        "rule_file": Session("model.pt2", "edge", "rules.py:no_wide_scale", variants=("off", "rules.py:no_wide_scale")),
+        "rule_file": Session(target="model.pt2", stage="edge", rule="rules.py:no_wide_scale",
+                             variants=("off", "rules.py:no_wide_scale")),
     }
     out = {}
     for name, session in sessions.items():
@@ -211,17 +214,21 @@ def _comparison(site: str, steps: int):
     from inspector._numbers.results import Comparison, Metrics, NotDelegated, QParams, SiteOutcome, Variant, VariantResult
 
     def result(policy: str, folded: bool) -> VariantResult:
-        metrics = tuple(Metrics(0, s, (("max-abs", 0.1), ("mean-abs", 0.01), ("mse", 0.001),
-                                       ("sqnr", float("inf") if s == 0 else 31.5), ("flushed", 0.0)), (30.0, 33.0))
+        metrics = tuple(Metrics(output=0, step=s, values=(("max-abs", 0.1), ("mean-abs", 0.01), ("mse", 0.001),
+                                       ("sqnr", float("inf") if s == 0 else 31.5), ("flushed", 0.0)),
+                                sqnr_per_channel_db=(30.0, 33.0))
                         for s in range(steps))
-        return VariantResult(Variant(policy, (site,)), {"tfa": int(folded), "lowering": 0},
-                             (SiteOutcome(site, "tfa" if folded else None, QParams(0.02, -3),
-                                          None if folded else QParams(0.01, 0)),),
-                             metrics, (NotDelegated("aten_mul", "aten.mul.Tensor", "not supported"),),
-                             {"export": 0.5, "reference": 1.25})
+        return VariantResult(variant=Variant(rule=policy, markers=(site,)), folds={"tfa": int(folded), "lowering": 0},
+                             sites=(SiteOutcome(site_id=site, folded_at="tfa" if folded else None,
+                                                conv_output=QParams(scale=0.02, zero_point=-3),
+                                          mul_output=None if folded else QParams(scale=0.01, zero_point=0)),),
+                             metrics=metrics,
+                             not_delegated=(NotDelegated(node="aten_mul", target="aten.mul.Tensor", reason="not supported"),),
+                             timings={"export": 0.5, "reference": 1.25})
 
-    return Comparison("sample:conv_mul_scalar", steps, "example inputs", "int8 symmetric",
-                      (result("off", False), result("upstream", True)))
+    return Comparison(target="sample:conv_mul_scalar", steps=steps, calibration="example inputs",
+                      quantization="int8 symmetric",
+                      results=(result("off", False), result("upstream", True)))
 
 
 # ----------------------------------------------------------------------------- the arena
@@ -446,9 +453,14 @@ def mutate_json(data: bytes, rng: random.Random) -> tuple[bytes, str]:
     if rng.random() < 0.12:
         return _mutate_json_text(json.dumps(doc), rng)
     whats = []
-    for _ in range(rng.choice((1, 1, 1, 2, 3))):
-        doc, what = _mutate_doc(doc, rng)
-        whats.append(what)
+    try:
+        for _ in range(rng.choice((1, 1, 1, 2, 3))):
+            doc, what = _mutate_doc(doc, rng)
+            whats.append(what)
+    except RecursionError:
+        # Python 3.12 and later read a JSON nested deeper than the interpreter's stack (3.10 and 3.11 refuse it
+        # above); walking it to mutate a field is then beyond the stack, so its bytes are mutated instead.
+        return _flip(data, rng), "bytes flipped (nested too deeply to walk)"
     return _dumps(doc).encode("utf-8", "surrogatepass"), "; ".join(whats)
 
 
@@ -769,7 +781,8 @@ def _raw_disagree(data: bytes, rng: random.Random) -> tuple[bytes, str]:
     if base + offset + struct.calcsize(fmt) > len(data):
         return data, "no room to patch"
     value = rng.choice((0, 1, 8, 12, 14, 99, 0x0808, 0xFFFF, 0xFFFFFFFF, rng.randrange(1 << 16)))
-    return _patch(data, base + offset, fmt, value), f"{field} = {value} in the {'local header' if in_local else 'central directory'} only"
+    where = "local header" if in_local else "central directory"
+    return _patch(data, base + offset, fmt, value), f"{field} = {value} in the {where} only"
 
 
 def _raw_overlap(data: bytes, rng: random.Random) -> tuple[bytes, str]:
@@ -852,7 +865,7 @@ _RAW_PATCHES = frozenset(op for op, _ in _RAW_OPS)
 _BOMB_SHARE = 0.01  # of cases: the deflate bomb (built once per base, then only its zip is patched)
 
 
-def make_pt2_case(bases: Bases, seed: int, index: int) -> "Case":
+def make_pt2_case(bases: Bases, seed: int, index: int) -> Case:
     """An archive made from one base by one to three mutations of its members or its zip structure."""
     rng = random.Random(f"{seed}:pt2:{index}")
     base = rng.choice(sorted(bases.archives))
@@ -887,7 +900,7 @@ def _write_archive(a: _Archive) -> bytes:
 # ----------------------------------------------------------------------------- session cases
 
 
-def make_session_case(bases: Bases, seed: int, index: int) -> "Case":
+def make_session_case(bases: Bases, seed: int, index: int) -> Case:
     """A session file made from a saved one: fields mutated, or its bytes, text or encoding."""
     rng = random.Random(f"{seed}:session:{index}")
     base = rng.choice(sorted(bases.sessions))
@@ -956,7 +969,7 @@ def _shape_text(rng: random.Random) -> str:
             return text
 
 
-def make_cli_case(bases: Bases, seed: int, index: int) -> "Case":
+def make_cli_case(bases: Bases, seed: int, index: int) -> Case:
     """argv for one command with one to three numeric or shape options, the values from a mix of
     edge cases and edits of them; a value starting with '-' is given as --opt=value."""
     rng = random.Random(f"{seed}:cli:{index}")
@@ -1094,7 +1107,7 @@ def _store_bases(root: Path) -> dict[str, tuple[dict, dict, bytes]]:
     return out
 
 
-def store_case(label: str, name: str, kind: str, body: bytes) -> "Case":
+def store_case(label: str, name: str, kind: str, body: bytes) -> Case:
     """A case of the store: entry ``name`` replaced by ``body`` (kind "bytes") or by a plant of
     ``PLANTS`` ("elsewhere": a link to ``body`` in another folder)."""
     return Case("store", label, f"{name}\n{kind}\n".encode() + body)
@@ -1105,7 +1118,7 @@ def _store_parts(data: bytes) -> tuple[str, str, bytes]:
     return name.decode(), kind.decode(), body
 
 
-def make_store_case(bases: Bases, seed: int, index: int) -> "Case":
+def make_store_case(bases: Bases, seed: int, index: int) -> Case:
     """A real entry with bytes flipped, cut, inserted or spliced from another, or random bytes, now and
     then signed again with the store's secret (so the reader below the signature is reached); or
     something put() never writes (``PLANTS``) where the entry was."""
@@ -1240,7 +1253,7 @@ class Judge:
         self.memory_limit = _peak_rss() + memory
         self.tmp_before = set(os.listdir(arena.tmp))
 
-    def stricter(self, *, seconds: float, memory: int) -> "Judge":
+    def stricter(self, *, seconds: float, memory: int) -> Judge:
         """This judge with tighter limits (the positive controls break them quickly and cheaply)."""
         judge = copy.copy(self)
         judge.seconds, judge.memory, judge.memory_limit = seconds, memory, _peak_rss() + memory

@@ -44,7 +44,7 @@ def _all_sets(target: str, steps: int, sites: tuple[str, ...], accelerator: str 
     exactly it (a file of its own; markers cannot pick every set: a marker skips each mul that reaches it). The sets
     as the pass really folded them (a chained mul folds only after the one before it)."""
     sets = [fold for k in range(len(sites) + 1) for fold in itertools.combinations(sites, k)]
-    c = inspector.compare(target, [set_rule(fold) for fold in sets], steps=steps, accelerator=accelerator)
+    c = inspector.compare(target, variants=[set_rule(fold) for fold in sets], steps=steps, accelerator=accelerator)
     out = {}
     for r in c.results:
         assert r.error is None and r.cost is not None, r.error
@@ -65,7 +65,7 @@ def test_the_advice_is_the_best_set_among_every_set_measured_directly(target, ac
     best = max(db for db, _ in measured.values())
     # the prices are read from the rows only where the rows add up to what upstream saves against off (Vela's own
     # table of the two ends), else each site is lowered alone
-    ends = inspector.compare(target, ("off", "upstream"), steps=steps, accelerator=accelerator)
+    ends = inspector.compare(target, variants=("off", "upstream"), steps=steps, accelerator=accelerator)
     folds = [s.site_id for s in ends.result("upstream").sites if s.folded_at]
     rows = sum(p.bought or 0 for p in ends.tradeoff().sites if p.site in folds)
     totals = ends.result("off").cost.cycles - ends.result("upstream").cost.cycles
@@ -93,7 +93,7 @@ def test_the_advice_is_the_best_set_among_every_set_measured_directly(target, ac
             assert abs(advice.check.summed - advice.check.totals) <= 0.01 * abs(advice.check.totals)
         # compare with the advice's markers (where markers can pick it) or its variant folds exactly its set
         variants = [advice.variant()] + ([("state-aware", advice.markers)] if advice.markers is not None else [])
-        for r in inspector.compare(target, variants, steps=steps, accelerator=accelerator).results:
+        for r in inspector.compare(target, variants=variants, steps=steps, accelerator=accelerator).results:
             assert tuple(s.site_id for s in r.sites if s.folded_at) == advice.folded, r.variant.label
     # every point says what it is: the sets measured are distinct, the frontier is among them
     assert len({p.folded for p in first.points}) == len(first.points)
@@ -105,11 +105,11 @@ def test_the_advices_numbers_equal_a_fresh_tosa_compare_of_its_variant_to_the_di
     advice = inspector.advise(THREE, accelerator=U55, budget_db=0.0)
     inspector.clear_cache()
     for variant in [advice.variant()] + ([("state-aware", advice.markers)] if advice.markers is not None else []):
-        (r,) = inspector.compare(THREE, [variant], accelerator=U55).results
+        (r,) = inspector.compare(THREE, variants=[variant], accelerator=U55).results
         assert r.worst().sqnr_db == advice.recommended.tosa_db
         assert r.cost.cycles == advice.recommended.vela_cycles
     # upstream and off as the advice set them against: Vela and TOSA, the same digits
-    ends = inspector.compare(THREE, ("off", "upstream"), accelerator=U55)
+    ends = inspector.compare(THREE, variants=("off", "upstream"), accelerator=U55)
     for rule in ("off", "upstream"):
         x = advice.versus(rule)
         assert (x.cycles, x.tosa_db) == (ends.result(rule).cost.cycles, ends.result(rule).worst().sqnr_db)
@@ -151,7 +151,8 @@ def test_the_record_round_trips_and_draws(tmp_path):
     bundle = advice._repr_mimebundle_()
     assert "fi-advice" in bundle["text/html"] and "which sites should fold" in bundle["text/plain"]
     # every cycle names its compiler: the Vela that priced the recommendation, with its settings
-    (rec,) = inspector.compare("sample:stateful_wide_scale", [advice.variant()], steps=3, accelerator=U55).results
+    (rec,) = inspector.compare("sample:stateful_wide_scale", variants=[advice.variant()], steps=3,
+                               accelerator=U55).results
     assert advice.compiler == rec.cost.compiler and advice.compiler.startswith("Vela ")
     assert all(advice.compiler in text for text in (md, bundle["text/plain"], bundle["text/html"]))
     with pytest.raises(inspector.InspectorError, match="not an advice"):
@@ -163,7 +164,7 @@ def test_a_kept_rule_loads_again_in_a_new_process_and_folds_exactly_the_advice(t
     kept = advice.rule(name="kept-advice", path=tmp_path / "kept.py")
     assert kept.name == "kept-advice" and "kept-advice" in inspector.rules
     spec = f"{tmp_path / 'kept.py'}:kept_advice"
-    code = ("import inspector, json; r = inspector.compare(%r, [%r], accelerator='ethos-u55-128', "
+    code = ("import inspector, json; r = inspector.compare(%r, variants=[%r], accelerator='ethos-u55-128', "
             "workers=1).results[0]; print(json.dumps([s.site_id for s in r.sites if s.folded_at]))" % (THREE, spec))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == list(advice.folded)
@@ -226,7 +227,7 @@ def test_the_report_includes_the_advice(capsys):
 
 def test_a_sweep_advises_each_model_and_says_what_the_rules_give_up(capsys):
     models = ["sample:stateful_wide_scale", THREE]
-    s = inspector.sweep(models, ("upstream", "state-aware"), steps=1, accelerators=(U55,), advise_db=0.0)
+    s = inspector.sweep(models, rules=("upstream", "state-aware"), steps=1, accelerators=(U55,), advise_db=0.0)
     assert len(s.advice) == len(models) and s.advice[0].target == "sample:stateful_wide_scale"
     for model, a in zip(models, s.advice):  # each as advise gives it on its own
         alone = inspector.advise(model, accelerator=U55, budget_db=0.0, steps=1)
@@ -237,7 +238,7 @@ def test_a_sweep_advises_each_model_and_says_what_the_rules_give_up(capsys):
     assert "Which sites should fold (the advice)" in md and "`state-aware` gives up" in md
     assert json.loads(s.format("json"))["advice"][0]["kind"] == "advice"
     with pytest.raises(inspector.InspectorError, match="give an Ethos-U"):
-        inspector.sweep(models, ("upstream",), steps=1, advise_db=1.0)
+        inspector.sweep(models, rules=("upstream",), steps=1, advise_db=1.0)
     assert cli.main(["sweep", "sample:stateful_wide_scale", "--steps", "1", "--accelerators", U55,
                      "--advise-db", "0", "--format", "md"]) == 0
     assert "Which sites should fold (the advice)" in capsys.readouterr().out

@@ -78,6 +78,8 @@ def runs(monkeypatch):
     monkeypatch.setattr(advise_module, "compare", compare)
     monkeypatch.setattr(advise_module._load, "load",
                         lambda target, inputs=None: SimpleNamespace(name="fake", steps=lambda steps: steps or 1))
+    # the stand-in target has no graph for the default steps' resolver to read: one step unless told
+    monkeypatch.setattr(advise_module._stages, "steps_for", lambda target, steps: target.steps(steps))
     monkeypatch.setattr(advise_module, "_marked_by", lambda target, wanted, common: dict.fromkeys(wanted))
     return seen
 

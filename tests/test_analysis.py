@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -28,7 +29,7 @@ def test_public_calls_never_mutate_the_callers_module(stage):
     inputs = model.example_inputs()
     snap, inputs_snap = state_of(model), [x.clone() for x in inputs]
     eager = model(*inputs)
-    result = inspector.analyze(model, inputs, stage=stage)
+    result = inspector.analyze(model, example_inputs=inputs, stage=stage)
     assert [s.decision for s in result.sites] == ["fold"]
     result.with_rule("off").with_rule("state-aware-strict")
     result.toggle_marker(result.sites[0].id)
@@ -262,7 +263,8 @@ class NoSites(nn.Module):
 X = (torch.randn(1, 3, 8, 8),)
 CASES = [
     # model, inputs, stage, policy, expected verdicts
-    (InputMutation, (torch.randn(1, 2, 6, 6), torch.zeros(1, 2, 6, 6)), "edge", "state-aware", [("skip", ("feeds-input-mutation",))]),
+    (InputMutation, (torch.randn(1, 2, 6, 6), torch.zeros(1, 2, 6, 6)), "edge", "state-aware",
+     [("skip", ("feeds-input-mutation",))]),
     (InputMutation, (torch.randn(1, 2, 6, 6), torch.zeros(1, 2, 6, 6)), "edge", "upstream", [("fold", ())]),
     (NoBiasNoPadding, X, "tfa", "upstream", [("skip", ("conv-op-not-matched",))]),
     (NoBiasNoPadding, X, "edge", "upstream", [("fold", ())]),
@@ -281,7 +283,7 @@ def test_models_outside_the_samples(cls, inputs, stage, policy, expected):
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("error", inspector.ExplanationMismatchWarning)
-        result = inspector.analyze(cls(), inputs, stage=stage, rule=policy)
+        result = inspector.analyze(cls(), example_inputs=inputs, stage=stage, rule=policy)
     assert [(s.decision, s.reason_codes) for s in result.sites] == expected
     for b, a in zip(flat(result.run_before()), flat(result.run_after())):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
@@ -303,16 +305,16 @@ class BufferWeights(nn.Module):
 def test_a_crash_of_the_installed_pass_names_the_site(stage):
     with pytest.raises(FoldPassCrash, match=r"^the installed FoldScalarMulIntoConvPass crashed while "
                                                       r"folding site root@test_analysis.py:\d+ .*persistent_buffer") as info:
-        inspector.analyze(BufferWeights(), X, stage=stage)
+        inspector.analyze(BufferWeights(), example_inputs=X, stage=stage)
     assert "\n" not in str(info.value) and info.value.site_id.startswith("root@test_analysis.py:")
     # where the pass rewrites get_attr tensors in place (tfa) it folds fine, and off never calls it
-    assert inspector.analyze(BufferWeights(), X, stage="tfa").sites[0].decision == "fold"
-    assert inspector.analyze(BufferWeights(), X, stage=stage, rule="off").sites[0].decision == "skip"
+    assert inspector.analyze(BufferWeights(), example_inputs=X, stage="tfa").sites[0].decision == "fold"
+    assert inspector.analyze(BufferWeights(), example_inputs=X, stage=stage, rule="off").sites[0].decision == "skip"
 
 
 def test_input_mutation_at_tfa_needs_the_strict_rule():
     inputs = (torch.randn(1, 2, 6, 6), torch.zeros(1, 2, 6, 6))
-    result = inspector.analyze(InputMutation(), inputs, stage="tfa", rule="state-aware")
+    result = inspector.analyze(InputMutation(), example_inputs=inputs, stage="tfa", rule="state-aware")
     assert result.sites[0].decision == "fold"
     strict = result.with_rule("state-aware-strict").sites[0]
     assert strict.reason_codes == ("feeds-input-mutation",)
@@ -321,13 +323,13 @@ def test_input_mutation_at_tfa_needs_the_strict_rule():
 
 
 def test_nested_module_paths_give_distinct_ids():
-    result = inspector.analyze(Nested(), X, stage="edge")
+    result = inspector.analyze(Nested(), example_inputs=X, stage="edge")
     assert [s.id.split("@")[0] for s in result.sites] == ["blocks.0.conv", "blocks.1.conv"]
     assert len({s.id for s in result.sites}) == 2
 
 
 def test_in_place_mul_is_a_site_the_pass_does_not_match():
-    result = inspector.analyze(InPlaceMul(), X, stage="aten")
+    result = inspector.analyze(InPlaceMul(), example_inputs=X, stage="aten")
     # torch 2.13's export keeps the in-place mul_ at aten (it is not functionalized into mul)
     assert [s.mul for s in result.sites] == ["mul_"]
     site = result.sites[0]
@@ -351,7 +353,7 @@ def test_to_dict_is_json_ready_and_complete():
 
 def test_site_is_frozen_and_repr_is_one_line():
     result = inspector.analyze("sample:conv_mul_scalar", stage="aten")
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         result.sites[0].decision = "skip"
     assert "\n" not in repr(result) and "1 site, 1 folded" in repr(result)
     bundle = result._repr_mimebundle_()
@@ -371,7 +373,7 @@ def test_model_derived_strings_are_escaped_in_html():
         def forward(self, x):
             return getattr(self.inner, evil)(x) * 0.5
 
-    result = inspector.analyze(Wrap(), X, stage="aten")
+    result = inspector.analyze(Wrap(), example_inputs=X, stage="aten")
     assert evil in result.sites[0].id
     html = result._repr_mimebundle_()["text/html"]
     assert evil not in html and "&lt;script&gt;" in html
@@ -391,9 +393,9 @@ def test_bad_targets_give_one_line_errors(tmp_path):
     with pytest.raises(InspectorError, match="needs example inputs"):
         inspector.analyze(NoSites())
     with pytest.raises(InspectorError, match="torch.export failed"):
-        inspector.analyze(sample_models.get("conv_mul_scalar"), (torch.randn(1, 5, 8, 8),))
+        inspector.analyze(sample_models.get("conv_mul_scalar"), example_inputs=(torch.randn(1, 5, 8, 8),))
     with pytest.raises(InspectorError, match="NaN or Inf"):
-        inspector.analyze(NoSites(), (torch.tensor([float("nan")]),))
+        inspector.analyze(NoSites(), example_inputs=(torch.tensor([float("nan")]),))
     with pytest.raises(InspectorError, match="^unknown stage 'during'; choose one of: aten, tfa, edge, lowering$"):
         inspector.analyze("sample:conv_mul_scalar", stage="during")
     with pytest.raises(InspectorError, match="unknown rule"):
@@ -416,9 +418,9 @@ def test_stage_build_failures_are_one_line_errors():
         def forward(self, x):
             return getattr(self.inner, 'blk"q')(x) * 0.5
 
-    assert inspector.analyze(Quoted(), X, stage="aten").sites[0].decision == "fold"
+    assert inspector.analyze(Quoted(), example_inputs=X, stage="aten").sites[0].decision == "fold"
     with pytest.raises(InspectorError, match=r"^building the tfa graph of Quoted failed: ") as info:
-        inspector.analyze(Quoted(), X, stage="tfa")
+        inspector.analyze(Quoted(), example_inputs=X, stage="tfa")
     assert "\n" not in str(info.value)
 
 

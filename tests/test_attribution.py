@@ -3,6 +3,7 @@ across variants and steps, the simulation checked against the TOSA reference, an
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -19,20 +20,20 @@ pytestmark = pytest.mark.requires_tosa
 
 @pytest.fixture(scope="module")
 def stateful5():
-    comparison = inspector.compare("sample:stateful_conv_mul", ("off", "upstream"), steps=5)
+    comparison = inspector.compare("sample:stateful_conv_mul", variants=("off", "upstream"), steps=5)
     return comparison, inspector.attribution(comparison)
 
 
 def test_default_calibration_covers_the_run_for_models_with_state():
     """docs/stack-facts.md: with 8 calibration calls the stateful sample fell from 33.7 to 6.3 dB by step 20,
     because the observers never saw the state's range there. Calibrating over the run fixes that."""
-    comparison = inspector.compare("sample:stateful_conv_mul", ("upstream",), steps=20)
+    comparison = inspector.compare("sample:stateful_conv_mul", variants=("upstream",), steps=20)
     assert comparison.calibration.startswith("8 sequence(s) of 20 step(s), each free-running the model's state")
     drift = comparison.result("upstream").drift()
     assert len(drift) == 20 and min(drift) > 20, drift
     assert drift[-1] > 30, drift  # no collapse at step 20
     # a stateless model keeps the short calibration
-    plain = inspector.compare("sample:conv_mul_scalar", ("upstream",))
+    plain = inspector.compare("sample:conv_mul_scalar", variants=("upstream",))
     assert plain.calibration.startswith("the example inputs and 7 copies")
 
 
@@ -82,7 +83,7 @@ def test_folding_is_nearly_neutral_on_the_scalar_sample_and_matters_on_the_wide_
     off, upstream = comparison.results
     gaps = [abs(a - b) for a, b in zip(off.drift(), upstream.drift())]
     assert max(gaps) < 2.5, gaps
-    wide = inspector.compare("sample:stateful_wide_scale", ("off", "upstream"), steps=10)
+    wide = inspector.compare("sample:stateful_wide_scale", variants=("off", "upstream"), steps=10)
     gap = wide.result("upstream").at_step(9).sqnr_db - wide.result("off").at_step(9).sqnr_db
     assert abs(gap) > 10, gap
     attribution = inspector.attribution(wide)
@@ -144,7 +145,7 @@ class Recurrent(nn.Module):
     (Recurrent(), (torch.rand(1, 3, 6, 6, generator=torch.Generator().manual_seed(1)), torch.zeros(1, 3, 6, 6))),
 ], ids=["streaming-buffer", "functional-recurrent"])
 def test_models_with_state_the_samples_do_not_have(model, inputs):
-    comparison = inspector.compare(model, ("off", "upstream"), example_inputs=inputs, steps=4)
+    comparison = inspector.compare(model, variants=("off", "upstream"), example_inputs=inputs, steps=4)
     attribution = inspector.attribution(comparison)
     for v in attribution.variants:
         assert sorted({n.step for n in v.nodes}) == [0, 1, 2, 3]
@@ -177,12 +178,12 @@ def test_records_are_frozen_and_json_ready(stateful5):
     assert json.loads(text)["steps"] == 5
     bundle = attribution._repr_mimebundle_()
     assert "where the quantization error enters" in bundle["text/plain"] and "<table" in bundle["text/html"]
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         attribution.variants[0].nodes[0].sqnr_db = 0.0
 
 
 def test_a_comparison_read_from_json_says_what_to_do():
-    comparison = inspector.compare("sample:conv_mul_scalar", ("upstream",))
+    comparison = inspector.compare("sample:conv_mul_scalar", variants=("upstream",))
     again = inspector.Comparison.from_dict(json.loads(json.dumps(comparison.to_dict())))
     with pytest.raises(inspector.InspectorError, match="run inspector.compare again"):
         inspector.attribution(again)

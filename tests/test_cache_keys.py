@@ -33,7 +33,7 @@ class M(nn.Module):
 
 
 def verdict(model, **kw):
-    site = inspector.analyze(model, X, stage="aten", **kw).sites[0]
+    site = inspector.analyze(model, example_inputs=X, stage="aten", **kw).sites[0]
     return site.decision, site.reason_codes, site.scale.short()
 
 
@@ -67,13 +67,13 @@ class ChannelScale(nn.Module):
 @pytest.mark.parametrize("persistent", [True, False], ids=["buffer", "non-persistent-buffer"])
 def test_an_in_place_edit_of_a_buffer_changes_the_answer(persistent):
     m = ChannelScale(persistent)
-    first = inspector.analyze(m, X, stage="aten").sites[0].scale
+    first = inspector.analyze(m, example_inputs=X, stage="aten").sites[0].scale
     m.scale.mul_(40)
     m.scale[0, 0] = 1e-3
-    second = inspector.analyze(m, X, stage="aten").sites[0].scale
+    second = inspector.analyze(m, example_inputs=X, stage="aten").sites[0].scale
     assert (first.min_abs, first.max_abs) == (0.5, 0.5)
     assert second.min_abs == pytest.approx(1e-3) and second.max_abs == 20.0
-    risks = inspector.analyze(m, X, stage="aten").sites[0].risk_codes
+    risks = inspector.analyze(m, example_inputs=X, stage="aten").sites[0].risk_codes
     assert "wide-dynamic-range-scale" in risks
 
 
@@ -100,8 +100,8 @@ def test_a_class_redefined_under_the_same_name_is_a_new_model():
                 {body}
     ''')
     first, second = {}, {}
-    exec(compile(source.format(body="return self.conv(x) * 0.5"), "cell_1.py", "exec"), first)
-    exec(compile(source.format(body="y = self.conv(x); return y * 0.5 + y"), "cell_1.py", "exec"), second)
+    exec(compile(source.format(body="return self.conv(x) * 0.5"), "cell_1.py", "exec"), first)  # noqa: S102 - the test's own cell
+    exec(compile(source.format(body="y = self.conv(x); return y * 0.5 + y"), "cell_1.py", "exec"), second)  # noqa: S102 - the test's own cell
     assert first["Net"].__name__ == second["Net"].__name__ == "Net"
     assert verdict(first["Net"]()) == ("fold", (), "scalar 0.5")
     assert verdict(second["Net"]())[1] == ("conv-has-other-users",)
@@ -116,8 +116,8 @@ def test_inputs_and_names_are_part_of_the_key():
 
 
 def test_the_same_model_twice_is_the_same_target_with_its_stage_graphs():
-    a = inspector.analyze(M(0.5), X, stage="tfa")
-    b = inspector.analyze(M(0.5), X, stage="tfa")  # a fresh object with the same content
+    a = inspector.analyze(M(0.5), example_inputs=X, stage="tfa")
+    b = inspector.analyze(M(0.5), example_inputs=X, stage="tfa")  # a fresh object with the same content
     assert a.target is b.target
     assert a.stage_graph is b.stage_graph  # the tfa capture was not built twice
 
@@ -146,11 +146,11 @@ def test_a_rewritten_script_file_is_imported_again(tmp_path):
 def test_compare_recomputes_after_an_in_place_weight_edit_and_caches_the_same_model():
     clear_cache()
     m = ChannelScale()
-    first = inspector.compare(m, "upstream", example_inputs=X)
-    again = inspector.compare(ChannelScale(), "upstream", example_inputs=X)
+    first = inspector.compare(m, variants="upstream", example_inputs=X)
+    again = inspector.compare(ChannelScale(), variants="upstream", example_inputs=X)
     assert again.results[0].cached and again.results[0].metrics == first.results[0].metrics
     with torch.no_grad():
         m.conv.weight.mul_(3)
-    edited = inspector.compare(m, "upstream", example_inputs=X)
+    edited = inspector.compare(m, variants="upstream", example_inputs=X)
     assert not edited.results[0].cached
     assert not torch.equal(edited.results[0].outputs[0][0], first.results[0].outputs[0][0])

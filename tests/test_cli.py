@@ -90,7 +90,8 @@ def test_script_targets(tmp_path, capsys):
     (["analyze", "missing.pt2"], "no such file: missing.pt2"),
     (["analyze", "{tmp}/user_model.py:Nope"], "has no nn.Module class 'Nope'; found: Bare, Broken, NoSites, WithMethod"),
     (["analyze", "{tmp}/user_model.py:Bare"], "Bare needs example inputs"),
-    (["analyze", "{tmp}/user_model.py:Bare", "--input-shape", "1,5,8,8"], "torch.export failed for Bare with inputs (1x5x8x8 float32)"),
+    (["analyze", "{tmp}/user_model.py:Bare", "--input-shape", "1,5,8,8"],
+     "torch.export failed for Bare with inputs (1x5x8x8 float32)"),
     (["analyze", "{tmp}/user_model.py:Bare", "--input-shape", "1,x"], "bad --input-shape '1,x'"),
     (["analyze", "{tmp}/user_model.py:Broken"], "Broken() failed: ValueError: needs a config"),
     (["analyze", "sample:conv_mul_scalar", "--mark", "zzz"], "unknown marker 'zzz'"),
@@ -113,14 +114,14 @@ def test_demo_writes_an_html_report(tmp_path, capsys):
 
     report = tmp_path / "r.html"
     try:
-        code, out, _ = run(capsys, "demo", "--html", str(report), "--steps", "0")  # no numbers: nothing lowered
+        code, out, _ = run(capsys, "demo", "--html", str(report), "--no-numbers")  # nothing lowered
     finally:
         rules.unregister("demo-test-extra")
     assert "demo-test-extra" not in out
     assert code == 0 and "rule=state-aware-strict" in out and "feeds-buffer-mutation" in out
     html = report.read_text()
     assert html.startswith("<!doctype html>") and html.count("<table") == 4 and "<svg" in html
-    assert "TOSA INT reference" not in out  # --steps 0 compares nothing (test_stumbles.py runs the whole demo)
+    assert "TOSA INT reference" not in out  # --no-numbers compares nothing (test_stumbles.py runs the whole demo)
 
 
 def test_real_entry_point_prints_no_traceback():

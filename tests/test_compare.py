@@ -31,7 +31,7 @@ pytestmark = pytest.mark.requires_tosa
 def stateful20():
     clear_cache()
     events = []
-    result = compare("sample:stateful_conv_mul", ("off", "upstream", "state-aware-strict"), steps=20,
+    result = compare("sample:stateful_conv_mul", variants=("off", "upstream", "state-aware-strict"), steps=20,
                      progress=lambda stage, fraction: events.append((stage, fraction)))
     return result, events
 
@@ -68,14 +68,24 @@ def test_progress_names_stages_and_advances(stateful20):
             assert set(r.timings) >= {"lower", "reference"} and r.timings["lower"] > 0
 
 
+def test_progress_never_moves_back_when_a_later_variant_is_answered_by_the_store():
+    compare("sample:stateful_conv_mul", variants=("upstream",), steps=2, workers=1)
+    events = []
+    compare("sample:stateful_conv_mul", variants=("off", "upstream"), steps=2, workers=1,
+            progress=lambda stage, fraction: events.append((stage, fraction)))
+    fractions = [f for _, f in events]
+    assert any(stage == "upstream: cached" for stage, _ in events)
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0, events
+
+
 def test_state_is_reset_before_the_run(stateful20):
     """Step 0 of a long run starts from the model's initial state, as a 1-step run does (the same
     calibration for both: by default a longer run calibrates over more steps)."""
     result, _ = stateful20
     x = sample_models.get("stateful_conv_mul").example_inputs()
     batches = [x] * 4  # user batches: one call each, whatever the number of steps
-    one = compare("sample:stateful_conv_mul", ("upstream",), steps=1, calibration=batches)
-    many = compare("sample:stateful_conv_mul", ("upstream",), steps=6, calibration=batches)
+    one = compare("sample:stateful_conv_mul", variants=("upstream",), steps=1, calibration=batches)
+    many = compare("sample:stateful_conv_mul", variants=("upstream",), steps=6, calibration=batches)
     assert torch.equal(one.results[0].outputs[0][0], many.results[0].outputs[0][0])
     eager = sample_models.get("stateful_conv_mul")
     first = eager(*eager.example_inputs())
@@ -87,7 +97,7 @@ def test_state_is_reset_before_the_run(stateful20):
 def test_cache_answers_the_same_variants_again_with_the_same_metrics(stateful20):
     """That a variant whose decisions changed is recomputed is checked by
     test_functional_state_marker_makes_state_aware_skip_and_runs_free."""
-    again = compare("sample:stateful_conv_mul", ("off", "upstream", "state-aware-strict"), steps=20)
+    again = compare("sample:stateful_conv_mul", variants=("off", "upstream", "state-aware-strict"), steps=20)
     assert all(r.cached for r in again.results)
     assert [r.metrics for r in again.results] == [r.metrics for r in stateful20[0].results]
 
@@ -95,9 +105,9 @@ def test_cache_answers_the_same_variants_again_with_the_same_metrics(stateful20)
 @pytest.mark.own_store  # its point is that the work is done again
 def test_seeded_runs_give_identical_numbers():
     clear_cache()
-    a = compare("sample:conv_mul_wide_dynamic_range_scale", ("upstream",))
+    a = compare("sample:conv_mul_wide_dynamic_range_scale", variants=("upstream",))
     clear_cache(disk=True)  # computed again, not read back from the result store
-    b = compare("sample:conv_mul_wide_dynamic_range_scale", ("upstream",))
+    b = compare("sample:conv_mul_wide_dynamic_range_scale", variants=("upstream",))
     assert not b.results[0].cached
     assert a.results[0].metrics == b.results[0].metrics
 
@@ -105,7 +115,8 @@ def test_seeded_runs_give_identical_numbers():
 def test_functional_state_marker_makes_state_aware_skip_and_runs_free():
     clear_cache()
     site = inspector.analyze("sample:functional_recurrent_conv_mul", stage="tfa").sites[0].id
-    result = compare("sample:functional_recurrent_conv_mul", ("upstream", ("state-aware", (site,)), "state-aware"), steps=5)
+    result = compare("sample:functional_recurrent_conv_mul", variants=("upstream", ("state-aware", (site,)), "state-aware"),
+                     steps=5)
     folds = [r.folds["tfa"] for r in result.results]
     assert folds == [1, 0, 1]
     upstream, marked, unmarked = result.results
@@ -118,7 +129,7 @@ def test_functional_state_marker_makes_state_aware_skip_and_runs_free():
         out, h = model(x, h)
     assert torch.equal(result.reference[2][1], h)
     # toggling the marker off again is answered from the cache
-    toggled = compare("sample:functional_recurrent_conv_mul", ("state-aware",), steps=5, markers=())
+    toggled = compare("sample:functional_recurrent_conv_mul", variants=("state-aware",), steps=5, markers=())
     assert toggled.results[0].cached
 
 
@@ -129,7 +140,7 @@ def test_off_folds_nothing_and_upstream_is_bit_identical_to_the_plain_flow():
     gen = torch.Generator().manual_seed(3)
     batches = [inputs] + [(inputs[0] + 0.1 * torch.randn(inputs[0].shape, generator=gen),) for _ in range(3)]
     snap = state_of(model)
-    result = compare(model, ("off", "upstream"), example_inputs=inputs, calibration=batches)
+    result = compare(model, variants=("off", "upstream"), example_inputs=inputs, calibration=batches)
     assert_bit_identical(snap, model)
     off, upstream = result.results
     assert off.folds == {"tfa": 0, "lowering": 0} and off.sites[0].folded_at is None
@@ -161,7 +172,7 @@ class Unsupported(nn.Module):
 
 def test_not_delegated_nodes_carry_the_partitioners_reason():
     torch.manual_seed(0)
-    result = compare(Unsupported(), ("upstream",), example_inputs=(torch.randn(1, 2, 4, 4),))
+    result = compare(Unsupported(), variants=("upstream",), example_inputs=(torch.randn(1, 2, 4, 4),))
     outside = {n.target: n.reason for n in result.results[0].not_delegated}
     assert "BaseTOSASupportList" in outside["aten.sort.default"]
     assert any("delegate's input or output" in r for t, r in outside.items() if "quantize" in t)
@@ -181,19 +192,20 @@ class Exploding(nn.Module):
 
 def test_errors_are_one_line_and_name_what_failed():
     with pytest.raises(InspectorError, match="NaN or Inf"):
-        compare("sample:conv_mul_scalar", ("upstream",), calibration=[(torch.full((1, 3, 8, 8), float("nan")),)])
+        compare("sample:conv_mul_scalar", variants=("upstream",),
+                calibration=[(torch.full((1, 3, 8, 8), float("nan")),)])
     bad = sample_models.get("functional_recurrent_conv_mul")
     bad.RECURRENT = {1: 0, 5: 1}
     with pytest.raises(InspectorError, match="declares output 5 as recurrent, but it has 2 outputs"):
-        compare(bad, ("upstream",))
+        compare(bad, variants=("upstream",))
     with pytest.raises(InspectorError, match="unknown rule"):
-        compare("sample:conv_mul_scalar", ("sometimes",))
+        compare("sample:conv_mul_scalar", variants=("sometimes",))
     with pytest.raises(InspectorError, match="steps must be from 1 to 1000, got 0"):
         compare("sample:conv_mul_scalar", steps=0)
     model = Exploding()
     snap = state_of(model)
     with pytest.raises(InspectorError, match=r"^lower failed for variant upstream: SpecViolationError: .*cumprod") as info:
-        compare(model, ("upstream",), example_inputs=(torch.randn(1, 2, 2, 2),))
+        compare(model, variants=("upstream",), example_inputs=(torch.randn(1, 2, 2, 2),))
     assert "\n" not in str(info.value)
     assert_bit_identical(snap, model)
 
@@ -281,7 +293,7 @@ def test_a_reference_model_failure_is_one_line_naming_the_variant(monkeypatch):
     snap = state_of(model)
     with pytest.raises(InspectorError, match=r"^the TOSA reference model failed for variant upstream: "
                                              r"RuntimeError: Non-valid TOSA") as info:
-        compare(model, ("upstream",))
+        compare(model, variants=("upstream",))
     assert "\n" not in str(info.value)
     assert_bit_identical(snap, model)
 
@@ -293,23 +305,25 @@ def test_a_reference_model_failure_is_one_line_naming_the_variant(monkeypatch):
 def test_workers_give_bit_identical_results_and_name_each_variant():
     clear_cache()
     events = []
-    parallel = compare("sample:stateful_wide_scale", ("off", "upstream", "state-aware-strict"), steps=3, workers=2,
+    parallel = compare("sample:stateful_wide_scale", variants=("off", "upstream", "state-aware-strict"), steps=3,
+                       workers=2,
                        progress=lambda phase, fraction: events.append(phase))
     clear_cache(disk=True)  # computed again, not read back from the result store
-    sequential = compare("sample:stateful_wide_scale", ("off", "upstream", "state-aware-strict"), steps=3, workers=1)
+    sequential = compare("sample:stateful_wide_scale", variants=("off", "upstream", "state-aware-strict"), steps=3,
+                         workers=1)
     for p, s in zip(parallel.results, sequential.results):
         assert p.variant == s.variant and p.metrics == s.metrics and p.folds == s.folds
         assert all(torch.equal(a, b) for ps, ss in zip(p.outputs, s.outputs) for a, b in zip(ps, ss))
     labels = {e.split(": ")[0] for e in events if ": " in e}
     assert {"off", "upstream"} <= labels  # progress names the variant, from this process and from the worker
     with pytest.raises(InspectorError, match="workers must be a positive integer, got 0"):
-        compare("sample:conv_mul_scalar", ("off", "upstream"), workers=0)
+        compare("sample:conv_mul_scalar", variants=("off", "upstream"), workers=0)
 
 
 SCRIPT_WITHOUT_GUARD = """
 import inspector
 print("script body ran", flush=True)
-result = inspector.compare("sample:conv_mul_scalar", ("off", "upstream"), workers=2)
+result = inspector.compare("sample:conv_mul_scalar", variants=("off", "upstream"), workers=2)
 print("folds", [r.folds["tfa"] for r in result.results], flush=True)
 """
 

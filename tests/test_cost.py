@@ -13,6 +13,7 @@ import contextlib
 import copy
 import csv
 import functools
+import importlib.metadata
 import io
 import os
 
@@ -112,7 +113,7 @@ def _calibration(sample: str, batches: int):
 
 @functools.cache
 def _compare(sample: str, accelerator: str):
-    return inspector.compare(f"sample:{sample}", ("off", "upstream"), accelerator=accelerator, workers=1)
+    return inspector.compare(f"sample:{sample}", variants=("off", "upstream"), accelerator=accelerator, workers=1)
 
 
 @pytest.mark.parametrize("accelerator", ACCELERATORS)
@@ -178,7 +179,8 @@ def test_the_cost_reads_back_from_json_and_the_store_and_is_an_estimate(tmp_path
     again = inspector.Comparison.from_dict(data)
     assert [r.cost for r in again.results] == [r.cost for r in comparison.results]
     inspector.clear_cache()  # memory forgets: the next answer is the store's
-    kept = inspector.compare("sample:stateful_conv_mul", ("off", "upstream"), accelerator="ethos-u85-256", workers=1)
+    kept = inspector.compare("sample:stateful_conv_mul", variants=("off", "upstream"), accelerator="ethos-u85-256",
+                             workers=1)
     assert all(r.cached for r in kept.results)
     assert [r.cost for r in kept.results] == [r.cost for r in comparison.results]
     frame = kept.results[0].cost.to_dataframe()
@@ -191,12 +193,12 @@ def test_the_cost_reads_back_from_json_and_the_store_and_is_an_estimate(tmp_path
 
 def test_an_unknown_accelerator_is_one_line_naming_the_choices():
     with pytest.raises(inspector.InspectorError, match="unknown accelerator 'nope'; choose one of: tosa-int, ") as info:
-        inspector.compare("sample:conv_mul_scalar", ["upstream"], accelerator="nope", workers=1)
+        inspector.compare("sample:conv_mul_scalar", variants=["upstream"], accelerator="nope", workers=1)
     assert "ethos-u55-128" in str(info.value) and "\n" not in str(info.value)
 
 
 def test_tosa_int_has_no_cost_and_its_results_are_as_before():
-    comparison = inspector.compare("sample:conv_mul_scalar", ("off", "upstream"), workers=1)
+    comparison = inspector.compare("sample:conv_mul_scalar", variants=("off", "upstream"), workers=1)
     assert comparison.accelerator == "tosa-int" and all(r.cost is None and r.cost_error is None
                                                         for r in comparison.results)
     with pytest.raises(inspector.InspectorError, match="has a cost"):
@@ -241,8 +243,8 @@ def test_a_sweep_on_two_accelerators_prices_each_rule_change():
 
 
 def test_a_journey_ends_with_what_vela_made_of_the_site():
-    kept = inspector.journey("sample:conv_mul_scalar", 0, "off", accelerator="ethos-u85-256")
-    gone = inspector.journey("sample:conv_mul_scalar", 0, "upstream", accelerator="ethos-u85-256")
+    kept = inspector.journey("sample:conv_mul_scalar", site=0, variant="off", accelerator="ethos-u85-256")
+    gone = inspector.journey("sample:conv_mul_scalar", site=0, variant="upstream", accelerator="ethos-u85-256")
     assert "the mul is an NPU operation of its own: Mul" in kept.ending.vela
     assert "the mul is gone" in gone.ending.vela and gone.cost.site_cycles(gone.site, "mul") == 0
     assert kept.cost.site_cycles(kept.site, "mul") > 0 and "Vela:" in kept.text()
@@ -343,7 +345,7 @@ def test_a_result_made_under_other_compiler_settings_is_another_store_entry(monk
     from inspector._numbers.variant_cache import variant_identity
     from inspector._sweep.store import variant_key
 
-    variant = Variant(inspector.rules.get("upstream"))
+    variant = Variant(rule=inspector.rules.get("upstream"))
 
     def keys():
         out = []
@@ -356,7 +358,8 @@ def test_a_result_made_under_other_compiler_settings_is_another_store_entry(monk
 
     now = keys()
     assert len(set(map(repr, now))) == len(now)
-    monkeypatch.setattr(vela, "version", lambda: "5.2.0")  # another Vela installed
+    other = "5.1.0" if vela.version() != "5.1.0" else "5.2.0"
+    monkeypatch.setattr(vela, "version", lambda: other)  # another Vela installed
     later = keys()
     assert not set(map(repr, now)) & set(map(repr, later))
 
@@ -371,8 +374,8 @@ def test_every_view_of_cycles_names_the_compiler():
     comparison = _compare("stateful_conv_mul", "ethos-u85-256")
     cost = comparison.results[0].cost
     compiler = cost.compiler
-    assert cost.vela_version == vela.version() == "5.1.0"
-    assert compiler == "Vela 5.1.0 · ethos-u85-256 · Ethos_U85_SYS_DRAM_Mid · Sram_Only"
+    assert cost.vela_version == vela.version() == importlib.metadata.version("ethos-u-vela")
+    assert compiler == f"Vela {cost.vela_version} · ethos-u85-256 · Ethos_U85_SYS_DRAM_Mid · Sram_Only"
     text, html = present.comparison_text(comparison), present.comparison_html(comparison)
     assert text.count(f"compiler: {compiler}") == 2  # once under each table of cycles (the numbers, what folding buys)
     assert html.count(f"compiler: {compiler}") == 2

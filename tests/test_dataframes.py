@@ -32,19 +32,24 @@ def test_analysis():
 
 
 def test_bits():
-    changes = (BitsChange("fold off", "model", None, "off", 31.5, 1.5),
-               BitsChange("keep in float", "entry point", "mul", "float mul", math.inf, math.inf),
-               BitsChange("16-bit activations", "model", None, "a16w8", None, None, "one-line failure"))
-    bits = Bits("m", 3, "upstream", 30.0, changes)
+    changes = (BitsChange(change="fold off", kind="model", node=None, variant="off", sqnr_db=31.5, recovered_db=1.5),
+               BitsChange(change="keep in float", kind="entry point", node="mul", variant="float mul",
+                          sqnr_db=math.inf, recovered_db=math.inf),
+               BitsChange(change="16-bit activations", kind="model", node=None, variant="a16w8", sqnr_db=None,
+                          recovered_db=None, error="one-line failure"))
+    bits = Bits(target="m", steps=3, baseline="upstream", baseline_sqnr_db=30.0, changes=changes)
     _same(bits.to_dataframe(), bits.to_dict()["changes"])
 
 
 def _sweep() -> Sweep:
-    rows = (SweepRow("m", "tfa", "upstream", 1, folded=("s",)),
-            SweepRow("m", "tfa", "rule", 1, skipped=("s",), reasons={"s": ("feeds-buffer-mutation",)}))
-    variants = tuple(SweepVariant("m", p, p, 3, sqnr_db_last=v, sqnr_db_worst=v, timings={"run": 1.0})
+    rows = (SweepRow(target="m", stage="tfa", rule="upstream", sites=1, folded=("s",)),
+            SweepRow(target="m", stage="tfa", rule="rule", sites=1, skipped=("s",),
+                     reasons={"s": ("feeds-buffer-mutation",)}))
+    variants = tuple(SweepVariant(target="m", variant=p, rule=p, steps=3, sqnr_db_last=v, sqnr_db_worst=v,
+                                  timings={"run": 1.0})
                      for p, v in (("upstream", 38.7), ("rule", math.inf)))
-    return Sweep(("upstream", "rule"), ("tfa",), 3, models=(SweepModel("m"),), rows=rows, variants=variants)
+    return Sweep(rules=("upstream", "rule"), stages=("tfa",), steps=3, models=(SweepModel(target="m"),), rows=rows,
+                 variants=variants)
 
 
 def test_sweep():
@@ -65,7 +70,7 @@ def test_sweep():
 
 @pytest.fixture(scope="module")
 def compared():
-    comparison = inspector.compare("sample:conv_mul_scalar", ("off", "upstream"), steps=1, workers=1)
+    comparison = inspector.compare("sample:conv_mul_scalar", variants=("off", "upstream"), steps=1, workers=1)
     return comparison, inspector.attribution(comparison)
 
 

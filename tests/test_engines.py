@@ -67,12 +67,12 @@ def test_simulation_never_lowers(monkeypatch):
 
     monkeypatch.setattr(_tosa, "lower", refuse)
     monkeypatch.setattr(_tosa, "reference_dispatch", refuse)
-    comparison = inspector.compare("sample:conv_mul_scalar", ("off", "upstream"), engine="simulation")
+    comparison = inspector.compare("sample:conv_mul_scalar", variants=("off", "upstream"), engine="simulation")
     assert [r.error for r in comparison.results] == [None, None]
     assert comparison.result("upstream").folds == {"tfa": 1, "lowering": 0}
     assert "lower" not in comparison.result("off").timings and "simulate" in comparison.result("off").timings
     with pytest.raises(inspector.InspectorError, match="lowered"):  # the same call on TOSA does lower
-        inspector.compare("sample:conv_mul_scalar", ("off",), workers=1)
+        inspector.compare("sample:conv_mul_scalar", variants=("off",), workers=1)
 
 
 def test_an_unknown_engine_is_one_line():
@@ -83,7 +83,7 @@ def test_an_unknown_engine_is_one_line():
 
 
 def test_the_engine_survives_json():
-    comparison = inspector.compare("sample:conv_mul_scalar", ("off",), engine="simulation")
+    comparison = inspector.compare("sample:conv_mul_scalar", variants=("off",), engine="simulation")
     back = inspector.Comparison.from_dict(json.loads(json.dumps(comparison.to_dict())))
     assert back.engine == "simulation" and back.results[0].engine == "simulation"
     data = comparison.to_dict()
@@ -97,7 +97,7 @@ def test_the_engine_survives_json():
 
 
 def test_attribution_on_the_simulation_says_what_it_did_not_measure():
-    result = inspector.attribution("sample:conv_mul_scalar", ("off", "upstream"), engine="simulation")
+    result = inspector.attribution("sample:conv_mul_scalar", variants=("off", "upstream"), engine="simulation")
     assert result.engine == "simulation" and result.to_dict()["engine"] == "simulation"
     assert all(v.agreement == () for v in result.variants)
     assert "agreement with the TOSA reference was not measured" in inspector.present.attribution_text(result)
@@ -120,17 +120,17 @@ def test_cli_compare_engine(capsys):
 
 @pytest.mark.requires_tosa
 def test_sweep_rows_name_their_engine_and_never_answer_for_each_other(tmp_path):
-    simulated = inspector.sweep(["sample:conv_mul_scalar"], ("off", "upstream"), steps=1, engine="simulation",
+    simulated = inspector.sweep(["sample:conv_mul_scalar"], rules=("off", "upstream"), steps=1, engine="simulation",
                                 out=tmp_path, workers=1)
     assert simulated.engine == "simulation" and simulated.to_dict()["engine"] == "simulation"
     assert [v.engine for v in simulated.variants] == ["simulation", "simulation"]
     assert all(v.error is None and v.not_delegated == 0 for v in simulated.variants)
     assert SIMULATION_NOTE in simulated.notes
-    exact = inspector.sweep(["sample:conv_mul_scalar"], ("off", "upstream"), steps=1, out=tmp_path, workers=1)
+    exact = inspector.sweep(["sample:conv_mul_scalar"], rules=("off", "upstream"), steps=1, out=tmp_path, workers=1)
     assert exact.engine == "tosa" and [v.engine for v in exact.variants] == ["tosa", "tosa"]
     assert exact.reused == 2  # the two decision rows; the variants' numbers were computed on TOSA
     assert SIMULATION_NOTE not in exact.notes
-    again = inspector.sweep(["sample:conv_mul_scalar"], ("off", "upstream"), steps=1, engine="simulation",
+    again = inspector.sweep(["sample:conv_mul_scalar"], rules=("off", "upstream"), steps=1, engine="simulation",
                             out=tmp_path, workers=1)
     assert again.reused == 4 and [v.engine for v in again.variants] == ["simulation", "simulation"]
     for a, b in zip(simulated.variants, exact.variants):  # 0.00 dB apart on this sample when written
@@ -143,7 +143,8 @@ def test_a_simulated_sweep_confirms_on_tosa_only_the_models_whose_decisions_diff
     differently at tfa (stateful_conv_mul: upstream folds, the strict rule skips; conv_mul_scalar: both
     fold); the table says which numbers stay simulated."""
     models = ["sample:conv_mul_scalar", "sample:stateful_conv_mul"]
-    result = inspector.sweep(models, ("upstream", "state-aware-strict"), steps=1, engine="simulation", confirm=True,
+    result = inspector.sweep(models, rules=("upstream", "state-aware-strict"), steps=1, engine="simulation",
+                             confirm=True,
                              workers=1)
     by = {(v.target, v.rule): v for v in result.variants}
     assert {k: (v.engine, v.confirmed) for k, v in by.items()} == {
@@ -162,7 +163,7 @@ def test_a_simulated_sweep_confirms_on_tosa_only_the_models_whose_decisions_diff
     scalar_line = next(line for line in models_table.splitlines() if "conv_mul_scalar" in line)
     assert "(sim)" not in stateful_line and scalar_line.count("(sim)") == 2
     with pytest.raises(inspector.InspectorError, match="^confirm re-runs on the TOSA reference"):
-        inspector.sweep(models, ("upstream", "state-aware-strict"), steps=1, confirm=True)
+        inspector.sweep(models, rules=("upstream", "state-aware-strict"), steps=1, confirm=True)
     assert main(["sweep", "sample:conv_mul_scalar", "--steps", "1", "--confirm"]) == 2
     assert "confirm re-runs on the TOSA reference" in capsys.readouterr().err
 
@@ -223,7 +224,7 @@ def test_a_conversion_with_remembered_searches_is_the_conversion_without(monkeyp
 
     def outputs():
         inspector.clear_cache()
-        c = inspector.compare("sample:conv_mul_chain", ("off", "upstream"), engine="simulation")
+        c = inspector.compare("sample:conv_mul_chain", variants=("off", "upstream"), engine="simulation")
         return [o for r in c.results for step in r.outputs for o in step]
 
     monkeypatch.setenv("FOLD_INSPECTOR_STORE", "off")

@@ -67,7 +67,7 @@ def test_an_error_executorch_wrapped_is_described_by_its_cause_and_pass():
         except ValueError as exc:
             raise Exception("An error occurred when running the '_Adapter' pass after the following passes: "
                             "['_Adapter']") from exc
-    except Exception as wrapped:  # noqa: BLE001
+    except Exception as wrapped:  # noqa: BLE001 - the bare Exception ExecuTorch's pass manager wraps with
         assert describe(wrapped) == "ValueError: the weight is not a parameter (in ExecuTorch's ScaleTheWeightsPass)"
     assert describe(RuntimeError("plain\nsecond")) == "RuntimeError: plain"
 
@@ -87,7 +87,7 @@ class BufferWeights(torch.nn.Module):
 def test_a_crash_of_the_installed_pass_keeps_the_pass_traceback():
     """The installed pass's own error stays chained below the one-line FoldPassCrash: its frame is in the details."""
     with pytest.raises(FoldPassCrash) as info:
-        inspector.analyze(BufferWeights(), (torch.ones(1, 3, 8, 8),), stage="edge")
+        inspector.analyze(BufferWeights(), example_inputs=(torch.ones(1, 3, 8, 8),), stage="edge")
     assert "\n" not in str(info.value)
     assert "fold_scalar_mul_into_conv_pass.py" in info.value.details  # the frame of the installed pass that raised
 

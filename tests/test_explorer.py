@@ -112,7 +112,7 @@ def test_cli_overlays_the_measured_error_of_a_variant(tmp_path, capsys):
     assert Path(data["node_data"][-1]).name == explorer.ERROR_FILE
     layer = _load(out, explorer.ERROR_FILE)
     assert layer["name"] == "SQNR dB upstream"
-    measured = inspector.attribution("sample:stateful_conv_mul", ["upstream"], steps=2)
+    measured = inspector.attribution("sample:stateful_conv_mul", variants=["upstream"], steps=2)
     analysis = inspector.analyze("sample:stateful_conv_mul", stage="tfa")
     _, verdicts = analysis.verdicts("before", errors=measured.variant("upstream"))
     expected = {name: round(r.sqnr_db, 2) for name, r in verdicts.errors.items() if math.isfinite(r.sqnr_db)}

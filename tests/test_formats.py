@@ -26,7 +26,8 @@ def test_db(value, text):
 
 
 @pytest.mark.parametrize("value, text", [
-    (1.254, "+1.25"), (0.0, "+0.00"), (-0.004, "+0.00"), (-0.5, "-0.50"), (math.inf, "+inf"), (-math.inf, "-inf"), (math.nan, "nan"),
+    (1.254, "+1.25"), (0.0, "+0.00"), (-0.004, "+0.00"), (-0.5, "-0.50"),
+    (math.inf, "+inf"), (-math.inf, "-inf"), (math.nan, "nan"),
     (None, "–"),
 ])
 def test_db_change_is_always_signed(value, text):

@@ -59,7 +59,7 @@ def _kill_when_busy(label: str, sig: int, killed: list, results=None):
 @pytest.mark.parametrize("sig, words", [(signal.SIGKILL, "killed by SIGKILL"), (signal.SIGSEGV, "killed by SIGSEGV")])
 def test_a_worker_killed_mid_run_costs_its_variant_only(sig, words):
     killed: list = []
-    comparison = inspector.compare(TARGET, ("off", "upstream"), steps=2, workers=2, isolate=True,
+    comparison = inspector.compare(TARGET, variants=("off", "upstream"), steps=2, workers=2, isolate=True,
                                    progress=_kill_when_busy("upstream", sig, killed))
     assert killed, "the test never saw the worker running upstream"
     off, upstream = comparison.results
@@ -68,7 +68,7 @@ def test_a_worker_killed_mid_run_costs_its_variant_only(sig, words):
     assert words in upstream.error and "\n" not in upstream.error
     assert ("out of memory" in upstream.error) == (sig == signal.SIGKILL)
     assert "upstream: not run: variant upstream" in comparison._repr_mimebundle_()["text/plain"]
-    again = inspector.compare(TARGET, ("off", "upstream"), steps=2, workers=2, isolate=True)
+    again = inspector.compare(TARGET, variants=("off", "upstream"), steps=2, workers=2, isolate=True)
     assert [r.error for r in again.results] == [None, None]
     assert again.results[0].cached  # kept from the first run
     assert _pool.warm_workers() >= 1  # the pool replaced the dead worker
@@ -79,12 +79,12 @@ def test_one_worker_is_still_isolation(monkeypatch):
     here = []
     real = inspector._numbers.flow.run_variant
     monkeypatch.setattr(inspector._numbers.flow, "run_variant", lambda *a, **k: here.append(1) or real(*a, **k))
-    comparison = inspector.compare(TARGET, ("off", "upstream"), steps=2, workers=1, isolate=True)
+    comparison = inspector.compare(TARGET, variants=("off", "upstream"), steps=2, workers=1, isolate=True)
     assert [r.error for r in comparison.results] == [None, None] and not here
     assert _pool.warm_workers() == 1
-    plain = inspector.compare(TARGET, ("off", "upstream"), steps=2, workers=1)  # cached: the same numbers
+    plain = inspector.compare(TARGET, variants=("off", "upstream"), steps=2, workers=1)  # cached: the same numbers
     assert [r.metrics for r in plain.results] == [r.metrics for r in comparison.results]
-    cached = inspector.compare(TARGET, ("off", "upstream"), steps=2, workers=1, isolate=True)  # nothing to run
+    cached = inspector.compare(TARGET, variants=("off", "upstream"), steps=2, workers=1, isolate=True)  # nothing to run
     assert all(r.cached and r.error is None for r in cached.results)
 
 
@@ -95,19 +95,19 @@ def test_a_worker_out_of_memory_is_one_line_and_the_next_run_succeeds(monkeypatc
     big = ConvStack(convs=2, channels=16, size=512, seed=0)
     monkeypatch.setenv(_pool.MEMORY_LIMIT_ENV, str(2 * 2 ** 20))
     with pytest.raises(inspector.InspectorError) as raised:
-        inspector.compare(big, ("off", "upstream"), workers=2)
+        inspector.compare(big, variants=("off", "upstream"), workers=2)
     error = str(raised.value)
     assert "\n" not in error and error.startswith(("variant off", "variant upstream")), error
     assert any(w in error.lower() for w in ("memory", "sigkill", "sigabrt", "sigsegv", "alloc")), error
     monkeypatch.delenv(_pool.MEMORY_LIMIT_ENV)
     inspector.clear_cache()  # the next workers start without the limit
-    again = inspector.compare(TARGET, ("off", "upstream"), steps=2, workers=2)
+    again = inspector.compare(TARGET, variants=("off", "upstream"), steps=2, workers=2)
     assert [r.error for r in again.results] == [None, None]
 
 
 def test_attribution_in_a_worker_equals_attribution_here_and_survives_a_kill(monkeypatch):
     monkeypatch.setenv("FOLD_INSPECTOR_STORE", "off")  # each attribution below is computed, none read back
-    comparison = inspector.compare(TARGET, ("off", "upstream"), steps=2, workers=1)
+    comparison = inspector.compare(TARGET, variants=("off", "upstream"), steps=2, workers=1)
     isolated = inspector.attribution(comparison, isolate=True)
     assert isolated.to_dict() == inspector.attribution(comparison).to_dict()
 
@@ -137,7 +137,7 @@ def test_a_run_that_would_not_fit_is_refused_before_anything_starts(monkeypatch)
     with pytest.raises(inspector.InspectorError, match=r"^this comparison needs about \d+\.\d GiB \(2 variant\(s\), "
                                                        r"5 step\(s\), 2 side by side\) but the machine has 0\.1 GiB "
                                                        r"available; try workers=1"):
-        inspector.compare(TARGET, ("off", "upstream"), steps=5, workers=2, isolate=True)
+        inspector.compare(TARGET, variants=("off", "upstream"), steps=5, workers=2, isolate=True)
     assert _pool.warm_workers() == 0  # refused before any worker started
     estimate = _limits.memory_estimate(inspector._targets.load.load(TARGET), 5, 2, 2, isolated=True)
     assert estimate >= 2 * _limits.WORKER_BYTES  # two workers' footprint at least
@@ -189,7 +189,7 @@ def test_idle_workers_and_their_fork_server_stop(monkeypatch):
     timeout both are gone; a comparison with nothing to run on workers does not leave one warming up; the next
     one with work starts them again with the same numbers."""
     monkeypatch.setattr(_pool, "IDLE_SECONDS", 1.0)
-    first = inspector.compare(TARGET, ("off", "upstream"), steps=2, workers=2)
+    first = inspector.compare(TARGET, variants=("off", "upstream"), steps=2, workers=2)
     assert _pool.server_pid() is not None
     for _ in range(100):
         if _pool.warm_workers() == 0 and _pool.server_pid() is None:
@@ -198,9 +198,9 @@ def test_idle_workers_and_their_fork_server_stop(monkeypatch):
     assert _pool.warm_workers() == 0 and _pool.server_pid() is None
     # answered from the store: the server this comparison starts (to warm up while it loads) is stopped unused,
     # mid-warm-up, instead of taking a core for ~10 s for nothing
-    cached = inspector.compare(TARGET, ("off", "upstream"), steps=2, workers=2)
+    cached = inspector.compare(TARGET, variants=("off", "upstream"), steps=2, workers=2)
     assert all(r.cached for r in cached.results) and _pool.server_pid() is None
     assert [r.metrics for r in cached.results] == [r.metrics for r in first.results]
     inspector.clear_cache(disk=True)  # computed again by new workers, not read back from the result store
-    again = inspector.compare(TARGET, ("off", "upstream"), steps=2, workers=2)
+    again = inspector.compare(TARGET, variants=("off", "upstream"), steps=2, workers=2)
     assert [r.metrics for r in again.results] == [r.metrics for r in first.results]

@@ -50,8 +50,8 @@ def scheduled_arm_passes():
 def stateful():
     inspector.analyze("sample:stateful_conv_mul", stage="tfa")  # finding the site runs the pipeline's first half too
     with scheduled_arm_passes() as scheduled:
-        upstream = inspector.journey("sample:stateful_conv_mul", 0, "upstream")
-    off = inspector.journey("sample:stateful_conv_mul", 0, "off")
+        upstream = inspector.journey("sample:stateful_conv_mul", site=0, variant="upstream")
+    off = inspector.journey("sample:stateful_conv_mul", site=0, variant="off")
     return upstream, off, list(scheduled)
 
 
@@ -174,7 +174,7 @@ def test_a_journey_keeps_the_graph_it_found_its_site_on():
 
     target = _load.load("sample:conv_mul_scalar")
     target.facts.clear()
-    trip = inspector.journey("sample:conv_mul_scalar", 0, "upstream")
+    trip = inspector.journey("sample:conv_mul_scalar", site=0, variant="upstream")
     assert _stages.has_stage_graph(target, "tfa")
     kept = _stages.stage_graph_of(target, "tfa")
     site = inspector.analyze("sample:conv_mul_scalar", stage="tfa").sites[0]
@@ -197,13 +197,13 @@ def test_observing_changes_nothing_that_runs(stateful, conv_bn):
     import torch
 
     upstream, off, _ = stateful
-    convnext = inspector.journey("sample:convnext_block", 0, "upstream")
+    convnext = inspector.journey("sample:convnext_block", site=0, variant="upstream")
     for j in (upstream, off, conv_bn, convnext):
         target = _load.load(j.target)
         plan = Plan.of(quantizations.get(DEFAULT))
         calibration = _flow.choose_calibration(target, None, 1)
         with swapped_fold_pass(rule_pass_class(j.variant, (), FoldLog())):
-            _, converted = _flow.quantize(target, Variant(j.variant), calibration, plan)
+            _, converted = _flow.quantize(target, Variant(rule=j.variant), calibration, plan)
             program = torch.export.export(converted, copy.deepcopy(target.inputs))
             lowered = _tosa.lower(program, plan.spec)
         assert program_digest(lowered) == j.program_digest, j.target
@@ -211,9 +211,9 @@ def test_observing_changes_nothing_that_runs(stateful, conv_bn):
 
 def test_one_line_errors():
     with pytest.raises(inspector.InspectorError, match="sites"):
-        inspector.journey("sample:conv_mul_chain", "no-such-site")
+        inspector.journey("sample:conv_mul_chain", site="no-such-site")
     with pytest.raises(inspector.InspectorError):
-        inspector.journey("sample:stateful_conv_mul", 0, "no-such-rule")
+        inspector.journey("sample:stateful_conv_mul", site=0, variant="no-such-rule")
 
 
 def test_cli_prints_the_timeline_and_json(capsys):
@@ -258,3 +258,14 @@ def test_the_report_can_include_journeys(conv_bn):
     assert f"Journey of site `{conv_bn.site}`" in md and FOLD in md
     data = json.loads(report(analysis, format="json", journeys=[conv_bn]))
     assert data["journeys"][0]["site"] == conv_bn.site
+
+
+def test_the_journey_s_tosa_point_is_the_reference_model_s_number():
+    """``tosa=True`` runs the lowered program on the TOSA reference model as the flow's run step: its output SQNR is
+    the one ``compare`` measures on the reference model for the same variant at its first step."""
+    trip = inspector.journey("sample:conv_mul_scalar", site=0, variant="upstream", tosa=True)
+    point = next(p for p in trip.numbers if p.point == "TOSA")
+    comparison = inspector.compare("sample:conv_mul_scalar", variants=["upstream"], steps=1)
+    measured = comparison.results[0].at_step(0).sqnr_db
+    assert point.output_sqnr_db is not None and "could not run" not in point.note
+    assert point.output_sqnr_db == pytest.approx(measured, rel=1e-9, abs=1e-9)

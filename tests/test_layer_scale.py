@@ -69,9 +69,9 @@ def test_the_plain_flow_runs_it_and_deepcopy_refuses_what_the_quantizer_made():
 def test_it_is_analysed_at_every_stage(stage):
     model = LayerScale().eval()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    analysis = inspector.analyze(model, INPUTS, stage=stage)
+    analysis = inspector.analyze(model, example_inputs=INPUTS, stage=stage)
     if stage == "lowering":  # the INT flow folded it at tfa: the lowering call's graph no longer has it, and says so
-        tfa = inspector.analyze(model, INPUTS, stage="tfa").sites[0]
+        tfa = inspector.analyze(model, example_inputs=INPUTS, stage="tfa").sites[0]
         assert analysis.sites == () and any(tfa.id in note and "transform-for-annotation" in note
                                             for note in analysis.notes)
         assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
@@ -90,7 +90,7 @@ def test_it_is_analysed_at_every_stage(stage):
 
 @pytest.mark.requires_tosa
 def test_it_is_compared_and_attributed_on_the_reference_model():
-    comparison = inspector.compare(LayerScale().eval(), ("off", "upstream"), example_inputs=INPUTS, workers=1)
+    comparison = inspector.compare(LayerScale().eval(), variants=("off", "upstream"), example_inputs=INPUTS, workers=1)
     assert [r.variant.rule.name for r in comparison.results] == ["off", "upstream"]
     assert all(m.sqnr_db == m.sqnr_db for r in comparison.results for m in r.metrics)  # finite or inf, not NaN
     attribution = inspector.attribution(comparison)
@@ -103,15 +103,16 @@ def test_the_widget_shows_it():
 
     app = FoldInspector(LayerScale().eval(), INPUTS, stage="tfa")
     assert app.last_error is None
-    assert [s.id for s in app.sites] == [s.id for s in inspector.analyze(LayerScale().eval(), INPUTS, stage="tfa").sites]
+    assert [s.id for s in app.sites] == [
+        s.id for s in inspector.analyze(LayerScale().eval(), example_inputs=INPUTS, stage="tfa").sites]
     app.toggle_marker(app.sites[0].id)
     assert app.last_error is None and app.markers
 
 
 @pytest.mark.slow  # runs the reproducer in a pytest of its own: make test runs it
 def test_a_reproducer_of_it_passes(tmp_path):
-    analysis = inspector.analyze(LayerScale().eval(), INPUTS, stage="tfa")
-    repro = inspector.reproducer(analysis, analysis.sites[0].id)
+    analysis = inspector.analyze(LayerScale().eval(), example_inputs=INPUTS, stage="tfa")
+    repro = inspector.reproducer(analysis, site_id=analysis.sites[0].id)
     path = repro.write(tmp_path / "test_repro.py")
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(path)], cwd=ROOT,
                          capture_output=True, text=True, timeout=600)

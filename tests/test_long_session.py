@@ -104,7 +104,7 @@ def _soak_round(k: int, meter: _Meter) -> list[dict]:
     if k in REFERENCE_ROUNDS:
         steps = REFERENCE_ROUNDS.index(k) + 1
         with meter("reference run"):
-            comparison = inspector.compare(SMALL, ("upstream",), example_inputs=_small_inputs(), steps=steps,
+            comparison = inspector.compare(SMALL, variants=("upstream",), example_inputs=_small_inputs(), steps=steps,
                                            workers=1)
         (result,) = comparison.results
         assert result.ok and not result.cached, (steps, result.error, result.cached)
@@ -234,7 +234,7 @@ def test_a_weak_cache_refuses_a_value_that_holds_its_key():
         cache.put(key, (1, lambda: key))
     cache.put(key, (1, "fine"))
     assert cache.get(key) == (1, "fine")
-    del key
+    key = None  # the last reference, the refused lambda's cell too (`del` would leave the lambda a dangling name)
     gc.collect()
     assert len(cache) == 0
 
@@ -266,9 +266,9 @@ class _Small(nn.Module):
 @pytest.mark.requires_tosa
 def test_an_analysis_at_tfa_does_not_wait_for_a_reference_run_in_another_thread():
     x = (torch.randn(1, 3, 8, 8),)
-    inspector.analyze(_Small(0), x, stage="tfa")  # warm: imports, the pass manager, the dispatching pass
+    inspector.analyze(_Small(0), example_inputs=x, stage="tfa")  # warm: imports, the pass manager, the dispatching pass
     t0 = time.perf_counter()
-    inspector.analyze(_Small(1), x, stage="tfa")  # a model not seen: export, tfa capture, decide
+    inspector.analyze(_Small(1), example_inputs=x, stage="tfa")  # a model not seen: export, tfa capture, decide
     alone = time.perf_counter() - t0
 
     started, done, errors = threading.Event(), threading.Event(), []
@@ -279,7 +279,7 @@ def test_an_analysis_at_tfa_does_not_wait_for_a_reference_run_in_another_thread(
 
     def background():
         try:
-            inspector.compare(_Tower(), ("upstream",), example_inputs=(torch.randn(1, 3, 32, 32),), steps=1,
+            inspector.compare(_Tower(), variants=("upstream",), example_inputs=(torch.randn(1, 3, 32, 32),), steps=1,
                               workers=1, progress=progress)
         except Exception as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
@@ -291,7 +291,7 @@ def test_an_analysis_at_tfa_does_not_wait_for_a_reference_run_in_another_thread(
     worker.start()
     assert started.wait(300), "the reference run never started"
     t0 = time.perf_counter()
-    analysis = inspector.analyze(_Small(2), x, stage="tfa")
+    analysis = inspector.analyze(_Small(2), example_inputs=x, stage="tfa")
     meanwhile = time.perf_counter() - t0
     finished_first = not done.is_set()
     worker.join(900)

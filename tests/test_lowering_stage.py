@@ -117,7 +117,7 @@ def own_flow_counts(model: nn.Module, inputs: tuple, accelerator: str) -> dict[s
                 prepared(*copy.deepcopy(inputs))
             program = torch.export.export(convert_pt2e(prepared), copy.deepcopy(inputs))
         to_edge_transform_and_lower(program, partitioner=[partitioner])
-    except Exception as exc:  # noqa: BLE001 - the stop, wrapped by the pass manager
+    except Exception as exc:  # the stop, wrapped by the pass manager
         cause = exc
         while cause is not None and not isinstance(cause, _Stop):
             cause = cause.__cause__ or cause.__context__
@@ -151,7 +151,8 @@ def analyses(stage_analyses):
             return stage_analyses(name, stage)
         if (name, stage, accelerator) not in cache:
             model, inputs = _model(name)
-            cache[name, stage, accelerator] = inspector.analyze(model, inputs, stage=stage, accelerator=accelerator)
+            cache[name, stage, accelerator] = inspector.analyze(model, example_inputs=inputs, stage=stage,
+                                                                accelerator=accelerator)
         return cache[name, stage, accelerator]
 
     return get
@@ -171,7 +172,8 @@ def test_folded_sites_are_the_muls_the_installed_pass_removes_in_executorchs_own
     if accelerator == "tosa-fp":
         assert counts["tfa"] == []  # the FP flow quantizes nothing: transform-for-annotation never runs
         with pytest.raises(InspectorError, match="^the FP flow .* has no tfa stage; choose one of: aten, edge, lowering$"):
-            inspector.analyze(*_model(name), stage="tfa", accelerator=accelerator)
+            model, inputs = _model(name)
+            inspector.analyze(model, example_inputs=inputs, stage="tfa", accelerator=accelerator)
         return
     tfa = analyses(name, "tfa", accelerator)
     assert len(tfa.folded) == sum(counts["tfa"]), (tfa.summary(), counts)
@@ -184,13 +186,14 @@ def test_folded_sites_are_the_muls_the_installed_pass_removes_in_executorchs_own
 def test_compare_counts_per_phase_what_the_hook_counts(counted, name, accelerator):
     counts = counted(name, accelerator)
     model, inputs = _model(name)
-    comparison = inspector.compare(model, ["upstream"], example_inputs=inputs, accelerator=accelerator, workers=1)
+    comparison = inspector.compare(model, variants=["upstream"], example_inputs=inputs, accelerator=accelerator,
+                                   workers=1)
     assert comparison.results[0].folds == {"tfa": sum(counts["tfa"]), "lowering": sum(counts["lowering"])}
 
 
 def test_the_fp_profile_has_no_quantized_numbers_to_compare():
     with pytest.raises(InspectorError, match="tosa-fp is the float TOSA-1.0\\+FP profile: nothing is quantized"):
-        inspector.compare("sample:conv_mul_scalar", ["upstream"], accelerator="tosa-fp", workers=1)
+        inspector.compare("sample:conv_mul_scalar", variants=["upstream"], accelerator="tosa-fp", workers=1)
 
 
 # ---------------------------------------------------------------- defaults that tell the truth

@@ -32,14 +32,14 @@ def test_a_bad_measurement_is_one_line(name, message):
         inspector.metric(name)(lambda reference, quantized: 0.0)
     assert "\n" not in str(info.value)
     with pytest.raises(inspector.InspectorError, match="unknown measurement 'nope'"):
-        inspector.compare("sample:conv_mul_scalar", ("off",), engine="simulation", metrics=("nope",))
+        inspector.compare("sample:conv_mul_scalar", variants=("off",), engine="simulation", metrics=("nope",))
 
 
 @pytest.mark.requires_tosa
 def test_a_users_measurement_is_computed_shown_everywhere_and_read_back_by_a_new_process():
     import_file(USERS)  # registers max-err
     try:
-        c = inspector.compare("sample:stateful_conv_mul", ("off", "upstream"), steps=3, metrics=("max-err",))
+        c = inspector.compare("sample:stateful_conv_mul", variants=("off", "upstream"), steps=3, metrics=("max-err",))
         for r in c.results:
             assert len(r.metrics) == 3
             for m in r.metrics:  # every variant, output and step; the same figure as the built-in it writes again
@@ -48,7 +48,8 @@ def test_a_users_measurement_is_computed_shown_everywhere_and_read_back_by_a_new
         assert (frame["max-err"] == frame["max_abs_error"]).all()
         data = json.loads(json.dumps(c.to_dict()))
         assert all("max-err" in m for v in data["variants"] for m in v["metrics"])
-        assert inspector.Comparison.from_dict(data).results[1].metrics[2].value("max-err") == c.results[1].metrics[2].value("max-err")
+        read_back = inspector.Comparison.from_dict(data)
+        assert read_back.results[1].metrics[2].value("max-err") == c.results[1].metrics[2].value("max-err")
         assert "max-err" in c.to_markdown() and "max-err" in c._repr_mimebundle_()["text/html"]
         report = inspector.analyze("sample:stateful_conv_mul").report(c, format="md")
         assert "max-err" in report
@@ -57,7 +58,7 @@ def test_a_users_measurement_is_computed_shown_everywhere_and_read_back_by_a_new
         plotted = figure.axes[0].lines[0].get_ydata()
         assert list(plotted) == [m.value("max-err") for m in c.results[0].metrics]
         code = ("import json, sys, inspector; from inspector._targets.load import import_file; import_file(sys.argv[1]); "
-                "c = inspector.compare('sample:stateful_conv_mul', ('off', 'upstream'), steps=3, metrics=('max-err',), "
+                "c = inspector.compare('sample:stateful_conv_mul', variants=('off', 'upstream'), steps=3, metrics=('max-err',), "
                 "workers=1); print(json.dumps([[r.cached, [m.value('max-err') for m in r.metrics]] for r in c.results]))")
         out = subprocess.run([sys.executable, "-c", code, str(USERS)], capture_output=True, text=True, timeout=600,
                              check=True)

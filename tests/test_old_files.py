@@ -94,7 +94,7 @@ def test_an_old_comparison_reads_and_its_numbers_are_computed_again():
     written_with = _release_named(old["rules"]["upstream"]["source"])
     kept = inspector.Comparison.from_dict(old)
     assert [r.variant.label for r in kept.results] == [v["variant"]["label"] for v in old["variants"]]
-    again = inspector.compare("sample:stateful_conv_mul", [r.variant for r in kept.results], steps=kept.steps,
+    again = inspector.compare("sample:stateful_conv_mul", variants=[r.variant for r in kept.results], steps=kept.steps,
                               engine="simulation", workers=1)
     assert again.calibration == kept.calibration
     assert [r.variant.label for r in again.results] == [r.variant.label for r in kept.results]

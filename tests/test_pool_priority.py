@@ -113,7 +113,7 @@ def test_compare_gives_the_longest_variant_a_core_and_the_others_the_background(
             seen.setdefault(label, set()).add((job.background, nice))
 
     model = ConvStack(convs=2, channels=4, size=8, seed=3)
-    comparison = inspector.compare(model, ("off", "upstream", "upstream@a8w8-per-tensor"), workers=2,
+    comparison = inspector.compare(model, variants=("off", "upstream", "upstream@a8w8-per-tensor"), workers=2,
                                    progress=progress)
     assert all(r.error is None for r in comparison.results)
     background = min(19, base + _pool.BACKGROUND_NICE)
@@ -124,6 +124,6 @@ def test_compare_gives_the_longest_variant_a_core_and_the_others_the_background(
         assert (True, background) in seen[label], seen
     # the same numbers as one after another in this process
     inspector.clear_cache(disk=True)  # computed again, not read back from the result store
-    alone = inspector.compare(model, ("off", "upstream", "upstream@a8w8-per-tensor"), workers=1)
+    alone = inspector.compare(model, variants=("off", "upstream", "upstream@a8w8-per-tensor"), workers=1)
     for a, b in zip(comparison.results, alone.results):
         assert [t.tolist() for step in a.outputs for t in step] == [t.tolist() for step in b.outputs for t in step]

@@ -85,7 +85,7 @@ def rule():
 
 
 def test_the_pass_file_loads_without_changing_the_installed_executorch():
-    from executorch.backends.arm._passes import (  # noqa: I001 - what the loader must leave alone, read here
+    from executorch.backends.arm._passes import (  # what the loader must leave alone, read here
         arm_pass_utils,
         fold_scalar_mul_into_conv_pass as installed,
     )
@@ -166,7 +166,7 @@ def test_the_rule_registers_and_runs_at_every_stage(rule):
     assert rule.name in inspector.rules and inspector.rules.get(rule.name) is rule
     assert rule.source == "PR #21234's pass file (tests/data/pr_shaped)"
     for stage in ("aten", "edge", "tfa"):
-        analysis = inspector.analyze(ThreeSites(), _x(), stage=stage, rule=rule.name)
+        analysis = inspector.analyze(ThreeSites(), example_inputs=_x(), stage=stage, rule=rule.name)
         upstream = analysis.with_rule("upstream")
         assert [s.decision for s in analysis.sites] == [s.decision for s in upstream.sites] == \
             ["fold", "fold", "skip"], stage

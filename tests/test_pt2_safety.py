@@ -404,7 +404,7 @@ def test_size_expression_door(tmp_path, base_pt2):
     """Symbolic sizes are parsed with sympy's sympify (an eval) by torch.export.load itself."""
     marker = tmp_path / "marker"
     archive = evil_size_expression(base_pt2, tmp_path / "evil.pt2", marker)
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 - whatever torch makes of it: the marker is the check
         torch.export.load(str(archive))
     assert marker.exists(), "positive control: torch.export.load ran the size expression"
     marker.unlink()
@@ -418,7 +418,7 @@ def test_serde_dynamic_shapes_is_not_a_door_of_load(tmp_path, base_pt2, monkeypa
 
     marker = tmp_path / "marker"
     spec = {"dims": {"s0": {"min": 2, "max": 8, "derived": [payload(marker)]}}, "dynamic_shapes": {"x": {"0": "s0"}}}
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 - whatever torch makes of it: the marker is the check
         dynamic_shapes._load_dynamic_shapes(spec, from_dict=True)
     assert marker.exists(), "positive control: _load_dynamic_shapes sympifies its spec"
 
@@ -677,7 +677,8 @@ def test_zero_byte_weight_door(tmp_path, base_pt2):
     program = torch.export.load(str(archive))
     assert program.state_dict["conv.weight"].numel() == 8 * 1024 * 1024, "positive control: 32 MiB from 0 bytes"
     del program
-    _ours_refuses(archive, marker, "member 'data/weights/model_weights_config.json'", "claims 33554432 bytes but its member holds 0")
+    _ours_refuses(archive, marker, "member 'data/weights/model_weights_config.json'",
+                  "claims 33554432 bytes but its member holds 0")
 
 
 # ----------------------------------------------------------------------------- every entry point refuses
@@ -707,7 +708,7 @@ def test_render_refuses(evil_door):
 def test_compare_refuses(evil_door):
     archive, _ = evil_door
     with pytest.raises(InspectorError) as info:
-        inspector.compare(str(archive), ("upstream",))
+        inspector.compare(str(archive), variants=("upstream",))
     _refused(info, archive)
 
 
@@ -813,7 +814,8 @@ _JSON_RULES = {
     # field edit -> the words of the refusal
     "kwargs-key": (lambda d: _signature(d).__setitem__("in_spec", json.dumps([1, {
         "type": "builtins.tuple", "context": "null", "children_spec": [
-            {"type": "builtins.tuple", "context": "null", "children_spec": [{"type": None, "context": None, "children_spec": []}]},
+            {"type": "builtins.tuple", "context": "null",
+             "children_spec": [{"type": None, "context": None, "children_spec": []}]},
             {"type": "builtins.dict", "context": json.dumps(["a-b"]), "children_spec": [
                 {"type": None, "context": None, "children_spec": []}]}]}])), "keyword argument name"),
     "forward-arg-name": (lambda d: _signature(d).__setitem__("forward_arg_names", ["x=1"]), "forward argument name"),
@@ -903,7 +905,8 @@ def test_refusals_are_one_line_and_quote_at_most_sixty_characters(tmp_path, base
 @pytest.mark.parametrize("text", [
     "Symbol('s77', positive=True, integer=True)",
     "Add(FloorDiv(Add(Symbol('s0', positive=True, integer=True), Integer(-1)), Integer(2)), Integer(1))",
-    "Mul(Integer(3), Max(Integer(1), TruncToInt(Mul(Float('0.5', precision=53), ToFloat(Symbol('s0', positive=True, integer=True))))))",
+    "Mul(Integer(3), Max(Integer(1), TruncToInt(Mul(Float('0.5', precision=53), "
+    "ToFloat(Symbol('s0', positive=True, integer=True))))))",
     "StrictLessThan(Symbol('u1', integer=True), Integer(100))",
     "Pow(Symbol('s0', positive=True, integer=True), Integer(2))",
     "Piecewise(ExprCondPair(Symbol('s0'), StrictGreaterThan(Symbol('s0'), Integer(2))), ExprCondPair(Integer(1), true))",
@@ -974,12 +977,12 @@ def _round_trip(model: nn.Module, inputs: tuple, path: Path, **export_kw) -> Non
     program = _pt2.load_pt2(path)
     assert program.example_inputs is not None
     from_file = inspector.analyze(str(path), stage="aten")
-    from_module = inspector.analyze(model, inputs, stage="aten")
+    from_module = inspector.analyze(model, example_inputs=inputs, stage="aten")
     assert _decisions(from_file) == _decisions(from_module)
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "generated_blocks" else n
-                                  for n in sample_models.names()])  # slow: the 200-site sample: make test runs it, make check leaves it out
+                                  for n in sample_models.names()])  # slow: the 200-site sample (make check leaves it out)
 def test_every_sample_round_trips(tmp_path, name):
     """Every sample, the blocks shaped like real networks (BatchNorm, depthwise, SE, NF-ResNet,
     ConvNeXt) among them, saved by torch.export.save, loads and gets the same decisions."""

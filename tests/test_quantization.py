@@ -45,18 +45,18 @@ def test_named_quantizations_carry_their_tosa_specification():
     assert specs == {"a8w8": "TOSA-1.0+INT", "a8w8-per-tensor": "TOSA-1.0+INT", "a16w8": "TOSA-1.0+INT+int16",
                      "a8w4": "TOSA-1.0+INT+int4"}
     with pytest.raises(InspectorError, match=r"^unknown quantization 'a4w4'; choose one of: a8w8, "):
-        inspector.compare("sample:conv_mul_scalar", ["upstream@a4w4"])
+        inspector.compare("sample:conv_mul_scalar", variants=["upstream@a4w4"])
 
 
 def test_variant_labels_json_and_parsing():
-    v = Variant("upstream", ("s1",), "a16w8", {"conv": "float", "b": "a16w8"})
+    v = Variant(rule="upstream", markers=("s1",), quantization="a16w8", overrides={"conv": "float", "b": "a16w8"})
     assert v.overrides == (("b", "a16w8"), ("conv", "float"))  # sorted, one frozen form
     assert v.label == "upstream+marked(s1)@a16w8+keep(b=a16w8,conv=float)"
-    assert Variant("off").label == "off"  # no quantization named: the comparison's, not in the label
+    assert Variant(rule="off").label == "off"  # no quantization named: the comparison's, not in the label
     assert inspector._numbers.compare.split_variant("rules.py:mine@a8w4") == ("rules.py:mine", "a8w4")
     assert inspector._numbers.compare.split_variant("/tmp/a@b/rules.py:mine") == ("/tmp/a@b/rules.py:mine", None)
     with pytest.raises(InspectorError, match="unknown quantization 'int3'"):
-        Variant("upstream", overrides={"conv": "int3"})
+        Variant(rule="upstream", overrides={"conv": "int3"})
 
 
 @pytest.mark.slow  # no lowering, but 32 quantized variants: make test runs it
@@ -70,7 +70,7 @@ def test_every_stateful_sample_under_every_quantization(stateful):
     measured = {}
     for name in stateful:
         variants = [f"{p}@{q}" for q in QUANTIZATIONS for p in ("off", "upstream")]
-        comparison = inspector.compare(f"sample:{name}", variants, steps=STEPS, engine="simulation")
+        comparison = inspector.compare(f"sample:{name}", variants=variants, steps=STEPS, engine="simulation")
         assert comparison.engine == "simulation" and not comparison.errors, [r.error for r in comparison.errors]
         for result in comparison.results:
             assert result.engine == "simulation"
@@ -110,8 +110,8 @@ def test_the_simulation_agrees_with_tosa_on_a_corner_of_the_matrix(stateful):
     assert "streaming_keyword_spotter" in corner
     for name in corner:
         variants = [f"{p}@{q}" for q in CORNER_QUANTIZATIONS for p in ("off", "upstream")]
-        exact = inspector.compare(f"sample:{name}", variants, steps=STEPS, workers=1)
-        simulated = inspector.compare(f"sample:{name}", variants, steps=STEPS, engine="simulation")
+        exact = inspector.compare(f"sample:{name}", variants=variants, steps=STEPS, workers=1)
+        simulated = inspector.compare(f"sample:{name}", variants=variants, steps=STEPS, engine="simulation")
         assert not exact.errors and not exact.notes, [r.error for r in exact.errors]
         gap = simulated.gap(exact)
         assert len(gap.outputs) == sum(len(r.metrics) for r in exact.results)
@@ -134,11 +134,12 @@ def test_the_simulation_agrees_with_tosa_on_a_corner_of_the_matrix(stateful):
 def test_an_override_keeps_a_sites_mul_in_float():
     target = "sample:stateful_conv_mul"
     site = inspector.analyze(target, stage="tfa").sites[0]
-    comparison = inspector.compare(target, [Variant("off"), Variant("off", overrides={site.id: "float"}),
-                                            Variant("upstream", overrides={site.id: "float"})], steps=STEPS)
+    comparison = inspector.compare(target, variants=[Variant(rule="off"), Variant(rule="off", overrides={site.id: "float"}),
+                                                     Variant(rule="upstream", overrides={site.id: "float"})],
+                                   steps=STEPS)
     plain, kept, kept_upstream = comparison.results
     aten_mul = inspector.analyze(target, stage="aten").sites[0].mul
-    outside = lambda r: {n.target for n in r.not_delegated if "quantize" not in n.target}  # noqa: E731
+    outside = lambda r: {n.target for n in r.not_delegated if "quantize" not in n.target}
     assert "aten.mul.Tensor" not in outside(plain)
     assert "aten.mul.Tensor" in outside(kept) and "aten.mul.Tensor" in outside(kept_upstream)
     # the quantizer leaves a float mul out of transform-for-annotation: upstream no longer folds it, and says so
@@ -159,8 +160,8 @@ def test_a_variant_that_cannot_run_is_one_line_and_the_others_stay():
     try:
         inspector.quantizations.register("a16w8-on-int8", config, spec="TOSA-1.0+INT")  # a spec that cannot lower it
         comparison = inspector.compare("sample:stateful_conv_mul",
-                                       ["upstream", "upstream@a16w8-on-int8",
-                                        Variant("off", overrides={"no_such_node": "float"})], steps=2)
+                                       variants=["upstream", "upstream@a16w8-on-int8",
+                                        Variant(rule="off", overrides={"no_such_node": "float"})], steps=2)
     finally:
         inspector.quantizations.unregister("a16w8-on-int8")
     ok, bad_spec, bad_override = comparison.results
@@ -177,15 +178,15 @@ def test_a_variant_that_cannot_run_is_one_line_and_the_others_stay():
     assert [r.error for r in again.results] == [r.error for r in comparison.results]
     assert [r.variant for r in again.results] == [r.variant for r in comparison.results]
     with pytest.raises(InspectorError, match="names nothing"):  # every variant failing: its error is raised
-        inspector.compare("sample:stateful_conv_mul", [Variant("off", overrides={"nothing": "float"})])
+        inspector.compare("sample:stateful_conv_mul", variants=[Variant(rule="off", overrides={"nothing": "float"})])
 
 
 @pytest.mark.requires_tosa
 def test_module_paths_and_aligned_ids_name_nodes_and_a16w8_overrides_widen_one_node():
     target = "sample:stateful_conv_mul"
-    comparison = inspector.compare(target, [Variant("off", overrides={"conv": "float"}),
-                                            Variant("off", overrides={"root:mul": "float"}),
-                                            Variant("off", overrides={"root:mul": "a16w8"})], steps=2)
+    comparison = inspector.compare(target, variants=[Variant(rule="off", overrides={"conv": "float"}),
+                                            Variant(rule="off", overrides={"root:mul": "float"}),
+                                            Variant(rule="off", overrides={"root:mul": "a16w8"})], steps=2)
     by_module, by_id, widened = comparison.results
     assert "aten.convolution.default" in {n.target for n in by_module.not_delegated}
     assert "aten.mul.Tensor" in {n.target for n in by_id.not_delegated}
@@ -221,7 +222,7 @@ def test_bits_ranks_what_each_change_recovers():
     comparison = bits.comparison
     base = comparison.results[0]
     assert base.variant.label == bits.baseline == "upstream@a8w8"
-    worst_last = lambda r: min(m.sqnr_db for m in r.metrics if m.step == STEPS - 1)  # noqa: E731
+    worst_last = lambda r: min(m.sqnr_db for m in r.metrics if m.step == STEPS - 1)
     assert bits.baseline_sqnr_db == worst_last(base)
     by_label = {r.variant.label: r for r in comparison.results}
     for c in bits.changes:

@@ -41,7 +41,7 @@ def test_svg_of_the_pair(stage_analyses, name):
 @pytest.mark.requires_tosa
 @pytest.mark.parametrize("name", NETWORKS)
 def test_compare_off_and_upstream_gives_finite_numbers(stage_analyses, name):
-    comparison = inspector.compare("sample:" + name, ("off", "upstream"))
+    comparison = inspector.compare("sample:" + name, variants=("off", "upstream"))
     off, upstream = comparison.results
     folded = len(stage_analyses(name, "tfa").folded)
     assert off.folds["tfa"] == 0 and upstream.folds["tfa"] == folded

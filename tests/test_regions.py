@@ -33,7 +33,8 @@ def drawn_whole(analysis: inspector.Analysis, focus: str, hops: int = 2) -> str:
     sides = []
     for which, (gm, program) in (("before", (sg.graph_module, sg.program)), ("after", analysis.decider.after(analysis))):
         signature = program.graph_signature if program is not None else None
-        sides.append((gm, Verdicts(analysis.sites, which == "after", signature, tuple(analysis.caption(which)),
+        sides.append((gm, Verdicts(sites=analysis.sites, after=which == "after", signature=signature,
+                                   caption=tuple(analysis.caption(which)),
                                    marked=marked)))
     return render_pair(sides[0][0], sides[1][0], (sides[0][1], sides[1][1]), caption=analysis.caption(None),
                        focus=focus, hops=hops).source
@@ -53,7 +54,7 @@ def toggles(analysis: inspector.Analysis, rng: random.Random, n: int) -> list[st
 
 @pytest.mark.parametrize("stage", STAGES)
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "generated_blocks" else n
-                                  for n in inspector.samples.names()])  # slow: the 200-site sample: make test runs it, make check leaves it out
+                                  for n in inspector.samples.names()])  # slow: the 200-site sample (make check leaves it out)
 def test_toggles_on_regions_equal_the_whole_graph_run(stage_analyses, name, stage):
     base = stage_analyses(name, stage)  # some have no site at some stage (BatchNorm is fused at tfa only)
     rng = random.Random(f"{name}/{stage}")
@@ -129,14 +130,14 @@ def test_the_after_graph_check_fails_when_a_region_decided_otherwise(stage_analy
     forged = replace(toggled.sites[5], decision="skip" if toggled.sites[5].folded else "fold")
     toggled = replace(toggled, sites=toggled.sites[:5] + (forged,) + toggled.sites[6:])
     with pytest.raises(InspectorError, match="decided differently on its region than on the whole graph"):
-        toggled.after
+        toggled.after  # noqa: B018 - a property: reading it builds the after-graph, which checks the regions
 
 
 @pytest.mark.parametrize("stage", ["aten", "edge"])
 def test_a_crash_on_a_region_is_reported_as_the_whole_run_reports_it(stage):
     model, inputs = BufferWeights(), (torch.randn(1, 3, 8, 8),)
-    site = inspector.analyze(model, inputs, stage=stage, rule="off").sites[0].id
-    marked = inspector.analyze(model, inputs, stage=stage, rule="state-aware", markers=[site])
+    site = inspector.analyze(model, example_inputs=inputs, stage=stage, rule="off").sites[0].id
+    marked = inspector.analyze(model, example_inputs=inputs, stage=stage, rule="state-aware", markers=[site])
     assert marked.site(site).decision == "skip"
     with pytest.raises(FoldPassCrash, match=f"crashed while folding site {site}"):
         marked.toggle_marker(site)

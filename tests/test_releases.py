@@ -122,3 +122,29 @@ def test_the_cli_answers_name_the_release_they_ran_on(capsys):
     assert answer["executorch"] == release and f"executorch {release}" in answer["rule"]["source"]
     assert main(["analyze", "sample:conv_mul_scalar", "--stage", "aten"]) == 0
     assert capsys.readouterr().out.rstrip().splitlines()[-1] == f"executorch {release}"
+
+
+@pytest.mark.parametrize("release,frozen", [("1.4.0", True), ("1.4.1", True), ("1.5.0", False), ("1.5.1+cpu", False)])
+def test_the_releases_that_freeze_a_buffer_s_state(release, frozen):
+    assert _executorch.freezes_buffer_state(release) is frozen
+
+
+@pytest.mark.requires_tosa
+def test_a_comparison_on_a_release_that_freezes_the_state_says_so(monkeypatch):
+    """On 1.4.x a model writing a registered buffer is measured with its state frozen (docs/stack-facts.md): the
+    comparison says so; a model without one, or the FP flow, says nothing. On the installed release the note is
+    there exactly when that release freezes it."""
+    from inspector._numbers import compare as compare_module
+    from inspector._targets import load as _load
+
+    def notes(name, accelerator="tosa-int"):
+        return [n for n in compare_module.release_notes(_load.load(name), inspector.accelerators.get(accelerator))
+                if "frozen" in n]
+
+    assert bool(notes("sample:stateful_conv_mul")) == _executorch.freezes_buffer_state()
+    monkeypatch.setattr(_executorch, "installed_version", lambda *a, **k: "1.4.1")
+    assert notes("sample:stateful_conv_mul") and "executorch 1.4.1" in notes("sample:stateful_conv_mul")[0]
+    assert not notes("sample:conv_mul_scalar")
+    assert not notes("sample:stateful_conv_mul", "tosa-fp")
+    comparison = inspector.compare("sample:stateful_conv_mul", variants=["upstream"], steps=2)
+    assert any("frozen" in n for n in comparison.notes)

@@ -288,7 +288,8 @@ class EvilNames(nn.Module):
 @pytest.mark.requires_dot
 @pytest.mark.parametrize("stage", ["tfa", "edge"])
 def test_model_strings_are_escaped(stage):
-    analysis = inspector.analyze(EvilNames(), (torch.randn(1, 3, 8, 8),), stage=stage, rule="state-aware-strict")
+    analysis = inspector.analyze(EvilNames(), example_inputs=(torch.randn(1, 3, 8, 8),), stage=stage,
+                                 rule="state-aware-strict")
     (site,) = analysis.sites
     assert EVIL in site.id and site.reason_codes == ("feeds-buffer-mutation",)
     for graph in (analysis.render(cluster_by_module=True, hide=()), analysis.render_pair(cluster_by_module=True)):
@@ -303,7 +304,7 @@ def test_model_strings_are_escaped(stage):
 
 
 def test_cluster_by_module_nests_module_paths():
-    analysis = inspector.analyze(EvilNames(), (torch.randn(1, 3, 8, 8),), stage="tfa")
+    analysis = inspector.analyze(EvilNames(), example_inputs=(torch.randn(1, 3, 8, 8),), stage="tfa")
     conv = analysis.sites[0].conv
     source = analysis.render(cluster_by_module=True).source
     lines = source.splitlines()
@@ -396,9 +397,10 @@ import json, sys
 from IPython.core.formatters import DisplayFormatter
 from inspector import Bits, Sweep
 from inspector._numbers.bits import BitsChange
-bits = Bits("m", 3, "upstream@a8w8", 20.0, (BitsChange("fold off", "model", None, "off", 25.0, 5.0),
-                                             BitsChange("16-bit activations", "model", None, "a16", 18.0, -2.0)))
-sweep = Sweep(("upstream", "off"), ("tfa",), 0, (), (), ())
+bits = Bits(target="m", steps=3, baseline="upstream@a8w8", baseline_sqnr_db=20.0, changes=(
+    BitsChange(change="fold off", kind="model", node=None, variant="off", sqnr_db=25.0, recovered_db=5.0),
+    BitsChange(change="16-bit activations", kind="model", node=None, variant="a16", sqnr_db=18.0, recovered_db=-2.0)))
+sweep = Sweep(rules=("upstream", "off"), stages=("tfa",), steps=0, models=(), rows=(), variants=())
 out = {}
 for name, fig in (("bits", bits.plot()), ("sweep", sweep.plot())):
     data, _ = DisplayFormatter().format(fig)

@@ -137,7 +137,7 @@ def test_a_rule_leaves_the_callers_model_untouched(pass_copy, stage):
     for policy in (WIDE, OUTPUTS, f"{pass_copy}:{PASS}"):
         analysis = inspector.analyze(model, stage=stage, rule=policy)
         assert analysis.sites, policy
-        analysis.after  # the whole after-graph too (the pass writes scaled weights in place at tfa)
+        analysis.after  # noqa: B018 - the whole after-graph too (the pass writes scaled weights in place at tfa)
         assert_bit_identical(before, model)
     assert inspector.analyze(model, stage=stage, rule=WIDE).sites[0].reason_codes == ("rule:wide-scale",)
 
@@ -354,7 +354,7 @@ def test_a_broken_pass_class_is_one_line_naming_it(stage_analyses, bad_passes, b
 
 def test_a_guard_of_the_wrong_shape_is_refused_in_one_line():
     with pytest.raises(InspectorError) as info:
-        inspector.Skip("Not A Slug")
+        inspector.Skip(code="Not A Slug")
     assert "\n" not in str(info.value)
     with pytest.raises(InspectorError) as info:
         inspector.rules.get(f"{RULES}:no_such_guard")
@@ -393,15 +393,15 @@ def test_cli_analyze_takes_a_pass_class_file(stage_analyses, pass_copy):
 @pytest.mark.requires_tosa
 def test_compare_runs_a_guard_file_and_a_pass_class_file(pass_copy):
     target = "sample:stateful_conv_mul"
-    guarded = inspector.compare(target, ("upstream", OUTPUTS), workers=2)
+    guarded = inspector.compare(target, variants=("upstream", OUTPUTS), workers=2)
     upstream, mine = guarded.results
     assert mine.variant.rule.name == "skip_reaching_outputs"
     assert upstream.folds["tfa"] == 1 and sum(mine.folds.values()) == 0
     assert not any(s.folded_at for s in mine.sites)
-    off = inspector.compare(target, ("off",), workers=2).result("off")
+    off = inspector.compare(target, variants=("off",), workers=2).result("off")
     assert mine.metrics == off.metrics
 
-    copied = inspector.compare(target, ("upstream", f"{pass_copy}:{PASS}"), workers=2)
+    copied = inspector.compare(target, variants=("upstream", f"{pass_copy}:{PASS}"), workers=2)
     upstream_again, copy = copied.results
     assert copy.variant.rule.name == PASS and not copy.cached  # a pass class is never answered by decisions
     assert copy.folds == upstream.folds

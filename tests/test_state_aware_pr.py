@@ -161,7 +161,7 @@ def hand_marked(stage: str, placement: str) -> tuple[inspector.Analysis, inspect
     else:
         program = torch.export.export(Tiny(), INPUTS)
         place(program.graph, placement)
-        upstream = inspector.analyze(program, INPUTS, stage=stage)
+        upstream = inspector.analyze(program, example_inputs=INPUTS, stage=stage)
     return upstream, upstream.with_rule("state-aware")
 
 

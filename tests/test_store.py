@@ -361,7 +361,7 @@ if sys.argv[2] == "forbid":  # the answer must come from the store: the flow may
         raise AssertionError("the flow ran")
     flow.run_variant = flow.float_reference = ran
 t1 = time.perf_counter()
-c = inspector.compare(sys.argv[1], ("upstream",), workers=1)
+c = inspector.compare(sys.argv[1], variants=("upstream",), workers=1)
 t2 = time.perf_counter()
 print(json.dumps({"seconds": t2 - t1, "cached": [r.cached for r in c.results],
                   "metrics": [[m.sqnr_db, m.max_abs_error] for r in c.results for m in r.metrics],
@@ -401,7 +401,7 @@ def test_compare_in_a_new_process_answers_from_the_store_and_an_edited_helper_is
 SWEEP_CHILD = """
 import json, sys
 import inspector
-s = inspector.sweep([sys.argv[1]], ("upstream",), stages=("tfa",), workers=1, out=sys.argv[2] or None)
+s = inspector.sweep([sys.argv[1]], rules=("upstream",), stages=("tfa",), workers=1, out=sys.argv[2] or None)
 print(json.dumps({"reused": s.reused, "sites": [r.sites for r in s.rows]}))
 """
 
@@ -438,13 +438,17 @@ def test_a_variant_result_and_a_reference_read_back_equal(tmp_path, monkeypatch)
     from inspector._numbers.results import Metrics, NotDelegated, QParams, SiteOutcome, Variant, VariantResult
 
     monkeypatch.setenv(_store.ENV, str(tmp_path))
-    metrics = tuple(Metrics(o, s, (("max-abs", 0.5), ("mean-abs", 0.25), ("mse", 0.125),
-                                   ("sqnr", float("inf") if s else 12.5), ("flushed", 0.0)), (1.0, float("inf")))
+    metrics = tuple(Metrics(output=o, step=s, values=(("max-abs", 0.5), ("mean-abs", 0.25), ("mse", 0.125),
+                                   ("sqnr", float("inf") if s else 12.5), ("flushed", 0.0)),
+                            sqnr_per_channel_db=(1.0, float("inf")))
                     for s in range(2) for o in range(2))
     outputs = tuple((torch.randn(1, 2, 3), torch.arange(4, dtype=torch.int32)) for _ in range(2))
-    result = VariantResult(Variant("upstream", ("conv2d:mul",), "a16w8", (("conv", "float"),)), {"tfa": 1, "lowering": 0},
-                           (SiteOutcome("conv2d:mul", "tfa", QParams(0.1, -3), None),), metrics,
-                           (NotDelegated("n", "aten.add", "why"),), {"lower": 1.5}, quantization="a16w8",
+    result = VariantResult(variant=Variant(rule="upstream", markers=("conv2d:mul",), quantization="a16w8",
+                                           overrides=(("conv", "float"),)), folds={"tfa": 1, "lowering": 0},
+                           sites=(SiteOutcome(site_id="conv2d:mul", folded_at="tfa",
+                                              conv_output=QParams(scale=0.1, zero_point=-3), mul_output=None),),
+                           metrics=metrics, not_delegated=(NotDelegated(node="n", target="aten.add", reason="why"),),
+                           timings={"lower": 1.5}, quantization="a16w8",
                            outputs=outputs, log="the stack said <this>")
     key = ("fingerprint", "inputs", 2, "variant", ("upstream",), ("conv2d:mul",), ("a16w8", "INT", ""))
     assert result_store.load_result(key) is None
@@ -453,7 +457,8 @@ def test_a_variant_result_and_a_reference_read_back_equal(tmp_path, monkeypatch)
     assert back == result and back.log == result.log
     assert all(torch.equal(a, b) and a.dtype == b.dtype for sa, sb in zip(back.outputs, outputs) for a, b in zip(sa, sb))
     assert result_store.load_result(key[:-1] + (("a8w8", "INT", ""),)) is None
-    result_store.keep_result(key + ("failed",), VariantResult(result.variant, {}, (), (), (), {}, error="no"))
+    result_store.keep_result(key + ("failed",), VariantResult(variant=result.variant, folds={}, sites=(), metrics=(),
+                                                              not_delegated=(), timings={}, error="no"))
     assert result_store.load_result(key + ("failed",)) is None  # an error is not an answer: never kept
     unstable = key + (("mine", "", "<no source: id 1234>"),)
     result_store.keep_result(unstable, result)
@@ -497,7 +502,7 @@ def test_an_attribution_and_a_bits_are_read_back_equal_and_an_unreadable_entry_i
     def ask() -> tuple:
         """The answers, and how many attributions and bits were computed for them."""
         before = len(attributed), len(measured)
-        answers = (inspector.attribution(SAMPLE, ("off", "upstream"), engine="simulation"),
+        answers = (inspector.attribution(SAMPLE, variants=("off", "upstream"), engine="simulation"),
                    inspector.bits(SAMPLE, engine="simulation"))
         return answers, (len(attributed) - before[0], len(measured) - before[1])
 
@@ -544,17 +549,26 @@ def test_attribution_and_bits_from_dict_check_every_field():
                                                 VariantAttribution)
     from inspector._numbers.bits import Bits, BitsChange
 
-    conv = NodeError("m:conv2d", "conv2d", "m", "conv2d", "s1", "conv", 3, 0, float("inf"), 0.0, 0.5, -2, None)
-    mul = NodeError("m:mul", "mul", "m", "mul", "s1", "mul", 4, 0, 12.5, 0.25, None, None, 1.5)
-    variant = VariantAttribution("upstream", "upstream", ("s1",), (conv, mul), (mul,), (OutputAgreement(0, 0, 1.0, 0.5),
-                                                                                       OutputAgreement(1, 0, None, None)))
-    record = Attribution("net", 1, "4 batches", (variant,), (SiteError("s1", "upstream", False, 0, conv, mul, None),),
-                         ("m:conv2d", "m:mul"), engine="simulation")
+    conv = NodeError(node="m:conv2d", name="conv2d", module="m", op="conv2d", site="s1", role="conv", order=3, step=0,
+                     sqnr_db=float("inf"), max_abs_error=0.0, scale=0.5, zero_point=-2, drop_db=None)
+    mul = NodeError(node="m:mul", name="mul", module="m", op="mul", site="s1", role="mul", order=4, step=0,
+                    sqnr_db=12.5, max_abs_error=0.25, scale=None, zero_point=None, drop_db=1.5)
+    variant = VariantAttribution(label="upstream", rule="upstream", folded=("s1",), nodes=(conv, mul),
+                                 entry_points=(mul,),
+                                 agreement=(OutputAgreement(output=0, step=0, max_steps=1.0, scale=0.5),
+                                            OutputAgreement(output=1, step=0, max_steps=None, scale=None)))
+    record = Attribution(target="net", steps=1, calibration="4 batches", variants=(variant,),
+                         sites=(SiteError(site="s1", variant="upstream", folded=False, step=0, conv=conv, mul=mul,
+                                          state_write=None),),
+                         order=("m:conv2d", "m:mul"), engine="simulation")
     data = json.loads(json.dumps(record.to_dict(), allow_nan=False))
     assert Attribution.from_dict(data) == record and Attribution.from_dict(data).to_dict() == record.to_dict()
-    bits = Bits("net", 2, "upstream@a8w8", 20.0, (BitsChange("fold off", "model", None, "off@a8w8", 23.0, 3.0),
-                                                 BitsChange("keep in float", "site", "s1", "x", None, None, "it broke")),
-                ("a note",), engine="tosa")
+    bits = Bits(target="net", steps=2, baseline="upstream@a8w8", baseline_sqnr_db=20.0,
+                changes=(BitsChange(change="fold off", kind="model", node=None, variant="off@a8w8", sqnr_db=23.0,
+                                    recovered_db=3.0),
+                                                 BitsChange(change="keep in float", kind="site", node="s1",
+                                                            variant="x", sqnr_db=None, recovered_db=None, error="it broke")),
+                notes=("a note",), engine="tosa")
     data_bits = json.loads(json.dumps(bits.to_dict(), allow_nan=False))
     assert Bits.from_dict(data_bits) == bits and Bits.from_dict(data_bits).to_dict() == bits.to_dict()
 
@@ -577,7 +591,8 @@ def test_attribution_and_bits_from_dict_check_every_field():
         with pytest.raises((TypeError, ValueError, KeyError)):
             Attribution.from_dict(broken(data, path, value))
     for path, value in [(("answer",), "it is the bits"), (("baseline_sqnr_db",), 21.0), (("changes", 0, "kind"), None),
-                        (("changes", 1, "error"), KeyError), (("notes",), "a note"), (("target",), KeyError)]:
+                        # a missing field that has a default reads as it (a file written before it existed): "variant" has none
+                        (("changes", 1, "variant"), KeyError), (("notes",), "a note"), (("target",), KeyError)]:
         with pytest.raises((TypeError, ValueError, KeyError)):
             Bits.from_dict(broken(data_bits, path, value))
 
@@ -594,7 +609,7 @@ if mode == "forbid":  # the answers must come from the store: nothing may be qua
     flow.run_variant = flow.run_simulated = flow.float_reference = flow.quantize = ran
     attribution._attribute = attribution.quantize = bits.analyze = ran
 t1 = time.perf_counter()
-a = inspector.attribution("sample:conv_mul_scalar", ("off", "upstream"), engine=engine, workers=1)
+a = inspector.attribution("sample:conv_mul_scalar", variants=("off", "upstream"), engine=engine, workers=1)
 t2 = time.perf_counter()
 b = inspector.bits("sample:conv_mul_scalar", engine=engine, workers=1)
 t3 = time.perf_counter()
@@ -652,14 +667,14 @@ def ask() -> dict:
     \"\"\"Every verb's answer, the memory caches emptied first (only the store may answer), and what was computed.\"\"\"
     inspector.clear_cache()
     before, got, t = len(work), {}, time.perf_counter()
-    c = inspector.compare(SAMPLE, ("off", "upstream"), engine=engine, workers=1)
+    c = inspector.compare(SAMPLE, variants=("off", "upstream"), engine=engine, workers=1)
     got["compare"] = [[[m.sqnr_db, m.max_abs_error] for m in r.metrics] for r in c.results]
     got["outputs"] = [[t.tolist() for step in r.outputs for t in step] for r in c.results]
     got["cached"] = [r.cached for r in c.results]
     if engine == "simulation":  # the TOSA run is compare's: the others are the same reads of the store
-        got["attribution"] = inspector.attribution(SAMPLE, ("off", "upstream"), engine=engine, workers=1).to_dict()
+        got["attribution"] = inspector.attribution(SAMPLE, variants=("off", "upstream"), engine=engine, workers=1).to_dict()
         got["bits"] = inspector.bits(SAMPLE, engine=engine, workers=1).to_dict()
-        s = inspector.sweep([SAMPLE], ("upstream",), stages=("tfa",), steps=1, engine=engine, workers=1, out=str(out))
+        s = inspector.sweep([SAMPLE], rules=("upstream",), stages=("tfa",), steps=1, engine=engine, workers=1, out=str(out))
         got["sweep"] = [{k: v for k, v in r.to_dict().items() if k not in ("seconds", "timings")}
                         for r in (*s.rows, *s.variants)]
         got["reused"] = s.reused

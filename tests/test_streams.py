@@ -37,8 +37,10 @@ def _frames(n: int, seed: int = 1) -> list[tuple[torch.Tensor]]:
 
 def test_a_stream_feeds_each_step_its_own_frame_and_is_part_of_the_key():
     frames = _frames(5)
+    from inspector._decide.stages import default_steps
+
     target = load(Accumulate(), frames)
-    assert target.stream is not None and len(target.stream) == 5 and target.steps(None) == 5
+    assert target.stream is not None and len(target.stream) == 5 and default_steps(target) == 5
     assert torch.equal(target.inputs[0], frames[0][0])
     from inspector._numbers.flow import float_reference
 
@@ -62,7 +64,7 @@ def test_a_stream_feeds_each_step_its_own_frame_and_is_part_of_the_key():
 ])
 def test_a_bad_stream_is_one_line(stream, message):
     with pytest.raises(inspector.InspectorError, match=message) as info:
-        inspector.Stream(tuple(stream)) if stream else load(Accumulate(), stream)
+        inspector.Stream(frames=tuple(stream)) if stream else load(Accumulate(), stream)
     assert "\n" not in str(info.value)
 
 
@@ -95,10 +97,10 @@ def _model_file() -> str:
 
 def test_calibration_over_several_streams():
     frames = _frames(4)
-    c = inspector.compare(Accumulate(), ("upstream",), example_inputs=frames, engine="simulation",
+    c = inspector.compare(Accumulate(), variants=("upstream",), example_inputs=frames, engine="simulation",
                           calibration=[_frames(4, seed=7), _frames(6, seed=8)])
     assert c.steps == 4 and "2 stream(s) of 4, 6 frame(s)" in c.calibration and c.stream
-    other = inspector.compare(Accumulate(), ("upstream",), example_inputs=frames, engine="simulation",
+    other = inspector.compare(Accumulate(), variants=("upstream",), example_inputs=frames, engine="simulation",
                               calibration=[_frames(4, seed=9)])
     assert c.results[0].metrics != other.results[0].metrics  # another calibration, other numbers (no stale answer)
 
@@ -118,7 +120,7 @@ def test_decision_mismatch_and_accuracy_are_measurements_of_the_task():
 
 @pytest.mark.requires_tosa
 def test_the_trained_digits_report_accuracy_per_variant_on_an_ethos_u():
-    c = inspector.compare("sample:digits_layerscale", ("off", "upstream"), accelerator="ethos-u55-128")
+    c = inspector.compare("sample:digits_layerscale", variants=("off", "upstream"), accelerator="ethos-u55-128")
     images, labels = sample_models.get("digits_layerscale").held_out()
     assert c.steps == len(labels) == 360 and "360 held-out digits" in c.stream
     for r in c.results:
@@ -133,7 +135,7 @@ def test_the_trained_digits_report_accuracy_per_variant_on_an_ethos_u():
 def test_silero_over_its_speech_on_the_ethos_u85_and_u55():
     """79 frames of speech, each a new input: numbers at every step for off and upstream, a decision-mismatch
     figure; on the u55 what does not lower is listed, never a crash."""
-    c = inspector.compare("sample:silero_vad", ("off", "upstream"), steps=79, accelerator="ethos-u85-256")
+    c = inspector.compare("sample:silero_vad", variants=("off", "upstream"), steps=79, accelerator="ethos-u85-256")
     for r in c.results:
         assert r.error is None and len(r.metrics) == 79 and r.cost is not None
         mismatch = r.summary("decision-mismatch@0.5")
@@ -141,7 +143,7 @@ def test_silero_over_its_speech_on_the_ethos_u85_and_u55():
     reference = [float(step[0].reshape(-1)[0]) for step in c.reference]
     decided = [p > 0.5 for p in reference]
     assert any(decided) and not all(decided)  # the float VAD's decision changes across the frames
-    u55 = inspector.compare("sample:silero_vad", ("upstream",), steps=2, accelerator="ethos-u55-128")
+    u55 = inspector.compare("sample:silero_vad", variants=("upstream",), steps=2, accelerator="ethos-u55-128")
     r = u55.results[0]
     assert r.error is None or "\n" not in r.error
     assert r.error is not None or r.not_delegated is not None
@@ -152,7 +154,7 @@ def test_the_widget_runs_a_models_stream_by_default_and_shows_every_frame():
 
     app = FoldInspector("sample:digits_layerscale", stage="tfa")
     assert app.steps_input.value == 360  # the held-out digits, one per step
-    c = inspector.compare(Accumulate(), ("upstream",), example_inputs=_frames(4), engine="simulation")
+    c = inspector.compare(Accumulate(), variants=("upstream",), example_inputs=_frames(4), engine="simulation")
     html = inspector.present.comparison_html(c)
     assert "fi-per-frame" in html and html.count("<tr>") >= 1 + 4 + 2  # a row per frame beside the summary
     text = inspector.present.comparison_text(c)

@@ -289,7 +289,9 @@ def test_verdict_runs_the_readmes_model_given_an_input_shape(model):
 def _outcome(site, folded, conv, mul):
     from inspector._numbers.results import QParams, SiteOutcome
 
-    return SiteOutcome(site, "tfa" if folded else None, QParams(*conv), QParams(*mul) if mul else None)
+    return SiteOutcome(site_id=site, folded_at="tfa" if folded else None,
+                       conv_output=QParams(scale=conv[0], zero_point=conv[1]),
+                       mul_output=QParams(scale=mul[0], zero_point=mul[1]) if mul else None)
 
 
 def _result(rule, markers=(), *, folded=False, cached=False, outputs=None, grids=None):
@@ -299,15 +301,19 @@ def _result(rule, markers=(), *, folded=False, cached=False, outputs=None, grids
     conv, mul = grids or ((0.4, -3), (0.1, -3))
     site = _outcome("conv@m.py:3", folded, mul if folded else conv, None if folded else mul)
     out = outputs if outputs is not None else ((torch.arange(4.0),),)
-    return VariantResult(Variant(inspector.rules.get(rule), tuple(markers)), {"tfa": int(folded), "lowering": 0},
-                         (site,), tuple(Metrics(0, s, (("sqnr", 30.0),)) for s in range(len(out))), (), {},
+    return VariantResult(variant=Variant(rule=inspector.rules.get(rule), markers=tuple(markers)),
+                         folds={"tfa": int(folded), "lowering": 0},
+                         sites=(site,),
+                         metrics=tuple(Metrics(output=0, step=s, values=(("sqnr", 30.0),)) for s in range(len(out))),
+                         not_delegated=(), timings={},
                          cached=cached, outputs=out)
 
 
 def _comparison(*results):
     from inspector._numbers.results import Comparison
 
-    return Comparison("m", len(results[0].outputs), "calibrated", "a8w8", results)
+    return Comparison(target="m", steps=len(results[0].outputs), calibration="calibrated", quantization="a8w8",
+                      results=results)
 
 
 def test_a_marker_under_a_rule_that_reads_none_says_so_in_the_table():
@@ -371,8 +377,8 @@ def test_equal_numbers_are_explained_only_when_they_are_equal():
     assert "every variant gives the same" in tables.equal_numbers_note(odd)
     assert "grid" not in tables.equal_numbers_note(odd)
     # every variant folds alike: equal by construction, no note; nor without outputs (a comparison read from JSON)
-    assert tables.equal_numbers_note(_comparison(_result("off", outputs=same), _result("state-aware-strict",
-                                                                                       outputs=same))) == ""
+    assert tables.equal_numbers_note(_comparison(_result("off", outputs=same),
+                                                 _result("state-aware-strict", outputs=same))) == ""
     assert tables.equal_numbers_note(_comparison(_result("off", outputs=()), _result("upstream", outputs=(),
                                                                                       folded=True))) == ""
 
@@ -388,7 +394,7 @@ def test_the_headline_sample_and_the_demo_say_why_every_rule_gives_the_same_numb
     assert "scale-equivariant under per-tensor activation quantization" in out
     assert "(same folds as off)" in out and "(cached)" not in out
     assert "scale-equivariant" in (tmp_path / "demo.html").read_text()
-    one = inspector.compare("sample:stateful_conv_mul", ("off", "upstream"), steps=1)
+    one = inspector.compare("sample:stateful_conv_mul", variants=("off", "upstream"), steps=1)
     assert one.result("off").metrics != one.result("upstream").metrics  # they differ: nothing to explain
     assert tables.equal_numbers_note(one) == ""
 

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 import inspector
 from inspector._base.errors import InspectorError
@@ -112,7 +111,7 @@ def reference(tmp_path_factory):
     """The sweep every other one is checked against: two local workers, results kept in a store in out/."""
     out = tmp_path_factory.mktemp("out")
     bars = []
-    result = sweep(SAMPLES, RULES, stages=("tfa", "edge"), steps=STEPS, workers=2, out=out, progress=bars.append)
+    result = sweep(SAMPLES, rules=RULES, stages=("tfa", "edge"), steps=STEPS, workers=2, out=out, progress=bars.append)
     return result, out, bars
 
 
@@ -155,8 +154,8 @@ def test_bad_toml_is_one_line(tmp_path, text, message):
 
 
 def test_a_model_that_fails_is_one_row_and_the_sweep_goes_on(model_dir):
-    no_export = ModelSpec(f"{model_dir / 'nets.py'}:NoExport", "no-export", ((1, 3, 8, 8),))
-    result = sweep(["sample:no_such_sample", no_export, "sample:conv_mul_scalar"], ("upstream", "state-aware"),
+    no_export = ModelSpec(target=f"{model_dir / 'nets.py'}:NoExport", label="no-export", input_shapes=((1, 3, 8, 8),))
+    result = sweep(["sample:no_such_sample", no_export, "sample:conv_mul_scalar"], rules=("upstream", "state-aware"),
                    workers=2)
     errors = {m.target: m.error for m in result.models}
     assert "unknown sample 'no_such_sample'" in errors["sample:no_such_sample"]
@@ -204,7 +203,7 @@ def test_numbers_are_what_compare_measures(reference):
     result, _, _ = reference
     assert len(result.variants) == len(SAMPLES) * len(RULES)
     for target in SAMPLES:
-        comparison = inspector.compare(target, RULES, steps=STEPS, workers=1)
+        comparison = inspector.compare(target, variants=RULES, steps=STEPS, workers=1)
         for r in comparison.results:
             row = next(v for v in result.variants if v.target == target and v.rule == r.variant.rule.name)
             assert row.error is None
@@ -232,7 +231,7 @@ def test_rules_users_write(tmp_path):
     rules_file = ROOT / "sample_models" / "rules.py"
     from_file = f"{rules_file}:skip_reaching_outputs"
     try:
-        result = sweep(["sample:conv_mul_scalar", "sample:conv_mul_chain"], ("upstream", from_file), workers=2)
+        result = sweep(["sample:conv_mul_scalar", "sample:conv_mul_chain"], rules=("upstream", from_file), workers=2)
         rows = [(r, inspector.analyze(r.target, stage="tfa", rule=r.rule)) for r in result.rows]
     finally:
         inspector.rules.unregister("skip_reaching_outputs")  # a rule loaded here stays for other tests otherwise
@@ -243,10 +242,10 @@ def test_rules_users_write(tmp_path):
 
     @inspector.rule("test-sweep-never", help="skips every site")
     def never(ctx):
-        return inspector.Skip("test-never", "never folds")
+        return inspector.Skip(code="test-never", detail="never folds")
 
     try:
-        here = sweep(["sample:conv_mul_scalar"], ("upstream", "test-sweep-never"), workers=2)
+        here = sweep(["sample:conv_mul_scalar"], rules=("upstream", "test-sweep-never"), workers=2)
     finally:
         inspector.rules.unregister("test-sweep-never")
     assert here.executor == "inline" and "lives in this process only" in here.notes[0]
@@ -258,7 +257,7 @@ def test_rules_users_write(tmp_path):
 
 def test_a_second_run_reads_everything_back(reference):
     result, out, _ = reference
-    again = sweep(SAMPLES, RULES, stages=("tfa", "edge"), steps=STEPS, workers=2, out=out)
+    again = sweep(SAMPLES, rules=RULES, stages=("tfa", "edge"), steps=STEPS, workers=2, out=out)
     assert again.reused == len(SAMPLES) * (2 * len(RULES) + len(RULES))
     assert _comparable(again.to_dict()) == _comparable(result.to_dict())
     assert again.seconds < 0.2 * result.seconds
@@ -315,13 +314,13 @@ def test_without_out_the_store_in_use_keeps_the_sweep(tmp_path, monkeypatch):
 @pytest.mark.requires_tosa
 def test_one_worker_gives_the_same_table(reference):
     result, _, _ = reference
-    one = sweep(SAMPLES, RULES, stages=("tfa", "edge"), steps=STEPS, workers=1)
+    one = sweep(SAMPLES, rules=RULES, stages=("tfa", "edge"), steps=STEPS, workers=1)
     # A warm worker answers what it computed in the reference sweep, and says so.
     cached = sum(v.cached for v in one.variants)
     assert any(f"{cached} variant" in n and "answered by warm worker processes" in n for n in one.notes) == bool(cached)
     assert _comparable(one.to_dict()) == _comparable(result.to_dict())
     inspector.clear_cache(disk=True)  # stops the warm workers, empties the store: all computed again, by one worker
-    fresh = sweep(SAMPLES, RULES, stages=("tfa", "edge"), steps=STEPS, workers=1)
+    fresh = sweep(SAMPLES, rules=RULES, stages=("tfa", "edge"), steps=STEPS, workers=1)
     assert not any(v.cached for v in fresh.variants) and all(v.timings or v.shared_with for v in fresh.variants)
     assert _comparable(fresh.to_dict()) == _comparable(result.to_dict())
 
@@ -330,7 +329,7 @@ def test_one_worker_gives_the_same_table(reference):
 @pytest.mark.requires_tosa
 def test_ray_gives_the_same_table_bit_for_bit(reference, tmp_path):
     result, _, _ = reference
-    on_ray = sweep(SAMPLES, RULES, stages=("tfa", "edge"), steps=STEPS, workers=2, executor="ray", out=tmp_path)
+    on_ray = sweep(SAMPLES, rules=RULES, stages=("tfa", "edge"), steps=STEPS, workers=2, executor="ray", out=tmp_path)
     assert on_ray.executor == "ray"
     assert _comparable(on_ray.to_dict()) == _comparable(result.to_dict())
     # Ray's workers kept their compare results in out/ too: each task names the store, not their environment.
@@ -356,7 +355,7 @@ def _run_until(args, out: Path, kind: str) -> subprocess.Popen:
 @pytest.mark.requires_tosa
 def test_interrupted_then_killed_then_resumed_gives_the_uninterrupted_table(tmp_path):
     models, rules = SAMPLES[:2], (RULES[0], RULES[2])
-    uninterrupted = sweep(models, rules, stages=("tfa",), steps=STEPS, workers=2)
+    uninterrupted = sweep(models, rules=rules, stages=("tfa",), steps=STEPS, workers=2)
     out = tmp_path / "out"
     args = ["sweep", *models, "--rules", ",".join(rules), "--stages", "tfa", "--steps", str(STEPS),
             "--workers", "2", "--out", str(out), "--format", "json"]
@@ -424,14 +423,14 @@ def test_a_dead_worker_loses_only_its_own_row(tmp_path):
     for sig in ("SIGSEGV", "SIGKILL"):
         (tmp_path / f"{sig}.py").write_text(CRASHING.replace("{signal}", sig).replace("{here}", str(os.getpid())))
         targets.append(f"{tmp_path / sig}.py:Crashes")
-    result = sweep(targets, ("upstream", "state-aware"), workers=2, out=tmp_path / "out")
+    result = sweep(targets, rules=("upstream", "state-aware"), workers=2, out=tmp_path / "out")
     errors = {m.target: m.error for m in result.models}
     assert errors["sample:conv_mul_scalar"] is None
     for sig, crashing in zip(("SIGSEGV", "SIGKILL"), targets[1:]):
         assert f"the worker analysing {crashing} died: it was killed by {sig}" in errors[crashing]
     assert {r.target for r in result.rows} == {"sample:conv_mul_scalar"}
     # A death is not a verdict on the model: the next run tries it again (and the others are read back).
-    again = sweep(targets, ("upstream", "state-aware"), workers=2, out=tmp_path / "out")
+    again = sweep(targets, rules=("upstream", "state-aware"), workers=2, out=tmp_path / "out")
     assert again.reused == 2
     assert "died" in {m.target: m.error for m in again.models}[targets[1]]
 
@@ -458,7 +457,7 @@ def test_a_worker_killed_in_a_variant_loses_only_that_variant(tmp_path):
     (tmp_path / "rules.py").write_text(KILLS_IN_LOWERING)
     deadly = f"{tmp_path / 'rules.py'}:dies_in_the_quantized_flow"
     try:
-        result = sweep(["sample:conv_mul_scalar"], ("upstream", deadly), steps=1, workers=2)
+        result = sweep(["sample:conv_mul_scalar"], rules=("upstream", deadly), steps=1, workers=2)
     finally:
         inspector.rules.unregister("dies_in_the_quantized_flow")
     assert [r.error for r in result.rows] == [None, None]  # deciding it is fine
@@ -467,7 +466,7 @@ def test_a_worker_killed_in_a_variant_loses_only_that_variant(tmp_path):
     assert ("the worker running sample:conv_mul_scalar / dies_in_the_quantized_flow died: it was killed by SIGKILL"
             in by_rule["dies_in_the_quantized_flow"].error)
     # The pool replaced the dead worker: the next sweep runs (in a store of its own: nothing read back).
-    after = sweep(["sample:conv_mul_scalar"], ("upstream",), steps=1, workers=2, out=tmp_path / "after")
+    after = sweep(["sample:conv_mul_scalar"], rules=("upstream",), steps=1, workers=2, out=tmp_path / "after")
     assert after.reused == 0 and after.variants[0].error is None
 
 
@@ -483,7 +482,7 @@ def test_a_toml_list_from_anywhere_on_disk(model_dir, tmp_path):
     here = os.getcwd()
     try:
         os.chdir(tmp_path)  # nowhere near the TOML file or the model file it names
-        result = sweep([str(model_dir / "sub" / "models.toml")], ("upstream", "state-aware-strict"), workers=2)
+        result = sweep([str(model_dir / "sub" / "models.toml")], rules=("upstream", "state-aware-strict"), workers=2)
     finally:
         os.chdir(here)
     assert [m.target for m in result.models] == ["sample:stateful_conv_mul", "scaled"]
@@ -522,11 +521,15 @@ def test_cli_formats(tmp_path, capsys):
 def _crafted() -> Sweep:
     evil = "<img src=x onerror=alert(1)>|`"
     where = {evil: {"module": evil, "location": "", "mul": evil}}
-    return Sweep(("upstream", "off"), ("tfa",), 1, models=(SweepModel(evil, None, "f"),),
-                 rows=(SweepRow(evil, "tfa", "upstream", 1, folded=(evil,), where=where),
-                       SweepRow(evil, "tfa", "off", 1, skipped=(evil,), reasons={evil: ("rule-off",)}, where=where)),
-                 variants=(SweepVariant(evil, "upstream", "upstream", 1, sqnr_db_last=30.0, sqnr_db_worst=29.0),
-                           SweepVariant(evil, "off", "off", 1, sqnr_db_last=31.0, sqnr_db_worst=29.5, error=evil)))
+    return Sweep(rules=("upstream", "off"), stages=("tfa",), steps=1,
+                 models=(SweepModel(target=evil, error=None, fingerprint="f"),),
+                 rows=(SweepRow(target=evil, stage="tfa", rule="upstream", sites=1, folded=(evil,), where=where),
+                       SweepRow(target=evil, stage="tfa", rule="off", sites=1, skipped=(evil,),
+                                reasons={evil: ("rule-off",)}, where=where)),
+                 variants=(SweepVariant(target=evil, variant="upstream", rule="upstream", steps=1, sqnr_db_last=30.0,
+                                        sqnr_db_worst=29.0),
+                           SweepVariant(target=evil, variant="off", rule="off", steps=1, sqnr_db_last=31.0,
+                                        sqnr_db_worst=29.5, error=evil)))
 
 
 def test_model_strings_are_escaped_in_html_and_markdown():
@@ -541,18 +544,19 @@ def test_model_strings_are_escaped_in_html_and_markdown():
 
 
 def _row(target, stage, rule, folded, site="conv@net.py:1"):
-    return SweepRow(target, stage, rule, 1, folded=(site,) if folded else (), skipped=() if folded else (site,),
+    return SweepRow(target=target, stage=stage, rule=rule, sites=1, folded=(site,) if folded else (),
+                    skipped=() if folded else (site,),
                     reasons={} if folded else {site: ("feeds-buffer-mutation",)})
 
 
 def _variant(target, rule, sqnr):
-    return SweepVariant(target, rule, rule, 3, sqnr_db_last=sqnr, sqnr_db_worst=sqnr)
+    return SweepVariant(target=target, variant=rule, rule=rule, steps=3, sqnr_db_last=sqnr, sqnr_db_worst=sqnr)
 
 
 def test_the_summary_ties_numbers_to_tfa_decisions_only():
-    models = (SweepModel("m"), SweepModel("n"), SweepModel("never"))
+    models = (SweepModel(target="m"), SweepModel(target="n"), SweepModel(target="never"))
     # Only edge decided: nothing ties the changes to the numbers, whatever they are.
-    edge_only = Sweep(("upstream", "rule"), ("edge",), 3, models=models[:1],
+    edge_only = Sweep(rules=("upstream", "rule"), stages=("edge",), steps=3, models=models[:1],
                       rows=(_row("m", "edge", "upstream", True), _row("m", "edge", "rule", False)),
                       variants=(_variant("m", "upstream", 38.7), _variant("m", "rule", 36.4)))
     line = edge_only.summary()[0]
@@ -563,7 +567,7 @@ def test_the_summary_ties_numbers_to_tfa_decisions_only():
             _row("n", "edge", "upstream", True), _row("n", "edge", "rule", False),
             _row("never", "tfa", "upstream", True), _row("never", "tfa", "rule", True),
             _row("never", "edge", "upstream", True), _row("never", "edge", "rule", False))
-    both = Sweep(("upstream", "rule"), ("tfa", "edge"), 3, models=models, rows=rows,
+    both = Sweep(rules=("upstream", "rule"), stages=("tfa", "edge"), steps=3, models=models, rows=rows,
                  variants=(_variant("m", "upstream", 30.0), _variant("m", "rule", 20.0),
                            _variant("n", "upstream", 25.0), _variant("n", "rule", 25.0)))
     line = both.summary()[0]
@@ -576,8 +580,8 @@ def test_the_summary_ties_numbers_to_tfa_decisions_only():
 def test_local_paths_are_redacted():
     base = _crafted()
     home = str(Path.home() / "private" / "net.py:Net")
-    models = (SweepModel(home, f"importing {home} failed"),)
-    redacted = Sweep(base.rules, base.stages, 0, models=models, rows=(), variants=())
+    models = (SweepModel(target=home, error=f"importing {home} failed"),)
+    redacted = Sweep(rules=base.rules, stages=base.stages, steps=0, models=models, rows=(), variants=())
     for text in (redacted.to_markdown(), redacted.to_html(), redacted.to_json(), redacted.to_csv()):
         assert str(Path.home()) not in text
     assert "~/private/net.py:Net" in redacted.to_markdown()
@@ -589,9 +593,10 @@ def test_markdown_fits_one_github_comment():
     for i in range(400):
         for p, folded in (("upstream", True), ("off", False)):
             site = f"block{i}.conv@net.py:{i}"
-            rows.append(SweepRow(f"net{i}", "tfa", p, 1, folded=(site,) if folded else (),
+            rows.append(SweepRow(target=f"net{i}", stage="tfa", rule=p, sites=1, folded=(site,) if folded else (),
                                  skipped=() if folded else (site,), reasons={} if folded else {site: ("rule-off",)}))
-    big = Sweep(base.rules, base.stages, 0, models=tuple(SweepModel(f"net{i}") for i in range(400)),
+    big = Sweep(rules=base.rules, stages=base.stages, steps=0,
+                models=tuple(SweepModel(target=f"net{i}") for i in range(400)),
                 rows=tuple(rows), variants=())
     md = big.to_markdown(limit=8000)
     assert len(md) <= 8000

@@ -74,7 +74,7 @@ class EvilName(nn.Module):
 
 
 def test_markdown_cannot_be_injected_by_model_strings():
-    analysis = inspector.analyze(EvilName(), (torch.ones(1, 3, 8, 8),), stage="aten")
+    analysis = inspector.analyze(EvilName(), example_inputs=(torch.ones(1, 3, 8, 8),), stage="aten")
     text = analysis.report(format="md")
     assert EVIL.replace(".", "_")[:20] in text
     html = _render_md(text)
@@ -94,7 +94,7 @@ def test_markdown_stays_under_the_github_limit_and_valid():
             outs = [conv(x) * 0.5 for conv in self.convs.values()]
             return torch.stack(outs).sum(0)
 
-    analysis = inspector.analyze(Many(), (torch.ones(1, 2, 4, 4),), stage="aten")
+    analysis = inspector.analyze(Many(), example_inputs=(torch.ones(1, 2, 4, 4),), stage="aten")
     assert len(analysis.sites) == 250
     text = analysis.report(format="md")
     assert len(text) < GITHUB_COMMENT_LIMIT
@@ -220,7 +220,7 @@ def all_reproducers(tmp_path_factory, stage_analyses):
             for i, site in enumerate(analysis.sites):
                 if name == "generated_blocks" and i not in (0, 3, 4, 19):  # one site of each of its patterns
                     continue
-                repro = reproducer(analysis, site.id)
+                repro = reproducer(analysis, site_id=site.id)
                 (folder / f"test_{name}_{stage}_{i}.py").write_text(repro.source)
                 expected[f"test_{name}_{stage}_{i}.py::{repro.test_name}"] = (site.decision, repro)
     return folder, expected
@@ -230,7 +230,7 @@ def all_reproducers(tmp_path_factory, stage_analyses):
 def test_every_sample_site_reproduces_its_decision_without_the_inspector(all_reproducers):
     folder, expected = all_reproducers
     assert len(expected) >= 50
-    for key, (decision, repro) in expected.items():
+    for decision, repro in expected.values():
         assert repro.decision == decision and repro.test_name.endswith("_folds" if decision == "fold" else "_skipped")
         assert _imports(repro.source) <= {"copy", "re", "torch", "executorch"}
         assert (repro.muls_before > repro.muls_after) == (decision == "fold")
@@ -264,11 +264,11 @@ def test_models_the_samples_do_not_have(tmp_path):
     inputs = (torch.rand(1, 8, 16, 16, generator=torch.Generator().manual_seed(0)), torch.ones(1, 2, 3, 4, 4))
     written = 0
     for stage in NO_LOWERING:
-        analysis = inspector.analyze(Unseen(), inputs, stage=stage)
+        analysis = inspector.analyze(Unseen(), example_inputs=inputs, stage=stage)
         stage_written = 0
         for i, site in enumerate(analysis.sites):
             try:
-                repro = reproducer(analysis, site.id)
+                repro = reproducer(analysis, site_id=site.id)
             except inspector.InspectorError as exc:  # allowed, but only as one honest line
                 assert str(exc).startswith(f"site {site.id} cannot be reproduced by a minimal module: ")
                 continue
@@ -291,11 +291,11 @@ def test_a_decision_a_minimal_module_cannot_express_is_one_line():
         def forward(self, x):
             return self.conv(x) * self.scale
 
-    analysis = inspector.analyze(IntScale(), (torch.ones(1, 3, 8, 8),), stage="tfa")
+    analysis = inspector.analyze(IntScale(), example_inputs=(torch.ones(1, 3, 8, 8),), stage="tfa")
     site = analysis.sites[0]
     assert site.reason_codes[0] == "disallowed-by-quantizer"  # set by the quantizer's own int64 passes
     with pytest.raises(inspector.InspectorError) as info:
-        reproducer(analysis, site.id)
+        reproducer(analysis, site_id=site.id)
     message = str(info.value)
     assert "\n" not in message and message.startswith(f"site {site.id} cannot be reproduced by a minimal module")
     assert "the quantizer's own passes decide it" in message

@@ -315,7 +315,7 @@ def test_sharing_provenance_lowers_the_same_program():
     shared = tosa.lower(_quantized("ethos-u55-128", False), config.tosa_spec)
     shared_located = tosa.lower(_quantized("ethos-u55-128", False), config.tosa_spec, locations=True)
     assert vela.delegates(shared) == vela.delegates(plain)
-    key = lambda ops: [(o.op, o.inputs, o.outputs, o.source) for o in ops]  # noqa: E731
+    key = lambda ops: [(o.op, o.inputs, o.outputs, o.source) for o in ops]
     assert key(vela.tosa_ops(vela.delegates(shared_located)[0])) == key(vela.tosa_ops(vela.delegates(located)[0]))
     assert "__deepcopy__" not in vars(fx_traceback.NodeSource)
 
@@ -349,7 +349,7 @@ def test_two_memory_modes_cost_what_vela_s_command_line_says_and_differ():
     model, inputs = _model_and_inputs()
     costs = {}
     for name, mode in (("ethos-u85-256", "Sram_Only"), ("ethos-u85-256:Dedicated_Sram", "Dedicated_Sram")):
-        comparison = inspector.compare(model, ("off",), example_inputs=inputs, calibration=[inputs], workers=1,
+        comparison = inspector.compare(model, variants=("off",), example_inputs=inputs, calibration=[inputs], workers=1,
                                        accelerator=name)
         assert comparison.accelerator == name
         # the store has the result made under Sram_Only just before: it never answers for another memory mode

@@ -103,7 +103,7 @@ def test_each_cost_sentence_is_a_comparisons_mean_and_worst(verdict, lead):
         (sentence,) = [s for s in lead if s.startswith(f"Skipping the {len(n.state_sites)} site")
                        and f"feeding state of {n.target.removeprefix('sample:')} (" in s]
         for chip in ACCELERATORS:
-            up, skipped = inspector.compare(n.target, ["upstream", ("state-aware", list(n.state_sites))],
+            up, skipped = inspector.compare(n.target, variants=["upstream", ("state-aware", list(n.state_sites))],
                                             steps=n.steps, accelerator=chip).results
             worst = [[min(m.sqnr_db for m in r.metrics if m.step == s) for s in range(n.steps)] for r in (up, skipped)]
             means = [sum(w) / len(w) for w in worst]

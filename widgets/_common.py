@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import traceback
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from inspector import InspectorError
 from inspector.present import escape as esc  # the one HTML escape the inspector writes with

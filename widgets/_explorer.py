@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 import ipywidgets as W
 

@@ -3,7 +3,7 @@ progress, the results, and "is it the fold or the bits?"."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import ipywidgets as W
 

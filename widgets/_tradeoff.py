@@ -3,7 +3,7 @@ decisions as a point that moves when a marker is toggled, and a point clicked se
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import ipywidgets as W
 

@@ -18,7 +18,8 @@ import functools
 import os
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 import ipywidgets as W
 
@@ -133,7 +134,7 @@ class FoldInspector(W.VBox):
         if isinstance(target, inspector.Analysis):
             self.analysis = target
         else:
-            self.analysis = inspector.analyze(target, example_inputs, stage=stage, rule=rule,
+            self.analysis = inspector.analyze(target, example_inputs=example_inputs, stage=stage, rule=rule,
                                               markers=tuple(markers), accelerator=accelerator)
             self._header.set_stage_quietly(self.analysis.stage)
         self._picker.start(self.analysis, self._target_ref)
@@ -310,7 +311,7 @@ class FoldInspector(W.VBox):
 
         def compute(analysis, variants, steps, config, progress):
             quantization = (self._reference.quantizations or ("a8w8",))[0]
-            return inspector.bits(analysis.target, steps, rule=analysis.rule.name, quantization=quantization,
+            return inspector.bits(analysis.target, steps=steps, rule=analysis.rule.name, quantization=quantization,
                                   markers=config[2], progress=progress, isolate=self.isolate, accelerator=accelerator)
 
         def show(bits, config):
@@ -366,7 +367,7 @@ class FoldInspector(W.VBox):
             progress("following the site", 0.1)
             # in the flow of the accelerator the sites are shown for; found where it folds (site ids hold across
             # stages), or at lowering when that is shown
-            return inspector.journey(analysis.target, site, rule, accelerator=analysis.accelerator,
+            return inspector.journey(analysis.target, site=site, variant=rule, accelerator=analysis.accelerator,
                                      stage="lowering" if analysis.stage == "lowering" else None)
 
         def show(result, config):
@@ -426,7 +427,7 @@ class FoldInspector(W.VBox):
 
     @classmethod
     def load_session(cls, path: str | Path, target: Any = None, example_inputs: Any = None, *,
-                     trust: bool = False) -> "FoldInspector":
+                     trust: bool = False) -> FoldInspector:
         """Restore a saved session to the same screen (give ``target`` if it was an in-memory model).
 
         A session is data: one whose target or rules name a Python file (``model.py:Net``,
@@ -566,8 +567,7 @@ class FoldInspector(W.VBox):
         self._journey.forget()
         self.advice = None
         self._tradeoff.show(None, ())
-        if analysis.target.stream is not None:  # a model with real inputs in order: every frame by default
-            self.steps_input.value = _default_steps(analysis)
+        self.steps_input.value = _default_steps(analysis)  # another model: its own default
 
     def _on_stage(self, change) -> None:
         def go():
@@ -640,9 +640,5 @@ class FoldInspector(W.VBox):
 
 
 def _default_steps(analysis) -> int:
-    """The steps a reference run takes unless the user says: a stream's frames (as many as a run may take), 10 for a
-    model that carries state, else 1."""
-    stream = analysis.target.stream
-    if stream is not None:
-        return min(len(stream), present.MAX_STEPS)
-    return 10 if analysis.target.recurrent or any(s.state_path for s in analysis.sites) else 1
+    """The steps a reference run takes unless the user says: the core's one default (``present.STEPS_HELP``)."""
+    return present.default_steps(analysis.target)

@@ -27,11 +27,13 @@ import itertools
 import math
 import time
 from dataclasses import replace
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 from .._base.errors import InspectorError, quoted
 from .._base.formats import cycles as cycles_text
 from .._cost.accelerators import accelerator_of
+from .._decide import stages as _stages
 from .._numbers.compare import compare, plan_of
 from .._numbers.measures import Metric, metric_of as measure_of, metrics as measure_list
 from .._numbers.quantization import quantization_of
@@ -49,14 +51,19 @@ ADDS_UP = 0.01  # the sites' prices must sum to off - upstream within this share
 GUARD = "state-aware"  # the rule whose markers pick a set (PR #21234's marker)
 
 Progress = Callable[[str, float], None]
+# Advice prices every site in Vela's cycles: its default is an Ethos-U, where every other verb's is tosa-int (which
+# has no cost). The reason is printed in ``advise --help``.
+DEFAULT_ACCELERATOR = "ethos-u55-128"
+WHY_ACCELERATOR = ("advice prices every site in Vela's cycles, which only an Ethos-U has (tosa-int, every other "
+                   "verb's default, has none)")
 Fold = frozenset  # a set of site ids, as the pass really folded them
 
 
 def advise(
     target: Any,
-    example_inputs: Any = None,
     *,
-    accelerator: Any = "ethos-u55-128",
+    example_inputs: Any = None,
+    accelerator: Any = DEFAULT_ACCELERATOR,
     budget_db: float | None = None,
     steps: int | None = None,
     quantization: Any = None,
@@ -64,7 +71,7 @@ def advise(
     workers: int | None = None,
     exhaustive_up_to: int = EXHAUSTIVE_UP_TO,
     progress: Progress | None = None,
-    budget: "tuple[str, float] | None" = None,
+    budget: tuple[str, float] | None = None,
 ) -> Advice:
     """The set of sites to fold that keeps the worst output's SQNR (at the worst step) within ``budget_db`` of
     the most accurate set measured, and buys the most cycles on ``accelerator`` (an Ethos-U: Vela prices it).
@@ -76,9 +83,23 @@ def advise(
     model with Vela's cycles (as are ``upstream``, ``off`` and ``state-aware``), and no point measured so beats it
     on both cycles and dB. Every number says its engine, every cycle count whether Vela counted it or the sites'
     prices predict it (``Advice.check`` says whether the prices add up). ``Advice.markers`` are the markers with
-    which ``compare(target, [("state-aware", advice.markers)])`` folds exactly ``Advice.folded``;
+    which ``compare(target, variants=[("state-aware", advice.markers)])`` folds exactly ``Advice.folded``;
     ``Advice.rule()`` keeps the recommendation as a rule file. The budget holds on the calibration inputs (the
     example inputs and their perturbed copies, or ``calibration``), not on a data set.
+
+    Args:
+        target: what ``analyze`` takes.
+        example_inputs: as ``analyze``'s.
+        accelerator: the Ethos-U whose cycles Vela counts; default ``ethos-u55-128`` (``WHY_ACCELERATOR``).
+        budget_db: the SQNR in dB you accept losing against the most accurate set; default 1.
+        steps: as ``compare``'s (a stream's length, else 20 for a model that carries state, else 1).
+        quantization: as ``compare``'s; default ``a8w8``.
+        calibration: as ``compare``'s.
+        workers: as ``compare``'s.
+        exhaustive_up_to: with at most this many sites every set is measured; above, a greedy walk.
+        progress: ``progress(phase, fraction)``.
+        budget: ``(measurement, amount)``: the budget in another measurement with a direction, instead of
+            ``budget_db``.
     """
     started = time.perf_counter()
     chip = accelerator_of(accelerator)
@@ -99,14 +120,14 @@ def advise(
     say = progress or (lambda phase, fraction: None)
     # loaded once: every compare below asks about the same model (a timm net's build and export is seconds)
     target = _load.load(target, example_inputs)
-    steps = target.steps(steps)  # a stream's length unless given
+    steps = _stages.steps_for(target, steps)  # the one default of every verb unless given
     common = dict(steps=steps, calibration=calibration, quantization=quantization, accelerator=chip,
                   metrics=(metric.name,))
     notes: list[str] = []
 
     say("the ends on TOSA and Vela (off, upstream; state-aware beside them)", 0.0)
     # state-aware decides like upstream wherever the flow folds at tfa: then it is computed once (its decisions)
-    ends = compare(target, ("off", "upstream", GUARD), workers=workers, engine=CONFIRM_ENGINE, **common)
+    ends = compare(target, variants=("off", "upstream", GUARD), workers=workers, engine=CONFIRM_ENGINE, **common)
     off, upstream, guarded = ends.result("off"), ends.result("upstream"), ends.result(GUARD)
     if off.error is not None or upstream.error is not None:
         raise InspectorError(f"advise needs off and upstream on TOSA: {(off.error or upstream.error)}")
@@ -118,7 +139,7 @@ def advise(
     prices, check = _checked_prices(ends, measured, notes, say)
 
     say("what the guard reaches (state-aware, nothing marked)", 0.2)
-    (free,) = compare(target, [Variant(get_rule(GUARD))], engine=SEARCH_ENGINE, **common).results
+    (free,) = compare(target, variants=[Variant(rule=get_rule(GUARD))], engine=SEARCH_ENGINE, **common).results
     _check(free)
     reachable = _folded(free)
     for site in _folded(upstream):
@@ -141,9 +162,9 @@ def advise(
         """Each set of sites to fold as a variant of its own rule (``keep.set_rule``) on the simulation engine."""
         say(phase, at)
         if sets:
-            variants = [Variant(set_rule(fold)) for fold in sets]
+            variants = [Variant(rule=set_rule(fold)) for fold in sets]
             asked_of.update({v.rule.name: tuple(fold) for v, fold in zip(variants, sets)})
-            add(compare(target, variants, engine=SEARCH_ENGINE, **common).results)
+            add(compare(target, variants=variants, engine=SEARCH_ENGINE, **common).results)
 
     n = len(reachable)
     add([free])
@@ -216,24 +237,25 @@ def advise(
         predicted = predicted_cycles(fold)
         within = (tosa_db is not None and tosa_best is not None and tosa_db >= tosa_best - budget) if fold in measured \
             else (sim is not None and search_best is not None and sim >= search_best - budget)
-        points[fold] = Point(_ordered(fold, reachable, all_sites), marked_by[fold],
-                             vela if vela is not None else predicted, value(sim), value(predicted_db), within, False,
-                             value(tosa_db), vela, predicted,
-                             "vela" if vela is not None else "predicted" if predicted is not None else None)
+        points[fold] = Point(folded=_ordered(fold, reachable, all_sites), markers=marked_by[fold],
+                             cycles=vela if vela is not None else predicted, db=value(sim),
+                             db_predicted=value(predicted_db), within=within, frontier=False,
+                             tosa_db=value(tosa_db), vela_cycles=vela, predicted_cycles=predicted,
+                             cycles_from="vela" if vela is not None else "predicted" if predicted is not None else None)
     points = _frontier(points, oriented)
     recommended = points[pick]
     site_prices = tuple(
-        SitePrice(s, prices[s].cycles if s in prices else None,
-                  prices[s].how if s in prices else "the installed pass does not fold it",
-                  _change(value(alone.get(s)), value(empty)),
-                  _change(value(simulated.get(Fold(x for x in reachable if x != s))),
+        SitePrice(site=s, cycles=prices[s].cycles if s in prices else None,
+                  how=prices[s].how if s in prices else "the installed pass does not fold it",
+                  db_folded_alone=_change(value(alone.get(s)), value(empty)),
+                  db_kept_alone=_change(value(simulated.get(Fold(x for x in reachable if x != s))),
                           value(simulated.get(Fold(reachable)))),
-                  s in reachable)
+                  reachable=s in reachable)
         for s in all_sites)
     rec = measured.result(pick)
-    against = tuple(Against(r.variant.rule.name, _folded(r), _cycles(r), value(_db(r)),
-                            None if _cycles(r) is None or _cycles(rec) is None else _cycles(r) - _cycles(rec),
-                            _change(value(_db(rec)), value(_db(r))))
+    against = tuple(Against(rule=r.variant.rule.name, folded=_folded(r), cycles=_cycles(r), tosa_db=value(_db(r)),
+                            cycles_saved=None if _cycles(r) is None or _cycles(rec) is None else _cycles(r) - _cycles(rec),
+                            db_change=_change(value(_db(rec)), value(_db(r))))
                     for r in (upstream, guarded, off) if r.error is None)
     if recommended.markers is None:
         notes.append("no markers pick the recommended set with state-aware (a marker skips every mul whose output "
@@ -241,9 +263,11 @@ def advise(
     notes.append("the budget holds on the calibration inputs (the example inputs and their perturbed copies, or "
                  "the calibration given), not on a data set")
     say("done", 1.0)
-    return Advice(ends.target, chip, budget, steps, ends.results[0].quantization, search, site_prices,
-                  tuple(points.values()), recommended, value(tosa_best), against, tuple(dict.fromkeys(notes)),
-                  time.perf_counter() - started, check=check, lowerings=len(measured), compiler=rec.cost.compiler,
+    return Advice(target=ends.target, accelerator=chip, budget_db=budget, steps=steps,
+                  quantization=ends.results[0].quantization, search=search, sites=site_prices,
+                  points=tuple(points.values()), recommended=recommended, best_db=value(tosa_best), against=against,
+                  notes=tuple(dict.fromkeys(notes)),
+                  seconds=time.perf_counter() - started, check=check, lowerings=len(measured), compiler=rec.cost.compiler,
                   metric=metric.name)
 
 
@@ -269,7 +293,8 @@ class _Measured:
         sets = [f for f in dict.fromkeys(sets) if f not in self._results]
         if not sets:
             return
-        results = compare(self._target, [Variant(set_rule(tuple(sorted(f)))) for f in sets], workers=self._workers,
+        results = compare(self._target, variants=[Variant(rule=set_rule(tuple(sorted(f)))) for f in sets],
+                          workers=self._workers,
                           engine=CONFIRM_ENGINE, **self._common).results
         for fold, r in zip(sets, results):
             if r.error is not None or r.cost is None:
@@ -336,8 +361,8 @@ def _checked_prices(ends, measured: _Measured, notes: list, say) -> tuple[dict, 
     prices = {s: _Price(rows[s].bought if s in rows else None, rows[s].how if s in rows else "no row") for s in folds}
     if _adds_up(prices, folds, totals):
         summed = sum(prices[s].cycles for s in folds)
-        return prices, PriceCheck("rows", summed, totals, True,
-                                  f"each site's own rows: they sum to {cycles_text(summed)} = off - upstream "
+        return prices, PriceCheck(source="rows", summed=summed, totals=totals, adds_up=True,
+                                  how=f"each site's own rows: they sum to {cycles_text(summed)} = off - upstream "
                                   f"({cycles_text(totals)})")
     rows_sum = _sum(prices, folds)
     # rows that cannot explain a price are checked first (the fewest lowerings), then every site
@@ -356,15 +381,15 @@ def _checked_prices(ends, measured: _Measured, notes: list, say) -> tuple[dict, 
             summed = sum(prices[s].cycles for s in folds)
             notes.append(f"the sites' own rows did not add up to off - upstream ({cycles_text(rows_sum)} against "
                          f"{cycles_text(totals)}): {len(group)} site(s) were priced by their own lowering")
-            return prices, PriceCheck("lowered alone", summed, totals, True,
-                                      f"{len(group)} site(s) lowered alone: the prices sum to {cycles_text(summed)} "
+            return prices, PriceCheck(source="lowered alone", summed=summed, totals=totals, adds_up=True,
+                                      how=f"{len(group)} site(s) lowered alone: the prices sum to {cycles_text(summed)} "
                                       f"= off - upstream ({cycles_text(totals)}); the rows summed to "
                                       f"{cycles_text(rows_sum)}")
     summed = _sum(prices, folds)
     notes.append(f"the sites' prices do not add up (alone they sum to {cycles_text(summed)}, off - upstream is "
                  f"{cycles_text(totals)}): Vela prices each set the advice may pick on its own lowering")
-    return prices, PriceCheck("lowered alone", summed, totals, False,
-                              f"no price adds up: the sites lowered alone sum to {cycles_text(summed)}, the rows to "
+    return prices, PriceCheck(source="lowered alone", summed=summed, totals=totals, adds_up=False,
+                              how=f"no price adds up: the sites lowered alone sum to {cycles_text(summed)}, the rows to "
                               f"{cycles_text(rows_sum)}, off - upstream is {cycles_text(totals)}; every set picked "
                               "from was priced by Vela on its own lowering")
 
@@ -389,7 +414,7 @@ def _marked_by(loaded: _load.Target, wanted: dict, common: dict) -> dict:
     as compare predicts a variant's decisions (about 0.1 s a set on nf_resnet26, against 1 s for a simulated
     run); a model whose decisions cannot be predicted so (overrides, a graph not captured) is run instead."""
     default = quantization_of(common["quantization"])
-    variants = {fold: Variant(get_rule(GUARD), m) for fold, m in wanted.items() if m is not None}
+    variants = {fold: Variant(rule=get_rule(GUARD), markers=m) for fold, m in wanted.items() if m is not None}
     plans = {fold: plan_of(loaded, v, default, common["accelerator"]) for fold, v in variants.items()}
     out, run = {fold: None for fold in wanted}, []
     for fold, v in variants.items():
@@ -399,7 +424,7 @@ def _marked_by(loaded: _load.Target, wanted: dict, common: dict) -> dict:
         else:
             run.append(fold)
     if run:
-        picked = compare(loaded, [variants[f] for f in run], engine=SEARCH_ENGINE, **common).results
+        picked = compare(loaded, variants=[variants[f] for f in run], engine=SEARCH_ENGINE, **common).results
         out.update({f: (wanted[f] if r.error is None and set(_folded(r)) == set(f) else None)
                     for f, r in zip(run, picked)})
     return out
@@ -517,4 +542,4 @@ def _greedy(reachable, prices, simulated, budget, measure_set) -> None:
         fold = trial
 
 
-__all__ = ["EXHAUSTIVE_UP_TO", "advise"]
+__all__ = ["DEFAULT_ACCELERATOR", "EXHAUSTIVE_UP_TO", "WHY_ACCELERATOR", "advise"]

@@ -62,7 +62,7 @@ def keep(advice, name: str | None = None, path=None):
 
 # ---------------------------------------------------------------- one set of sites as a rule (the search's variants)
 
-_SET_TEMPLATE = '''"""fold-inspector's advice search: a rule that folds exactly these sites (written by advise; safe to delete)."""
+_SET_TEMPLATE = '''"""fold-inspector's advice search: a rule folding exactly these sites (written by advise; safe to delete)."""
 
 
 def {function}(site):
@@ -74,7 +74,7 @@ def {function}(site):
 '''
 
 
-def set_rule(folds) -> "Rule":
+def set_rule(folds) -> Rule:
     """A rule that folds exactly ``folds`` (site ids) where the installed pass would: a guard in a file of its
     own (so worker processes load it by its path, and its identity, the guard's source, is the set), not
     registered (the search's sets never crowd the rules users pick from)."""
@@ -90,8 +90,8 @@ def set_rule(folds) -> "Rule":
     if not path.is_file() or path.read_text() != text:
         write_text(path, text)
     fn = getattr(import_file(path), function)
-    return Rule(function, f"fold exactly {len(folds)} site(s) (a set of the advice's search)",
-                f"the user's guard {path.name}:{function}", check=fn, origin=f"{path.resolve()}:{function}")
+    return Rule(name=function, help=f"fold exactly {len(folds)} site(s) (a set of the advice's search)",
+                source=f"the user's guard {path.name}:{function}", check=fn, origin=f"{path.resolve()}:{function}")
 
 
 __all__ = ["keep", "set_rule"]

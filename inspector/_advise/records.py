@@ -10,18 +10,19 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .._base.data import check_format, dataframe, json_float, FORMAT
+from .._base.codec import Record
+from .._base.data import dataframe
 from .._base.errors import InspectorError
 from .._base.display import draw
 from .._cost.accelerators import Accelerator, accelerator_named
-from .._numbers.engines import SIMULATION, TOSA, engine_of
+from .._numbers.engines import SIMULATION, TOSA, Engine, engine_of
 
 SEARCH_ENGINE = SIMULATION  # what measures the sets (cheap); the TOSA reference model confirms
 CONFIRM_ENGINE = TOSA
 
 
-@dataclass(frozen=True)
-class SitePrice:
+@dataclass(frozen=True, kw_only=True)
+class SitePrice(Record):
     """One site's two prices: the cycles folding it buys, and what it does to the numbers in each direction."""
 
     site: str  # the site id
@@ -31,19 +32,9 @@ class SitePrice:
     db_kept_alone: float | None  # worst dB folding every other site, minus every site folded (simulation)
     reachable: bool = True  # state-aware with markers can fold it in the comparison's flow
 
-    def to_dict(self) -> dict:
-        return {"site": self.site, "cycles": self.cycles, "how": self.how,
-                "db_folded_alone": _json(self.db_folded_alone), "db_kept_alone": _json(self.db_kept_alone),
-                "reachable": self.reachable}
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "SitePrice":
-        return cls(d["site"], d["cycles"], d["how"], _float(d["db_folded_alone"]), _float(d["db_kept_alone"]),
-                   bool(d.get("reachable", True)))
-
-
-@dataclass(frozen=True)
-class Point:
+@dataclass(frozen=True, kw_only=True)
+class Point(Record):
     """One set of sites folded, measured: a point of the frontier (cycles against dB)."""
 
     folded: tuple[str, ...]  # the site ids folded (as the pass really decided them)
@@ -59,6 +50,19 @@ class Point:
     predicted_cycles: int | None = None  # off's cycles minus the folded sites' prices (None: a price is unknown)
     cycles_from: str | None = None  # "vela" (measured) or "predicted": where ``cycles`` comes from
 
+    json_derived = {"gap": lambda p: p.gap}  # for readers: how far the predictions were from the measurement
+    json_order = ("folded", "markers", "cycles", "cycles_from", "predicted_cycles", "db", "db_predicted", "within",
+                  "frontier", "tosa_db", "vela_cycles", "gap")
+
+    @staticmethod
+    def json_upgrade(d: dict) -> dict:
+        """A point written before the prices were checked: ``cycles`` was always the prediction."""
+        if "predicted_cycles" not in d and "cycles" in d:
+            d = {**d, "predicted_cycles": d["cycles"]}
+        if "cycles_from" not in d and "cycles" in d:
+            d = {**d, "cycles_from": "predicted" if d["cycles"] is not None else None}
+        return d
+
     @property
     def measured(self) -> bool:
         """Lowered for the accelerator: numbers from the TOSA reference model, cycles from Vela."""
@@ -72,25 +76,9 @@ class Point:
                 else self.vela_cycles - self.predicted_cycles,
                 "db": None if self.tosa_db is None or self.db is None else self.tosa_db - self.db}
 
-    def to_dict(self) -> dict:
-        return {"folded": list(self.folded), "markers": None if self.markers is None else list(self.markers),
-                "cycles": self.cycles, "cycles_from": self.cycles_from, "predicted_cycles": self.predicted_cycles,
-                "db": _json(self.db), "db_predicted": _json(self.db_predicted), "within": self.within,
-                "frontier": self.frontier, "tosa_db": _json(self.tosa_db), "vela_cycles": self.vela_cycles,
-                "gap": {k: _json(v) if isinstance(v, float) else v for k, v in self.gap.items()}}
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "Point":
-        # written before the prices were checked: ``cycles`` was always the prediction
-        predicted = d["predicted_cycles"] if "predicted_cycles" in d else d["cycles"]
-        return cls(tuple(d["folded"]), None if d["markers"] is None else tuple(d["markers"]), d["cycles"],
-                   _float(d["db"]), _float(d["db_predicted"]), bool(d["within"]), bool(d["frontier"]),
-                   _float(d["tosa_db"]), d["vela_cycles"], predicted,
-                   d.get("cycles_from", "predicted" if d["cycles"] is not None else None))
-
-
-@dataclass(frozen=True)
-class PriceCheck:
+@dataclass(frozen=True, kw_only=True)
+class PriceCheck(Record):
     """Whether the sites' prices add up: their sum against what ``upstream`` saves against ``off`` on Vela."""
 
     source: str  # "rows" (each site's own rows in Vela's table) or "lowered alone" (off minus the site alone)
@@ -100,17 +88,9 @@ class PriceCheck:
     # priced by Vela on its own lowering
     how: str  # the same in words
 
-    def to_dict(self) -> dict:
-        return {"source": self.source, "summed": self.summed, "totals": self.totals, "adds_up": self.adds_up,
-                "how": self.how}
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "PriceCheck":
-        return cls(str(d["source"]), d["summed"], int(d["totals"]), bool(d["adds_up"]), str(d["how"]))
-
-
-@dataclass(frozen=True)
-class Against:
+@dataclass(frozen=True, kw_only=True)
+class Against(Record):
     """The recommendation against one of the rules users run (``upstream``, ``off``), on TOSA and Vela."""
 
     rule: str
@@ -120,18 +100,9 @@ class Against:
     cycles_saved: int | None  # by the recommendation against this rule (negative: it spends more)
     db_change: float | None  # the recommendation's TOSA dB minus this rule's
 
-    def to_dict(self) -> dict:
-        return {"rule": self.rule, "folded": list(self.folded), "cycles": self.cycles, "tosa_db": _json(self.tosa_db),
-                "cycles_saved": self.cycles_saved, "db_change": _json(self.db_change)}
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "Against":
-        return cls(d["rule"], tuple(d["folded"]), d["cycles"], _float(d["tosa_db"]), d["cycles_saved"],
-                   _float(d["db_change"]))
-
-
-@dataclass(frozen=True)
-class Advice:
+@dataclass(frozen=True, kw_only=True)
+class Advice(Record):
     """Which sites should fold on one accelerator, within a budget of dB: measured, then confirmed on TOSA."""
 
     target: str
@@ -148,12 +119,21 @@ class Advice:
     notes: tuple[str, ...] = ()
     seconds: float = 0.0
     # role -> the Engine that played it
-    engines: dict = field(default_factory=lambda: {"search": SEARCH_ENGINE, "confirm": CONFIRM_ENGINE})
+    engines: dict[str, Engine] = field(default_factory=lambda: {"search": SEARCH_ENGINE, "confirm": CONFIRM_ENGINE})
     check: PriceCheck | None = None  # whether the sites' prices add up (None: written before they were checked)
     lowerings: int = 0  # the sets lowered for the accelerator, run on TOSA and priced by Vela (the ends included)
     compiler: str = ""  # what priced every cycle: Vela's version, the NPU, system config and memory mode (Cost.compiler)
     metric: str = "sqnr"  # the budget's measurement (inspector.metrics): every point's db, tosa_db and best_db are its
     # values (dB for sqnr), the budget_db an amount of it
+
+    json_kind = "advice"
+    json_format = "advice"
+    # for readers: the recommendation's sites and markers, and how far its predictions were from the measurement
+    json_derived = {"folded": lambda a: a.folded, "markers": lambda a: a.markers,
+                    "prediction_gap": lambda a: a.prediction_gap}
+    json_order = ("kind", "format", "target", "accelerator", "budget_db", "steps", "quantization", "search", "engines",
+                  "folded", "markers", "best_db", "recommended", "sites", "points", "against", "prediction_gap",
+                  "check", "lowerings", "compiler", "metric", "notes", "seconds")
 
     def __post_init__(self) -> None:  # names (as a file writes them) are looked up once, here
         object.__setattr__(self, "accelerator", accelerator_named(self.accelerator))
@@ -209,40 +189,14 @@ class Advice:
         from .keep import set_rule  # the file writer sits beside this record
         return set_rule(self.folded)
 
-    def rule(self, name: str | None = None, path: "str | Path | None" = None):
+    def rule(self, name: str | None = None, path: str | Path | None = None):
         """A rule to keep: written to ``path`` (default ``advice_<accelerator>.py`` in the working folder) as a
         guard that folds exactly the recommended set, registered, and loadable again with ``--rule FILE:NAME``."""
         from .keep import keep  # the file writer sits beside this record; reached only when a rule is kept
         return keep(self, name, path)
 
-    def to_dict(self) -> dict:
-        return {"kind": "advice", "format": FORMAT, "target": self.target, "accelerator": self.accelerator.name,
-                "budget_db": self.budget_db, "steps": self.steps, "quantization": self.quantization,
-                "search": self.search, "engines": {role: e.name for role, e in self.engines.items()},
-                "folded": list(self.folded),
-                "markers": None if self.markers is None else list(self.markers), "best_db": _json(self.best_db),
-                "recommended": self.recommended.to_dict(), "sites": [s.to_dict() for s in self.sites],
-                "points": [p.to_dict() for p in self.points], "against": [a.to_dict() for a in self.against],
-                "prediction_gap": {k: _json(v) if isinstance(v, float) else v for k, v in self.prediction_gap.items()},
-                "check": None if self.check is None else self.check.to_dict(), "lowerings": self.lowerings,
-                "compiler": self.compiler, "metric": self.metric,
-                "notes": list(self.notes), "seconds": self.seconds}
-
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, allow_nan=False)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "Advice":
-        check_format(d, "advice")
-        if d.get("kind") != "advice":
-            raise InspectorError(f"not an advice (kind {d.get('kind')!r}): give what Advice.to_dict() wrote")
-        return cls(d["target"], d["accelerator"], float(d["budget_db"]), int(d["steps"]), d["quantization"],
-                   d["search"], tuple(SitePrice.from_dict(s) for s in d["sites"]),
-                   tuple(Point.from_dict(p) for p in d["points"]), Point.from_dict(d["recommended"]),
-                   _float(d["best_db"]), tuple(Against.from_dict(a) for a in d["against"]), tuple(d["notes"]),
-                   float(d.get("seconds", 0.0)), dict(d.get("engines", {})),
-                   None if d.get("check") is None else PriceCheck.from_dict(d["check"]), int(d.get("lowerings", 0)),
-                   str(d.get("compiler", "")), str(d.get("metric", "sqnr")))
 
     def to_dataframe(self, kind: str = "sites"):
         """A pandas DataFrame: ``"sites"`` (each site's prices), ``"points"`` (every set measured) or
@@ -254,7 +208,7 @@ class Advice:
                                 "against": lambda: [dict(a.to_dict(), folded=", ".join(a.folded))
                                                     for a in self.against]})
 
-    def plot(self, ax=None, current: "tuple[str, ...] | None" = None):
+    def plot(self, ax=None, current: tuple[str, ...] | None = None):
         """The frontier: cycles against dB, one point per set measured, the recommendation and the budget marked
         (``current``: a set of site ids measured, drawn as the current decisions)."""
         return draw("plot", self, ax=ax, current=current)
@@ -269,18 +223,6 @@ class Advice:
     def __repr__(self) -> str:
         return (f"<Advice {self.target} on {self.accelerator} within {self.budget_db:g} dB: fold "
                 f"{len(self.folded)} of {len(self.sites)} sites ({self.search}, {len(self.points)} sets measured)>")
-
-
-def _json(v):
-    return None if v is None else json_float(v)
-
-
-def _float(v):
-    if v is None:
-        return None
-    if isinstance(v, str):
-        return float(v)  # json_float writes inf/nan as strings
-    return float(v)
 
 
 __all__ = ["Advice", "Against", "Point", "PriceCheck", "SitePrice"]

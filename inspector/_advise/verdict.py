@@ -22,7 +22,8 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -33,7 +34,7 @@ from .._decide import stages as _stages
 from .._decide.decide import analyze
 from .._doors import executorch as _executorch, pipeline as _pipeline
 from .._doors.arm_flow import ArmFlow
-from .._numbers import flow as _flow, stale as _stale
+from .._numbers import stale as _stale
 from .._numbers.compare import compare
 from .._numbers.measures import metrics as _metrics
 from .._numbers.quantization import DEFAULT, quantizations
@@ -51,40 +52,45 @@ Progress = Callable[[str, float], None]
 
 # What the verdict lowers for unless told: the two Ethos-U targets ExecuTorch's Arm backend ships configurations for.
 DEFAULT_ACCELERATORS = ("ethos-u55-128", "ethos-u85-256")
-# A model with state and no stream of its own runs this many steps unless told (one step shows no carried state).
-STATE_STEPS = 20
+WHY_ACCELERATORS = ("the verdict prices skipping in Vela's cycles on the two Ethos-U targets ExecuTorch's Arm "
+                    "backend ships configurations for (tosa-int, every other verb's default, has no cost)")
 SKIPPED = "state-aware, marker on each site feeding state"  # the variant that skips the carried-state sites
 
 # Figures pull requests published, set beside ours (from their descriptions; another engine, another recording).
 PUBLISHED = (
-    Published("sample:silero_vad", "PR #22172", "https://github.com/pytorch/executorch/pull/22172",
-              "Arm's Corstone-320 FVP with Ethos-U85-256, on the PR's own recording (its description)", 79,
-              0.1568, 0.018459, 0.55, 0),
+    Published(target="sample:silero_vad", source="PR #22172", url="https://github.com/pytorch/executorch/pull/22172",
+              engine="Arm's Corstone-320 FVP with Ethos-U85-256, on the PR's own recording (its description)", frames=79,
+              max_abs=0.1568, mean_abs=0.018459, threshold=0.55, decisions_changed=0),
 )
 ORDER = (UPSTREAM, STRUCTURAL, MARKER, MARKER_ON_PROGRAM, STRICT)  # the rows of a flow, in a reply's order
 _RISKS = (RiskCode.FEEDS_CARRIED_STATE.value[0], RiskCode.FEEDS_RECURRENT_OUTPUT.value[0])
 
 
-def verdict(targets: Any, *, accelerators: Iterable["str | Accelerator"] = DEFAULT_ACCELERATORS,
-            steps: int | None = None, quantization: str | None = None, pr_pass_file: "str | Path | None" = None,
+def verdict(targets: Any, *, accelerators: Iterable[str | Accelerator] = DEFAULT_ACCELERATORS,
+            steps: int | None = None, quantization: str | None = None, pr_pass_file: str | Path | None = None,
             markers_reach: bool = True, workers: int | None = None, fp: bool = True,
             progress: Progress | None = None) -> Verdict:
     """Measure what PR #21234's guard does and costs in the installed executorch, on each of ``targets``.
 
-    ``targets`` is one target or a list; each is anything ``analyze`` takes by name (``sample:NAME``,
-    ``file.py:Class``, ``model.pt2``, ``timm:NAME@SIZE``, a module with its own ``example_inputs()``) or a pair
-    ``(target, example_inputs)`` (inputs may be an ``inspector.Stream``). ``accelerators`` are the INT flows to
-    measure (each Ethos-U's cycles are Vela's; ``tosa-int`` has none); ``fp=True`` also reads the FP flow
-    (``tosa-fp``) where the backend lowers the model. ``steps``: every variant's steps (default: the frames a
-    published figure counts, else the stream's length, else ``STATE_STEPS`` for a model with state, else 1).
-    ``quantization``: what every INT variant runs under (a name of ``inspector.quantizations``: ``a8w8`` by default,
-    ``a16w8``, per-tensor weights, ...), named in every table the verdict writes.
-    ``pr_pass_file``: PR #21234's own ``fold_scalar_mul_into_conv_pass.py`` (its ``arm_pass_utils.py`` beside it):
-    the structural-check and marker columns then run the PR's code (``pr_rule``) instead of this project's
-    re-implementation (the rule ``state-aware``); every column says which produced it.
-    ``markers_reach``: also measure, on the first network with a site feeding state, where a marker set by a model
-    author (top-level ``node.meta`` key, ``node.meta["custom"]``) reaches the pass in each flow (``marker_reach``).
-    ``workers``: as ``compare``'s. Returns a ``Verdict``: ``answer()`` in words, ``to_markdown()`` the reply.
+    Returns a ``Verdict``: ``answer()`` in words, ``to_markdown()`` the reply for the pull request. A figure a pull
+    request published for a network is set beside ours with its own frame count, never mixed with ours.
+
+    Args:
+        targets: one target or a list; each anything ``analyze`` takes by name (``sample:NAME``, ``file.py:Class``,
+            ``model.pt2``, ``timm:NAME@SIZE``, a module with its own ``example_inputs()``) or a pair
+            ``(target, example_inputs)`` (inputs may be an ``inspector.Stream``).
+        accelerators: the INT flows to measure; default ``DEFAULT_ACCELERATORS`` (``WHY_ACCELERATORS``).
+        steps: every variant's steps; default: as every verb's (a stream's length, else 20 for a model that
+            carries state, else 1).
+        quantization: what every INT variant runs under (``inspector.quantizations``); default ``a8w8``.
+        pr_pass_file: PR #21234's own ``fold_scalar_mul_into_conv_pass.py`` (its ``arm_pass_utils.py`` beside
+            it): the structural-check and marker columns then run the PR's code instead of this project's
+            re-implementation (the rule ``state-aware``); every column says which produced it.
+        markers_reach: also measure, on the first network with a site feeding state, where a marker set by a
+            model author reaches the pass in each flow (``marker_reach``); default True.
+        workers: as ``compare``'s.
+        fp: also read the FP flow (``tosa-fp``) where the backend lowers the model; default True.
+        progress: ``progress(phase, fraction)``.
     """
     chips = _chips(accelerators)
     chosen = quantizations.get(DEFAULT if quantization is None else quantization)  # unknown: one line, before work
@@ -111,7 +117,8 @@ def verdict(targets: Any, *, accelerators: Iterable["str | Accelerator"] = DEFAU
                              placements=(TOP_PROGRAM, CUSTOM_PROGRAM))
     if progress is not None:
         progress("done", 1.0)
-    return Verdict(tuple(networks), tuple(c.name for c in chips), _versions(), quantization=chosen.name,
+    return Verdict(networks=tuple(networks), accelerators=tuple(c.name for c in chips), versions=_versions(),
+                   quantization=chosen.name,
                    pointers=_pipeline.fold_pass_registrations(), guard=settings.guard_label, marker_reach=reach)
 
 
@@ -178,22 +185,11 @@ def published_for(name: str) -> Published | None:
     return next((p for p in PUBLISHED if p.target == name), None)
 
 
-def _steps_of(loaded: _load.Target, steps: int | None, published: Published | None) -> int:
-    if steps is not None:
-        return loaded.steps(steps)
-    if published is not None:
-        return loaded.steps(min(published.frames, len(loaded.stream)) if loaded.stream is not None
-                            else published.frames)
-    if loaded.stream is not None:
-        return loaded.steps(None)
-    return STATE_STEPS if _flow.has_state(loaded) else 1
-
-
 def _network(target, inputs, chips, steps, workers, fp, report, settings: _Settings) -> Network:
     quantization = settings.quantization
     loaded = _load.load(target, inputs)
     published = published_for(loaded.name)
-    n_steps = _steps_of(loaded, steps, published)
+    n_steps = _stages.steps_for(loaded, steps)  # every verb's one default; a published figure keeps its own frames
     wanted = _measures_for(loaded, published)
     tfa = analyze(loaded, stage="tfa", accelerator=chips[0])
     sites = tuple(s.id for s in tfa.sites)
@@ -205,10 +201,10 @@ def _network(target, inputs, chips, steps, workers, fp, report, settings: _Setti
         variants[MARKER] = (settings.guard, state_sites)
     variants[STRICT] = ("state-aware-strict", ())
     for i, chip in enumerate(chips):
-        def step(phase: str, fraction: float, i=i) -> None:
+        def step(phase: str, fraction: float, i=i, chip=chip) -> None:
             report(f"{loaded.name} on {chip.name}: {phase}", (i + fraction) / (len(chips) + 1))
 
-        comparison = compare(loaded, list(variants.values()), steps=n_steps, accelerator=chip, metrics=wanted,
+        comparison = compare(loaded, variants=list(variants.values()), steps=n_steps, accelerator=chip, metrics=wanted,
                              workers=workers, progress=step, quantization=quantization)
         calibration, stream, reference = comparison.calibration, comparison.stream, comparison.reference
         results = dict(zip(variants, comparison.results))
@@ -218,7 +214,8 @@ def _network(target, inputs, chips, steps, workers, fp, report, settings: _Setti
     if fp:
         report(f"{loaded.name}: the FP flow", len(chips) / (len(chips) + 1))
         flows.append(_fp_flow(loaded, sites, state_sites, settings))
-    return Network(loaded.name, n_steps, calibration, stream, sites, state_sites, tuple(flows), tuple(ons),
+    return Network(target=loaded.name, steps=n_steps, calibration=calibration, stream=stream, sites=sites,
+                   state_sites=state_sites, flows=tuple(flows), accelerators=tuple(ons),
                    float_task=_float_task(loaded, reference, wanted), published=published)
 
 
@@ -243,14 +240,15 @@ def _decision(key: str, result: VariantResult, decided, how: str) -> Decision:
     tfa) gives each site it did not fold."""
     folded = _folded(result)
     reasons = {s.id: s.reason_codes for s in decided.sites}
-    return Decision(key, result.variant.label, folded,
-                    tuple((s.id, reasons.get(s.id, ())) for s in decided.sites if s.id not in folded), how)
+    return Decision(key=key, rule=result.variant.label, folded=folded,
+                    skipped=tuple((s.id, reasons.get(s.id, ())) for s in decided.sites if s.id not in folded), how=how)
 
 
 def _int_flow(loaded, chip: Accelerator, tfa, results: dict, variants: dict, settings: _Settings) -> Flow:
     upstream = results[UPSTREAM]
     if upstream.error is not None:
-        return Flow("INT", chip.name, upstream.spec, {"tfa": 0, "lowering": 0}, True, error=upstream.error)
+        return Flow(name="INT", accelerator=chip.name, spec=upstream.spec, folds={"tfa": 0, "lowering": 0},
+                    calibrated=True, error=upstream.error)
     how = f"the real {chip.name} flow (prepare_pt2e, calibrate, convert, to_edge_transform_and_lower)"
     decisions = [_decision(key, r, tfa.with_rule(variants[key][0]).with_markers(variants[key][1]),
                            f"{how}; {settings.guard_label}" if key in (STRUCTURAL, MARKER) else how)
@@ -260,14 +258,15 @@ def _int_flow(loaded, chip: Accelerator, tfa, results: dict, variants: dict, set
     if state_sites:
         try:
             folded = _marked_program_tfa(loaded, chip, state_sites, settings)
-            decisions.append(Decision(MARKER_ON_PROGRAM, settings.guard, folded,
-                                      tuple((s.id, ()) for s in tfa.sites if s.id not in folded),
+            decisions.append(Decision(key=MARKER_ON_PROGRAM, rule=settings.guard, folded=folded,
+                                      skipped=tuple((s.id, ()) for s in tfa.sites if s.id not in folded),
                                       how=f"prepare_pt2e with {chip.name}'s quantizer, the marker set in the "
                                           "exported program's top-level node meta"))
         except InspectorError as exc:
             notes.append(f"the marker set on the exported program: {exc}")
     decisions.sort(key=lambda d: ORDER.index(d.key))
-    return Flow("INT", chip.name, upstream.spec, dict(upstream.folds), True, tuple(decisions), tuple(notes))
+    return Flow(name="INT", accelerator=chip.name, spec=upstream.spec, folds=dict(upstream.folds), calibrated=True,
+                decisions=tuple(decisions), notes=tuple(notes))
 
 
 def _marked_mul_names(loaded: _load.Target, state_sites) -> list[str]:
@@ -316,26 +315,27 @@ def _fp_flow(loaded: _load.Target, sites, state_sites, settings: _Settings) -> F
         decisions = []
         for key, rule, markers in runs:
             a = found.with_rule(rule).with_markers(markers) if (rule, markers) != ("upstream", ()) else found
-            decisions.append(Decision(key, rule + (f"+marked({','.join(markers)})" if markers else ""),
-                                      tuple(s.id for s in a.folded),
-                                      tuple((s.id, s.reason_codes) for s in a.skipped),
-                                      f"{how}; {settings.guard_label}" if key in (STRUCTURAL, MARKER) else how))
+            decisions.append(Decision(key=key, rule=rule + (f"+marked({','.join(markers)})" if markers else ""),
+                                      folded=tuple(s.id for s in a.folded),
+                                      skipped=tuple((s.id, s.reason_codes) for s in a.skipped),
+                                      how=f"{how}; {settings.guard_label}" if key in (STRUCTURAL, MARKER) else how))
         notes = [n for n in found.notes if "PR #21234" in n or "earlier" in n]
     except InspectorError as exc:
-        return Flow("FP", TOSA_FP.name, spec, {"tfa": 0, "lowering": 0}, False,
+        return Flow(name="FP", accelerator=TOSA_FP.name, spec=spec, folds={"tfa": 0, "lowering": 0}, calibrated=False,
                     error=f"the FP flow could not be read: {first_line(exc)}")
     if present:
         try:
             folded = _marked_program_fp(loaded, state_sites, settings)
-            decisions.append(Decision(MARKER_ON_PROGRAM, settings.guard, folded,
-                                      tuple((s, ()) for s in sites if s not in folded),
+            decisions.append(Decision(key=MARKER_ON_PROGRAM, rule=settings.guard, folded=folded,
+                                      skipped=tuple((s, ()) for s in sites if s not in folded),
                                       how="to_edge_transform_and_lower for TOSA-1.0+FP, the marker set in the "
                                           "exported program's top-level node meta"))
         except InspectorError as exc:
             notes.append(f"the marker set on the exported program: {exc}")
     decisions.sort(key=lambda d: ORDER.index(d.key))
     folds = {"tfa": 0, "lowering": len(decisions[0].folded)}
-    return Flow("FP", TOSA_FP.name, spec, folds, False, tuple(decisions), tuple(notes))
+    return Flow(name="FP", accelerator=TOSA_FP.name, spec=spec, folds=folds, calibrated=False,
+                decisions=tuple(decisions), notes=tuple(notes))
 
 
 def _marked_program_fp(loaded: _load.Target, state_sites, settings: _Settings) -> tuple[str, ...]:
@@ -353,16 +353,18 @@ def _marked_program_fp(loaded: _load.Target, state_sites, settings: _Settings) -
 
 def _figures(label: str, r: VariantResult, task: Iterable[str]) -> Figures:
     if r.error is not None:
-        return Figures(label, (), None, None, None, None, None, error=r.error)
+        return Figures(label=label, folded=(), cycles=None, worst_db=None, last_db=None, max_abs=None, mean_abs=None,
+                       error=r.error)
     means = [m.value("mean-abs") for m in r.metrics if m.value("mean-abs") is not None]
     worst = r.worst(max((m.step for m in r.metrics), default=0))
     steps = sorted({m.step for m in r.metrics})
     per_step = tuple(min((m.sqnr_db for m in r.metrics if m.step == s and m.sqnr_db is not None), default=None)
                      for s in steps)  # the worst output's SQNR at each step
-    return Figures(label, _folded(r), r.cost.cycles if r.cost is not None else None, r.overall("sqnr"),
-                   worst.sqnr_db if worst is not None else None, r.overall("max-abs"),
-                   sum(means) / len(means) if means else None,
-                   tuple((name, r.summary(name)) for name in task), step_db=per_step)
+    return Figures(label=label, folded=_folded(r), cycles=r.cost.cycles if r.cost is not None else None,
+                   worst_db=r.overall("sqnr"),
+                   last_db=worst.sqnr_db if worst is not None else None, max_abs=r.overall("max-abs"),
+                   mean_abs=sum(means) / len(means) if means else None,
+                   task=tuple((name, r.summary(name)) for name in task), step_db=per_step)
 
 
 def _on(loaded, chip: Accelerator, steps: int, results: dict, wanted, quantization: str) -> OnAccelerator:
@@ -385,7 +387,8 @@ def _on(loaded, chip: Accelerator, steps: int, results: dict, wanted, quantizati
             note = f"{_stale.LABEL}: {exc}"
     elif results[UPSTREAM].error is None:
         note = "upstream folds no site here: there is no fold to apply after calibration"
-    return OnAccelerator(chip.name, chip.compiler, upstream, skipped, stale, note, observed, graphs)
+    return OnAccelerator(accelerator=chip.name, compiler=chip.compiler, upstream=upstream, skipped=skipped,
+                         stale=stale, stale_note=note, observed=observed, graphs=graphs)
 
 
 def _float_task(loaded: _load.Target, reference, wanted) -> tuple[tuple[str, float | None], ...]:
@@ -410,4 +413,4 @@ def _versions() -> tuple[tuple[str, str], ...]:
         ("fold-inspector", __version__),)
 
 
-__all__ = ["DEFAULT_ACCELERATORS", "PUBLISHED", "STATE_STEPS", "accelerators_names", "published_for", "verdict"]
+__all__ = ["DEFAULT_ACCELERATORS", "WHY_ACCELERATORS", "PUBLISHED", "accelerators_names", "published_for", "verdict"]

@@ -12,7 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._base.data import FORMAT, json_float
+from .._base.codec import Record, as_objects, codec
+from .._base.data import read_int, read_list, read_str
 from .._base.display import draw
 
 # The rows of a flow's decisions, in the order a reply shows them (``Decision.key``).
@@ -23,8 +24,8 @@ MARKER_ON_PROGRAM = "marker on the exported program"  # the same marker set wher
 STRICT = "state-aware-strict"  # this project's guard: in-place writes too
 
 
-@dataclass(frozen=True)
-class Decision:
+@dataclass(frozen=True, kw_only=True)
+class Decision(Record):
     """What one rule decided in one flow: the sites it let the installed pass fold."""
 
     key: str  # UPSTREAM, STRUCTURAL, MARKER, MARKER_ON_PROGRAM or STRICT
@@ -33,20 +34,16 @@ class Decision:
     skipped: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (site id, its reason codes) of the sites not folded
     how: str = ""  # what measured it: the real flow, or the installed pass on the graph the flow hands it
 
-    def to_dict(self) -> dict:
-        return {"key": self.key, "rule": self.rule, "folded": list(self.folded),
-                "skipped": {s: list(r) for s, r in self.skipped}, "how": self.how}
 
-
-@dataclass(frozen=True)
-class Flow:
+@dataclass(frozen=True, kw_only=True)
+class Flow(Record):
     """One flow of the installed executorch for one network: where the installed pass folds, and each rule's
     decision there."""
 
     name: str  # "INT" (quantized: every Ethos-U, tosa-int) or "FP" (TOSA-1.0+FP, nothing quantized)
     accelerator: str  # whose flow (the FP flow: tosa-fp)
     spec: str  # the TOSA specification it lowers for ("" if it failed before knowing)
-    folds: dict  # upstream's folds per phase of the flow: {"tfa": n, "lowering": m}
+    folds: dict[str, int]  # upstream's folds per phase of the flow: {"tfa": n, "lowering": m}
     calibrated: bool  # the flow calibrates observers (INT); the FP flow quantizes nothing
     decisions: tuple[Decision, ...] = ()  # one per rule, in the order of the keys above
     notes: tuple[str, ...] = ()  # what the reader must know about this flow
@@ -56,14 +53,9 @@ class Flow:
         """The decision of ``key`` (UPSTREAM, STRUCTURAL, ...) in this flow, or None when not measured."""
         return next((d for d in self.decisions if d.key == key), None)
 
-    def to_dict(self) -> dict:
-        return {"name": self.name, "accelerator": self.accelerator, "spec": self.spec, "folds": dict(self.folds),
-                "calibrated": self.calibrated, "decisions": [d.to_dict() for d in self.decisions],
-                "notes": list(self.notes), "error": self.error}
 
-
-@dataclass(frozen=True)
-class Figures:
+@dataclass(frozen=True, kw_only=True)
+class Figures(Record):
     """One variant's numbers on one accelerator: Vela's cycles and the TOSA reference model's errors."""
 
     label: str  # the variant as a reply names it
@@ -77,6 +69,10 @@ class Figures:
     error: str | None = None  # why this variant has no numbers
     step_db: tuple[float | None, ...] = ()  # the worst output's SQNR at each step, in order
 
+    json_derived = {"mean_db": lambda f: f.mean_db}  # for readers: the mean over the steps
+    json_order = ("label", "folded", "cycles", "worst_db", "last_db", "max_abs", "mean_abs", "task", "error", "mean_db",
+                  "step_db")
+
     def value(self, name: str) -> float | None:
         """The task measure ``name`` over the run (None: not measured)."""
         return next((v for k, v in self.task if k == name), None)
@@ -87,16 +83,9 @@ class Figures:
         finite = [x for x in self.step_db if x is not None and math.isfinite(x)]
         return sum(finite) / len(finite) if finite else None
 
-    def to_dict(self) -> dict:
-        return {"label": self.label, "folded": list(self.folded), "cycles": self.cycles,
-                "worst_db": json_float(self.worst_db), "last_db": json_float(self.last_db),
-                "max_abs": json_float(self.max_abs), "mean_abs": json_float(self.mean_abs),
-                "task": {k: json_float(v) for k, v in self.task}, "error": self.error,
-                "mean_db": json_float(self.mean_db), "step_db": [json_float(x) for x in self.step_db]}
 
-
-@dataclass(frozen=True)
-class OnAccelerator:
+@dataclass(frozen=True, kw_only=True)
+class OnAccelerator(Record):
     """One network on one accelerator: upstream, skipping the carried-state sites, and the fold after calibration."""
 
     accelerator: str  # the accelerator's name
@@ -105,18 +94,14 @@ class OnAccelerator:
     skipped: Figures | None  # state-aware with a marker on every site feeding state (None: no such site)
     stale: Figures | None  # upstream's fold applied after calibration: not a 1.5.1 flow (None: see stale_note)
     stale_note: str = ""  # why there is no such variant, or what it is
-    observed: tuple = ()  # stale.ObservedSite per site: what the observers of the INT flow calibrate
-    graphs: Any = field(default=None, repr=False, compare=False)  # stale.Calibrated: the calibrated graphs (None: none)
-
-    def to_dict(self) -> dict:
-        return {"accelerator": self.accelerator, "compiler": self.compiler, "upstream": self.upstream.to_dict(),
-                "skipped": self.skipped.to_dict() if self.skipped else None,
-                "stale": self.stale.to_dict() if self.stale else None, "stale_note": self.stale_note,
-                "observed": [o.to_dict() for o in self.observed]}
+    # stale.ObservedSite per site: what the observers of the INT flow calibrate
+    observed: tuple = field(default=(), metadata=codec(read=lambda v: _observed(v)))
+    graphs: Any = field(default=None, repr=False, compare=False,
+                        metadata=codec(kept=False))  # stale.Calibrated: the calibrated graphs (None: none)
 
 
-@dataclass(frozen=True)
-class Published:
+@dataclass(frozen=True, kw_only=True)
+class Published(Record):
     """Figures a pull request published for a network, set beside ours (read from its description, never computed
     here: another engine, another recording)."""
 
@@ -135,14 +120,9 @@ class Published:
         """The measurement that counts their mismatches here (``decision-mismatch@0.55``)."""
         return f"decision-mismatch@{self.threshold:g}"
 
-    def to_dict(self) -> dict:
-        return {"target": self.target, "source": self.source, "url": self.url, "engine": self.engine,
-                "frames": self.frames, "max_abs": self.max_abs, "mean_abs": self.mean_abs,
-                "threshold": self.threshold, "decisions_changed": self.decisions_changed}
 
-
-@dataclass(frozen=True)
-class Network:
+@dataclass(frozen=True, kw_only=True)
+class Network(Record):
     """One network's verdict: its sites, each flow, each accelerator's numbers."""
 
     target: str  # the network's name
@@ -164,16 +144,9 @@ class Network:
         """This network's numbers on ``accelerator`` (its name), or None."""
         return next((a for a in self.accelerators if a.accelerator == accelerator), None)
 
-    def to_dict(self) -> dict:
-        return {"target": self.target, "steps": self.steps, "calibration": self.calibration, "stream": self.stream,
-                "sites": list(self.sites), "state_sites": list(self.state_sites),
-                "flows": [f.to_dict() for f in self.flows], "accelerators": [a.to_dict() for a in self.accelerators],
-                "float_task": {k: json_float(v) for k, v in self.float_task},
-                "published": self.published.to_dict() if self.published else None}
 
-
-@dataclass(frozen=True)
-class Verdict:
+@dataclass(frozen=True, kw_only=True)
+class Verdict(Record):
     """What PR #21234's guard does and costs in the installed executorch, measured on each network: ``answer()`` in
     words from these numbers, ``to_markdown()`` the reply for the pull request."""
 
@@ -182,9 +155,20 @@ class Verdict:
     versions: tuple[tuple[str, str], ...] = ()  # (package, version) of the stack that measured it
     quantization: str = "a8w8"  # what every INT variant ran under
     # Where the installed pass manager builds the fold pass: (file relative to executorch, line, the line's code)
-    pointers: tuple[tuple[str, int, str], ...] = ()
+    pointers: tuple[tuple[str, int, str], ...] = field(default=(), metadata=as_objects(
+        "file", "line", "code", read=(read_str, read_int, read_str)))
     guard: str = ""  # what produced the structural-check and marker columns (the PR's pass file, or the re-implementation)
-    marker_reach: tuple = ()  # marker_reach.MarkerReach records: where a marker a model author sets reaches the pass
+    # marker_reach.MarkerReach records: where a marker a model author sets reaches the pass. The reply keeps a row
+    # of each (what was asked and what was seen), not its trail of every point read: a verdict is written for a
+    # reviewer and not read back, so this field is written only.
+    marker_reach: tuple = field(default=(), metadata=codec(write=lambda v: [
+        {"flow": r.flow, "call": r.call, "placement": r.placement, "where": r.where, "reached": r.reached,
+         "pr_reads": r.pr_reads, "error": r.error} for r in v]))
+
+    json_kind = "verdict"
+    json_format = "verdict"
+    json_order = ("format", "kind", "accelerators", "versions", "quantization", "pointers", "guard", "marker_reach",
+                  "networks")
 
     def network(self, target: str) -> Network:
         """The network named ``target`` (as given, or its name)."""
@@ -196,15 +180,6 @@ class Verdict:
     def answer(self) -> list[str]:
         """The verdict in sentences, each built from the numbers above."""
         return draw("verdict_answer", self)
-
-    def to_dict(self) -> dict:
-        return {"format": FORMAT, "kind": "verdict", "accelerators": list(self.accelerators),
-                "versions": dict(self.versions), "quantization": self.quantization,
-                "pointers": [{"file": f, "line": n, "code": c} for f, n, c in self.pointers], "guard": self.guard,
-                "marker_reach": [{"flow": r.flow, "call": r.call, "placement": r.placement, "where": r.where,
-                                  "reached": r.reached, "pr_reads": r.pr_reads, "error": r.error}
-                                 for r in self.marker_reach],
-                "networks": [n.to_dict() for n in self.networks]}
 
     def to_json(self) -> str:
         """``to_dict()`` as strict JSON."""
@@ -219,6 +194,13 @@ class Verdict:
 
     def __repr__(self) -> str:
         return f"<Verdict on {', '.join(n.target for n in self.networks)}: {', '.join(self.accelerators)}>"
+
+
+def _observed(v) -> tuple:
+    """The observed sites of a verdict read back (stale.ObservedSite; imported here: it runs the flow)."""
+    from .._numbers.stale import ObservedSite  # lazy: stale runs the flow, and these records sit below it
+
+    return tuple(ObservedSite.from_dict(x) for x in read_list(v))
 
 
 __all__ = ["Decision", "Figures", "Flow", "MARKER", "MARKER_ON_PROGRAM", "Network", "OnAccelerator", "Published",

@@ -22,11 +22,12 @@ import types
 import collections
 import threading
 import weakref
-from typing import Any, Callable, Hashable, TypeVar
+from typing import Any, TypeVar
+from collections.abc import Callable, Hashable
 
 V = TypeVar("V")
 _MISSING = object()
-_ALL: "weakref.WeakSet[Any]" = weakref.WeakSet()  # every cache made, held weakly (the owner of them all)
+_ALL: weakref.WeakSet[Any] = weakref.WeakSet()  # every cache made, held weakly (the owner of them all)
 _ALL_LOCK = threading.Lock()
 
 
@@ -62,11 +63,14 @@ def also_clear_disk(clear) -> None:
         _DISK.append(clear)
 
 
-def clear_all(disk: bool = False) -> None:
-    """Empty every cache of the core (comparison results, loaded targets, stage graphs, ...), and stop
-    the warm worker processes, whose caches would otherwise answer the next sweep. ``disk=True``
-    also empties the result store on disk (``_base.store``), which other processes and later
-    sessions read."""
+def clear_all(*, disk: bool = False) -> None:
+    """Empty every cache of the core (comparison results, loaded targets, stage graphs, ...), and stop the warm
+    worker processes, whose caches would otherwise answer the next sweep.
+
+    Args:
+        disk: also empty the result store on disk (``_base.store``), which other processes and later sessions
+            read; default False.
+    """
     for cache in caches():
         cache.clear()
     for stop in list(_ALSO_CLEARED):

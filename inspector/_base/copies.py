@@ -15,7 +15,8 @@ import contextlib
 import copy
 import gc
 import threading
-from typing import Any, Callable, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 import torch
 

@@ -10,7 +10,8 @@ the same idea.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from .errors import InspectorError
 

@@ -20,7 +20,7 @@ import tempfile
 import threading
 import warnings
 from dataclasses import dataclass
-from typing import Iterator
+from collections.abc import Iterator
 import ctypes
 
 # Loggers that only speak at import time about things the inspector does not use.
@@ -61,7 +61,7 @@ EXPORT_LOGGERS = ("torch._subclasses.fake_tensor", "torch.export", "torch._expor
                   "torch.fx.experimental.symbolic_shapes", "torch._dynamo")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Captured:
     """What the code inside ``captured_output`` printed (Python and C++ alike); filled on exit."""
 

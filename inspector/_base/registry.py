@@ -9,7 +9,8 @@ Python entry point group, read once on first use. Not a cache: nothing is ever e
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Generic, Iterator, TypeVar
+from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Iterator
 
 from .errors import InspectorError, listing, quoted
 
@@ -28,7 +29,7 @@ class Registry(Generic[T]):
 
     def __init__(self, what: str, *, make: Callable[..., T], line: Callable[[T], str],
                  build: Callable[[T], Any] | None = None, fixed: Callable[[T], bool] = lambda r: False,
-                 discover: Callable[["Registry[T]"], None] | None = None,
+                 discover: Callable[[Registry[T]], None] | None = None,
                  missing: Callable[[str], T | None] | None = None, hint: str = "") -> None:
         self.what = what  # "rule", "quantization", "sample": how errors name a thing of this kind
         self._make, self._line, self._build, self._fixed = make, line, build, fixed

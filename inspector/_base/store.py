@@ -42,7 +42,8 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 
@@ -96,7 +97,7 @@ def _environment() -> str:
                      f"numpy {np.__version__}"))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Entry:
     """One answer read back from the store."""
 
@@ -328,7 +329,7 @@ def decode(raw, name: str, secret: bytes) -> Entry | None:
                 arrays = {k: npz[k] for k in npz.files}
             if sorted(arrays) != header["arrays"]:
                 return None
-        return Entry(header["data"], arrays)
+        return Entry(data=header["data"], arrays=arrays)
     except Exception:  # noqa: BLE001 - a signed entry we cannot read is still only a miss
         return None
 

@@ -28,7 +28,9 @@ import configparser
 import os
 from dataclasses import dataclass, field
 
+from .._base import codec as _codec
 from .._base.cache import BoundedCache
+from .._base.data import read_str
 from .._base.registry import Named, Registry
 from .._doors import executorch as _executorch, vela as _vela
 from .._base.errors import InspectorError, quoted
@@ -48,13 +50,14 @@ _CONFIGS = BoundedCache(32, "accelerator configurations")
 _SETTINGS = BoundedCache(16, "accelerator settings")
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Accelerator(Named):
     """One compile target of a variant: the generic TOSA INT profile, or an Ethos-U configuration. Records hold
     the accelerator itself; ``str(accelerator)`` is its name (what their JSON writes), and it equals its name."""
 
-    name: str  # what users type: --accelerator NAME, compare(accelerator=NAME)
-    help: str = field(repr=False)  # one line: what it is
+    # a user registers Accelerator("u55-deep", "what it is", npu=...) (docs/cost.md): name and help stay positional
+    name: str = field(kw_only=False)  # what users type: --accelerator NAME, compare(accelerator=NAME)
+    help: str = field(repr=False, kw_only=False)  # one line: what it is
     npu: str | None = None  # Vela's --accelerator-config ("ethos-u55-128"); None: no NPU, no cost
     system_config: str | None = None  # a section of Vela's config file (None: ExecuTorch's default for the NPU)
     memory_mode: str | None = None  # likewise
@@ -170,7 +173,7 @@ def _settle(name: str) -> Accelerator:
         return accelerators.entry(target)  # the same configuration has one name, and one store entry
     system = config.system_config if config.system_config != default.system_config else None
     written = SETTINGS.join([target, config.memory_mode] + ([system] if system else []))
-    return Accelerator(written, f"{target} with the memory mode {config.memory_mode} and the system config "
+    return Accelerator(name=written, help=f"{target} with the memory mode {config.memory_mode} and the system config "
                                 f"{config.system_config}: numbers on the TOSA reference model, cost from Vela",
                        npu=target, system_config=system, memory_mode=config.memory_mode)
 
@@ -207,12 +210,12 @@ accelerators = Registry("accelerator", make=_checked, line=lambda a: a.help, fix
                         missing=_with_settings, hint=f"or {FORM}")
 
 TOSA_INT = accelerators.register(Accelerator(
-    DEFAULT, f"the generic {INT} profile the TOSA reference model runs (+int16, +int4 as a quantization needs): "
+    name=DEFAULT, help=f"the generic {INT} profile the TOSA reference model runs (+int16, +int4 as a quantization needs): "
              "numbers, no cost", builtin=True))
 FP = "TOSA-1.0+FP"
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class FloatProfile(Accelerator):
     """The backend's float TOSA profile: its flow quantizes nothing, so the pass folds inside the lowering call
     (``analyze(stage="lowering", accelerator="tosa-fp")``); there are no quantized numbers to compare."""
@@ -230,33 +233,33 @@ class FloatProfile(Accelerator):
 
 
 TOSA_FP = accelerators.register(FloatProfile(
-    "tosa-fp", f"the float {FP} profile, nothing quantized: where its flow folds (stage lowering) and PR #21234's "
+    name="tosa-fp", help=f"the float {FP} profile, nothing quantized: where its flow folds (stage lowering) and PR #21234's "
                "structural guard can act; no quantized numbers, no cost", builtin=True))
 _KINDS = {"u55": "Ethos-U55 (Cortex-M systems)", "u65": "Ethos-U65 (Cortex-A and -M systems)",
           "u85": "Ethos-U85 (Cortex-A and -M systems)"}
 for _name in _vela.ACCELERATORS:
     _family, _macs = _name.split("-")[1], _name.split("-")[2]
     accelerators.register(Accelerator(
-        _name, f"Arm {_KINDS[_family]} with {_macs} MACs per cycle, ExecuTorch's default system config and memory "
+        name=_name, help=f"Arm {_KINDS[_family]} with {_macs} MACs per cycle, ExecuTorch's default system config and memory "
                "mode: numbers on the TOSA reference model, cost from Vela", npu=_name, builtin=True))
 
 
 def accelerator_of(value) -> Accelerator:
-    """The accelerator ``value`` names (None: ``tosa-int``; a target with settings, ``ethos-u85-256:Dedicated_Sram``,
-    too), or an ``Accelerator`` as it is (registered)."""
+    """The accelerator ``value`` names (None: ``tosa-int``, every verb's default; a target with settings,
+    ``ethos-u85-256:Dedicated_Sram``, too), or an ``Accelerator`` as it is, checked. Looking one up never
+    registers it: a user's accelerator is registered only by ``inspector.accelerators.register``."""
     if value is None:
         return TOSA_INT
     if isinstance(value, Accelerator):
-        if SETTINGS in value.name and _with_settings(value.name) == value:
-            return value  # one made from its name (ethos-u85-256:Dedicated_Sram): not registered, made again
-        return accelerators.register(value, replace=True)
+        # one made from its name (ethos-u85-256:Dedicated_Sram) was checked as it was made
+        return value if SETTINGS in value.name else _checked(value)
     return accelerators.get(value)
 
 
 STAND_IN = "an accelerator this process does not know (read from a file)"
 
 
-def accelerator_named(name: "str | Accelerator") -> Accelerator:
+def accelerator_named(name: str | Accelerator) -> Accelerator:
     """The accelerator a file or a record names (a saved comparison, session, sweep or advice): the registered one (a
     target with settings made again), or, for a name this process cannot make (an accelerator a user registered in
     another process), an unregistered stand-in that says so (``stand_in``): it reads and shows; it has no NPU, so
@@ -268,7 +271,11 @@ def accelerator_named(name: "str | Accelerator") -> Accelerator:
     try:
         return accelerators.get(name)
     except InspectorError:
-        return Accelerator(name, STAND_IN)
+        return Accelerator(name=name, help=STAND_IN)
+
+
+# a record's accelerator is written by its name, and read back as the registered one (or a stand-in)
+_codec.register(Accelerator, write=lambda a: a.name, read=lambda v: accelerator_named(read_str(v)))
 
 
 __all__ = ["Accelerator", "DEFAULT", "FORM", "TOSA_INT", "accelerator_named", "accelerator_of", "accelerators"]

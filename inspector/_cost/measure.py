@@ -8,10 +8,90 @@ location, to the node of the exported program it comes from, and from there to a
 
 from __future__ import annotations
 
-from typing import Mapping
+import re
+from collections.abc import Mapping
 
 from .._doors import vela as _vela
 from .records import MEMORIES, Cost, Layer
+
+
+def _vela_ops(ops):
+    """The operators as Vela numbers them (its ``source_id`` - 1): the main block without its CONST_SHAPE
+    operators, which Vela's TOSA reader reads as shapes, not operations (on Silero's program, 148 of 425)."""
+    return [o for o in ops if o.op != "CONST_SHAPE"]
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())  # Vela's "DepthwiseConv2D" is TOSA's "DEPTHWISE_CONV2D"
+
+
+def _row_source(row, ops, sources: dict[int, str]) -> str | None:
+    """The exported program's node one of Vela's rows comes from: its source operator (by Vela's numbering, when
+    that operator is the kind the row names), else the operator that computes the row's tensor."""
+    numbered = _vela_ops(ops)
+    if row.tosa_index is not None and 0 <= row.tosa_index < len(numbered):
+        op = numbered[row.tosa_index]
+        if _key(op.op) == _key(row.operator):
+            return sources.get(op.index)
+    producer = next((o for o in ops if row.name in o.outputs), None)
+    return sources.get(producer.index) if producer is not None else None
+
+
+def _sources(module, ops) -> dict[int, str]:
+    """Operator index -> the exported program's node it comes from.
+
+    An operator's location names it (its from_node chain's first ancestor). The TABLE that the backend's
+    ``InsertTableOpsPass`` makes for a sigmoid, tanh or pow has no from_node: its location names only itself. It is
+    traced through its table's constant, named after the edge node it replaces (``b_<node>_table_constant``, that
+    node's own chain read from the delegate's edge program); a table shared by several nodes (``_common``) goes to
+    the one node its output feeds, else to the node its first computed input comes from."""
+    edge = _edge_sources(module)
+    sources = {o.index: o.source for o in ops if o.source is not None and o.source != o.node}
+    producer = {out: o for o in ops for out in o.outputs}
+    consumers: dict[str, list] = {}
+    for o in ops:
+        for name in o.inputs:
+            consumers.setdefault(name, []).append(o)
+    for o in ops:
+        if o.index in sources or o.op != "TABLE":  # any other operator without a chain stays untraced (said in a note)
+            continue
+        found = None
+        for name in o.inputs:
+            match = _TABLE.fullmatch(name)
+            if match and not match.group(2):  # a table shared by several nodes ("_common") names only the first
+                found = edge.get(match.group(1))
+        if found is None:
+            after = {sources.get(c.index) for c in consumers.get(o.outputs[0], ()) if o.outputs}
+            before = [sources.get(producer[n].index) for n in o.inputs
+                      if n in producer and producer[n].op not in ("CONST", "CONST_SHAPE")]
+            found = next(iter(after)) if len(after) == 1 and None not in after else (before[0] if before else None)
+        if found is not None:
+            sources[o.index] = found
+    return sources
+
+
+_TABLE = re.compile(r"b_(.+?)_table_constant(_common)?")
+
+
+def _edge_sources(module) -> dict[str, str]:
+    """Each node of a delegate's edge program -> the exported program's node it comes from."""
+    program = getattr(module, "original_module", None)
+    graph = getattr(getattr(program, "graph_module", None), "graph", None)
+    if graph is None:
+        return {}
+    return {n.name: _first_ancestor(n) for n in graph.nodes if n.op == "call_function"}
+
+
+def _first_ancestor(node) -> str:
+    """The end of a node's ``from_node`` chain along each last source (as ``_sites.graph.source_name`` follows it;
+    not imported: the cost sits below the sites), or its own name."""
+    chain = node.meta.get("from_node") or []
+    if not chain:
+        return node.name
+    source = chain[-1]
+    while getattr(source, "from_node", None):
+        source = source.from_node[-1]
+    return getattr(source, "name", None) or node.name
 
 
 def measure(lowered, accelerator, names: Mapping[str, tuple[str, str]], outside: int = 0) -> Cost:
@@ -29,6 +109,7 @@ def measure(lowered, accelerator, names: Mapping[str, tuple[str, str]], outside:
     for index, module in enumerate(modules):
         run = _vela.compile(bytes(module.processed_bytes), config)
         ops = _vela.tosa_ops(module)
+        sources = _sources(module, ops)
         seconds += run.seconds
         totals["cycles"] += run.total_cycles
         totals["npu_cycles"] += run.npu_cycles
@@ -40,13 +121,14 @@ def measure(lowered, accelerator, names: Mapping[str, tuple[str, str]], outside:
         for memory, n in run.memory_used_bytes().items():
             used[memory] = max(used[memory], n)  # the delegates run one after another: the largest is the peak
         for row in run.layers:
-            node = _vela.layer_source(row, ops)
+            node = _row_source(row, ops, sources)
             site, role = names.get(node, (None, None)) if node is not None else (None, None)
-            layers.append(Layer(index, row.name, row.operator, row.target, row.op_cycles, row.npu_cycles,
-                                (("sram", row.sram_cycles), ("dram", row.dram_cycles),
+            layers.append(Layer(delegate=index, name=row.name, operator=row.operator, target=row.target,
+                                cycles=row.op_cycles, npu_cycles=row.npu_cycles,
+                                access_cycles=(("sram", row.sram_cycles), ("dram", row.dram_cycles),
                                  ("on_chip_flash", row.on_chip_flash_cycles),
                                  ("off_chip_flash", row.off_chip_flash_cycles)),
-                                row.macs, node, site, role))
+                                macs=row.macs, node=node, site=site, role=role))
     notes = []
     if not modules:
         notes.append("nothing was delegated: every operation runs on the CPU, and Vela has nothing to price")
@@ -56,10 +138,13 @@ def measure(lowered, accelerator, names: Mapping[str, tuple[str, str]], outside:
     unmapped = sum(1 for layer in layers if layer.node is None)
     if unmapped:
         notes.append(f"{unmapped} of Vela's {len(layers)} rows could not be traced to a node of the model")
-    return Cost(accelerator.name, config.accelerator, config.system_config, config.memory_mode, config.clock_hz,
-                totals["cycles"], totals["npu_cycles"], totals["npu_ops"], totals["cpu_ops"], totals["macs"],
-                tuple(traffic.items()), tuple(used.items()), tuple(layers), len(modules), seconds, tuple(notes),
-                config.vela_version)
+    return Cost(accelerator=accelerator.name, npu=config.accelerator, system_config=config.system_config,
+                memory_mode=config.memory_mode, clock_hz=config.clock_hz,
+                cycles=totals["cycles"], npu_cycles=totals["npu_cycles"], npu_ops=totals["npu_ops"],
+                cpu_ops=totals["cpu_ops"], macs=totals["macs"],
+                traffic=tuple(traffic.items()), memory_used=tuple(used.items()), layers=tuple(layers),
+                delegates=len(modules), vela_seconds=seconds, notes=tuple(notes),
+                vela_version=config.vela_version)
 
 
 __all__ = ["measure"]

@@ -10,18 +10,18 @@ Nothing here runs Vela: ``measure.py`` fills them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .._base.formats import compiler
-from .._base.data import (dataframe, json_float, read_fields as _fields, read_float as _float, read_int as _int,
-                          read_list as _list, read_str as _str)
+from .._base.codec import Record, codec
+from .._base.data import dataframe, read_int as _int
 
 MEMORIES = ("sram", "dram", "on_chip_flash", "off_chip_flash")
 ESTIMATE = "Vela's estimate (Arm's compiler for the configuration), not a measurement on silicon"
 
 
-@dataclass(frozen=True)
-class Layer:
+@dataclass(frozen=True, kw_only=True)
+class Layer(Record):
     """One row of Vela's per-layer report: one NPU (or CPU) operation, and what of the model it comes from."""
 
     delegate: int  # which TOSA delegate of the program (in call order)
@@ -30,27 +30,16 @@ class Layer:
     target: str  # NPU, or CPU for an operation Vela passes through
     cycles: int  # its cycles in the total (the larger of its NPU cycles and its memory access cycles)
     npu_cycles: int  # of which the NPU computes
-    access_cycles: tuple[tuple[str, int], ...]  # per memory (MEMORIES), the cycles spent reading and writing it
+    # per memory (MEMORIES), the cycles spent reading and writing it
+    access_cycles: tuple[tuple[str, int], ...] = field(metadata=codec(read=lambda v: _pairs(v)))
     macs: int  # multiply-accumulates
     node: str | None  # the exported program's node it was lowered from (None: not known)
     site: str | None = None  # the site that node is part of (its conv or its mul), if any
     role: str | None = None  # "conv" or "mul" of that site
 
-    def to_dict(self) -> dict:
-        return {"delegate": self.delegate, "name": self.name, "operator": self.operator, "target": self.target,
-                "cycles": self.cycles, "npu_cycles": self.npu_cycles, "access_cycles": dict(self.access_cycles),
-                "macs": self.macs, "node": self.node, "site": self.site, "role": self.role}
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "Layer":
-        _fields(d, cls)
-        return cls(_int(d["delegate"]), _str(d["name"]), _str(d["operator"]), _str(d["target"]), _int(d["cycles"]),
-                   _int(d["npu_cycles"]), _pairs(d["access_cycles"]), _int(d["macs"]), _str(d["node"], True),
-                   _str(d["site"], True), _str(d["role"], True))
-
-
-@dataclass(frozen=True)
-class Cost:
+@dataclass(frozen=True, kw_only=True)
+class Cost(Record):
     """Vela's estimate for one variant on one Ethos-U configuration (every delegate of its program together)."""
 
     accelerator: str  # the accelerator's name (inspector.accelerators)
@@ -63,13 +52,23 @@ class Cost:
     npu_ops: int  # Vela's NPU operations (its "NPU operators")
     cpu_ops: int  # operations Vela passes through to the CPU
     macs: int
-    traffic: tuple[tuple[str, int], ...]  # bytes read and written per memory (MEMORIES)
-    memory_used: tuple[tuple[str, int], ...]  # peak bytes used per memory (the largest delegate's)
+    # bytes read and written per memory (MEMORIES)
+    traffic: tuple[tuple[str, int], ...] = field(metadata=codec(read=lambda v: _pairs(v)))
+    # peak bytes used per memory (the largest delegate's)
+    memory_used: tuple[tuple[str, int], ...] = field(metadata=codec(read=lambda v: _pairs(v)))
     layers: tuple[Layer, ...]  # every row of every delegate, in order
     delegates: int  # TOSA delegates priced
     vela_seconds: float = 0.0  # Vela's own wall time
     notes: tuple[str, ...] = ()  # what the reader must know: nodes outside the delegate, rows not mapped
     vela_version: str = ""  # the Vela that compiled it ("5.1.0"; "" in a cost written before it was kept)
+
+    # for readers: the compiler line, the time at the clock and what the figures are (a cost written before the
+    # Vela version was kept has no version and no compiler line: both read as "")
+    json_derived = {"compiler": lambda c: c.compiler, "inference_seconds": lambda c: c.inference_seconds,
+                    "estimate": lambda c: ESTIMATE}
+    json_order = ("accelerator", "npu", "vela_version", "system_config", "memory_mode", "compiler", "clock_hz",
+                  "cycles", "npu_cycles", "npu_ops", "cpu_ops", "macs", "inference_seconds", "traffic", "memory_used",
+                  "delegates", "vela_seconds", "notes", "estimate", "layers")
 
     @property
     def compiler(self) -> str:
@@ -90,29 +89,6 @@ class Cost:
         """The sites some row comes from, in the order of the rows."""
         return tuple(dict.fromkeys(layer.site for layer in self.layers if layer.site is not None))
 
-    def to_dict(self) -> dict:
-        return {"accelerator": self.accelerator, "npu": self.npu, "vela_version": self.vela_version,
-                "system_config": self.system_config, "memory_mode": self.memory_mode, "compiler": self.compiler,
-                "clock_hz": json_float(self.clock_hz), "cycles": self.cycles,
-                "npu_cycles": self.npu_cycles, "npu_ops": self.npu_ops, "cpu_ops": self.cpu_ops, "macs": self.macs,
-                "inference_seconds": json_float(self.inference_seconds), "traffic": dict(self.traffic),
-                "memory_used": dict(self.memory_used), "delegates": self.delegates,
-                "vela_seconds": json_float(self.vela_seconds), "notes": list(self.notes), "estimate": ESTIMATE,
-                "layers": [layer.to_dict() for layer in self.layers]}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "Cost":
-        """Read back ``to_dict()`` (as the result store does), checking every field; a cost written before the
-        Vela version was kept reads with none (``""``)."""
-        if isinstance(d, dict):  # written before the Vela version was kept: no version, no compiler line
-            d = {"vela_version": "", "compiler": "", **d}
-        _fields(d, cls, extra={"inference_seconds", "estimate", "compiler"})
-        return cls(_str(d["accelerator"]), _str(d["npu"]), _str(d["system_config"]), _str(d["memory_mode"]),
-                   _float(d["clock_hz"]), _int(d["cycles"]), _int(d["npu_cycles"]), _int(d["npu_ops"]),
-                   _int(d["cpu_ops"]), _int(d["macs"]), _pairs(d["traffic"]), _pairs(d["memory_used"]),
-                   tuple(Layer.from_dict(x) for x in _list(d["layers"])), _int(d["delegates"]),
-                   _float(d["vela_seconds"]), tuple(_str(n) for n in _list(d["notes"])),
-                   _str(d["vela_version"]))
 
     def to_dataframe(self, kind: str = "layers"):
         """A pandas DataFrame: ``"layers"``, one row per Vela row (the columns of ``to_dict()["layers"]``)."""

@@ -8,25 +8,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping
+from typing import Any
+from collections.abc import Iterable, Mapping
 
 from torch.fx import GraphModule
-
-# max|s| / min|s| at or above which a scale is flagged ``wide-dynamic-range-scale``.
-WIDE_RANGE_RATIO = 1e3
 
 from .._targets import load as _load
 from . import stages as _stages
 from .._rules.rules import DEFAULT_VARIANTS, Rule, marker_tuple
+from .._base.codec import Record
 from .._base.data import FORMAT, dataframe
 from .._sites.scale import ScaleSummary
 from .._base.errors import InspectorError, listing, quoted
 from .._sites.reasons import Reason, Risk
 from .._base.display import draw
 
+# max|s| / min|s| at or above which a scale is flagged ``wide-dynamic-range-scale``.
+WIDE_RANGE_RATIO = 1e3
 
-@dataclass(frozen=True)
-class Site:
+
+@dataclass(frozen=True, kw_only=True)
+class Site(Record):
     """One mul fed by a convolution, with the real pass's decision and why."""
 
     id: str  # stable across stages and runs: "<conv module>@<file>:<line>[#k]"
@@ -49,6 +51,11 @@ class Site:
     mismatch: str | None  # set when the explainer disagrees with the pass: never expected
     path: tuple[str, ...] = ()  # nodes between conv and mul: views, or RESCALEs in a quantized graph (empty: direct)
 
+    # the order a reader scans a site in (its position among the sites last: a list of sites is in that order)
+    json_order = ("id", "conv", "mul", "conv_op", "module_path", "location", "decision", "reasons", "risks", "scale",
+                  "marked", "chained_after", "state_path", "state_boundary", "folded_weight", "folded_bias",
+                  "mismatch", "path", "index")
+
     @property
     def folded(self) -> bool:
         return self.decision == "fold"
@@ -61,30 +68,8 @@ class Site:
     def risk_codes(self) -> tuple[str, ...]:
         return tuple(r.code for r in self.risks)
 
-    def to_dict(self) -> dict:
-        return {
-            "id": self.id,
-            "conv": self.conv,
-            "mul": self.mul,
-            "conv_op": self.conv_op,
-            "module_path": self.module_path,
-            "location": self.location,
-            "decision": self.decision,
-            "reasons": [r.to_dict() for r in self.reasons],
-            "risks": [r.to_dict() for r in self.risks],
-            "scale": self.scale.to_dict(),
-            "marked": self.marked,
-            "chained_after": self.chained_after,
-            "state_path": list(self.state_path),
-            "state_boundary": self.state_boundary,
-            "folded_weight": self.folded_weight,
-            "folded_bias": self.folded_bias,
-            "mismatch": self.mismatch,
-            "path": list(self.path),
-        }
 
-
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Analysis:
     """The sites of one model at one stage under one rule and markers: a frozen answer.
 
@@ -107,11 +92,12 @@ class Analysis:
     @classmethod
     def of(cls, target, decider, rule: Rule, markers: tuple[str, ...], sites: tuple[Site, ...],
            marked: tuple[str, ...] = (), guard: Any = None, *, from_regions: bool = False,
-           timings: Mapping[str, float] | None = None) -> "Analysis":
+           timings: Mapping[str, float] | None = None) -> Analysis:
         """The answer of one decide, with what it would otherwise compute again and again made now:
         its timings read-only, its one-line summary."""
-        return cls(target, decider, rule, markers, sites, marked, guard, from_regions,
-                   MappingProxyType(dict(timings or {})), summarize(sites))
+        return cls(target=target, decider=decider, rule=rule, markers=markers, sites=sites, marked=marked, guard=guard,
+                   from_regions=from_regions,
+                   timings=MappingProxyType(dict(timings or {})), headline=summarize(sites))
 
     # -- what it is about
     @property
@@ -206,21 +192,21 @@ class Analysis:
         return self.headline or summarize(self.sites)
 
     # -- re-deciding
-    def with_rule(self, rule: "str | Rule") -> "Analysis":
+    def with_rule(self, rule: str | Rule) -> Analysis:
         """The same model, stage and markers under another rule."""
         return self.decider.decide(rule, self.markers)
 
-    def with_markers(self, markers: Iterable[str]) -> "Analysis":
+    def with_markers(self, markers: Iterable[str]) -> Analysis:
         return self.decider.decide(self.rule, marker_tuple(markers), base=self)
 
-    def toggle_marker(self, marker: str) -> "Analysis":
+    def toggle_marker(self, marker: str) -> Analysis:
         """Add ``marker`` (a site id or node name) if absent, else remove it."""
         markers = [m for m in self.markers if m != marker]
         if len(markers) == len(self.markers):
             markers.append(marker)
         return self.with_markers(markers)
 
-    def with_stage(self, stage: str) -> "Analysis":
+    def with_stage(self, stage: str) -> Analysis:
         """The same model, rule and markers at ``stage`` (for the same accelerator)."""
         return self.decider.at_stage(stage).decide(self.rule, self.marker_ids)
 
@@ -243,9 +229,12 @@ class Analysis:
         """
         from .._numbers.compare import compare  # a convenience of the record: the verb sits above it
 
-        return compare(self.target, variants, markers=self.marker_ids if markers is None else markers, **kwargs)
+        return compare(self.target, variants=variants, markers=self.marker_ids if markers is None else markers,
+                       **kwargs)
 
     # -- presentation
+    # Written by hand: an analysis holds a live target and decider; its dict is a report (the model's name,
+    # stage, summary), never read back as an Analysis.
     def to_dict(self) -> dict:
         return {
             "format": FORMAT,
@@ -271,13 +260,14 @@ class Analysis:
 
     # -- drawn by the presentation (``present/drawing.py``)
     def report(self, comparison=None, *, format: str = "html", out=None, results_for=None,
-               full_traces: bool = False, advice=None):
+               full_traces: bool = False, advice=None, widening=None):
         """A report of this analysis (and ``comparison``, if given): ``html`` (one self-contained
         page), ``md`` (a GitHub comment) or ``json``; local paths redacted, stack traces with the
-        user's frames only unless ``full_traces``; ``advice`` (``inspector.advise``) adds which sites should fold.
-        With ``out``, written there and the path returned."""
+        user's frames only unless ``full_traces``; ``advice`` (``inspector.advise``) adds which sites should fold,
+        ``widening`` (``inspector.widen``) which layers need more bits. With ``out``, written there and the path
+        returned."""
         return draw("report", self, comparison, format=format, out=out, results_for=results_for,
-                              full_traces=full_traces, advice=advice)
+                              full_traces=full_traces, advice=advice, widening=widening)
 
     def to_model_explorer(self, folder, *, errors=None, step: int | None = None, which: str = "before", cost=None):
         """Write the whole graph and its overlays (decisions, state path, with ``errors`` a variant of an

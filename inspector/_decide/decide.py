@@ -18,7 +18,8 @@ answers with a frozen ``Analysis``:
 Either way one function, ``_build_sites``, turns (sites, explanations, what the pass did) into
 ``Site`` records; from a ``base``, only the records of the sites decided again or whose path to
 state or markers changed are built, the others are the base's own (the guard's reach is read from
-what no marker changes, kept in a ``_graph.ReachMemo``, and the markers' ancestors). The whole after-graph of a region-decided analysis is built only when asked
+what no marker changes, kept in a ``_graph.ReachMemo``, and the markers' ancestors). The whole after-graph of a
+region-decided analysis is built only when asked
 for, and its decisions are then checked against the regions' (a disagreement is an internal
 error, never a silent answer).
 """
@@ -29,7 +30,8 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass, replace
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 from torch.fx import GraphModule, Node
 
@@ -51,7 +53,7 @@ from .._sites.reasons import Reason, ReasonCode, Risk, RiskCode
 _WHOLE_RUN_NODES = 200
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Guard:
     """What the state guard saw in one analysis: the base from which the next toggle re-decides."""
 
@@ -61,9 +63,9 @@ class Guard:
 
     @classmethod
     def of(cls, muls: frozenset, reach: _graph.StateReach, state: _graph.StateReach,
-           skips: dict = {}) -> "Guard":  # noqa: B006
+           skips: dict = {}) -> Guard:  # noqa: B006 - only read, never kept or changed
         hidden = {n.name for hops in reach.next_hop.values() for n in hops if n in muls}
-        return cls(reach, state, frozenset(hidden) | frozenset(skips))
+        return cls(reach=reach, state=state, hidden=frozenset(hidden) | frozenset(skips))
 
 
 def moved(a: _graph.StateReach, b: _graph.StateReach, order: dict) -> set[Node]:
@@ -104,7 +106,7 @@ def _ending_at(toggled: Iterable[Node], reaches: Iterable[_graph.StateReach]) ->
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Static:
     """What a site is, whatever the rule and markers: read once per stage graph."""
 
@@ -119,7 +121,7 @@ class _Static:
     path: tuple[str, ...]  # the views or RESCALEs between conv (or the earlier mul) and mul
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Outcome:
     """What one decide did: the sites it decided now, their explanations, and what the pass did."""
 
@@ -150,7 +152,7 @@ class Decider:
     def stage(self) -> str:
         return self.stage_graph.stage
 
-    def at_stage(self, stage: str) -> "Decider":
+    def at_stage(self, stage: str) -> Decider:
         """The decider of the same model at ``stage``, for the same accelerator (its export is reused)."""
         if stage == self.stage:
             return self
@@ -184,9 +186,11 @@ class Decider:
         if self._statics is None:
             program = self.stage_graph.program
             self._statics = tuple(
-                _Static(i, c.mul.name, c.conv.name, _graph.op_name(c.conv), _graph.module_path(c.conv),
-                        _graph.location(c.mul), scale_summary(c, program), c.via.name if c.via is not None else None,
-                        tuple(n.name for n in c.path))
+                _Static(id=i, mul=c.mul.name, conv=c.conv.name, conv_op=_graph.op_name(c.conv),
+                        module_path=_graph.module_path(c.conv),
+                        location=_graph.location(c.mul), scale=scale_summary(c, program),
+                        chained_after=c.via.name if c.via is not None else None,
+                        path=tuple(n.name for n in c.path))
                 for c, i in zip(lay.cands, lay.ids))
         return self._statics
 
@@ -198,7 +202,7 @@ class Decider:
 
     # ---------------------------------------------------------------- deciding
 
-    def decide(self, rule: "str | Rule", markers: Iterable[str] = (), base=None):
+    def decide(self, rule: str | Rule, markers: Iterable[str] = (), base=None):
         """Every site under ``rule`` with ``markers`` (site ids or node names): an ``Analysis``.
 
         ``base``: an earlier answer of this decider; with the same rule, only the sites whose
@@ -259,7 +263,8 @@ class Decider:
         return {lay.site_of[n] for n in nodes if n in lay.site_of}
 
     def _explain(self, rule: Rule, reach, skips, lay, indices: list[int]) -> dict[int, list]:
-        ctx = Context(self.stage, rule.name, rule.folds, self.stage_graph.program, reach, set(), lay.order, skips)
+        ctx = Context(stage=self.stage, rule=rule.name, folds=rule.folds, program=self.stage_graph.program,
+                      reach=reach, predicted_fold=set(), order=lay.order, skips=skips)
         return dict(zip(indices, explain(ctx, [lay.cands[i] for i in indices])))
 
     def _site_ids(self, lay) -> dict[str, str]:
@@ -277,7 +282,7 @@ class Decider:
                 _graph.set_marker(by_name[name])
         run = run_pass(gm, program, rule, stage=self.stage, hidden=guard.hidden, site_ids=self._site_ids(lay))
         self._afters.put((rule, marked_names), (gm, program))
-        return _Outcome(explained, frozenset(run.folded), _conv_reads(gm))
+        return _Outcome(explained=explained, folded=frozenset(run.folded), reads=_conv_reads(gm))
 
     def _on_region(self, rule: Rule, reach, skips, guard: Guard, lay, redo: list[int],
                    marked_names) -> _Outcome | None:
@@ -285,13 +290,13 @@ class Decider:
         stand in for the whole graph, or the pass raised there: the whole graph runs and says so)."""
         explained = self._explain(rule, reach, skips, lay, redo)
         if not redo:
-            return _Outcome(explained, frozenset(), {})
+            return _Outcome(explained=explained, folded=frozenset(), reads={})
         names = _region.cluster_names(lay, {lay.cluster_of[i] for i in redo})
         try:
             region = _region.run(self.stage_graph, lay, names, rule, guard.hidden, site_ids=self._site_ids(lay))
         except (_region.RegionUnavailable, InspectorError):
             return None
-        return _Outcome(explained, frozenset(region.folded), region.folded_args())
+        return _Outcome(explained=explained, folded=frozenset(region.folded), reads=region.folded_args())
 
     # ---------------------------------------------------------------- graphs of an answer
 
@@ -520,7 +525,7 @@ def _flag_reused_weights(sites: list, built: Iterable[int], lay, program) -> lis
         return sites
     built = set(built)
     weight_users: dict[str, list[int]] = {}
-    for i in sorted({j for i in built for j in lay.members[lay.cluster_of[i]]}):
+    for i in sorted({j for b in built for j in lay.members[lay.cluster_of[b]]}):
         if sites[i].folded and sites[i].folded_weight is not None:
             weight_users.setdefault(sites[i].folded_weight, []).append(i)
     for weight, idxs in weight_users.items():
@@ -537,25 +542,30 @@ def _flag_reused_weights(sites: list, built: Iterable[int], lay, program) -> lis
 
 def analyze(
     target: Any,
-    example_inputs: Any = None,
     *,
+    example_inputs: Any = None,
     stage: str | None = None,
-    rule: "str | Rule" = "upstream",
+    rule: str | Rule = "upstream",
     markers: Iterable[str] = (),
     accelerator: Any = None,
 ) -> Analysis:
     """Find, decide and explain every conv->mul site of ``target`` at ``stage`` under ``rule``.
 
-    ``target`` is an ``nn.Module`` (with ``example_inputs``, or its own
-    ``example_inputs()``), an ``ExportedProgram``, a sample name (``"sample:NAME"``),
-    a path to a ``.pt2`` file, or ``"path/to/file.py:ClassName"``. ``stage`` is which graph the pass
-    receives (``inspector.STAGES``); the default is where ``accelerator``'s flow folds: ``tfa`` for every
-    quantized accelerator (``tosa-int``, the default, and every Ethos-U), ``lowering`` for ``tosa-fp``.
-    ``accelerator`` says whose flow hands the pass the ``tfa`` and ``lowering`` graphs (``lowering`` is the
-    graph the pass receives inside ``to_edge_transform_and_lower``, quantized in the INT flow). ``rule`` is a
-    rule's name (``inspector.rules``) or a ``Rule``. ``markers`` are site ids or node names to
-    mark ``carried_quant_state``. The decision at every site is what the installed
-    ``FoldScalarMulIntoConvPass`` did on a private copy. The caller's model is never modified.
+    The decision at every site is what the installed ``FoldScalarMulIntoConvPass`` did on a private copy; the
+    caller's model is never modified.
+
+    Args:
+        target: an ``nn.Module`` (with ``example_inputs``, or its own ``example_inputs()``), an
+            ``ExportedProgram``, ``"sample:NAME"``, a ``.pt2`` path, ``"path/to/file.py:ClassName"`` or
+            ``"timm:NAME@SIZE"``.
+        example_inputs: what a module is called with (a tuple of tensors, a tensor, or a stream); default: the
+            module's own ``example_inputs()``.
+        stage: which graph the pass receives (``inspector.STAGES``); default: where ``accelerator``'s flow folds,
+            ``tfa`` for every quantized accelerator, ``lowering`` for ``tosa-fp``.
+        rule: a rule's name (``inspector.rules``) or a ``Rule``; default ``upstream``, the installed pass.
+        markers: site ids or node names to mark ``carried_quant_state``; default none.
+        accelerator: whose flow hands the pass the ``tfa`` and ``lowering`` graphs (``inspector.accelerators``);
+            default ``tosa-int``.
     """
     chip = _accelerators.accelerator_of(accelerator)
     stage = _stages.default_stage(chip) if stage is None else _stages.check_stage(stage)
@@ -571,15 +581,22 @@ def analyze(
     return replace(result, timings={"load": t1 - t0, "stage": t2 - t1, **result.timings})
 
 
-def analyze_graph(graph_module, *, rule: "str | Rule" = "upstream", markers: Iterable[str] = (),
+def analyze_graph(graph_module, *, rule: str | Rule = "upstream", markers: Iterable[str] = (),
                   name: str = "graph") -> Analysis:
-    """Decide the sites of ``graph_module`` exactly as the pass receives it at ``tfa`` (weights as
-    ``get_attr``), without exporting: for graphs built or transformed by hand. The caller's graph
-    module is never modified (the pass runs on private copies). Comparisons need a model: use
-    ``analyze`` for those."""
+    """Decide the sites of ``graph_module`` exactly as the pass receives it at ``tfa``, without exporting.
+
+    For graphs built or transformed by hand; the caller's graph module is never modified (the pass runs on
+    private copies). Comparisons need a model: use ``analyze`` for those.
+
+    Args:
+        graph_module: a ``torch.fx.GraphModule`` with its weights as ``get_attr`` (the graph at ``tfa``).
+        rule: a rule's name (``inspector.rules``) or a ``Rule``; default ``upstream``.
+        markers: site ids or node names to mark ``carried_quant_state``; default none.
+        name: what the analysis calls the graph in its tables; default ``"graph"``.
+    """
     if not isinstance(graph_module, GraphModule):
         raise InspectorError(f"analyze_graph takes a torch.fx.GraphModule, got a {type(graph_module).__name__}")
     rule = get_rule(rule)
-    target = _load.Target(name, None, ())
+    target = _load.Target(name=name, exported=None, inputs=())
     stage_graph = _stages.StageGraph.of_tfa_graph(private_copy(graph_module))
     return Decider(target, stage_graph).decide(rule, marker_tuple(markers))

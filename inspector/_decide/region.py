@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 import torch
 from torch import fx
@@ -42,7 +43,7 @@ class RegionUnavailable(Exception):
     """This region cannot stand in for the whole graph: use the whole-graph run."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Layout:
     """What a pristine stage graph's regions are built from, computed once per stage graph."""
 
@@ -129,7 +130,7 @@ def _cluster_keys(c) -> list[Any]:
     return keys
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Region:
     """The installed pass's run on a region: the rewritten region and what it folded."""
 
@@ -220,8 +221,9 @@ def run(stage_graph, lay: Layout, names: set[str], rule, hidden: frozenset[str],
                     site_ids=site_ids)
     after = {n.name for n in gm.graph.nodes}
     created = after - before  # the scaled weights and biases: their only user is their conv
-    return Region(gm, built.program, tuple(fold.folded), frozenset((built.complete & after) | created), built.names,
-                  frozenset(before) - built.names, built.outside_users, built.own_outputs)
+    return Region(graph_module=gm, program=built.program, folded=tuple(fold.folded),
+                  complete=frozenset((built.complete & after) | created), names=built.names,
+                  stand_ins=frozenset(before) - built.names, outside_users=built.outside_users, own_outputs=built.own_outputs)
 
 
 def pristine(stage_graph, lay: Layout, names: set[str]) -> Region:
@@ -230,11 +232,12 @@ def pristine(stage_graph, lay: Layout, names: set[str]) -> Region:
     ``RegionUnavailable`` when the region cannot be built as a program of its own."""
     built = _standing_alone(stage_graph, lay, names)
     inside = frozenset(n.name for n in built.graph_module.graph.nodes)
-    return for_drawing(Region(built.graph_module, built.program, (), built.complete, built.names,
-                              inside - built.names, built.outside_users, built.own_outputs))
+    return for_drawing(Region(graph_module=built.graph_module, program=built.program, folded=(),
+                              complete=built.complete, names=built.names,
+                              stand_ins=inside - built.names, outside_users=built.outside_users, own_outputs=built.own_outputs))
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Built:
     graph_module: fx.GraphModule  # the region, before the pass
     program: Any  # its ExportedProgram, or None at tfa
@@ -297,12 +300,14 @@ def _build(stage_graph, lay: Layout, names: set[str]) -> _Built:
     names_inside = frozenset(n.name for n in nodes)
     if program is None:
         gm = _executorch.lazy_graph_module_of(_attributes(stage_graph.graph_module, nodes), graph)
-        return _Built(gm, None, names_inside, complete, outside_users, len(returned))
+        return _Built(graph_module=gm, program=None, names=names_inside, complete=complete,
+                      outside_users=outside_users, own_outputs=len(returned))
     if any(n.op == "get_attr" for n in nodes):
         raise RegionUnavailable("the region reads a submodule")
     region_program = _program(program, lay, graph, placeholders, list(outside_inputs), returned,
                               [env[n] for n in carried])
-    return _Built(region_program.graph_module, region_program, names_inside, complete, outside_users, len(returned))
+    return _Built(graph_module=region_program.graph_module, program=region_program, names=names_inside,
+                  complete=complete, outside_users=outside_users, own_outputs=len(returned))
 
 
 def _attributes(root: torch.nn.Module, nodes: list[Node]) -> torch.nn.Module:

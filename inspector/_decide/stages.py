@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import torch
 from torch.fx import GraphModule
@@ -22,6 +23,7 @@ from torch.fx import GraphModule
 from .._doors import executorch as _executorch
 from .._base.errors import InspectorError, describe, first_line, listing, quoted
 from .._base.copies import no_gc_pauses, private_copy
+from .._base.limits import MAX_STEPS
 from .._cost import accelerators as _accelerators
 from .._doors.arm_flow import ArmFlow, FlowStepError, Observer, Stop
 from .._rules.rules import FoldLog, rule_pass_class
@@ -68,6 +70,30 @@ def quantized(accelerator) -> bool:
     return "INT" in accelerator.spec(_accelerators.INT).split("+")[1:]
 
 
+# A model that carries state and has no stream of its own runs this many steps unless told: one step shows no carried
+# state, twenty show it compound. ``default_steps`` is the one default of every verb, the CLI, the widget and verdict.
+STATE_STEPS = 20
+STEPS_HELP = (f"a stream's length (at most {MAX_STEPS}), else {STATE_STEPS} for a model that carries state, else 1")
+
+
+def carries_state(target) -> bool:
+    """The model carries state between calls: a written buffer or input, or a ``RECURRENT`` declaration."""
+    program = target.exported
+    return bool(target.recurrent) or bool(_graph.state_writes(program.graph, program.graph_signature))
+
+
+def default_steps(target) -> int:
+    """The steps a run of ``target`` (a loaded target) takes unless told: ``STEPS_HELP``."""
+    if target.stream is not None:
+        return min(len(target.stream), MAX_STEPS)
+    return STATE_STEPS if carries_state(target) else 1
+
+
+def steps_for(target, steps: int | None) -> int:
+    """``steps`` as given (checked against the target's stream), else ``default_steps(target)``."""
+    return default_steps(target) if steps is None else target.steps(steps)
+
+
 def default_stage(accelerator=None) -> str:
     """Where ``accelerator``'s flow folds: ``tfa`` for every quantized one, ``lowering`` for the FP profile."""
     return "tfa" if quantized(_accelerators.accelerator_of(accelerator)) else "lowering"
@@ -96,7 +122,7 @@ def check_stage(stage: str) -> str:
     return stage
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StageGraph:
     """The pristine graph the pass receives at one stage (never run the pass on it directly)."""
 
@@ -106,9 +132,9 @@ class StageGraph:
     notes: tuple[str, ...] = ()  # what went wrong around the capture, or happened before it, that the user should know
 
     @classmethod
-    def of_tfa_graph(cls, graph_module: GraphModule) -> "StageGraph":
+    def of_tfa_graph(cls, graph_module: GraphModule) -> StageGraph:
         """A tfa stage graph from a GraphModule built elsewhere (generated models, tests), held lazily."""
-        return cls("tfa", _executorch.lazy_graph_module(graph_module), None)
+        return cls(stage="tfa", graph_module=_executorch.lazy_graph_module(graph_module), program=None)
 
     def fresh_copy(self) -> tuple[GraphModule, Any]:
         """A private (graph module, program) pair the pass may rewrite."""
@@ -167,7 +193,7 @@ def stage_graph_of(target, stage: str, accelerator=None) -> StageGraph:
                 return build(target.exported, stage)
         except InspectorError:
             raise
-        except Exception as exc:  # noqa: BLE001 - torch/executorch failing on this model: one line
+        except Exception as exc:  # torch/executorch failing on this model: one line
             raise InspectorError(
                 f"building the {stage} graph of {target.name} failed: {describe(exc)}; try another stage"
             ) from exc
@@ -189,7 +215,8 @@ def tfa_graph_for(target, key: str, quantizer: Callable[[], Any]) -> StageGraph:
 
     def make() -> StageGraph:
         with no_gc_pauses():
-            return StageGraph("tfa", *_capture_tfa_graph(target.exported, quantizer()))
+            graph_module, program, notes = _capture_tfa_graph(target.exported, quantizer())
+            return StageGraph(stage="tfa", graph_module=graph_module, program=program, notes=notes)
 
     return target.facts.get(STAGE_GRAPH, key, make)
 
@@ -200,7 +227,7 @@ def has_stage_graph(target, stage: str) -> bool:
     return target.facts.has(STAGE_GRAPH, stage)
 
 
-def keep_stage_graph(target, stage: str, graph: "StageGraph") -> None:
+def keep_stage_graph(target, stage: str, graph: StageGraph) -> None:
     """Keep ``graph`` as ``target``'s graph at ``stage`` (a compare's or a journey's run captured it on the way)."""
     target.facts.keep(STAGE_GRAPH, stage, graph)
 
@@ -216,11 +243,12 @@ def build(exported: torch.export.ExportedProgram, stage: str) -> StageGraph:
     # pass adds new constants; see copy_pair); a deep copy was a second copy of every weight.
     if stage == "aten":
         program = _executorch.lazy_program(copy_pair((exported.graph_module, exported))[1])
-        return StageGraph(stage, program.graph_module, program)
+        return StageGraph(stage=stage, graph_module=program.graph_module, program=program)
     if stage == "edge":
         program = _executorch.lazy_program(_executorch.to_edge(copy_pair((exported.graph_module, exported))[1]))
-        return StageGraph(stage, program.graph_module, program)
-    return StageGraph(stage, *_capture_tfa_graph(exported))
+        return StageGraph(stage=stage, graph_module=program.graph_module, program=program)
+    graph_module, program, notes = _capture_tfa_graph(exported)
+    return StageGraph(stage=stage, graph_module=graph_module, program=program, notes=notes)
 
 
 _NEVER_RAN = ("the quantizer's transform-for-annotation pipeline never ran the fold pass; "
@@ -247,7 +275,7 @@ def _capture_tfa_graph(exported, quantizer=None) -> tuple[GraphModule, None, tup
                 until="prepare", capture_output=False).run_on(exported, ())
     except FlowStepError as exc:  # a failure after the fold leaves the capture valid
         if exc.step != "prepare":  # the model itself (its module's code) failed: the stage graph's own one line
-            raise exc.__cause__ or exc
+            raise exc.__cause__ or exc  # noqa: B904 - the model's own error as it came; `from` would rewrite its chain
         if not log.runs:
             raise InspectorError(_FAILED_BEFORE + first_line(exc.__cause__ or exc)) from exc
         notes = (f"the quantizer's prepare_pt2e failed after the fold pass ran "
@@ -286,11 +314,11 @@ def tfa_graph_until_fold(exported) -> StageGraph:
                 until="prepare", capture_output=False).run_on(exported, (), (until,))
     except FlowStepError as exc:  # a failure before the fold
         if exc.step != "prepare":  # the model itself (its module's code) failed: the stage graph's own one line
-            raise exc.__cause__ or exc
+            raise exc.__cause__ or exc  # noqa: B904 - the model's own error as it came; `from` would rewrite its chain
         raise InspectorError(_FAILED_BEFORE + first_line(exc.__cause__ or exc)) from exc
     if not until.received:
         raise InspectorError(_NEVER_RAN)
-    return StageGraph("tfa", _executorch.lazy_graph_module(until.received[0]), None)
+    return StageGraph(stage="tfa", graph_module=_executorch.lazy_graph_module(until.received[0]), program=None)
 
 
 class _LastPartition(Observer):
@@ -366,7 +394,7 @@ def _capture_lowering(target, chip) -> StageGraph:
                      f"in transform-for-annotation (before calibration), which this graph no longer has: "
                      f"{listing(folded)} (stage tfa shows {'them' if len(folded) != 1 else 'it'})")
     program = _executorch.lazy_program(program)
-    return StageGraph("lowering", program.graph_module, program, tuple(notes))
+    return StageGraph(stage="lowering", graph_module=program.graph_module, program=program, notes=tuple(notes))
 
 
 def _mutated_buffers(program) -> list[str]:

@@ -26,7 +26,8 @@ from __future__ import annotations
 import contextlib
 import copy
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import torch
 
@@ -45,7 +46,7 @@ class Stop(Exception):
     """Raised by an observer to end the flow where it is: what it needed has been seen."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class FlowState:
     """One run's working values, filled in as the steps go (None until a step makes them)."""
 
@@ -203,12 +204,12 @@ class ArmFlow:
             raise _Stopped(step) from exc
         except InspectorError:
             raise
-        except Exception as exc:  # noqa: BLE001 - any crash of the stack becomes one line naming the step
+        except Exception as exc:  # any crash of the stack becomes one line naming the step
             if crash_behind(exc, Stop) is not None:  # an observer's stop, wrapped by the pass manager
                 raise _Stopped(step) from exc
             raise self._failure(step, exc) from exc
 
-    def _failure(self, step: str, exc: Exception) -> "FlowStepError":
+    def _failure(self, step: str, exc: Exception) -> FlowStepError:
         name = self.run_name if step == "run" else step
         failed = f"{name} failed" + (f" for variant {self.label}" if self.label is not None else "")
         crash = crash_behind(exc)

@@ -26,7 +26,8 @@ import functools
 import threading
 import weakref
 from types import ModuleType
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Protocol
+from collections.abc import Callable, Iterator
 
 from .._base.errors import InspectorError
 from .._base.quiet import quiet_imports
@@ -93,6 +94,16 @@ def installed_version(package: str = "executorch", missing: str = "(not installe
         return version(package)
     except PackageNotFoundError:
         return missing
+
+
+def freezes_buffer_state(installed: str | None = None) -> bool:
+    """Whether the installed executorch (or ``installed``) reads a registered buffer's state as a constant in its INT
+    flow: in 1.4.0 and 1.4.1 ``DeduplicateGetAttrPass`` gives the state's read its own attribute, apart from the
+    ``copy_`` that writes it back, and ``convert_pt2e`` folds that read into a frozen parameter, so every call sees
+    the state of the last calibration call; 1.5.0 points the write back at the read after every Arm pass. Measured
+    in docs/stack-facts.md."""
+    release = _release(installed_version(missing="") if installed is None else installed)
+    return release is not None and release < (1, 5)
 
 
 def _release(text: str) -> tuple[int, ...] | None:
@@ -233,7 +244,7 @@ def fold_pass_subclass(name: str, start: Callable[[Any, Any], FoldCall]) -> type
             mul_name = mul_node.name
             try:
                 result = super()._fold_scale_into_conv(graph, conv_node, mul_node, channel_scale)
-            except Exception as exc:  # noqa: BLE001 - the rule names the site the installed pass crashed on
+            except Exception as exc:  # the rule names the site the installed pass crashed on
                 raise self._inspector_call.crashed(conv_node, mul_name, exc) from exc
             if result is not None:
                 self._inspector_call.folded(conv_node, mul_name)

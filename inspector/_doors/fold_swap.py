@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 from . import executorch as _executorch
 

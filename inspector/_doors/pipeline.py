@@ -22,7 +22,8 @@ import contextlib
 import inspect
 import contextvars
 import threading
-from typing import Any, Iterator, Protocol
+from typing import Any, Protocol
+from collections.abc import Iterator
 
 from . import executorch as _executorch
 
@@ -36,7 +37,7 @@ REQUIRED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (_PASS_MANAGER, "ArmPassManager", ("transform_for_annotation_pipeline", "transform_to_backend_pipeline")),
 )
 
-_ACTIVE: contextvars.ContextVar["Observer | None"] = contextvars.ContextVar("inspector_pass_observer", default=None)
+_ACTIVE: contextvars.ContextVar[Observer | None] = contextvars.ContextVar("inspector_pass_observer", default=None)
 _INSIDE: contextvars.ContextVar[bool] = contextvars.ContextVar("inspector_inside_pass", default=False)
 _PIPELINE: contextvars.ContextVar[str] = contextvars.ContextVar("inspector_arm_pipeline", default="")
 _INSTALL = threading.Lock()  # held only while the methods are bound, once per process
@@ -106,14 +107,14 @@ def _tell(observer: Observer, what: str, *args) -> None:
     except Exception as exc:  # noqa: BLE001 - watching must never change which models run
         try:
             observer.failed(exc)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - an observer failing to hear of its failure still changes no run
             pass
 
 
 def _classes() -> tuple[type, type, type]:
     _executorch.check_once(REQUIRED)
-    return (getattr(_executorch._import(_PASS_BASE), "PassBase"), getattr(_executorch._import(_ARM_PASS), "ArmPass"),
-            getattr(_executorch._import(_PASS_MANAGER), "ArmPassManager"))
+    return (_executorch._import(_PASS_BASE).PassBase, _executorch._import(_ARM_PASS).ArmPass,
+            _executorch._import(_PASS_MANAGER).ArmPassManager)
 
 
 def _install() -> None:

@@ -172,7 +172,7 @@ def _shim(module: str, installed: ModuleType | None, helper: Path, missing: list
     code = compile(ast.Module(body=[tree.body[i] for i in sorted(chosen)], type_ignores=[]), str(helper), "exec")
     try:
         exec(code, namespace)  # noqa: S102 - the helper's own definitions: code the user chose to run
-    except Exception as exc:  # noqa: BLE001 - one line naming the helper file
+    except Exception as exc:  # one line naming the helper file
         raise InspectorError(f"running {helper.name}'s definitions of {listing(sorted(missing))} failed: "
                              f"{describe(exc)}") from exc
     return shim
@@ -211,7 +211,7 @@ def _run(path: Path, tree: ast.Module, shims: dict[str, ModuleType]) -> ModuleTy
     sys.modules[name] = module  # inspect.getsource and dataclasses look the module up by name
     try:
         exec(compile(tree, str(path), "exec"), module.__dict__)  # noqa: S102 - a file the user chose to run
-    except Exception as exc:  # noqa: BLE001 - one line naming the file
+    except Exception as exc:  # one line naming the file
         sys.modules.pop(name, None)
         raise InspectorError(f"running {path.name} failed: {describe(exc)}") from exc
     return module

@@ -93,7 +93,7 @@ def _get(module: str, name: str):
 # ---------------------------------------------------------------- configuration
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class VelaConfig:
     """One Ethos-U configuration, as ExecuTorch's EthosUCompileSpec builds it for Vela."""
 
@@ -136,8 +136,9 @@ def vela_config(accelerator: str, system_config: str | None = None, memory_mode:
             works.append(f"{mode} works with: {_working(accelerator, config, systems, [mode], 0)}")
         raise InspectorError(f"Vela cannot configure {accelerator} with {system} and {mode}: {arch}; "
                              + "; ".join(works))
-    return VelaConfig(accelerator, system, mode, float(arch.core_clock), str(spec.tosa_spec), flags,
-                      int(arch.num_macs_per_cycle) * int(arch.ncores), version())
+    return VelaConfig(accelerator=accelerator, system_config=system, memory_mode=mode, clock_hz=float(arch.core_clock),
+                      tosa_spec=str(spec.tosa_spec), flags=flags,
+                      macs_per_cycle=int(arch.num_macs_per_cycle) * int(arch.ncores), vela_version=version())
 
 
 def sections(config: str, kind: str) -> tuple[str, ...]:
@@ -208,7 +209,7 @@ def _why(exc: BaseException) -> str:
 # ---------------------------------------------------------------- one compile
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class VelaLayer:
     """One row of Vela's per-layer report: one operation after Vela's own fusing (a conv and its RESCALE are one)."""
 
@@ -227,7 +228,7 @@ class VelaLayer:
     mac_utilisation: float  # percent of the accelerator's MACs over its op cycles (NaN where Vela gives none)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class VelaRun:
     """What one Vela compile of one TOSA flatbuffer reported."""
 
@@ -307,7 +308,7 @@ _LAYER_COLUMNS = {"Original Operator": "operator", "Target": "target", "Op Cycle
 _REPORT_FLAGS = ("--verbose-performance", "--enable-debug-db")
 
 
-def compile(tosa_flatbuffer: bytes, config: VelaConfig) -> VelaRun:  # noqa: A001 - the door's verb, as Vela's own
+def compile(tosa_flatbuffer: bytes, config: VelaConfig) -> VelaRun:  # the door's verb, as Vela's own
     """Vela on one TOSA flatbuffer, in-process, as ExecuTorch's Ethos-U backend calls it; its report."""
     main = _get("ethosu.vela.vela", "main")
     with tempfile.TemporaryDirectory(prefix="inspector-vela-") as folder:
@@ -335,7 +336,7 @@ def compile(tosa_flatbuffer: bytes, config: VelaConfig) -> VelaRun:  # noqa: A00
                                  f"(exit status {status}): {_last_line(log)}")
         summary = _read_summary(output)
         layers = _read_layers(output)
-    return VelaRun(config, summary, layers, seconds, log)
+    return VelaRun(config=config, summary=summary, layers=layers, seconds=seconds, log=log)
 
 
 def _last_line(text: str) -> str:
@@ -421,7 +422,7 @@ def delegates(lowered) -> list[bytes]:
     return [bytes(m.processed_bytes) for m in delegate_modules(lowered)]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TosaOp:
     """One operator of a TOSA flatbuffer's main block and the node it was lowered from."""
 
@@ -478,7 +479,7 @@ def _with_locations(module) -> bytes:
         spec.dump_intermediate_artifacts_to(folder).dump_debug_info(mode)  # DebugMode needs a folder; it gets a .tosa
         try:
             return bytes(backend.preprocess(program, spec._to_list()).processed_bytes)
-        except Exception as exc:  # noqa: BLE001 - one line for the user; the cause stays attached
+        except Exception as exc:  # one line for the user; the cause stays attached
             raise InspectorError(f"lowering the delegate again with locations failed: {first_line(exc)}") from exc
 
 
@@ -492,11 +493,11 @@ def _read_ops(data: bytes) -> tuple[TosaOp, ...]:
     ops = []
     for i in range(block.OperatorsLength()):
         operator = block.Operators(i)
-        where = _location(operator)
-        ops.append(TosaOp(i, names.get(operator.Op(), str(operator.Op())),
-                          tuple(operator.Inputs(j).decode() for j in range(operator.InputsLength())),
-                          tuple(operator.Outputs(j).decode() for j in range(operator.OutputsLength())),
-                          *where))
+        node, source, module_path, stack_trace = _location(operator)
+        ops.append(TosaOp(index=i, op=names.get(operator.Op(), str(operator.Op())),
+                          inputs=tuple(operator.Inputs(j).decode() for j in range(operator.InputsLength())),
+                          outputs=tuple(operator.Outputs(j).decode() for j in range(operator.OutputsLength())),
+                          node=node, source=source, module_path=module_path, stack_trace=stack_trace))
     return tuple(ops)
 
 

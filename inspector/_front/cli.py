@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from .._base.errors import InspectorError, describe, quoted
 from .._rules.rules import rules
-from .._decide.stages import STAGES, STAGE_HELP
+from .._decide.stages import STAGES, STAGE_HELP, STEPS_HELP
 from .._rules.rules import BUILT_IN, DEFAULT_VARIANTS
 from .._base.limits import MAX_STEPS
 from .._targets.load import load, random_inputs
@@ -36,8 +36,9 @@ from .._numbers.quantization import quantizations
 from .._numbers.compare import variants_of
 from ..present.tables import attribution_text
 from .._numbers.attribution import attribution
-from .._advise.advise import advise
-from .._advise.verdict import DEFAULT_ACCELERATORS as VERDICT_ACCELERATORS, accelerators_names, verdict
+from .._advise.advise import DEFAULT_ACCELERATOR as ADVISE_ACCELERATOR, WHY_ACCELERATOR as WHY_ADVISE_ACCELERATOR, advise
+from .._advise.verdict import (DEFAULT_ACCELERATORS as VERDICT_ACCELERATORS, WHY_ACCELERATORS as
+                               WHY_VERDICT_ACCELERATORS, accelerators_names, verdict)
 from ..present.advice import advice_text
 from .._base.files import check_writable, write_text
 from .._journey.journey import journey
@@ -69,14 +70,14 @@ _MAX_USAGE_ERROR = 300  # argparse quotes the user's text whole: a 5,000-digit -
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one short ``error:`` line (exit 2) like every other error."""
 
-    def error(self, message: str):  # noqa: D102 - argparse's hook
+    def error(self, message: str):  # argparse's hook
         hint = f" (see: {self.prog} --help)"
         message = " ".join(message.split())
         if len(message) > _MAX_USAGE_ERROR:
             message = message[: _MAX_USAGE_ERROR - 1] + "…"
         self.exit(2, f"error: {message}{hint}\n")
 
-    def _get_values(self, action, arg_strings):  # noqa: D102 - argparse's hook
+    def _get_values(self, action, arg_strings):  # argparse's hook
         # Python 3.11's argparse drops the "--" of "--steps=--" and hands the option an empty
         # list instead of a value; the commands would then fail on a list where a number belongs.
         if action.option_strings and action.nargs is None and arg_strings == ["--"]:
@@ -115,7 +116,8 @@ def _model_command_factory(sub):
     def model_command(name: str, help: str, *, stage_and_rule: bool = True, mark_help: str = "",
                       markers: bool = True):
         """A subcommand that takes a model: TARGET, --input-shape, --mark, and usually --stage/--rule."""
-        cmd = sub.add_parser(name, help=help, description="TARGET is sample:NAME, path/to/file.py:ClassName, model.pt2, or timm:NAME@SIZE.")
+        cmd = sub.add_parser(name, help=help, description="TARGET is sample:NAME, path/to/file.py:ClassName, "
+                             "model.pt2, or timm:NAME@SIZE.")
         cmd.add_argument("target", metavar="TARGET")
         inputs_arguments(cmd)
         if stage_and_rule:
@@ -161,7 +163,7 @@ def _number_commands(model_command) -> None:
                         f"(upstream@a16w8) (default: {','.join(DEFAULT_VARIANTS)})")
     quantization_arguments(c)
     c.add_argument("--steps", type=int, default=None,
-                   help=f"recurrent steps to run, 1 to {MAX_STEPS} (default: the stream's length, else 1)")
+                   help=f"recurrent steps to run, 1 to {MAX_STEPS} (default: {STEPS_HELP})")
     c.add_argument("--json", action="store_true", help="print JSON instead of a table")
     c.add_argument("--workers", type=_workers, default=None, metavar="N",
                    help="processes running variants side by side (default: the cores available; 1: one after another)")
@@ -178,7 +180,7 @@ def _number_commands(model_command) -> None:
                    help="comma-separated rules to compare, each optionally @QUANTIZATION (default: off,upstream)")
     quantization_arguments(t)
     t.add_argument("--steps", type=int, default=None,
-                   help=f"recurrent steps to run, 1 to {MAX_STEPS} (default: the stream's length, else 1)")
+                   help=f"recurrent steps to run, 1 to {MAX_STEPS} (default: {STEPS_HELP})")
     t.add_argument("--json", action="store_true", help="print JSON instead of tables")
     engine_argument(t)
 
@@ -186,9 +188,9 @@ def _number_commands(model_command) -> None:
                       "cycles (Vela) and dB, every set measured, the best confirmed on TOSA", stage_and_rule=False,
                       markers=False)
     npus = [n for n in accelerators.names() if accelerators.get(n).costs]
-    v.add_argument("--accelerator", type=_accelerator, default="ethos-u55-128", metavar="NAME",
+    v.add_argument("--accelerator", type=_accelerator, default=ADVISE_ACCELERATOR, metavar="NAME",
                    help="the Ethos-U whose cycles Vela counts: " + ", ".join(npus) + f", or {ACCELERATOR_FORM} "
-                        "(default: ethos-u55-128)")
+                        f"(default: {ADVISE_ACCELERATOR}, because {WHY_ADVISE_ACCELERATOR})")
     v.add_argument("--budget-db", type=float, default=None, metavar="DB",
                    help="the SQNR (worst output, worst step) you accept losing against the most accurate set "
                         "found, on the calibration inputs (default: 1)")
@@ -196,7 +198,7 @@ def _number_commands(model_command) -> None:
                    help="the budget in another measurement with a direction (inspector.metrics(): e.g. "
                         "max-abs=0.05), instead of --budget-db")
     v.add_argument("--steps", type=int, default=None,
-                   help=f"recurrent steps to run, 1 to {MAX_STEPS} (default: the stream's length, else 1)")
+                   help=f"recurrent steps to run, 1 to {MAX_STEPS} (default: {STEPS_HELP})")
     v.add_argument("--workers", type=_workers, default=None, metavar="N",
                    help="processes running the TOSA variants side by side (default: the cores available)")
     v.add_argument("--keep-rule", default=None, metavar="FILE.py",
@@ -207,7 +209,7 @@ def _number_commands(model_command) -> None:
     rep.add_argument("--variants", default=None, metavar="P,P,...",
                    help="also run these rules on the TOSA INT reference and add the comparison")
     rep.add_argument("--steps", type=int, default=None,
-                     help=f"recurrent steps for --variants, 1 to {MAX_STEPS} (default: the stream's length, else 1)")
+                     help=f"recurrent steps for --variants, 1 to {MAX_STEPS} (default: {STEPS_HELP})")
     rep.add_argument("--format", choices=("html", "md", "json"), default="md", help="default: md")
     rep.add_argument("--out", default=None, metavar="FILE", help="write it here (default: stdout)")
     engine_argument(rep)
@@ -258,7 +260,7 @@ def _picture_commands(model_command) -> None:
     e.add_argument("--errors", default=None, metavar="RULE",
                    help="also overlay each node's measured SQNR for this variant (runs the quantized model)")
     e.add_argument("--steps", type=int, default=None,
-                   help=f"recurrent steps for --errors, 1 to {MAX_STEPS} (default: the stream's length, else 1)")
+                   help=f"recurrent steps for --errors, 1 to {MAX_STEPS} (default: {STEPS_HELP})")
     e.add_argument("--serve", action="store_true", help="then start Model Explorer on them and print its local URL")
     e.add_argument("--host", default="127.0.0.1", help="where --serve listens (default: 127.0.0.1)")
     e.add_argument("--port", type=int, default=8080, help="the port --serve listens on (default: 8080)")
@@ -274,12 +276,15 @@ def _other_commands(sub) -> None:
     d.add_argument("--sample", default=None, help="sample name (default: the default sample)")
     d.add_argument("--stage", choices=STAGES, default="tfa", help="the stage to decide at (default: tfa, where the "
                    "INT flow folds)")
-    d.add_argument("--steps", type=int, default=DEMO_STEPS,
-                   help=f"also run each built-in rule on the TOSA INT reference model for this many steps and compare "
-                        f"(0: no numbers, nothing lowered) (default: {DEMO_STEPS})")
+    d.add_argument("--steps", type=int, default=None,
+                   help=f"run each built-in rule on the TOSA INT reference model for this many steps and compare, 1 "
+                        f"to {MAX_STEPS} (default: {STEPS_HELP})")
+    d.add_argument("--no-numbers", dest="numbers", action="store_false",
+                   help="decide only: no numbers, nothing lowered")
     d.add_argument("--html", default="demo-report.html", metavar="FILE", help="where to write the report")
 
     sub.add_parser("samples", help="list the built-in sample models")
+    _widen_command(sub)
 
     vd = sub.add_parser("verdict", help="what PR #21234's guard does and costs in the installed executorch, on your "
                         "models: the Markdown reply for the pull request",
@@ -294,10 +299,10 @@ def _other_commands(sub) -> None:
                     default=",".join(VERDICT_ACCELERATORS), metavar="A,B",
                     help=_WhenShown(lambda: "comma-separated INT accelerators whose flow is measured: "
                                     + ", ".join(accelerators_names())
-                                    + f", or {ACCELERATOR_FORM} (default: {','.join(VERDICT_ACCELERATORS)})"))
+                                    + f", or {ACCELERATOR_FORM} (default: {','.join(VERDICT_ACCELERATORS)}, because "
+                                    + WHY_VERDICT_ACCELERATORS + ")"))
     vd.add_argument("--steps", type=int, default=None,
-                    help=f"steps every variant runs, 1 to {MAX_STEPS} (default: the frames a published figure counts, "
-                         "else the stream's length, else 20 for a model with state, else 1)")
+                    help=f"steps every variant runs, 1 to {MAX_STEPS} (default: {STEPS_HELP})")
     vd.add_argument("--quantization", type=_quantization_name, default=None, metavar="NAME",
                     help="what every INT variant runs under, named in every table: "
                          + "; ".join(f"{k}: {v}" for k, v in quantizations.help().items()) + " (default: a8w8)")
@@ -311,8 +316,8 @@ def _other_commands(sub) -> None:
     vd.add_argument("--json", action="store_true", help="print JSON instead of the Markdown reply")
 
     w = sub.add_parser("sweep", help="decide (and compare) many models under several rules: one table for a pull request",
-                       description="TARGET is sample:NAME, path/to/file.py:ClassName, model.pt2, or timm:NAME@SIZE; --models reads "
-                       "a TOML file of [[model]] tables (target, input_shape, steps, name).")
+                       description="TARGET is sample:NAME, path/to/file.py:ClassName, model.pt2, or timm:NAME@SIZE; "
+                       "--models reads a TOML file of [[model]] tables (target, input_shape, steps, name).")
     w.add_argument("targets", nargs="*", metavar="TARGET")
     w.add_argument("--models", action="append", default=[], metavar="FILE.toml",
                    help="a TOML file listing models (repeatable); relative paths are relative to the file")
@@ -326,12 +331,13 @@ def _other_commands(sub) -> None:
                    "(default: upstream,state-aware; --policies is the same flag)")
     w.add_argument("--stages", default="tfa", metavar="S,S",
                    help=f"comma-separated stages to decide, of {', '.join(STAGES)} (default: tfa)")
-    w.add_argument("--steps", type=int, default=0,
-                   help=f"also run each rule on the TOSA INT reference for N steps, 1 to {MAX_STEPS} (default: 0, none)")
-    w.add_argument("--compare", action="store_true", help="run each rule on the TOSA INT reference (1 step unless --steps)")
+    w.add_argument("--compare", action="store_true",
+                   help="also run each rule on the TOSA INT reference (implied by --steps and --variants)")
+    w.add_argument("--steps", type=int, default=None,
+                   help=f"the steps every model's comparison runs, 1 to {MAX_STEPS} (default: each model's own, "
+                        f"{STEPS_HELP}; a model list's steps = 0 never compares that model)")
     w.add_argument("--variants", default=None, metavar="P[@Q],...",
-                   help="compare these variants instead of the rules (upstream@a8w8,upstream@a16w8; needs --steps or "
-                        "--compare)")
+                   help="compare these variants instead of the rules (upstream@a8w8,upstream@a16w8)")
     w.add_argument("--out", default=None, metavar="DIR",
                    help="the folder of the result store to keep every result in as it finishes (default: the store "
                         "in use, FOLD_INSPECTOR_STORE); the same sweep run again reads them back")
@@ -414,9 +420,48 @@ def _inputs_from_shapes(shapes: list[str]):
 
 
 def _analyze(args) -> int:
-    result = analyze(args.target, _example_inputs(args), stage=args.stage,
+    result = analyze(args.target, example_inputs=_example_inputs(args), stage=args.stage,
                      rule=args.rule, markers=args.mark, accelerator=args.accelerator)
     _print_result(args, result, analysis_text)
+    return 0
+
+
+def _widen_command(sub) -> None:
+    """widen: which layers need more bits on an Ethos-U, within a budget (inspector._advise.widen)."""
+    w = sub.add_parser("widen", help="which layers need more bits: each layer's cycles beside the error entering "
+                       "there, and the cheapest set run at 16 bits (or float) that meets a budget",
+                       description="TARGET is sample:NAME, path/to/file.py:ClassName, model.pt2, or timm:NAME@SIZE.")
+    w.add_argument("target", metavar="TARGET")
+    inputs_arguments(w)
+    w.add_argument("--accelerator", type=_accelerator, default="ethos-u85-256", metavar="NAME",
+                   help="the Ethos-U whose cycles Vela counts (default: ethos-u85-256; a16w8 needs the U85)")
+    w.add_argument("--budget", default="sqnr=30", metavar="MEASURE=VALUE",
+                   help="what must hold: sqnr=30 (dB, at least), max-abs=0.05 (at most), decision-mismatch@0.55=0, "
+                        "accuracy=90 (default: sqnr=30)")
+    w.add_argument("--choices", default="a16w8", metavar="Q,...",
+                   help="what a candidate may run as: a16w8 (on the NPU), float (the CPU: Vela does not count it) "
+                        "(default: a16w8)")
+    w.add_argument("--candidates", type=int, default=3, metavar="N", help="nodes the sets are made of (default: 3)")
+    w.add_argument("--steps", type=int, default=None,
+                   help=f"steps (frames) to run, 1 to {MAX_STEPS} (default: {STEPS_HELP})")
+    w.add_argument("--workers", type=_workers, default=None, metavar="N",
+                   help="processes running the lowerings side by side (default: the cores available)")
+    w.add_argument("--json", action="store_true", help="print one JSON document instead of the tables")
+
+
+def _widen(args) -> int:
+    from .._advise.widen import widen  # lazy: the CLI's help and its errors import no backend
+    from ..present.widen_view import widening_text
+
+    if args.steps is not None:
+        check_steps(args.steps, "--steps")
+    result = widen(args.target, example_inputs=_example_inputs(args), accelerator=args.accelerator,
+                   budget=args.budget, choices=tuple(c.strip() for c in args.choices.split(",") if c.strip()),
+                   candidates=args.candidates, steps=args.steps, workers=args.workers, progress=_ProgressBar())
+    if args.json:
+        _print_json(result.to_dict())
+    else:
+        print(widening_text(result))
     return 0
 
 
@@ -468,7 +513,7 @@ class _ProgressBar:
 def _compare(args) -> int:
     if args.steps is not None:
         check_steps(args.steps, "--steps")
-    result = compare(args.target, _variants_arg(args), example_inputs=_example_inputs(args),
+    result = compare(args.target, variants=_variants_arg(args), example_inputs=_example_inputs(args),
                      markers=args.mark, steps=args.steps, progress=_ProgressBar(), workers=args.workers,
                      quantization=args.quantization, engine=args.engine, accelerator=args.accelerator,
                      metrics=None if args.metrics is None else [m.strip() for m in args.metrics.split(",") if m.strip()])
@@ -571,7 +616,7 @@ def _variants_arg(args):
 def _attribute(args) -> int:
     if args.steps is not None:
         check_steps(args.steps, "--steps")
-    result = attribution(args.target, _variants_arg(args), steps=args.steps, markers=args.mark,
+    result = attribution(args.target, variants=_variants_arg(args), steps=args.steps, markers=args.mark,
                          example_inputs=_example_inputs(args), progress=_ProgressBar(),
                          quantization=args.quantization, engine=args.engine, accelerator=args.accelerator)
     _print_result(args, result, attribution_text)
@@ -594,7 +639,7 @@ def _advise(args) -> int:
     if args.steps is not None:
         check_steps(args.steps, "--steps")
     out = check_writable(args.keep_rule) if args.keep_rule else None
-    result = advise(args.target, _example_inputs(args), accelerator=args.accelerator,
+    result = advise(args.target, example_inputs=_example_inputs(args), accelerator=args.accelerator,
                     budget_db=args.budget_db, budget=args.budget, steps=args.steps, workers=args.workers,
                     progress=_ProgressBar())
     print(result.to_json() if args.json else advice_text(result))
@@ -609,7 +654,7 @@ def _report(args) -> int:
     if args.steps is not None:
         check_steps(args.steps, "--steps")
     out = check_writable(args.out) if args.out else None
-    result = analyze(args.target, _example_inputs(args), stage=args.stage,
+    result = analyze(args.target, example_inputs=_example_inputs(args), stage=args.stage,
                      rule=args.rule, markers=args.mark, accelerator=args.accelerator)
     comparison = None
     if args.variants:
@@ -617,7 +662,7 @@ def _report(args) -> int:
                                         accelerator=args.accelerator)
     advice = None
     if args.advise:
-        advice = advise(args.target, _example_inputs(args), accelerator=args.accelerator,
+        advice = advise(args.target, example_inputs=_example_inputs(args), accelerator=args.accelerator,
                         budget_db=args.budget_db, steps=args.steps, progress=_ProgressBar())
     text = result.report(comparison, format=args.format, full_traces=args.full_traces, advice=advice)
     if out is None:
@@ -631,9 +676,9 @@ def _report(args) -> int:
 def _repro(args) -> int:
 
     out = check_writable(args.out)
-    result = analyze(args.target, _example_inputs(args), stage=args.stage, rule="upstream",
+    result = analyze(args.target, example_inputs=_example_inputs(args), stage=args.stage, rule="upstream",
                      accelerator=args.accelerator)
-    repro = reproducer(result, args.site, file=out.name)
+    repro = reproducer(result, site_id=args.site, file=out.name)
     repro.write(out)
     verb = "folds" if repro.decision == "fold" else "skips"
     print(f"wrote {out}: {repro.test_name} (the installed pass {verb} site {args.site} at {result.stage}; "
@@ -644,7 +689,7 @@ def _repro(args) -> int:
 
 
 def _journey(args) -> int:
-    result = journey(args.target, args.site, args.variant, example_inputs=_example_inputs(args),
+    result = journey(args.target, site=args.site, variant=args.variant, example_inputs=_example_inputs(args),
                      stage=args.stage, tosa=args.tosa, all_passes=args.all_passes, accelerator=args.accelerator)
     print(json.dumps(result.to_dict(), indent=2) if args.json else result.text())
     return 0
@@ -653,7 +698,7 @@ def _journey(args) -> int:
 def _render(args) -> int:
     out = check_writable(args.out)
     fmt = args.format or {".png": "png", ".dot": "dot", ".gv": "dot"}.get(out.suffix.lower(), "svg")
-    result = analyze(args.target, _example_inputs(args), stage=args.stage,
+    result = analyze(args.target, example_inputs=_example_inputs(args), stage=args.stage,
                      rule=args.rule, markers=args.mark, accelerator=args.accelerator)
     kw = {"focus": args.focus, "hops": args.hops}
     graph = result.render_pair(**kw) if args.which == "both" else result.render(args.which, **kw)
@@ -675,12 +720,12 @@ def _explorer(args) -> int:
     if args.serve:
         explorer.check_port(args.host, args.port)
     inputs = _example_inputs(args)
-    result = analyze(args.target, inputs, stage=args.stage, rule=args.rule, markers=args.mark,
+    result = analyze(args.target, example_inputs=inputs, stage=args.stage, rule=args.rule, markers=args.mark,
                      accelerator=args.accelerator)
     errors = None
     if args.errors:
 
-        measured = attribution(args.target, [args.errors], steps=args.steps, markers=args.mark,
+        measured = attribution(args.target, variants=[args.errors], steps=args.steps, markers=args.mark,
                                example_inputs=inputs, progress=_ProgressBar())
         errors = measured.variant(args.errors)
     files = result.to_model_explorer(args.out, which=args.which, errors=errors)
@@ -699,13 +744,10 @@ def _explorer(args) -> int:
     return 0
 
 
-# The steps the demo compares the built-in rules over: enough for carried state to show (the README's figure).
-DEMO_STEPS = 20
-
 
 def _demo(args) -> int:
     check_writable(args.html)
-    if args.steps:
+    if args.steps is not None:
         check_steps(args.steps, "--steps")
     name = args.sample or default()
     print(f"sample:{name}: {samples.describe(name)}\n")
@@ -714,7 +756,7 @@ def _demo(args) -> int:
     for r in results:
         print(analysis_text(r), end="\n\n")
     numbers = ""
-    if args.steps:  # the numbers each rule gives, and in words why they are equal when they are
+    if args.numbers:  # the numbers each rule gives, and in words why they are equal when they are
         comparison = first.compare(BUILT_IN, steps=args.steps, progress=_ProgressBar())
         print(comparison_text(comparison), end="\n\n")
         numbers = f"<h2>The quantized numbers of each rule</h2>{comparison_html(comparison)}"
@@ -758,18 +800,14 @@ class _SweepBars:
 
 
 def _sweep(args) -> int:
-    steps = args.steps
-    if steps:
-        check_steps(steps, "--steps")
-    elif args.compare:
-        steps = 1
-    if args.steps < 0:
+    if args.steps is not None:
         check_steps(args.steps, "--steps")
     shapes = None
     if args.input_shape:
         shapes = [tuple(x.shape) for x in _inputs_from_shapes(args.input_shape)]  # one shape for every model
     try:
-        result = sweep([*args.targets, *args.models], args.rules, stages=args.stages, steps=steps,
+        result = sweep([*args.targets, *args.models], rules=args.rules, stages=args.stages, compare=args.compare,
+                       steps=args.steps,
                        variants=args.variants,
                        workers=args.workers, executor=args.executor, out=args.out, samples=args.samples, exclude=args.exclude,
                        input_shapes=shapes, ray_address=args.ray_address, progress=_SweepBars(), engine=args.engine,
@@ -840,9 +878,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     _quiet_imports()
-    handler = {"analyze": _analyze, "advise": _advise, "compare": _compare, "attribute": _attribute, "report": _report, "repro": _repro,
+    handler = {"analyze": _analyze, "advise": _advise, "compare": _compare, "attribute": _attribute, "report": _report,
+               "repro": _repro,
                "render": _render, "explorer": _explorer, "demo": _demo, "journey": _journey,
-               "samples": _samples, "sweep": _sweep, "verdict": _verdict}[args.command]
+               "samples": _samples, "sweep": _sweep, "verdict": _verdict, "widen": _widen}[args.command]
     try:
         return handler(args)
     except InspectorError as exc:

@@ -41,7 +41,7 @@ _SMALL_SCALE = 64  # scale tensors up to this many elements are written out valu
 _REPRO_MODULE = "fold_repro"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Reproducer:
     """A generated test and what it checks."""
 
@@ -61,7 +61,7 @@ class Reproducer:
 # ---------------------------------------------------------------- what the site is
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Conv:
     dims: int
     transposed: bool
@@ -79,7 +79,7 @@ class _Conv:
     op: str  # the op the pass sees, e.g. "aten.conv2d.default"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Scale:
     expr: str  # Python expression in forward: "0.25", "self.scale", "s"
     init: list[str] = field(default_factory=list)  # __init__ lines
@@ -89,7 +89,7 @@ class _Scale:
     scale_first: bool = False  # written ``s * y``
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Plan:
     site: Any
     stage: str
@@ -178,7 +178,7 @@ def _scale(site, cand, program, index: int) -> _Scale:
     if isinstance(s, bool) or not isinstance(s, (int, float, Node)):
         raise _cannot(site.id, f"its scale is {quoted(s)}")
     if isinstance(s, (int, float)):
-        return _Scale(repr(s), scale_first=first)
+        return _Scale(expr=repr(s), scale_first=first)
     tensor = _graph.constant_tensor(s, program)
     if tensor is None:
         shape = _shape(s)
@@ -186,7 +186,7 @@ def _scale(site, cand, program, index: int) -> _Scale:
         if shape is None or meta is None:
             raise _cannot(site.id, "its scale is computed at run time from values with no concrete shape")
         dtype = str(meta.dtype).replace("torch.", "")
-        return _Scale(name, input_shape=shape, input_dtype=dtype, scale_first=first,
+        return _Scale(expr=name, input_shape=shape, input_dtype=dtype, scale_first=first,
                       note=f"the scale is computed at run time in the model; here it is a model input {name} "
                            f"of the same shape {list(shape)} and dtype {dtype}")
     tensor = tensor.detach().cpu()
@@ -203,7 +203,8 @@ def _scale(site, cand, program, index: int) -> _Scale:
                    f".to(torch.{dtype}).reshape({shape})")
         note = (f"the {tensor.numel()} scale values are replaced by evenly spaced values over the same range "
                 f"[{lo:.4g}, {hi:.4g}], same shape and dtype (the decision does not depend on them)")
-    return _Scale(f"self.{name}", init=[f'self.register_buffer("{name}", {literal})'], note=note, scale_first=first)
+    return _Scale(expr=f"self.{name}", init=[f'self.register_buffer("{name}", {literal})'], note=note,
+                  scale_first=first)
 
 
 def _plan(analysis, site) -> _Plan:
@@ -244,8 +245,9 @@ def _plan(analysis, site) -> _Plan:
     notes = [s.note for s in scales if s.note]
     if conv.weight_computed:
         notes.append("the conv weight is computed in the model's forward; here it is `weight * 1.0`, computed too")
-    return _Plan(site, stage_graph.stage, conv, scales, "mul_" in _graph.op_name(cand.mul), extra, shared, state,
-                 notes, view_shape)
+    return _Plan(site=site, stage=stage_graph.stage, conv=conv, chain=scales,
+                 in_place="mul_" in _graph.op_name(cand.mul), extra_users=extra, shared_conv=shared, state=state,
+                 notes=notes, view_shape=view_shape)
 
 
 # ---------------------------------------------------------------- the test file
@@ -446,8 +448,16 @@ def _load_source(source: str, folder: Path):
     return module, path
 
 
-def reproducer(analysis, site_id: str, *, command: str | None = None, file: str = "test_repro.py") -> Reproducer:
-    """A standalone pytest file reproducing ``site_id`` of ``analysis`` at its stage (see the module doc)."""
+def reproducer(analysis, *, site_id: str, command: str | None = None, file: str = "test_repro.py") -> Reproducer:
+    """A standalone pytest file reproducing ``site_id`` of ``analysis`` at its stage (see the module doc).
+
+    Args:
+        analysis: an ``Analysis`` at ``aten`` or ``tfa``.
+        site_id: the site to reproduce (``Site.id``).
+        command: the command the file says reproduces it; default: ``python -m inspector repro`` with the
+            analysis's own target, stage and site.
+        file: the file name the test is written for; default ``test_repro.py``.
+    """
 
     site = analysis.site(site_id)
     if analysis.stage not in _RUN:
@@ -471,7 +481,7 @@ def reproducer(analysis, site_id: str, *, command: str | None = None, file: str 
         _, site_line = _module_source(plan)
         header_lines = source.split("class Repro(nn.Module):")[0].count("\n")
         location = f"{path.name}:{header_lines + site_line}"
-        repro = analyze(module.Repro().eval(), module._inputs(), stage=plan.stage, rule="upstream")
+        repro = analyze(module.Repro().eval(), example_inputs=module._inputs(), stage=plan.stage, rule="upstream")
         match = next((s for s in repro.sites if s.location == location), None)
         if plan.stage == "tfa" and match is not None:
             # The test runs the pass on ep.module() without the quantizer's pipeline around it: that
@@ -503,7 +513,8 @@ def reproducer(analysis, site_id: str, *, command: str | None = None, file: str 
         notes.append(f"the test checks the installed pass ({decision} here); the rule {analysis.rule.name} is the "
                      f"user's ({analysis.rule.source}) and is not in executorch: to check it too, import it from "
                      f"{Path(where).name if analysis.rule.origin else where} and run it on Repro()")
-    return Reproducer(site_id, plan.stage, decision, test_name, before, after, source, tuple(notes))
+    return Reproducer(site=site_id, stage=plan.stage, decision=decision, test_name=test_name, muls_before=before,
+                      muls_after=after, source=source, notes=tuple(notes))
 
 
 __all__ = ["Reproducer", "reproducer"]

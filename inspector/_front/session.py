@@ -26,6 +26,7 @@ from .._rules.rules import DEFAULT_VARIANTS, rules
 from .._numbers.quantization import quantizations
 from .._cost.accelerators import SETTINGS, TOSA_INT, accelerator_of, accelerators
 from ..present.render import GRAPH_SCOPES, GRAPH_VIEWS
+from .._base.codec import Record
 from .._base.data import FORMAT, READS
 
 SESSION_VERSION = FORMAT  # the one save-format version; version 1 said "policy", and is still read (docs/words.md)
@@ -33,8 +34,8 @@ MAX_SESSION_BYTES = 64 * 2 ** 20  # a session with results of 1,000 steps is a f
 _MAX_TEXT = 4096  # longest string field (a site id, a marker, a target path)
 
 
-@dataclass(frozen=True)
-class Session:
+@dataclass(frozen=True, kw_only=True)
+class Session(Record):
     """One saved screen of the inspector."""
 
     target: str | None  # what to analyze: "sample:NAME", "model.pt2", "model.py:Net"; None for in-memory models
@@ -51,8 +52,11 @@ class Session:
     results: Comparison | None = None  # the last reference results
     results_for: tuple[str, str, tuple[str, ...]] | None = None  # (stage, rule, markers) they were computed for
 
+    json_format = "session"
+    json_format_key = "version"  # a session says "version" where other files say "format" (docs/words.md)
+
     @classmethod
-    def read(cls, path: str | os.PathLike, *, trust: bool = False) -> "Session":
+    def read(cls, path: str | os.PathLike, *, trust: bool = False) -> Session:
         """Read and check a session file. It never runs code: a session whose target or rules name a
         Python file is refused unless ``trust=True`` (building it imports the file)."""
         return read_session(path, trust=trust)
@@ -76,27 +80,10 @@ class Session:
         specs = [self.target, self.rule, *self.variants]
         return tuple(dict.fromkeys(x.rpartition(":")[0] for x in specs if runs_code(x)))
 
-    def to_dict(self) -> dict:
-        return {
-            "version": SESSION_VERSION,
-            "target": self.target,
-            "stage": self.stage,
-            "rule": self.rule,
-            "markers": list(self.markers),
-            "selected": self.selected,
-            "variants": list(self.variants),
-            "quantizations": list(self.quantizations),
-            "steps": self.steps,
-            "accelerator": self.accelerator,
-            "graph_view": self.graph_view,
-            "graph_scope": self.graph_scope,
-            "results": self.results.to_dict() if self.results is not None else None,
-            "results_for": ([self.results_for[0], self.results_for[1], list(self.results_for[2])]
-                            if self.results_for is not None else None),
-        }
-
+    # Written by hand: a session file may come from a stranger, so each field is checked against what the screen
+    # accepts (choices, limits, rules that name files) and a bad one is refused in one line naming it.
     @classmethod
-    def from_dict(cls, data: Any, source: str = "session") -> "Session":
+    def from_dict(cls, data: Any, source: str = "session") -> Session:
         """A checked ``Session`` from parsed JSON; an InspectorError names the first bad field."""
         check = _Checker(source)
         if not isinstance(data, dict) or "version" not in data:

@@ -30,7 +30,7 @@ _QPARAM_KEYS = ("input_qparams", "output_qparams")
 _DQ = ("dequantize_per_tensor", "dequantize_per_channel")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Snap:
     """What one graph says about the site: the names of all nodes, and the site's nodes in detail."""
 
@@ -186,7 +186,8 @@ class Follower:
         snap_before, _, graph_before = before
         snap_after = self.snap(out)
         if snap_after is None:  # the site's nodes are all gone without a trace
-            snap_after = _Snap(set(n.name for n in out.graph.nodes), {}, {}, {}, {}, {}, len(out.graph.nodes))
+            snap_after = _Snap(names=set(n.name for n in out.graph.nodes), roles={}, facts={}, ids={}, users={},
+                               constants={}, size=len(out.graph.nodes))
         self._diff_step(name, phase, snap_before, snap_after, graph_before, out, index=len(self.passes) - 1)
 
     def failed(self, exc: Exception) -> None:
@@ -245,7 +246,8 @@ class Follower:
                 constants["scale"] = self._constant(_through(other[-1]), graph_module)
             elif len(mul.args) > 1 and isinstance(mul.args[1], (int, float)):
                 constants["scale"] = (repr(mul.args[1]), torch.tensor(float(mul.args[1])))
-        return _Snap(set(nodes), roles, facts, ids, users, constants, len(nodes))
+        return _Snap(names=set(nodes), roles=roles, facts=facts, ids=ids, users=users, constants=constants,
+                     size=len(nodes))
 
     def _heirs(self, graph: Graph) -> dict[str, tuple[str, ...]]:
         out: dict[str, tuple[str, ...]] = {}
@@ -301,7 +303,8 @@ class Follower:
         changes = self._changes(before, after, graph_after)
         touched = bool(changes)
         if touched or self.all_passes:
-            self.steps.append(Step(len(self.steps), index, phase, name, tuple(changes), before.size, after.size,
+            self.steps.append(Step(index=len(self.steps), run=index, phase=phase, name=name, changes=tuple(changes),
+                                   nodes_before=before.size, nodes_after=after.size,
                                    synthetic=index is None, graph_before=graph_before if touched else None,
                                    graph_after=_copy(graph_after) if touched else None))
         elif index is not None:
@@ -342,13 +345,13 @@ class Follower:
                 n = nodes[name]
                 op_a, args_a, q_a = _target(n), _arg_names(n), _qparams(n)
                 if op_a != op_b:
-                    changes.append(Change("op-changed", roles[0], name, f"{op_b} -> {op_a}"))
+                    changes.append(Change(kind="op-changed", role=roles[0], node=name, detail=f"{op_b} -> {op_a}"))
                 if args_a != args_b:
-                    changes.append(Change("inputs-changed", roles[0], name,
-                                          f"({', '.join(args_b)}) -> ({', '.join(args_a)})"))
+                    changes.append(Change(kind="inputs-changed", role=roles[0], node=name,
+                                          detail=f"({', '.join(args_b)}) -> ({', '.join(args_a)})"))
                 if q_a != q_b:
                     kind = "qparams-attached" if not q_b else "qparams-changed"
-                    changes.append(Change(kind, roles[0], name, q_a or "(removed)"))
+                    changes.append(Change(kind=kind, role=roles[0], node=name, detail=q_a or "(removed)"))
                 continue
             # Removed: who takes its place in its users' arguments, or what was made from it.
             heirs = []
@@ -365,7 +368,8 @@ class Follower:
             computed = [m for m in made if not _is_qdq(nodes[m]) and nodes[m].op == "call_function"]
             heirs = list(dict.fromkeys(heirs))
             shown = heirs or computed[:1] or made[:1]
-            changes.append(Change("removed", roles[0], name, f"replaced by {', '.join(shown)}" if shown else "gone"))
+            changes.append(Change(kind="removed", role=roles[0], node=name,
+                                  detail=f"replaced by {', '.join(shown)}" if shown else "gone"))
             for role in roles:
                 if role == "output":  # what the users read now
                     heir = (heirs or computed or made)[:1]
@@ -384,10 +388,11 @@ class Follower:
             touching = [m.name for m in (*n.all_input_nodes, *n.users) if m.name in self.roles or m.name in moved]
             if name in moved:
                 detail = "from " + ", ".join(sorted(sources)) if sources else "in its place"
-                changes.append(Change("created", sorted(moved[name])[0], name, f"{_target(n)} {detail}"))
+                changes.append(Change(kind="created", role=sorted(moved[name])[0], node=name,
+                                      detail=f"{_target(n)} {detail}"))
             elif sources or touching:
                 detail = (f"from {', '.join(sorted(sources))}" if sources else f"next to {', '.join(sorted(touching)[:3])}")
-                changes.append(Change("created", "neighbour", name, f"{_target(n)} {detail}"))
+                changes.append(Change(kind="created", role="neighbour", node=name, detail=f"{_target(n)} {detail}"))
         lost_output = any("output" in r for n, r in b.roles.items() if n not in a.names or n in reused) and \
             not any("output" in r for r in moved.values())
         # The roles move before the constants are compared: a new conv reads the new weight.
@@ -402,15 +407,16 @@ class Follower:
                 next((n for n, r in self.roles.items() if "conv" in r), None)
             if holder is not None:
                 self.roles[holder] = (*self.roles[holder], "output")
-                changes.append(Change("created", "output", holder,
-                                      "no node took the output's place: the site's output is read here again"))
+                changes.append(Change(kind="created", role="output", node=holder,
+                                      detail="no node took the output's place: the site's output is read here again"))
         # Read again only if the roles moved: most passes leave them, and ``a`` is this graph read with them.
         after = (self.snap(graph_after) or a) if self.roles != roles_were else a
         for role in CONSTANT_ROLES:
             was, now = b.constants.get(role), after.constants.get(role)
             if was is None or now is None:
                 if was is not None and now is None and any("conv" in r for r in after.roles.values()) and role != "scale":
-                    changes.append(Change("constant-removed", role, was[0], "the conv no longer reads it"))
+                    changes.append(Change(kind="constant-removed", role=role, node=was[0],
+                                          detail="the conv no longer reads it"))
                 continue
             change = _constant_change(role, was, now)
             if change is not None:
@@ -422,19 +428,23 @@ def _constant_change(role: str, was: tuple[str, Any], now: tuple[str, Any]) -> C
     (name_b, value_b), (name_a, value_a) = was, now
     renamed = name_b != name_a
     if value_b is None or value_a is None:
-        return Change("constant-changed", role, name_a, f"now {name_a} (was {name_b})") if renamed else None
+        return Change(kind="constant-changed", role=role, node=name_a,
+                      detail=f"now {name_a} (was {name_b})") if renamed else None
     if value_b.shape != value_a.shape or value_b.dtype != value_a.dtype:
-        return Change("constant-changed", role, name_a,
-                      f"{name_b} {_describe(value_b)} -> {name_a} {_describe(value_a)}")
+        return Change(kind="constant-changed", role=role, node=name_a,
+                      detail=f"{name_b} {_describe(value_b)} -> {name_a} {_describe(value_a)}")
     if value_b is value_a or torch.equal(value_b, value_a):
-        return Change("constant-renamed", role, name_a, f"{name_b} -> {name_a}, same values") if renamed else None
+        return Change(kind="constant-renamed", role=role, node=name_a,
+                      detail=f"{name_b} -> {name_a}, same values") if renamed else None
     if renamed and torch.equal(value_b.flatten().sort().values, value_a.flatten().sort().values):
-        return Change("constant-renamed", role, name_a, f"{name_b} -> {name_a}, same values in a new layout")
+        return Change(kind="constant-renamed", role=role, node=name_a,
+                      detail=f"{name_b} -> {name_a}, same values in a new layout")
     largest = float((value_a.double() - value_b.double()).abs().max()) if value_a.numel() else 0.0
     if not math.isfinite(largest):
         largest = math.inf
-    return Change("constant-changed", role, name_a,
-                  (f"{name_b} -> {name_a}, " if renamed else "") + f"largest |change| {largest:.4g}", largest)
+    return Change(kind="constant-changed", role=role, node=name_a,
+                  detail=(f"{name_b} -> {name_a}, " if renamed else "") + f"largest |change| {largest:.4g}",
+                  largest_change=largest)
 
 
 def _describe(t: torch.Tensor) -> str:

@@ -18,7 +18,8 @@ import copy
 import math
 import time
 from dataclasses import replace
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 import torch
 from torch.fx import GraphModule, Interpreter
@@ -27,7 +28,7 @@ from .._base import quiet as _quiet
 from .._base.copies import no_gc_pauses
 from .._decide import stages as _stages
 from .._decide.decide import Decider, analyze
-from .._doors import executorch as _executorch, pipeline as _pipeline, tosa as _tosa
+from .._doors import pipeline as _pipeline
 from .._doors.arm_flow import ArmFlow, Observer
 from .._numbers import flow as _flow
 from .._numbers.quantization import DEFAULT, Plan, quantizations
@@ -51,7 +52,7 @@ PARTITION = "partition: the TOSA delegate's part"
 SIMULATED = "simulation"
 
 
-def journey(target: Any, site: "str | int | None" = None, variant: str = "upstream", *,
+def journey(target: Any, *, site: str | int | None = None, variant: str = "upstream",
             example_inputs: Any = None, stage: str | None = None, tosa: bool = False,
             all_passes: bool = False, accelerator: Any = None) -> Journey:
     """Follow one site of ``target`` through the installed Arm pipeline under the fold rule ``variant``.
@@ -66,6 +67,16 @@ def journey(target: Any, site: "str | int | None" = None, variant: str = "upstre
     for (see ``compare``); on an Ethos-U the journey ends with what Vela made of the site (an NPU operation of
     its own, fused into another, or gone into the conv), its cycles Vela's estimate. The pipeline is the
     installed one: observing it changes nothing it runs.
+
+    Args:
+        target: what ``analyze`` takes.
+        site: a site id, its index, or its mul's name; default: the model's only site.
+        variant: the fold rule the pipeline runs under; default ``upstream``.
+        example_inputs: as ``analyze``'s.
+        stage: where the site is found; default: where the accelerator's flow folds.
+        tosa: also run the lowered program on the TOSA reference model for the last number; default False.
+        all_passes: list what every pass did, not only the passes that touched the site; default False.
+        accelerator: what the pipeline lowers for; default ``tosa-int``.
     """
     started = time.perf_counter()
     rule = get_rule(variant)
@@ -96,13 +107,13 @@ def _journey(rule, loaded, site, stage: str, tosa: bool, all_passes: bool, start
                    fold_pass=rule_pass_class(rule, (), FoldLog()),
                    calibrate=(lambda prepared: _flow.calibrate(prepared, _flow.choose_calibration(loaded, None, 1),
                                                                loaded)) if quantized else None,
-                   reset=lambda module: _flow.reset_state(module, initial), locations=chip.costs)
+                   reset=lambda module: _flow.reset_state(module, initial), locations=chip.costs,
+                   run=_tosa_run(loaded) if tosa else None)
     state = flow.run_on(loaded.exported, loaded.inputs, (watching,))
     lowered, rejected, points = state.lowered, state.rejected, watching.points
     program = lowered.exported_program()
     if tosa:
-        with _quiet.captured_fds(), _quiet.quiet_loggers(*_executorch.ARM_PASS_LOGGERS):
-            points.append(_tosa_point(program, loaded, watching.eager_out, initial))
+        points.append(_tosa_point(state.outputs, watching.eager_out))
     notes.extend(follower.notes)
     ending = _ending(follower, program, rejected)
     cost = None
@@ -116,9 +127,11 @@ def _journey(rule, loaded, site, stage: str, tosa: bool, all_passes: bool, start
     if stage != "tfa" or not quantized:
         notes.append(f"the site's decision is the pass's at {stage} on {chip.name}: {chosen.decision}"
                      + (f" ({', '.join(chosen.reason_codes)})" if chosen.reason_codes else ""))
-    return Journey(loaded.name, chosen.id, rule.name, chosen.decision, named.conv, named.mul,
-                   tuple(follower.passes), tuple(follower.steps), follower.untouched, ending, tuple(points),
-                   _moved(points, follower.steps), tuple(notes), time.perf_counter() - started,
+    return Journey(target=loaded.name, site=chosen.id, variant=rule.name, decision=chosen.decision, conv=named.conv,
+                   mul=named.mul,
+                   passes=tuple(follower.passes), steps=tuple(follower.steps), untouched=follower.untouched, ending=ending,
+                   numbers=tuple(points),
+                   moved=_moved(points, follower.steps), notes=tuple(notes), seconds=time.perf_counter() - started,
                    program_digest=program_digest(lowered), site_record=chosen, accelerator=chip, cost=cost)
 
 
@@ -209,8 +222,9 @@ class _Watching(Observer):
                                  f"(conv {named.conv}, mul {named.mul} at {self.stage}); try stage='aten'")
         self.eager_site, self.eager_out = _values(module, self.loaded.inputs, (named.mul,))
         _flow.reset_state(module, self.initial)
-        self.points.append(Point("float eager", "torch (float)", 0.0 if self.eager_site else None,
-                                 math.inf if self.eager_site else None, 0.0, math.inf))
+        self.points.append(Point(point="float eager", engine="torch (float)",
+                                 site_max_abs=0.0 if self.eager_site else None,
+                                 site_sqnr_db=math.inf if self.eager_site else None, output_max_abs=0.0, output_sqnr_db=math.inf))
 
 
 def _analysis(loaded, stage: str, rule, chip):
@@ -299,7 +313,8 @@ def _point(name: str, engine: str, module: GraphModule, target, follower: Follow
     try:
         values, outs = _values(module, target.inputs, wanted, skip_observers)
     except Exception as exc:  # noqa: BLE001 - a number missing is said, the journey goes on
-        return Point(name, engine, None, None, None, None, f"could not run: {describe(exc)}")
+        return Point(point=name, engine=engine, site_max_abs=None, site_sqnr_db=None, output_max_abs=None,
+                     output_sqnr_db=None, note=f"could not run: {describe(exc)}")
     reference = next(iter(eager_site.values()), None)
     value = None
     note = f"site output is {output_node}" if output_node else "no node stands for the site's output"
@@ -311,7 +326,8 @@ def _point(name: str, engine: str, module: GraphModule, target, follower: Follow
         value = values.get(output_node)
     site_max, site_db = _compare(value, reference)
     out_max, out_db = _compare(outs[0] if outs else None, eager_out[0] if eager_out else None)
-    return Point(name, engine, site_max, site_db, out_max, out_db, note)
+    return Point(point=name, engine=engine, site_max_abs=site_max, site_sqnr_db=site_db, output_max_abs=out_max,
+                 output_sqnr_db=out_db, note=note)
 
 
 def _qdq_after(module: GraphModule, name: str) -> set[str]:
@@ -335,17 +351,27 @@ def _compare(value, reference) -> tuple[float | None, float | None]:
     return float(err.abs().max()) if err.numel() else 0.0, _flow.sqnr(reference.double(), err)
 
 
-def _tosa_point(program, target, eager_out: list, initial) -> Point:
-    try:
-        module = program.module()
-        _flow.reset_state(module, initial)
-        with torch.no_grad(), _tosa.reference_dispatch():
-            outs = _flow.flat_outputs(module(*copy.deepcopy(target.inputs)))
-    except Exception as exc:  # noqa: BLE001
-        return Point("TOSA", "TOSA reference model", None, None, None, None, f"could not run: {describe(exc)}")
+def _tosa_run(target) -> Callable:
+    """The flow's run step for the journey's last point: the lowered program once on the target's inputs, on the
+    TOSA reference model (the flow resets its state and dispatches the delegate there). A crash is kept as the
+    point's note, not raised: the journey goes on to its ending and Vela."""
+    def run(module):
+        try:
+            with torch.no_grad():
+                return _flow.flat_outputs(module(*copy.deepcopy(target.inputs)))
+        except Exception as exc:  # noqa: BLE001 - a note on the point; the journey goes on
+            return exc
+    return run
+
+
+def _tosa_point(outs, eager_out: list) -> Point:
+    if isinstance(outs, Exception):
+        return Point(point="TOSA", engine="TOSA reference model", site_max_abs=None, site_sqnr_db=None,
+                     output_max_abs=None, output_sqnr_db=None, note=f"could not run: {describe(outs)}")
     out_max, out_db = _compare(outs[0] if outs else None, eager_out[0] if eager_out else None)
-    return Point("TOSA", "TOSA reference model", None, None, out_max, out_db,
-                 "the delegate runs whole: the site's own output is not visible, the model's is")
+    return Point(point="TOSA", engine="TOSA reference model", site_max_abs=None, site_sqnr_db=None,
+                 output_max_abs=out_max, output_sqnr_db=out_db,
+                 note="the delegate runs whole: the site's own output is not visible, the model's is")
 
 
 def _moved(points: list[Point], steps) -> tuple[str, ...]:
@@ -387,10 +413,12 @@ def _ending(follower: Follower, program, rejected: dict[str, str]) -> Ending:
     if left:
         names = ", ".join(f"{n} ({_flow.is_qdq(outside[n]) and 'q/dq' or outside[n].target})" for n, _ in left)
         why = "; ".join(f"{n}: {rejected[n]}" for n, _ in left if n in rejected)
-        return Ending("outside", ops, follower.final_around,
-                      f"left the delegate: {names} run outside it" + (f" ({why})" if why else ""))
+        return Ending(where="outside", ops=ops, around=follower.final_around,
+                      detail=f"left the delegate: {names} run outside it" + (f" ({why})" if why else ""))
     if lowered_run and ops:
         tosa_ops = ", ".join(f"{role} -> {op} ({node})" for role, node, op in ops)
         around = f"; next to it: {', '.join(follower.final_around)}" if follower.final_around else ""
-        return Ending("delegate", ops, follower.final_around, f"in the TOSA program: {tosa_ops}{around}")
-    return Ending("unknown", ops, follower.final_around, "the site's nodes could not be followed to the end")
+        return Ending(where="delegate", ops=ops, around=follower.final_around,
+                      detail=f"in the TOSA program: {tosa_ops}{around}")
+    return Ending(where="unknown", ops=ops, around=follower.final_around,
+                  detail="the site's nodes could not be followed to the end")

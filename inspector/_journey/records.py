@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._base.data import json_float
+from .._base.codec import Record, as_objects, codec
 from .._cost.records import Cost
 from .._cost.accelerators import TOSA_INT, Accelerator, accelerator_named
 from .._base.display import draw
@@ -20,12 +20,8 @@ KINDS = ("created", "removed", "op-changed", "inputs-changed", "constant-changed
          "constant-removed", "qparams-attached", "qparams-changed")
 
 
-def _json_float(v):
-    return None if v is None else json_float(v)
-
-
-@dataclass(frozen=True)
-class Change:
+@dataclass(frozen=True, kw_only=True)
+class Change(Record):
     """One thing one pass did to one of the site's nodes."""
 
     kind: str  # one of KINDS
@@ -34,17 +30,13 @@ class Change:
     detail: str  # in words: "replaced by conv2d", "largest |change| 0.031", "(x, w) -> (x, w_1)"
     largest_change: float | None = None  # constants: the largest absolute change of a value
 
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, "role": self.role, "node": self.node, "detail": self.detail,
-                "largest_change": _json_float(self.largest_change)}
-
     def text(self) -> str:
         """One line: what the pass did to the node."""
         return draw("text", self)
 
 
-@dataclass(frozen=True)
-class Step:
+@dataclass(frozen=True, kw_only=True)
+class Step(Record):
     """One pass (or one of ``prepare_pt2e``'s and ``convert_pt2e``'s own steps) and what it did to the site."""
 
     index: int  # position among the steps listed
@@ -55,8 +47,11 @@ class Step:
     nodes_before: int  # nodes in the graph it received
     nodes_after: int  # nodes in the graph it returned
     synthetic: bool = False  # a step between observed passes (its name says what ran)
-    graph_before: Any = field(default=None, repr=False, compare=False)  # for the picture (touched steps only)
-    graph_after: Any = field(default=None, repr=False, compare=False)
+    # for the picture (touched steps only; not in the dict form)
+    graph_before: Any = field(default=None, repr=False, compare=False, metadata=codec(kept=False))
+    graph_after: Any = field(default=None, repr=False, compare=False, metadata=codec(kept=False))
+
+    json_order = ("index", "run", "phase", "name", "synthetic", "nodes_before", "nodes_after", "changes")
 
     @property
     def touched(self) -> bool:
@@ -71,18 +66,13 @@ class Step:
         values = [c.largest_change for c in self.changes if c.role == role and c.largest_change is not None]
         return max(values) if values else None
 
-    def to_dict(self) -> dict:
-        return {"index": self.index, "run": self.run, "phase": self.phase, "name": self.name,
-                "synthetic": self.synthetic, "nodes_before": self.nodes_before, "nodes_after": self.nodes_after,
-                "changes": [c.to_dict() for c in self.changes]}
-
     def text(self) -> str:
         """The step's line and one line per change."""
         return draw("text", self)
 
 
-@dataclass(frozen=True)
-class Point:
+@dataclass(frozen=True, kw_only=True)
+class Point(Record):
     """The site's output (and the model's first output) against float eager at one point of the pipeline."""
 
     point: str  # float eager, after transform-for-annotation, simulation, TOSA
@@ -93,29 +83,21 @@ class Point:
     output_sqnr_db: float | None
     note: str = ""  # why a number is missing, or what the site's output is here
 
-    def to_dict(self) -> dict:
-        return {"point": self.point, "engine": self.engine, "site_max_abs": _json_float(self.site_max_abs),
-                "site_sqnr_db": _json_float(self.site_sqnr_db), "output_max_abs": _json_float(self.output_max_abs),
-                "output_sqnr_db": _json_float(self.output_sqnr_db), "note": self.note}
 
-
-@dataclass(frozen=True)
-class Ending:
+@dataclass(frozen=True, kw_only=True)
+class Ending(Record):
     """What the site became at the end of the pipeline."""
 
     where: str  # "delegate" (in the TOSA program), "outside" (left the delegate), "unknown"
-    ops: tuple[tuple[str, str, str], ...]  # (role, node, op) standing for the site at the end: TOSA ops by name
+    # (role, node, op) standing for the site at the end: TOSA ops by name (written as objects)
+    ops: tuple[tuple[str, str, str], ...] = field(metadata=as_objects("role", "node", "op"))
     around: tuple[str, ...]  # the ops next to them (RESCALE, ...)
     detail: str  # in words
     vela: str = ""  # on an NPU accelerator: what Vela made of the site, in words ("" on tosa-int)
 
-    def to_dict(self) -> dict:
-        return {"where": self.where, "ops": [{"role": r, "node": n, "op": o} for r, n, o in self.ops],
-                "around": list(self.around), "detail": self.detail, "vela": self.vela}
 
-
-@dataclass(frozen=True)
-class Journey:
+@dataclass(frozen=True, kw_only=True)
+class Journey(Record):
     """One site followed through the installed Arm pipeline under one fold rule."""
 
     target: str  # model name
@@ -124,7 +106,8 @@ class Journey:
     decision: str  # the site's decision at its stage under that rule (fold / skip)
     conv: str  # the site's conv and mul as the journey started
     mul: str
-    passes: tuple[tuple[str, str], ...]  # (phase, pass) of every pass run, in order
+    # (phase, pass) of every pass run, in order (written as objects)
+    passes: tuple[tuple[str, str], ...] = field(metadata=as_objects("phase", "name"))
     steps: tuple[Step, ...]  # the steps that touched the site (every step with all_passes=True)
     untouched: int  # passes run that did not touch the site
     ending: Ending  # what the site became
@@ -133,7 +116,7 @@ class Journey:
     notes: tuple[str, ...] = ()  # what the reader must know (an observer that failed, a number missing)
     seconds: float = 0.0  # how long the journey took
     program_digest: str = ""  # sha256 of the lowered program (its TOSA flatbuffers and the graph around them)
-    site_record: Any = field(default=None, repr=False, compare=False)  # the Site, for the pictures
+    site_record: Any = field(default=None, repr=False, compare=False, metadata=codec(kept=False))  # for the pictures
     accelerator: Accelerator = TOSA_INT  # what the pipeline lowered for
     cost: Cost | None = None  # on an NPU: Vela's estimate of the lowered program, its rows mapped to the site
 
@@ -162,7 +145,7 @@ class Journey:
 
     # ---------------------------------------------------------------- drawn by the presentation
 
-    def picture(self, step: "int | Step"):
+    def picture(self, step: int | Step):
         """The site's neighbourhood before and after ``step`` (a touched step or its index), drawn by
         the inspector's renderer with the site's marks: a ``graphviz.Digraph``."""
         return draw("journey_picture", self, step)
@@ -183,15 +166,6 @@ class Journey:
     def __repr__(self) -> str:
         return (f"<Journey {self.target} site {self.site} under {self.variant}: {len(self.touched())} of "
                 f"{len(self.passes)} passes touched it; {self.ending.where}>")
-
-    def to_dict(self) -> dict:
-        return {"target": self.target, "site": self.site, "variant": self.variant, "decision": self.decision,
-                "conv": self.conv, "mul": self.mul, "passes": [{"phase": p, "name": n} for p, n in self.passes],
-                "steps": [s.to_dict() for s in self.steps], "untouched": self.untouched,
-                "ending": self.ending.to_dict(), "numbers": [p.to_dict() for p in self.numbers],
-                "moved": list(self.moved), "notes": list(self.notes), "seconds": self.seconds,
-                "program_digest": self.program_digest, "accelerator": self.accelerator.name,
-                "cost": self.cost.to_dict() if self.cost is not None else None}
 
     def to_dataframe(self):
         """One row per change: the step's fields (index, run, phase, name) and the change's."""

@@ -20,8 +20,9 @@ mul's output: it stands for the mul node (role ``folded-conv``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-from typing import Any, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+from collections.abc import Callable
 
 import torch
 from torch.fx import Node
@@ -31,7 +32,8 @@ from .._base import quiet as _quiet
 from .._decide import stages as _stages
 from .compare import compare, died_message
 from .._base.data import dataframe
-from .results import Comparison, Run, read_engine, read_float, read_int, read_str, renamed
+from .._base.codec import Record, codec
+from .results import Comparison, Run
 from .engines import TOSA, Engine, engine_of
 from . import result_store as _disk
 from .variant_cache import attribution_key
@@ -48,8 +50,8 @@ ENTRY_THRESHOLD_DB = 1.0
 ENTRY_POINTS = 5  # how many to report per variant
 
 
-@dataclass(frozen=True)
-class NodeError:
+@dataclass(frozen=True, kw_only=True)
+class NodeError(Record):
     """Float vs quantized at one node, one step, in one variant."""
 
     node: str  # aligned id: "<module path or root>:<op>[#k]", the same in every variant and step
@@ -66,25 +68,9 @@ class NodeError:
     zero_point: int | None
     drop_db: float | None  # its inputs' lowest SQNR minus its own: how much error enters here
 
-    def to_dict(self) -> dict:
-        d = dict(vars(self))
-        for k in ("sqnr_db", "max_abs_error", "drop_db"):
-            if isinstance(d[k], float) and not math.isfinite(d[k]):
-                d[k] = "inf" if d[k] > 0 else ("-inf" if d[k] < 0 else "nan")
-        return d
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "NodeError":
-        """Read back ``to_dict()``, checking every field (TypeError, ValueError or KeyError if one is wrong)."""
-        _fields(d, cls)
-        return cls(read_str(d["node"]), read_str(d["name"]), read_str(d["module"]), read_str(d["op"]),
-                   read_str(d["site"], True), read_str(d["role"]), read_int(d["order"]), read_int(d["step"]),
-                   read_float(d["sqnr_db"]), read_float(d["max_abs_error"]), _maybe(read_float, d["scale"]),
-                   _maybe(read_int, d["zero_point"]), _maybe(read_float, d["drop_db"]))
-
-
-@dataclass(frozen=True)
-class OutputAgreement:
+@dataclass(frozen=True, kw_only=True)
+class OutputAgreement(Record):
     """How closely the quantize/dequantize simulation matches the TOSA reference model."""
 
     output: int  # output index
@@ -92,26 +78,18 @@ class OutputAgreement:
     max_steps: float | None  # max |simulation - TOSA| in units of the output's quantization step
     scale: float | None  # that step
 
-    def to_dict(self) -> dict:
-        return dict(vars(self))
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "OutputAgreement":
-        _fields(d, cls)
-        return cls(read_int(d["output"]), read_int(d["step"]), _maybe(read_float, d["max_steps"]),
-                   _maybe(read_float, d["scale"]))
-
-
-@dataclass(frozen=True)
-class VariantAttribution:
+@dataclass(frozen=True, kw_only=True)
+class VariantAttribution(Record):
     """Every recorded node of one variant at every step, and where the error enters."""
 
     label: str  # the variant's label ("upstream", "state-aware+marked(...)")
-    rule: str  # the name of its rule
+    rule: str = field(metadata=codec(old="policy"))  # the name of its rule (format 1 wrote "policy")
     folded: tuple[str, ...]  # site ids folded in this variant's flow
     nodes: tuple[NodeError, ...]  # per (step, node), steps in order, nodes in topological order
     entry_points: tuple[NodeError, ...]  # per node its step of largest drop, the biggest drops first
-    agreement: tuple[OutputAgreement, ...]  # simulation vs TOSA per output and step (empty without TOSA outputs)
+    # simulation vs TOSA per output and step (empty without TOSA outputs)
+    agreement: tuple[OutputAgreement, ...] = field(metadata=codec(key="simulation_vs_tosa"))
 
     def at(self, node: str, step: int | None = None) -> NodeError | None:
         """The record of ``node`` (an aligned id) at ``step`` (default: the last)."""
@@ -133,29 +111,9 @@ class VariantAttribution:
         last = max((n.step for n in self.nodes), default=0)
         return tuple(n for n in self.nodes if n.step == last)
 
-    def to_dict(self) -> dict:
-        return {
-            "label": self.label,
-            "rule": self.rule,
-            "folded": list(self.folded),
-            "nodes": [n.to_dict() for n in self.nodes],
-            "entry_points": [n.to_dict() for n in self.entry_points],
-            "simulation_vs_tosa": [a.to_dict() for a in self.agreement],
-        }
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "VariantAttribution":
-        old = "policy" in d and "rule" not in d  # written before the word was rule (format 1)
-        _fields(d, cls, {"label", "policy" if old else "rule", "folded", "nodes", "entry_points", "simulation_vs_tosa"})
-        return cls(read_str(d["label"]), read_str(renamed(d, "rule", "policy")),
-                   tuple(read_str(f) for f in _list(d["folded"])),
-                   tuple(NodeError.from_dict(n) for n in _list(d["nodes"])),
-                   tuple(NodeError.from_dict(n) for n in _list(d["entry_points"])),
-                   tuple(OutputAgreement.from_dict(a) for a in _list(d["simulation_vs_tosa"])))
-
-
-@dataclass(frozen=True)
-class SiteError:
+@dataclass(frozen=True, kw_only=True)
+class SiteError(Record):
     """One site in one variant at one step: the error at its conv, its mul (or folded conv), its state write."""
 
     site: str
@@ -166,23 +124,9 @@ class SiteError:
     mul: NodeError | None  # the mul output, or the folded conv's
     state_write: NodeError | None  # the value written into carried state, if the site feeds one
 
-    def to_dict(self) -> dict:
-        return {"site": self.site, "variant": self.variant, "folded": self.folded, "step": self.step,
-                **{k: (getattr(self, k).to_dict() if getattr(self, k) else None)
-                   for k in ("conv", "mul", "state_write")}}
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "SiteError":
-        _fields(d, cls)
-        if not isinstance(d["folded"], bool):
-            raise TypeError(f"expected true or false, got {type(d['folded']).__name__}")
-        node = lambda k: _maybe(NodeError.from_dict, d[k])  # noqa: E731
-        return cls(read_str(d["site"]), read_str(d["variant"]), d["folded"], read_int(d["step"]),
-                   node("conv"), node("mul"), node("state_write"))
-
-
-@dataclass(frozen=True)
-class Attribution:
+@dataclass(frozen=True, kw_only=True)
+class Attribution(Record):
     """Per-node error of every variant of a comparison, aligned across variants and steps."""
 
     target: str  # model name
@@ -193,6 +137,8 @@ class Attribution:
     order: tuple[str, ...] = ()  # aligned node ids in the exported program's topological order
     # the engine of the comparison it looked inside: on the simulation there are no TOSA outputs to agree with
     engine: Engine = TOSA
+
+    json_order = ("target", "engine", "steps", "calibration", "order", "variants", "sites")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "engine", engine_of(self.engine))  # a name given here is looked up once
@@ -207,27 +153,6 @@ class Attribution:
     def site_errors(self, site: str, step: int | None = None) -> tuple[SiteError, ...]:
         step = self.steps - 1 if step is None else step
         return tuple(s for s in self.sites if s.site == site and s.step == step)
-
-    def to_dict(self) -> dict:
-        return {
-            "target": self.target,
-            "engine": self.engine.name,
-            "steps": self.steps,
-            "calibration": self.calibration,
-            "order": list(self.order),
-            "variants": [v.to_dict() for v in self.variants],
-            "sites": [s.to_dict() for s in self.sites],
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "Attribution":
-        """Read back ``to_dict()`` (as the result store does), checking every field: a field missing, extra
-        or of the wrong kind raises TypeError, ValueError or KeyError."""
-        _fields(d, cls)
-        return cls(read_str(d["target"]), read_int(d["steps"]), read_str(d["calibration"]),
-                   tuple(VariantAttribution.from_dict(v) for v in _list(d["variants"])),
-                   tuple(SiteError.from_dict(s) for s in _list(d["sites"])),
-                   tuple(read_str(n) for n in _list(d["order"])), engine=read_engine(d["engine"]))
 
     def node_errors(self, label_or_rule: str, step: int | None = None) -> dict[str, NodeError]:
         """Records of one variant at ``step`` (default: the last), by exported-program node name."""
@@ -255,25 +180,6 @@ class Attribution:
         """A matplotlib Figure: ``graph`` (SQNR along the topological order per variant, last step)
         or ``steps`` (SQNR per step of ``node`` per variant)."""
         return draw("plot", self, kind, node)
-
-
-def _fields(d, cls, names=None) -> None:
-    """``d`` is an object with exactly the fields of ``cls`` (or ``names``)."""
-    if not isinstance(d, dict):
-        raise TypeError(f"expected an object, got {type(d).__name__}")
-    names = set(cls.__dataclass_fields__) if names is None else names
-    if set(d) != names:
-        raise ValueError(f"fields {sorted(set(d) ^ names)} do not belong to a {cls.__name__}")
-
-
-def _list(v) -> list:
-    if not isinstance(v, list):
-        raise TypeError(f"expected a list, got {type(v).__name__}")
-    return v
-
-
-def _maybe(read, v):
-    return None if v is None else read(v)
 
 
 def errors_by_node(graph, variant: VariantAttribution, sites, *, after: bool,
@@ -308,8 +214,8 @@ def errors_by_node(graph, variant: VariantAttribution, sites, *, after: bool,
 # ---------------------------------------------------------------- the run
 
 
-def attribution(target: Any, variants=("off", "upstream"), *, steps: int | None = None, progress=None,
-                isolate: bool = False, engine: "str | Engine" = TOSA, **compare_kw) -> Attribution:
+def attribution(target: Any, *, variants=("off", "upstream"), steps: int | None = None, progress=None,
+                isolate: bool = False, engine: str | Engine = TOSA, **compare_kw) -> Attribution:
     """Per-node error of each variant at every step: where the quantization error enters.
 
     ``target`` is a ``Comparison`` you already have (its variants are quantized again as they were
@@ -318,6 +224,15 @@ def attribution(target: Any, variants=("off", "upstream"), *, steps: int | None 
     worker processes (see ``compare``). ``engine="simulation"`` compares on the quantize/dequantize
     simulation (no lowering): the per-node errors are the same (attribution always looks inside the
     converted program), but there is then no TOSA output to measure the simulation's agreement against.
+
+    Args:
+        target: a ``Comparison`` you already have, or what ``analyze`` takes.
+        variants: as ``compare``'s; default ``("off", "upstream")``.
+        steps: as ``compare``'s (default: a stream's length, else 20 for a model that carries state, else 1).
+        progress: ``progress(phase, fraction)``.
+        isolate: as ``compare``'s; default False.
+        engine: as ``compare``'s; default ``"tosa"``.
+        **compare_kw: any other argument of ``compare`` (``example_inputs``, ``markers``, ``accelerator``, ...).
     """
     if isinstance(target, Comparison):
         if compare_kw:
@@ -327,7 +242,8 @@ def attribution(target: Any, variants=("off", "upstream"), *, steps: int | None 
     def part(start: float, width: float):
         return None if progress is None else (lambda phase, f: progress(phase, start + width * f))
 
-    comparison = compare(target, variants, steps=steps, progress=part(0.0, 0.6), isolate=isolate, engine=engine,
+    comparison = compare(target, variants=variants, steps=steps, progress=part(0.0, 0.6), isolate=isolate,
+                         engine=engine,
                          **compare_kw)
     return attribute(comparison, progress=part(0.6, 0.4), isolate=isolate)
 
@@ -381,14 +297,16 @@ def _attribute(comparison, progress: Callable[[str, float], None] | None = None)
         agreement = _agreement(sim_outputs, result.outputs, out_scales) if result.engine.lowers else []
         entries = _entry_points(records)
         folded_ids = tuple(sorted({sites[m][0] for m in folded}))
-        variants.append(VariantAttribution(variant.label, variant.rule.name, folded_ids, tuple(records),
-                                           tuple(entries), tuple(agreement)))
+        variants.append(VariantAttribution(label=variant.label, rule=variant.rule.name, folded=folded_ids,
+                                           nodes=tuple(records),
+                                           entry_points=tuple(entries), agreement=tuple(agreement)))
         site_errors += _site_errors(records, sites, folded, variant.label, comparison.steps)
     if progress is not None:
         progress("done", 1.0)
     order = tuple(ids[n] for n in sorted(ids, key=lambda n: meta[n][2]))
-    return Attribution(comparison.target, comparison.steps, comparison.calibration, tuple(variants),
-                       tuple(site_errors), order, engine=comparison.engine)
+    return Attribution(target=comparison.target, steps=comparison.steps, calibration=comparison.calibration,
+                       variants=tuple(variants),
+                       sites=tuple(site_errors), order=order, engine=comparison.engine)
 
 
 def _entry_points(records: list[NodeError]) -> tuple[NodeError, ...]:
@@ -407,7 +325,7 @@ def _ancestor(node: Node) -> str | None:
     return _graph.source_name(node) if node.meta.get("from_node") else None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _SiteNodes:
     id: str
     conv: str | None  # exported-program names
@@ -433,7 +351,8 @@ def _site_nodes(target) -> dict[str, tuple[str, _SiteNodes]]:
                 break
         if write is None and c.mul in recurrent:  # the recurrent output it reaches is fed back as state
             write = _ancestor(outputs[recurrent[c.mul]])
-        out[c.mul.name] = (site_id, _SiteNodes(site_id, _ancestor(c.conv), _ancestor(c.mul), write))
+        out[c.mul.name] = (site_id, _SiteNodes(id=site_id, conv=_ancestor(c.conv), mul=_ancestor(c.mul),
+                                               state_write=write))
     return out
 
 
@@ -551,8 +470,9 @@ def _record(target, float_gm, quant_gm, steps: int, ids, meta, sites, folded):
                 drop = (min(upstream) - rec[6]) if upstream and math.isfinite(min(upstream)) else None
                 if drop is not None and not math.isfinite(drop):
                     drop = None
-                records.append(NodeError(ids[source], source, rec[1], rec[2], rec[3], rec[4], rec[5], step,
-                                         rec[6], rec[7], rec[8], rec[9], drop))
+                records.append(NodeError(node=ids[source], name=source, module=rec[1], op=rec[2], site=rec[3],
+                                         role=rec[4], order=rec[5], step=step,
+                                         sqnr_db=rec[6], max_abs_error=rec[7], scale=rec[8], zero_point=rec[9], drop_db=drop))
     records.sort(key=lambda r: (r.step, r.order))
     return records, sim_outputs, out_scales
 
@@ -594,7 +514,7 @@ def _agreement(sim_outputs, tosa_outputs, scales) -> list[OutputAgreement]:
             if s.shape != t.shape:
                 continue
             diff = float((s.double() - t.double()).abs().max()) if s.numel() else 0.0
-            out.append(OutputAgreement(i, step, diff / scale if scale else None, scale))
+            out.append(OutputAgreement(output=i, step=step, max_steps=diff / scale if scale else None, scale=scale))
     return out
 
 
@@ -607,7 +527,8 @@ def _site_errors(records, sites, folded, label: str, steps: int) -> list[SiteErr
             conv = None if is_folded else by.get((nodes.conv, step, "conv"))
             mul = by.get((nodes.mul, step, "folded-conv" if is_folded else "mul"))
             write = by.get((nodes.state_write, step, "state-write")) if nodes.state_write else None
-            out.append(SiteError(site_id, label, is_folded, step, conv, mul, write))
+            out.append(SiteError(site=site_id, variant=label, folded=is_folded, step=step, conv=conv, mul=mul,
+                                 state_write=write))
     return out
 
 
@@ -619,7 +540,8 @@ def _attribute_in_worker(comparison, progress) -> Attribution:
     run = getattr(comparison, "run", None)
     if run is None:
         raise InspectorError("this comparison was read from a file: run inspector.compare again to look inside it")
-    task = AttributionTask(model_task(run.target), replace(comparison, run=None), run.calibration, run.plans)
+    task = AttributionTask(model=model_task(run.target), comparison=replace(comparison, run=None),
+                           calibration=run.calibration, plans=run.plans)
     with _pool.warm_pool(1) as pool:
         pool.submit(("attribution", 0), ATTRIBUTION_TASK, task)
         for event in pool.events():
@@ -644,5 +566,5 @@ ATTRIBUTION_TASK = "attribution"
 def attribute_task(task: AttributionTask, report) -> Attribution:
     """The pool task of ``attribute``: the comparison rebuilt around the worker's copy of the target."""
     target = worker_target(task.model)
-    comparison = replace(task.comparison, run=Run(target, task.calibration, task.plans))
+    comparison = replace(task.comparison, run=Run(target=target, calibration=task.calibration, plans=task.plans))
     return _attribute(comparison, report)

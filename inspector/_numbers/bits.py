@@ -12,7 +12,8 @@ presumed: a change that makes things worse shows a negative recovery.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from .attribution import attribute
 from .compare import compare, variants_of
@@ -21,7 +22,8 @@ from .._cost.accelerators import accelerator_of
 from .._decide.decide import analyze
 from .quantization import Plan, quantizations, resolve_overrides
 from .._base.formats import db, db_change
-from .results import Comparison, Variant, VariantResult, json_float, read_engine, read_float, read_int, read_str
+from .results import Comparison, Variant, VariantResult
+from .._base.codec import Record, codec
 from . import result_store as _disk
 from .variant_cache import bits_key
 from .._base.errors import InspectorError, quoted
@@ -31,8 +33,8 @@ MAX_SITES = 8  # sites measured one by one (the first in graph order); more is a
 ENTRY_POINTS = 3  # attribution's entry points measured one by one
 
 
-@dataclass(frozen=True)
-class BitsChange:
+@dataclass(frozen=True, kw_only=True)
+class BitsChange(Record):
     """One change against the baseline and what it recovered."""
 
     change: str  # "fold off", "16-bit activations", "keep in float"
@@ -43,24 +45,9 @@ class BitsChange:
     recovered_db: float | None  # sqnr_db minus the baseline's
     error: str | None = None
 
-    def to_dict(self) -> dict:
-        d = dict(vars(self))
-        for k in ("sqnr_db", "recovered_db"):
-            d[k] = json_float(d[k]) if isinstance(d[k], float) else d[k]
-        return d
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "BitsChange":
-        """Read back ``to_dict()``, checking every field (TypeError, ValueError or KeyError if one is wrong)."""
-        if not isinstance(d, dict) or set(d) != set(cls.__dataclass_fields__):
-            raise ValueError("not the fields of a change")
-        number = lambda v: None if v is None else read_float(v)  # noqa: E731
-        return cls(read_str(d["change"]), read_str(d["kind"]), read_str(d["node"], True), read_str(d["variant"]),
-                   number(d["sqnr_db"]), number(d["recovered_db"]), read_str(d["error"], True))
-
-
-@dataclass(frozen=True)
-class Bits:
+@dataclass(frozen=True, kw_only=True)
+class Bits(Record):
     """What each change recovers over the baseline, best first. ``comparison`` (the variants'
     results) is not kept in the result store: a ``Bits`` read from there has None."""
 
@@ -70,8 +57,13 @@ class Bits:
     baseline_sqnr_db: float
     changes: tuple[BitsChange, ...]  # ranked: most recovered first, failed ones last
     notes: tuple[str, ...] = ()
-    comparison: Comparison | None = field(default=None, repr=False, compare=False)
+    comparison: Comparison | None = field(default=None, repr=False, compare=False, metadata=codec(kept=False))
     engine: Engine = TOSA  # what computed every number: the TOSA reference model or the simulation (engines.py)
+
+    # the answer in words is written for readers, and checked on reading: it must follow from the numbers
+    json_derived = {"answer": lambda b: b.answer()}
+    json_checked = ("answer",)
+    json_order = ("target", "engine", "steps", "baseline", "baseline_sqnr_db", "answer", "changes", "notes")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "engine", engine_of(self.engine))  # a name given here is looked up once
@@ -94,26 +86,6 @@ class Bits:
         lead = f"{best.change}{' at ' + best.node if best.node else ''}"
         return "; ".join(parts) + f". The most recovered: {lead} ({db_change(best.recovered_db)} dB)."
 
-    def to_dict(self) -> dict:
-        return {"target": self.target, "engine": self.engine.name, "steps": self.steps, "baseline": self.baseline,
-                "baseline_sqnr_db": json_float(self.baseline_sqnr_db), "answer": self.answer(),
-                "changes": [c.to_dict() for c in self.changes], "notes": list(self.notes)}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "Bits":
-        """Read back ``to_dict()`` (as the result store does), checking every field, its answer included;
-        ``comparison`` is not in it (None)."""
-        fields = {"target", "engine", "steps", "baseline", "baseline_sqnr_db", "answer", "changes", "notes"}
-        if not isinstance(d, dict) or set(d) != fields:
-            raise ValueError("not the fields of a bits record")
-        if not isinstance(d["changes"], list) or not isinstance(d["notes"], list):
-            raise TypeError("changes and notes are lists")
-        bits = cls(read_str(d["target"]), read_int(d["steps"]), read_str(d["baseline"]),
-                   read_float(d["baseline_sqnr_db"]), tuple(BitsChange.from_dict(c) for c in d["changes"]),
-                   tuple(read_str(n) for n in d["notes"]), engine=read_engine(d["engine"]))
-        if bits.answer() != d["answer"]:
-            raise ValueError("its answer does not follow from its numbers")
-        return bits
 
     def to_dataframe(self):
         """One row per change: the columns of ``to_dict()["changes"]``."""
@@ -134,8 +106,8 @@ class Bits:
 
 def bits(
     target: Any,
-    steps: int | None = None,
     *,
+    steps: int | None = None,
     rule: str = "upstream",
     quantization: str = "a8w8",
     wide: str = "a16w8",
@@ -146,7 +118,7 @@ def bits(
     workers: int | None = None,
     progress: Callable[[str, float], None] | None = None,
     isolate: bool = False,
-    engine: "str | Engine" = TOSA,
+    engine: str | Engine = TOSA,
     accelerator=None,
 ) -> Bits:
     """Is it the fold or the bits? The SQNR at the last step of ``target`` under ``rule`` at
@@ -159,13 +131,31 @@ def bits(
     its comparison's results (``Bits.comparison``).
     The answer is kept in the result store (docs/store.md): asked again, in this process or another,
     it is read from there after the baseline's comparison (itself read from the store), without
-    its ``comparison``; an answer with a failed change is not kept."""
+    its ``comparison``; an answer with a failed change is not kept.
+
+    Args:
+        target: what ``analyze`` takes.
+        steps: how many steps every change runs; default: as ``compare``'s (a stream's length, else 20 for a model
+            that carries state, else 1).
+        rule: the baseline's rule; default ``upstream``.
+        quantization: the baseline's quantization; default ``a8w8``.
+        wide: the wider activations tried; default ``a16w8``.
+        example_inputs: as ``analyze``'s.
+        markers: site ids or node names marked as carried state in the baseline.
+        max_sites: at most this many sites are each kept in float (the ones attribution ranks first).
+        entry_points: at most this many of attribution's entry points of the error are each kept in float.
+        workers: as ``compare``'s.
+        progress: ``progress(phase, fraction)``.
+        isolate: as ``compare``'s; default False.
+        engine: as ``compare``'s; default ``"tosa"``.
+        accelerator: as ``compare``'s; default ``tosa-int``.
+    """
     check_bits_args(max_sites, entry_points)
     engine = engine_of(engine)
     chip = accelerator_of(accelerator)
     baseline = variants_of([f"{rule}@{quantization}"], markers)[0]
     part = (lambda start, width: None if progress is None else (lambda phase, f: progress(phase, start + width * f)))
-    first = compare(target, [baseline], example_inputs=example_inputs, steps=steps, progress=part(0.0, 0.2),
+    first = compare(target, variants=[baseline], example_inputs=example_inputs, steps=steps, progress=part(0.0, 0.2),
                     workers=1, isolate=isolate, engine=engine, accelerator=chip)
     loaded = first.run.target
     steps = first.steps  # a stream's length when it was not given
@@ -186,28 +176,31 @@ def bits(
         notes.append(f"{len(sites)} sites: the first {max_sites} in graph order are measured one by one "
                      f"(max_sites={max_sites})")
     planned: list[tuple[str, str, str | None, Variant]] = [
-        ("fold off", "model", None, Variant("off", baseline.markers, quantization)),
-        ("16-bit activations", "model", None, Variant(rule, baseline.markers, wide)),
+        ("fold off", "model", None, Variant(rule="off", markers=baseline.markers, quantization=quantization)),
+        ("16-bit activations", "model", None, Variant(rule=rule, markers=baseline.markers, quantization=wide)),
     ]
-    planned += [("keep in float", "site", s.id, Variant(rule, baseline.markers, quantization, {s.id: "float"}))
+    planned += [("keep in float", "site", s.id, Variant(rule=rule, markers=baseline.markers, quantization=quantization,
+                                                        overrides={s.id: "float"}))
                 for s in sites[:max_sites]]
     # entry points are the exported program's names; a site's mul is named at tfa: compare them there
     site_muls = {name for name, _ in resolve_overrides(loaded, tuple((s.id, "float") for s in sites), baseline.label)}
-    planned += [("keep in float", "entry point", name, Variant(rule, baseline.markers, quantization, {name: "float"}))
+    planned += [("keep in float", "entry point", name, Variant(rule=rule, markers=baseline.markers,
+                                                               quantization=quantization, overrides={name: "float"}))
                 for name in entries if name not in site_muls]
-    comparison = compare(loaded, [baseline, *(v for *_, v in planned)], steps=steps, progress=part(0.3, 0.7),
+    comparison = compare(loaded, variants=[baseline, *(v for *_, v in planned)], steps=steps, progress=part(0.3, 0.7),
                          workers=workers, isolate=isolate, engine=engine, accelerator=chip)
     base_db = _worst_last(comparison.results[0])
     changes = []
     for (change, kind, node, _), result in zip(planned, comparison.results[1:]):
         sqnr = _worst_last(result) if result.error is None else None
-        changes.append(BitsChange(change, kind, node, result.variant.label, sqnr,
-                                  None if sqnr is None else sqnr - base_db, result.error))
+        changes.append(BitsChange(change=change, kind=kind, node=node, variant=result.variant.label, sqnr_db=sqnr,
+                                  recovered_db=None if sqnr is None else sqnr - base_db, error=result.error))
     changes.sort(key=lambda c: (c.recovered_db is None, -(c.recovered_db if c.recovered_db is not None else 0.0)))
     if comparison.engine_note:
         notes.append(comparison.engine_note)
-    answer = Bits(loaded.name, steps, baseline.label, base_db, tuple(changes), tuple(notes) + comparison.notes,
-                  comparison, engine=engine)
+    answer = Bits(target=loaded.name, steps=steps, baseline=baseline.label, baseline_sqnr_db=base_db,
+                  changes=tuple(changes), notes=tuple(notes) + comparison.notes,
+                  comparison=comparison, engine=engine)
     if not any(c.error is not None for c in changes):
         _disk.keep_record("bits", key, answer)
     return answer

@@ -14,8 +14,9 @@ float reference. The records it returns are ``results.py``'s.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import replace
-from typing import Any, Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
@@ -35,6 +36,8 @@ from .measures import Metric
 from .._cost.accelerators import TOSA_INT, Accelerator, accelerator_of
 from .variant_cache import RESULTS, answered, base_key, can_predict, predicted_decisions
 from .._base.errors import InspectorError, describe, quoted
+from .._doors import executorch as _executorch
+from .._sites import graph as _graph
 
 Progress = Callable[[str, float], None]
 
@@ -44,8 +47,8 @@ _pool.boot_with("inspector._numbers.worker_boot")
 
 def compare(
     target: Any,
-    variants: Iterable[str | Variant | tuple] = DEFAULT_VARIANTS,
     *,
+    variants: Iterable[str | Variant | tuple] = DEFAULT_VARIANTS,
     example_inputs: Any = None,
     markers: Iterable[str] | None = None,
     steps: int | None = None,
@@ -54,51 +57,40 @@ def compare(
     progress: Progress | None = None,
     workers: int | None = None,
     isolate: bool = False,
-    engine: "str | Engine" = TOSA,
-    accelerator: "str | Accelerator | None" = None,
-    metrics: "Iterable[str | Metric] | None" = None,
+    engine: str | Engine = TOSA,
+    accelerator: str | Accelerator | None = None,
+    metrics: Iterable[str | Metric] | None = None,
 ) -> Comparison:
     """Quantize, lower and run each variant on the TOSA INT reference model; compare with float.
 
-    ``variants`` are rules (``"upstream"``), ``"rule@quantization"`` (``"upstream@a16w8"``),
-    ``Variant`` records (with per-node ``overrides``), or ``(rule, markers)`` pairs; ``markers``
-    applies to the variants given as plain rules. ``quantization`` is what variants that name
-    none run under: a name (``inspector.quantizations``; default ``a8w8``), or a
-    ``QuantizationConfig``.
-    ``example_inputs`` may be a stream: a list of input tuples (or an ``inspector.Stream``), one per step, each step
-    fed its own frame; a stream's length is the default number of steps (1 without one), and a sample with a stream
-    of its own uses it. ``steps > 1`` runs recurrent models step after step: mutable buffers start from the model's
-    initial state; functional state is fed back per the model's ``RECURRENT`` declaration
-    (output index -> input index). ``calibration`` is a list of input tuples (default: the
-    example inputs plus seeded perturbed copies). ``progress(phase, fraction)`` is called as the
-    work advances (phase: "variant: phase"). ``workers`` is how many cores the variants share
-    (default: the cores available; 1 runs them one after another in this process); with more,
-    they run side by side in warm worker processes, up to twice as many at once as cores (so
-    that the cores stay busy to the end when one variant takes longer). A variant whose fold
-    decisions equal another's is computed once. ``isolate=True`` runs every variant's native work
-    (quantizer, lowering, the TOSA reference model) in worker processes, one worker included: a
-    segfault or an out-of-memory kill there costs that variant (one line in its ``error``), never
-    this process. Before anything starts, a run that would not fit the memory available is refused.
+    A variant that cannot run has an ``error`` and no numbers, the others stand (when every one fails, the first
+    one's error is raised). Variants that lead to the same fold decisions are computed once; a run that would not
+    fit the memory available is refused before anything starts.
 
-    A variant that cannot run (a quantization its TOSA specification cannot lower, an override
-    that names nothing) has an ``error`` and no numbers; the other variants' results stand. When
-    every variant fails, the first one's error is raised.
-
-    ``engine="simulation"`` runs the converted program's quantize/dequantize simulation in PyTorch
-    instead (no lowering, no TOSA reference model; seconds where lowering takes minutes): the same
-    records, marked ``engine="simulation"``, with the one line of what it cannot show
-    (``Comparison.engine_note``). It runs in this process. ``Comparison.gap`` says how far it was
-    from the TOSA reference's answer.
-
-    ``accelerator`` is what every variant is lowered for (``inspector.accelerators``; default ``tosa-int``, the
-    generic TOSA INT profile). On an Ethos-U (``"ethos-u55-128"``, ``"ethos-u85-256"``, ...) each variant is
-    quantized with ExecuTorch's ``EthosUQuantizer`` and lowered with that accelerator's TOSA specification; the
-    TOSA reference model runs that flatbuffer and Vela compiles the same one: each result's ``cost`` is Vela's
-    estimate (cycles, operations, memory, per layer and site), and ``Comparison.tradeoff()`` sets cycles beside dB.
-
-    ``metrics`` names the measurements computed for every variant, output and step (``inspector.metrics()``;
-    default: the built-ins): a measurement registered with ``@inspector.metric`` is computed from each variant's
-    quantized outputs against the float reference, and every table, DataFrame and JSON shows it.
+    Args:
+        target: what ``analyze`` takes (a module, a program, ``sample:NAME``, a ``.pt2``, ``file.py:Class``).
+        variants: rule names, ``"rule@quantization"`` (``"upstream@a16w8"``), ``Variant`` records (with per-node
+            ``overrides``) or ``(rule, markers)`` pairs; default ``DEFAULT_VARIANTS``.
+        example_inputs: a module's inputs, or a stream (a list of input tuples, an ``inspector.Stream``): each step
+            is fed its own frame; default: the model's own (a sample's stream included).
+        markers: site ids or node names marked as carried state in the variants given as plain rules.
+        steps: how many steps each variant runs, recurrent models step after step (mutable buffers from their
+            initial state, functional state fed back per the model's ``RECURRENT``); default: a stream's length,
+            else ``STATE_STEPS`` (20) for a model that carries state, else 1.
+        calibration: a list of input tuples or streams; default: the example inputs and seeded perturbed copies.
+        quantization: what variants that name none run under: a name (``inspector.quantizations``) or a
+            ``QuantizationConfig``; default ``a8w8``.
+        progress: ``progress(phase, fraction)``, called as the work advances (phase: ``"variant: phase"``).
+        workers: the cores the variants share; default: the cores available (1: one after another here; more:
+            side by side in warm worker processes, up to twice as many at once as cores).
+        isolate: run every variant's native work (quantizer, lowering, reference model) in worker processes, so a
+            crash or an out-of-memory kill costs that variant only; default False.
+        engine: ``"tosa"`` (default: the TOSA reference model) or ``"simulation"`` (the quantize/dequantize
+            simulation in PyTorch: no lowering, in this process; ``Comparison.gap`` says how far it was).
+        accelerator: what every variant is lowered for (``inspector.accelerators``); default ``tosa-int``. On an
+            Ethos-U each result's ``cost`` is Vela's estimate and ``Comparison.tradeoff()`` sets cycles beside dB.
+        metrics: the measurements computed per variant, output and step (``inspector.metrics()``); default: the
+            built-ins and the task's own.
     """
     if metrics is not None:
         _measures.wanted(metrics)  # a bad name fails before anything runs
@@ -115,7 +107,7 @@ def compare(
     if isolate or (n_workers > 1 and len(wanted) > 1):
         started = _pool.start_server()  # warms up in its own process while this one loads and exports
     loaded = _load.load(target, example_inputs)
-    steps = loaded.steps(steps)  # a stream's length unless given
+    steps = _stages.steps_for(loaded, steps)  # the one default of every verb unless given
     check_steps(steps)
     chosen = _measures.wanted(metrics, task=loaded.task_metrics)
     calibrated = _flow.choose_calibration(loaded, calibration, steps)
@@ -130,8 +122,10 @@ def compare(
             results[i] = failed(variant, default, exc, accelerator=chip)
 
     def report(i: int, phase: str, fraction: float) -> None:
+        # by what is finished, not by position: a later variant answered by the store never moves the bar back
         if progress is not None:
-            progress(f"{wanted[i].label}: {phase}", (i + fraction) / len(wanted))
+            finished = sum(1 for j, r in enumerate(results) if r is not None and j != i)
+            progress(f"{wanted[i].label}: {phase}", (finished + fraction) / len(wanted))
 
     reference = RESULTS.reference(base)
     to_run = []
@@ -159,8 +153,10 @@ def compare(
     if started and not on_workers:
         _pool.stop_server(mid_warm_up=True)  # every answer from the store, or one variant to run here: its warm-up stops
     if on_workers:
-        _run_parallel(loaded, wanted, plans, to_run, results, base, calibrated, steps, reference, n_workers, at_once,
-                      progress, isolate, engine)
+        call = _Call(target=loaded, wanted=tuple(wanted), plans=tuple(plans), base=base, calibrated=calibrated,
+                     steps=steps, reference=reference, engine=engine, n_workers=n_workers, at_once=at_once,
+                     progress=progress, isolate=isolate)
+        _run_parallel(call, to_run, results)
     else:
         for i in to_run:
             variant = wanted[i]
@@ -183,10 +179,11 @@ def compare(
     results = [measured(r, reference, chosen, loaded.stream) for r in results]
     if progress is not None:
         progress("done", 1.0)
-    return Comparison(loaded.name, steps, calibrated.text, default.text, tuple(results),
+    return Comparison(target=loaded.name, steps=steps, calibration=calibrated.text, quantization=default.text,
+                      results=tuple(results),
                       reference=tuple(tuple(step) for step in reference),
-                      run=Run(loaded, calibrated, tuple(plans)),
-                      notes=loaded.notes + decision_notes(loaded, wanted, results, chip),
+                      run=Run(target=loaded, calibration=calibrated, plans=tuple(plans)),
+                      notes=loaded.notes + release_notes(loaded, chip) + decision_notes(loaded, wanted, results, chip),
                       engine=engine, accelerator=chip, stream=loaded.stream.text() if loaded.stream is not None else "")
 
 
@@ -221,9 +218,23 @@ def plan_of(target: _load.Target, variant: Variant, default: Quantization,
 def failed(variant: Variant, quantization: Quantization, exc: InspectorError, spec: str | None = None,
            accelerator: Accelerator = TOSA_INT) -> VariantResult:
     """The record of a variant that could not run: its one-line error, no numbers."""
-    return VariantResult(variant, {"tfa": 0, "lowering": 0}, (), (), (), {}, quantization=quantization.name,
+    return VariantResult(variant=variant, folds={"tfa": 0, "lowering": 0}, sites=(), metrics=(), not_delegated=(),
+                         timings={}, quantization=quantization.name,
                          spec=spec or quantization.spec, error=str(exc), log=getattr(exc, "details", "") or "",
                          accelerator=accelerator)
+
+
+def release_notes(target: _load.Target, accelerator: Accelerator = TOSA_INT) -> tuple[str, ...]:
+    """What the installed executorch does to these numbers that a later release does not: on 1.4.x a model that
+    writes a registered buffer runs its INT flow with the state frozen (``freezes_buffer_state``)."""
+    if not (_stages.quantized(accelerator) and _executorch.freezes_buffer_state()):
+        return ()
+    program = target.exported
+    if not any(w.kind == _graph.BUFFER for w in _graph.state_writes(program.graph, program.graph_signature)):
+        return ()
+    return (f"executorch {_executorch.installed_version()} quantizes a registered buffer's read as a constant "
+            "(fixed in 1.5.0): every step reads the state the calibration left, so these numbers are of a frozen "
+            "state, not a carried one (docs/stack-facts.md)",)
 
 
 def decision_notes(target: _load.Target, wanted: list[Variant], results: list[VariantResult],
@@ -238,7 +249,8 @@ def decision_notes(target: _load.Target, wanted: list[Variant], results: list[Va
         if variant.rule.pass_class is not None:
             continue  # a rule's own pass class: the installed pass's prediction does not apply
         try:
-            expected = set(predicted_decisions(target, Variant(variant.rule, variant.markers), plain)[0][1])
+            expected = set(predicted_decisions(target, Variant(rule=variant.rule, markers=variant.markers),
+                                               plain)[0][1])
         except InspectorError:
             return tuple(notes)
         for s in result.sites:
@@ -262,16 +274,16 @@ def variants_of(variants, markers) -> list[Variant]:
     out = []
     for v in items:
         if isinstance(v, Rule):
-            variant = Variant(register(v, replace=True), default_markers)
+            variant = Variant(rule=register(v, replace=True), markers=default_markers)
         elif isinstance(v, Variant):
             # a variant read from a file may name a rule this process does not know: one line, before anything runs
             variant = v if not v.rule.stand_in else replace(v, rule=get_rule(v.rule.name))
         elif isinstance(v, str):
             # the user's name enters here: "rules.py:NAME" imports the file and becomes the rule NAME
             name, quantization = split_variant(v)
-            variant = Variant(get_rule(name), default_markers, quantization)
+            variant = Variant(rule=get_rule(name), markers=default_markers, quantization=quantization)
         elif isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], (str, Rule)):
-            variant = Variant(get_rule(v[0]), marker_tuple(v[1]))
+            variant = Variant(rule=get_rule(v[0]), markers=marker_tuple(v[1]))
         else:
             raise InspectorError(f"cannot read variant {quoted(v)}; give a rule name, a Variant, or (rule, markers)")
         if variant.quantization is not None:
@@ -324,13 +336,34 @@ def _fold_count(decisions) -> int:
     return sum(len(ids) for _, ids in decisions)
 
 
-def _run_parallel(target, wanted, plans, to_run, results, base, calibrated, steps, reference, n_workers, at_once,
-                  progress, isolate: bool, engine: Engine) -> None:
+@dataclass(frozen=True, kw_only=True)
+class _Call:
+    """What one comparison resolved once (the target loaded, names turned into registry objects, steps and plans
+    checked), handed to the side-by-side run whole."""
+
+    target: _load.Target  # the loaded target
+    wanted: tuple[Variant, ...]  # every variant asked for, in order
+    plans: tuple  # each variant's Plan (None: it failed to plan)
+    base: tuple  # the comparison's part of every result key
+    calibrated: Any  # the calibration chosen
+    steps: int  # the steps every variant runs
+    reference: Any  # the float reference, per step
+    engine: Engine  # what computes the numbers
+    n_workers: int  # the cores the variants share
+    at_once: int  # how many variants run at once
+    progress: Progress | None  # progress(phase, fraction)
+    isolate: bool  # native work only in workers
+
+
+def _run_parallel(call: _Call, to_run, results) -> None:
     """Run the variants in ``to_run`` on the process's warm worker pool (``_workers/pool.py``), ``at_once`` at a
     time sharing ``n_workers`` cores; this process only hands them out and gathers the results (a
     worker forked from the warm server starts at once, and a crash there costs that variant only).
     Variants known to lead to the same fold decisions run once; with ``isolate`` off, a comparison
     left with one computation runs it here."""
+    target, wanted, plans, base, calibrated = call.target, call.wanted, call.plans, call.base, call.calibrated
+    steps, reference, engine, progress, isolate = call.steps, call.reference, call.engine, call.progress, call.isolate
+    n_workers, at_once = call.n_workers, call.at_once
     plain = [plans[i] for i in to_run if plans[i].plain]
     if len(plain) > 1 and not _stages.has_stage_graph(target, plain[0].tfa_key):
         # Two runs of the same computation on two workers would cost twice: the tfa graph (a fraction
@@ -365,7 +398,7 @@ def _run_parallel(target, wanted, plans, to_run, results, base, calibrated, step
 
     try:
         run = model_run(target, calibrated, steps, reference, base, engine.name)
-    except Exception as exc:  # noqa: BLE001 - a program torch cannot save cannot travel to a worker
+    except Exception as exc:  # a program torch cannot save cannot travel to a worker
         if isolate:
             raise InspectorError(f"torch.export.save cannot write {target.name}'s program, so it cannot run in a "
                                  f"worker process: {describe(exc)}; run it with isolate=False") from exc
@@ -380,7 +413,8 @@ def _run_parallel(target, wanted, plans, to_run, results, base, calibrated, step
                 # More at once than cores: the first ones (likely the longest) keep a core each, the rest
                 # share the last core (and take the others' when they end). Every core stays busy to the
                 # end, and the longest variant is not slowed down by the short ones.
-                pool.submit(("variant", n), VARIANT_TASK, VariantTask(run, wanted[firsts[n]], plans[firsts[n]]),
+                pool.submit(("variant", n), VARIANT_TASK, VariantTask(run=run, variant=wanted[firsts[n]],
+                                                                      plan=plans[firsts[n]]),
                             priority=n, background=running > n_workers and n >= n_workers - 1)
             for event in pool.events():
                 kind, (_, n) = event[0], event[1]

@@ -19,13 +19,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .._base.data import json_float
+from .._base import codec as _codec
+from .._base.codec import Record
 from .._base.registry import Named, Registry
 from .._base.errors import InspectorError, listing, quoted
 from .._base.display import draw
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Engine(Named):
     """One way to compute a variant's quantized numbers: the flow asks it, never branches on its name. Records
     hold the engine itself; ``str(engine)`` is its name (what their JSON writes), and it equals its name."""
@@ -39,7 +40,6 @@ class Engine(Named):
     authority: bool  # its numbers are the ones the others are measured against
 
 
-
 def _checked(engine: Engine) -> Engine:
     if not isinstance(engine, Engine):
         raise InspectorError(f"an engine is an Engine, got a {type(engine).__name__}")
@@ -50,20 +50,20 @@ def _checked(engine: Engine) -> Engine:
 engines = Registry("engine", make=_checked, line=lambda e: e.help, fixed=lambda e: True)
 
 TOSA = engines.register(Engine(
-    "tosa", "lower with the Arm backend and run the bit-accurate TOSA reference model (the authority)",
-    "TOSA INT reference", "", lowers=True, in_workers=True, authority=True))
+    name="tosa", help="lower with the Arm backend and run the bit-accurate TOSA reference model (the authority)",
+    text="TOSA INT reference", note="", lowers=True, in_workers=True, authority=True))
 # The one line said with every simulated number: what the simulation cannot show.
 SIMULATION_NOTE = ("simulation: the converted program run in PyTorch, not lowered and not run on the TOSA reference "
                    "model; a failure only the lowering hits, nodes the delegate would not take and an accelerator's "
                    "cost are not shown, and integer rescales may round differently")
 SIMULATION = engines.register(Engine(
-    "simulation",
-    "run the converted program's quantize/dequantize simulation in PyTorch: no lowering, no TOSA (a preview)",
-    "quantize/dequantize simulation (preview, not TOSA)", SIMULATION_NOTE, lowers=False, in_workers=False,
+    name="simulation",
+    help="run the converted program's quantize/dequantize simulation in PyTorch: no lowering, no TOSA (a preview)",
+    text="quantize/dequantize simulation (preview, not TOSA)", note=SIMULATION_NOTE, lowers=False, in_workers=False,
     authority=False))
 
 
-def engine_of(engine: "str | Engine") -> Engine:
+def engine_of(engine: str | Engine) -> Engine:
     """The engine ``engine`` names (one line naming the choices if it names none)."""
     if isinstance(engine, Engine):
         return engine
@@ -72,8 +72,18 @@ def engine_of(engine: "str | Engine") -> Engine:
     return engines.get(engine)
 
 
-@dataclass(frozen=True)
-class OutputGap:
+def read_engine(v) -> Engine:
+    """The registered engine a file names (ValueError on a name no engine has)."""
+    if not isinstance(v, str) or v not in engines:
+        raise ValueError(f"unknown engine {quoted(v)}")
+    return engines.get(v)
+
+
+_codec.register(Engine, write=lambda e: e.name, read=read_engine)  # a record's engine is written by its name
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputGap(Record):
     """How far two engines' numbers are apart for one output of one variant at one step."""
 
     variant: str  # the variant's label
@@ -85,17 +95,18 @@ class OutputGap:
     max_steps: float | None  # max |first - second| in the output's quantization steps (None: no outputs or scale)
     scale: float | None  # that quantization step
 
-    def to_dict(self) -> dict:
-        return {k: json_float(v) if isinstance(v, float) else v for k, v in vars(self).items()}
 
-
-@dataclass(frozen=True)
-class EngineGap:
+@dataclass(frozen=True, kw_only=True)
+class EngineGap(Record):
     """Two comparisons of the same question on two engines, side by side."""
 
     target: str  # model name
     engines: tuple[Engine, Engine]  # (first, second), e.g. (SIMULATION, TOSA)
     outputs: tuple[OutputGap, ...]  # per variant, step and output
+
+    # for readers: the largest gaps, in dB and in quantization steps
+    json_derived = {"largest_db": lambda g: g.largest_db, "largest_steps": lambda g: g.largest_steps}
+    json_order = ("target", "engines", "largest_db", "largest_steps", "outputs")
 
     @property
     def largest_db(self) -> float:
@@ -112,12 +123,6 @@ class EngineGap:
     def text(self) -> str:
         """One line: how far apart the engines were."""
         return draw("text", self)
-
-    def to_dict(self) -> dict:
-        steps = self.largest_steps
-        return {"target": self.target, "engines": [e.name for e in self.engines],
-                "largest_db": json_float(self.largest_db), "largest_steps": steps,
-                "outputs": [g.to_dict() for g in self.outputs]}
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         return draw("bundle", self)
@@ -144,10 +149,12 @@ def gap(first, second) -> EngineGap:
             if other is None:
                 continue
             scale = _scale(a, m.output) or _scale(b, m.output)
-            out.append(OutputGap(a.variant.label, m.output, m.step, m.sqnr_db, other.sqnr_db,
-                                 _db_difference(m.sqnr_db, other.sqnr_db),
-                                 _steps_apart(a, b, m.step, m.output, scale), scale))
-    return EngineGap(first.target, (engine_of(first.engine), engine_of(second.engine)), tuple(out))
+            out.append(OutputGap(variant=a.variant.label, output=m.output, step=m.step, sqnr_db=m.sqnr_db,
+                                 other_sqnr_db=other.sqnr_db,
+                                 db=_db_difference(m.sqnr_db, other.sqnr_db),
+                                 max_steps=_steps_apart(a, b, m.step, m.output, scale), scale=scale))
+    return EngineGap(target=first.target, engines=(engine_of(first.engine), engine_of(second.engine)),
+                     outputs=tuple(out))
 
 
 def _scale(result, output: int) -> float | None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from torch.fx import Node
@@ -62,7 +62,7 @@ BOUNDARY = "(de)quantization at the delegate's input or output"  # why a q/dq no
 # ---------------------------------------------------------------- calibration
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Calibration:
     """The batches the observers see, and how each one runs."""
 
@@ -75,8 +75,7 @@ class Calibration:
 
 def has_state(target: _load.Target) -> bool:
     """The model carries state between calls: a written buffer or input, or a ``RECURRENT`` declaration."""
-    program = target.exported
-    return bool(target.recurrent) or bool(_graph.state_writes(program.graph, program.graph_signature))
+    return _stages.carries_state(target)
 
 
 def choose_calibration(target: _load.Target, calibration, steps: int) -> Calibration:
@@ -87,8 +86,9 @@ def choose_calibration(target: _load.Target, calibration, steps: int) -> Calibra
     if calibration is not None and not isinstance(calibration, (str, bytes)) and any(
             _streams.is_stream(c) for c in _listed(calibration)):
         streams = tuple(_streams.stream_of(c, f"calibration stream {i}") for i, c in enumerate(_listed(calibration)))
-        return Calibration((), 1, True, f"{len(streams)} stream(s) of {', '.join(str(len(s)) for s in streams)} "
-                                        "frame(s), each from the model's initial state", streams)
+        return Calibration(batches=(), sequence_steps=1, reset=True,
+                           text=f"{len(streams)} stream(s) of {', '.join(str(len(s)) for s in streams)} "
+                                        "frame(s), each from the model's initial state", streams=streams)
     if calibration is not None:
         batches = [tuple(b) if isinstance(b, (list, tuple)) else (b,) for b in calibration]
         if not batches:
@@ -97,7 +97,7 @@ def choose_calibration(target: _load.Target, calibration, steps: int) -> Calibra
             _check_finite(batch, f"calibration batch {i}")
         runs = min(steps, CALIBRATION_MAX_STEPS) if target.recurrent else 1
         text = f"{len(batches)} user batches" + (f", each free-running {runs} recurrent step(s)" if runs > 1 else "")
-        return Calibration(tuple(batches), runs, False, text)
+        return Calibration(batches=tuple(batches), sequence_steps=runs, reset=False, text=text)
     _check_finite(target.inputs, "example inputs")
     if target.stream is not None:
         return _stream_calibration(target.stream)
@@ -105,7 +105,8 @@ def choose_calibration(target: _load.Target, calibration, steps: int) -> Calibra
              f"seed {CALIBRATION_SEED}")
     if not stateful:
         batches = perturbed(target.inputs, CALIBRATION_COPIES)
-        return Calibration(tuple(batches), 1, False, noise.format(copies=CALIBRATION_COPIES))
+        return Calibration(batches=tuple(batches), sequence_steps=1, reset=False,
+                           text=noise.format(copies=CALIBRATION_COPIES))
     # A model with state: the observers must see the state's range over the whole run, so each
     # calibration sequence free-runs as many steps as the comparison (docs/stack-facts.md: 8 calls
     # never see the state of step 20, and the quantized state clips there).
@@ -115,7 +116,7 @@ def choose_calibration(target: _load.Target, calibration, steps: int) -> Calibra
     text = (f"{sequences} sequence(s) of {length} step(s), each free-running the model's state from its "
             f"initial value: " + noise.format(copies=sequences - 1)
             + (f" (capped at {CALIBRATION_MAX_STEPS} steps of the {steps} compared)" if steps > length else ""))
-    return Calibration(tuple(batches), length, True, text)
+    return Calibration(batches=tuple(batches), sequence_steps=length, reset=True, text=text)
 
 
 def _listed(calibration) -> list:
@@ -132,16 +133,18 @@ def _stream_calibration(stream: _streams.Stream) -> Calibration:
     length = min(len(stream), CALIBRATION_MAX_CALLS)
     if stream.sequence:
         length = max(stream.sequence, length - length % stream.sequence)
-    head = _streams.Stream(stream.frames[:length], None, stream.sequence, stream.name)
+    head = _streams.Stream(frames=stream.frames[:length], labels=None, sequence=stream.sequence, name=stream.name)
     copies = max(0, min(CALIBRATION_COPIES, CALIBRATION_MAX_CALLS // length - 1))
-    noisy = [_streams.Stream(tuple(frames), None, stream.sequence, f"{stream.name}, perturbed")
+    noisy = [_streams.Stream(frames=tuple(frames), labels=None, sequence=stream.sequence,
+                             name=f"{stream.name}, perturbed")
              for frames in zip(*(perturbed(f, copies) for f in head.frames))][1:]
     text = (f"{stream.name or 'the stream'}: its first {length} frame(s) in order" if length < len(stream)
             else f"{stream.name or 'the stream'}: its {length} frame(s) in order")
     if copies:
         text += (f", and {copies} cop{'y' if copies == 1 else 'ies'} with N(0, ({CALIBRATION_NOISE} * std)^2) noise, "
                  f"seed {CALIBRATION_SEED}")
-    return Calibration((), 1, True, text + ", each from the model's initial state", (head, *noisy))
+    return Calibration(batches=(), sequence_steps=1, reset=True, text=text + ", each from the model's initial state",
+                       streams=(head, *noisy))
 
 
 def perturbed(inputs: tuple, copies: int) -> list[tuple]:
@@ -168,7 +171,7 @@ def _check_finite(batch, what: str) -> None:
 # ---------------------------------------------------------------- steps and state
 
 
-def stepped(call: Callable, inputs, recurrent: dict[int, int], steps: int, stream: "_streams.Stream | None" = None,
+def stepped(call: Callable, inputs, recurrent: dict[int, int], steps: int, stream: _streams.Stream | None = None,
             restart: Callable[[], None] | None = None) -> Iterator[list[torch.Tensor]]:
     """``call(*inputs)`` ``steps`` times from a copy of ``inputs``, each declared recurrent output
     (output index -> input index) fed back into its input for the next step; yields each step's
@@ -222,7 +225,8 @@ def check_recurrent(target: _load.Target) -> None:
         if not (0 <= out_idx < len(outputs)):
             raise InspectorError(f"{target.name} declares output {out_idx} as recurrent, but it has {len(outputs)} outputs")
         if not (0 <= in_idx < len(target.inputs)):
-            raise InspectorError(f"{target.name} feeds output {out_idx} into input {in_idx}, but it takes {len(target.inputs)} inputs")
+            raise InspectorError(f"{target.name} feeds output {out_idx} into input {in_idx}, "
+                                 f"but it takes {len(target.inputs)} inputs")
         if outputs[out_idx].shape != target.inputs[in_idx].shape:
             raise InspectorError(
                 f"{target.name} feeds output {out_idx} {tuple(outputs[out_idx].shape)} into input {in_idx} "
@@ -328,7 +332,8 @@ def run_variant(target: _load.Target, variant: Variant, calibrated: Calibration,
     measured, folds, sites, decisions = _outcome(target, log, qparams, state.outputs, reference, plan.tfa_key)
     timings["metrics"] = 0.0
     report("metrics", 1.0)
-    result = VariantResult(variant, folds, sites, measured, outside, timings,
+    result = VariantResult(variant=variant, folds=folds, sites=sites, metrics=measured, not_delegated=outside,
+                           timings=timings,
                            quantization=plan.quantization.name, spec=plan.spec,
                            outputs=tuple(tuple(step) for step in state.outputs), log=state.output,
                            output_scales=output_scales(state.converted), accelerator=chip, cost=state.cost,
@@ -382,7 +387,8 @@ def run_simulated(target: _load.Target, variant: Variant, calibrated: Calibratio
     measured, folds, sites, decisions = _outcome(target, log, qparams, state.outputs, reference, plan.tfa_key)
     timings["metrics"] = 0.0
     report("metrics", 1.0)
-    result = VariantResult(variant, folds, sites, measured, (), timings, quantization=plan.quantization.name,
+    result = VariantResult(variant=variant, folds=folds, sites=sites, metrics=measured, not_delegated=(),
+                           timings=timings, quantization=plan.quantization.name,
                            spec=plan.spec, outputs=tuple(tuple(step) for step in state.outputs), log=state.output,
                            engine=SIMULATION, output_scales=output_scales(state.converted),
                            accelerator=plan.accelerator,
@@ -422,7 +428,7 @@ def _outcome(target: _load.Target, log: FoldLog, qparams, quantized, reference, 
     if log.snapshots:
         graph = _stages.tfa_graph_of(log)
         if graph is not None:
-            _stages.keep_stage_graph(target, tfa_key, _stages.StageGraph("tfa", graph, None))
+            _stages.keep_stage_graph(target, tfa_key, _stages.StageGraph(stage="tfa", graph_module=graph, program=None))
     decisions = tuple((stage, tuple(sorted(s.site_id for s in sites if s.folded_at == stage)))
                       for stage in ("tfa", "lowering"))
     return measured, folds, sites, decisions
@@ -442,7 +448,7 @@ def _quant_args(node) -> QParams | None:
         if "quantize_per_tensor" in str(user.target) and "dequantize" not in str(user.target):
             scale, zero_point = user.args[1], user.args[2]
             if isinstance(scale, (int, float)) and isinstance(zero_point, int):
-                return QParams(float(scale), int(zero_point))
+                return QParams(scale=float(scale), zero_point=int(zero_point))
     return None
 
 
@@ -474,7 +480,8 @@ def _site_outcomes(log: FoldLog, qparams) -> tuple[dict, tuple[SiteOutcome, ...]
             if site_id not in order:
                 order.append(site_id)
     sites = tuple(
-        SiteOutcome(s, where.get(s), *(qparams.get(s) or (None, None))) for s in order
+        SiteOutcome(site_id=s, folded_at=where.get(s), conv_output=(qparams.get(s) or (None, None))[0],
+                    mul_output=(qparams.get(s) or (None, None))[1]) for s in order
     )
     return folds, sites
 
@@ -497,7 +504,7 @@ def _not_delegated(program, rejected: dict[str, str]) -> tuple[NotDelegated, ...
             reason = BOUNDARY
         else:
             reason = "not claimed by the TOSA partitioner (no reason reported)"
-        out.append(NotDelegated(n.name, target, reason))
+        out.append(NotDelegated(node=n.name, target=target, reason=reason))
     return tuple(out)
 
 
@@ -513,7 +520,7 @@ def metrics(output: int, step: int, q: torch.Tensor, f: torch.Tensor, chosen=Non
     qd, fd = q.detach().double(), f.detach().double()
     err = qd - fd
     per_channel = tuple(sqnr(fd.select(1, c), err.select(1, c)) for c in range(fd.shape[1])) if fd.dim() >= 2 else ()
-    return Metrics(output, step, _measures.values(chosen, f, q), per_channel)
+    return Metrics(output=output, step=step, values=_measures.values(chosen, f, q), sqnr_per_channel_db=per_channel)
 
 
 sqnr = _measures.sqnr  # the one definition, where the measurements live

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -35,7 +36,7 @@ _UNITS = {"dB": formats.db, "cycles": formats.cycles, "share": formats.share, "b
           "ops": formats.cycles, "%": lambda v: f"{float(v):.2f}"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Metric:
     """One measurement: its name, unit, direction, help, and how it is computed."""
 
@@ -143,21 +144,34 @@ metrics = _Metrics("measurement", make=_checked, line=lambda m: m.text(), fixed=
                    hint="or register one with @inspector.metric(...)")
 
 
-def metric(name: str, *, unit: str = "", better: str = "higher", help: str = "", kind: str = "output",  # noqa: A002
+def metric(name: str, *, unit: str = "", better: str = "higher", help: str = "", kind: str = "output",
            replace: bool = False, labels: bool = False, over_steps: str = "each") -> Callable[[Callable], Callable]:
-    """Register the decorated function as a measurement named ``name``:
-    ``@inspector.metric("max-err", unit="", better="lower", help="max |q - f|")`` on ``fn(reference, quantized)``
-    (two float tensors of one output at one step) or, with ``kind="cost"``, on ``fn(cost)``. ``compare`` then
-    computes it for every variant, output and step; every table shows it. Returns the function unchanged."""
+    """Register the decorated function as a measurement named ``name``; returns the function unchanged.
+
+    ``@inspector.metric("max-err", better="lower", help="max |q - f|")`` on ``fn(reference, quantized)`` (two
+    float tensors of one output at one step) or, with ``kind="cost"``, on ``fn(cost)``. ``compare`` then computes
+    it for every variant, output and step; every table shows it.
+
+    Args:
+        name: the measurement's name, as ``compare(metrics=...)`` and ``--metrics`` take it.
+        unit: what its values are in (``"dB"``); default none.
+        better: ``"higher"`` (default) or ``"lower"``: which way is better.
+        help: its one-line help; default none.
+        kind: ``"output"`` (default: ``fn(reference, quantized)``) or ``"cost"`` (``fn(cost)``).
+        replace: replace a measurement registered under ``name`` already; default False.
+        labels: ``fn`` also takes the stream frame's label (``fn(reference, quantized, label)``); default False.
+        over_steps: ``"each"`` (default: a value per step) or ``"mean"`` (one value over the run).
+    """
     def register(fn: Callable) -> Callable:
         origin = f"{getattr(fn, '__module__', '')}:{getattr(fn, '__qualname__', getattr(fn, '__name__', ''))}"
-        metrics.register(Metric(name, unit, better, help or (fn.__doc__ or "").strip().split("\n")[0], fn, kind,
+        metrics.register(Metric(name=name, unit=unit, better=better,
+                                help=help or (fn.__doc__ or "").strip().split("\n")[0], compute=fn, kind=kind,
                                 origin=origin, labels=labels, over_steps=over_steps), replace=replace)
         return fn
     return register
 
 
-def metric_of(value: "str | Metric") -> Metric:
+def metric_of(value: str | Metric) -> Metric:
     """The measurement ``value`` names (or is): ``"decision-mismatch@0.55"`` makes the built-in for that threshold."""
     if isinstance(value, Metric):
         return metrics.register(value, replace=True) if value.name not in metrics else metrics.entry(value.name)
@@ -176,7 +190,7 @@ def metric_of(value: "str | Metric") -> Metric:
     return metrics.entry(value)
 
 
-def wanted(names: "Iterable[str | Metric] | None", kind: str = "output",
+def wanted(names: Iterable[str | Metric] | None, kind: str = "output",
            task: Iterable[str] = ()) -> tuple[Metric, ...]:
     """The measurements of ``kind`` a call computes: the built-ins computed by default and the ``task``'s own
     (what the inputs call for: accuracy where the frames carry labels, a sample's own) when ``names`` is None, else
@@ -213,7 +227,7 @@ def values(chosen: Iterable[Metric], reference: torch.Tensor, quantized: torch.T
             continue
         try:
             value = float(m.compute(reference, quantized, label) if m.labels else m.compute(reference, quantized))
-        except Exception as exc:  # noqa: BLE001 - a user's measurement failed: one line naming it
+        except Exception as exc:  # a user's measurement failed: one line naming it
             raise InspectorError(f"the measurement {quoted(m.name)} failed: {type(exc).__name__}: {exc}") from exc
         out.append((m.name, value))
     return tuple(out)
@@ -225,7 +239,7 @@ def cost_value(m: Metric, cost: Any) -> float | None:
         return None
     try:
         return float(m.compute(cost))
-    except Exception as exc:  # noqa: BLE001 - a user's measurement failed: one line naming it
+    except Exception as exc:  # a user's measurement failed: one line naming it
         raise InspectorError(f"the measurement {quoted(m.name)} failed: {type(exc).__name__}: {exc}") from exc
 
 
@@ -245,7 +259,8 @@ def sqnr(signal: torch.Tensor, noise: torch.Tensor) -> float:
 def _builtin(name: str, unit: str, better: str, help_line: str, column: str, kind: str = "output", title: str = "",
              **task):
     def register(fn):
-        metrics.register(Metric(name, unit, better, help_line, fn, kind, column, builtin=True,
+        metrics.register(Metric(name=name, unit=unit, better=better, help=help_line, compute=fn, kind=kind,
+                                column=column, builtin=True,
                                 origin=f"{__name__}:{fn.__name__}", title=title, **task))
         return fn
     return register
@@ -301,7 +316,8 @@ def _sram(cost):
     return dict(cost.memory_used).get("sram", 0)
 
 
-@_builtin("flash", "bytes", "lower", "flash used, on and off chip (Vela, the largest delegate)", "flash_bytes", "cost", title="flash bytes")
+@_builtin("flash", "bytes", "lower", "flash used, on and off chip (Vela, the largest delegate)", "flash_bytes", "cost",
+          title="flash bytes")
 def _flash(cost):
     used = dict(cost.memory_used)
     return used.get("on_chip_flash", 0) + used.get("off_chip_flash", 0)
@@ -336,9 +352,10 @@ def decision_mismatch(threshold: float = 0.5) -> Metric:
         return float((f.argmax(dim=1) != q.argmax(dim=1)).double().mean())
 
     _MADE.add(name)
-    return metrics.register(Metric(name, "share", "lower", f"the share of frames whose decision differs from float's "
-                                   f"(a probability above {threshold:g}, or the arg-max class)", mismatch, "output",
-                                   name, builtin=True, origin=f"{__name__}:decision_mismatch", over_steps="mean",
+    return metrics.register(Metric(name=name, unit="share", better="lower",
+                                   help=f"the share of frames whose decision differs from float's "
+                                   f"(a probability above {threshold:g}, or the arg-max class)", compute=mismatch, kind="output",
+                                   column=name, builtin=True, origin=f"{__name__}:decision_mismatch", over_steps="mean",
                                    default=False))
 
 
@@ -348,4 +365,5 @@ decision_mismatch(0.5)  # the built-in at the usual threshold (silero_vad report
 BUILT_IN = tuple(m.name for m in metrics())
 
 
-__all__ = ["BUILT_IN", "Metric", "decision_mismatch", "in_registry_order", "metric", "metric_of", "metrics", "sqnr", "values", "wanted"]
+__all__ = ["BUILT_IN", "Metric", "decision_mismatch", "in_registry_order", "metric", "metric_of", "metrics", "sqnr", "values",
+           "wanted"]

@@ -3,14 +3,16 @@
 A *quantization* is a named ``QuantizationConfig`` of the installed Arm quantizer together with
 the TOSA specification that can lower it: ``a8w8`` (symmetric, per-channel weights: the
 default), ``a8w8-per-tensor``, ``a16w8`` (16-bit activations: ``TOSA-1.0+INT+int16``) and
-``a8w4`` (4-bit weights: ``TOSA-1.0+INT+int4``), plus any a user registers with a name (``quantizations.register``). Configs are built
+``a8w4`` (4-bit weights: ``TOSA-1.0+INT+int4``), plus any a user registers with a name
+(``quantizations.register``). Configs are built
 only when a variant runs (the quantizer imports executorch's Arm backend).
 
 An *override* keeps some nodes of the model out of the variant's quantization: ``"float"``
 leaves them unquantized (they then run outside the TOSA delegate), a quantization name
 quantizes them at that width. Keys name nodes of the exported program four ways: a site id
 (the site's mul), a node name (as the exported program or the tfa graph calls it), a module
-path (every node inside that module) or attribution's aligned node id (``root:mul``). ``resolve_overrides`` turns them into node names of the
+path (every node inside that module) or attribution's aligned node id (``root:mul``). ``resolve_overrides`` turns
+them into node names of the
 exported program; ``apply`` tags those nodes before ``prepare_pt2e`` and gives the quantizer one
 node finder per value (its own per-node configuration, ``set_node_finder``).
 """
@@ -19,7 +21,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
+from collections.abc import Callable, Iterable, Mapping
 
 import torch
 
@@ -41,7 +44,7 @@ FLOAT = "float"  # the override that leaves nodes unquantized
 # The node-meta key that marks a node for an override (read by ``_TaggedNodes`` only).
 OVERRIDE_META = "fold_inspector_quantization"
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Quantization:
     """A quantization config with a name, and the TOSA specification that lowers it."""
 
@@ -69,7 +72,7 @@ class Quantization:
         # A built-in travels by name (its factory is code); a user's travels with its config.
         if self.builtin:
             return (_named, (self.name,))
-        return (Quantization, (self.name, self.help, self.spec, None, self.config, False))
+        return (_rebuilt, (self.name, self.help, self.spec, self.config))
 
 
 def _arm(name: str, **kwargs) -> Callable[[], Any]:
@@ -77,19 +80,22 @@ def _arm(name: str, **kwargs) -> Callable[[], Any]:
 
 
 BUILTIN = (
-    Quantization("a8w8", "8-bit activations, 8-bit symmetric per-channel weights (the Arm quantizer's default)",
-                 INT, _arm("get_symmetric_quantization_config", is_per_channel=True), builtin=True),
-    Quantization("a8w8-per-tensor", "8-bit activations, 8-bit symmetric per-tensor weights",
-                 INT, _arm("get_symmetric_quantization_config", is_per_channel=False), builtin=True),
-    Quantization("a16w8", "16-bit activations, 8-bit per-channel weights (needs TOSA-1.0+INT+int16: Ethos-U85)",
-                 INT16, _arm("get_symmetric_a16w8_quantization_config"), builtin=True),
-    Quantization("a8w4", "8-bit activations, 4-bit per-channel weights, range -7..7 (needs TOSA-1.0+INT+int4)",
-                 INT4, _arm("get_symmetric_a8w4_quantization_config", is_qat=False), builtin=True),
+    Quantization(name="a8w8",
+                 help="8-bit activations, 8-bit symmetric per-channel weights (the Arm quantizer's default)",
+                 spec=INT, factory=_arm("get_symmetric_quantization_config", is_per_channel=True), builtin=True),
+    Quantization(name="a8w8-per-tensor", help="8-bit activations, 8-bit symmetric per-tensor weights",
+                 spec=INT, factory=_arm("get_symmetric_quantization_config", is_per_channel=False), builtin=True),
+    Quantization(name="a16w8",
+                 help="16-bit activations, 8-bit per-channel weights (needs TOSA-1.0+INT+int16: Ethos-U85)",
+                 spec=INT16, factory=_arm("get_symmetric_a16w8_quantization_config"), builtin=True),
+    Quantization(name="a8w4",
+                 help="8-bit activations, 4-bit per-channel weights, range -7..7 (needs TOSA-1.0+INT+int4)",
+                 spec=INT4, factory=_arm("get_symmetric_a8w4_quantization_config", is_qat=False), builtin=True),
 )
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 
 
-def _quantization(name: "str | Quantization", config: Any = None, *, spec: str | None = None,
+def _quantization(name: str | Quantization, config: Any = None, *, spec: str | None = None,
                   help: str = "") -> Quantization:
     """A built-in as it is, or a user's ``QuantizationConfig`` with a name (``spec``: the TOSA
     specification to lower it for; default ``TOSA-1.0+INT+int16`` when any activation is 16-bit,
@@ -100,7 +106,8 @@ def _quantization(name: "str | Quantization", config: Any = None, *, spec: str |
         raise InspectorError(f"cannot name a quantization {quoted(name)}; use letters, digits, '-', '_' or '.' "
                              f"(not {FLOAT!r})")
     _check_config(config, name)
-    return Quantization(name, help or describe_config(config), spec or needed_spec(config), config=config)
+    return Quantization(name=name, help=help or describe_config(config), spec=spec or needed_spec(config),
+                        config=config)
 
 
 # Every quantization by name, the built-ins first; ``quantizations.register(NAME, config)`` names
@@ -116,6 +123,11 @@ def _named(name: str) -> Quantization:
     return quantizations.get(name)
 
 
+def _rebuilt(name: str, help: str, spec: str, config: Any) -> Quantization:
+    """A user's quantization as a worker unpickles it (the record takes its fields by keyword only)."""
+    return Quantization(name=name, help=help, spec=spec, config=config)
+
+
 def quantization_of(value: Any) -> Quantization:
     """A comparison's default quantization from what the user gave: None (``a8w8``), a name, a
     ``Quantization`` or a ``QuantizationConfig`` (then called ``custom``)."""
@@ -126,7 +138,7 @@ def quantization_of(value: Any) -> Quantization:
     if isinstance(value, str):
         return quantizations.get(value)
     _check_config(value, "quantization_config")
-    return Quantization("custom", describe_config(value), needed_spec(value), config=value)
+    return Quantization(name="custom", help=describe_config(value), spec=needed_spec(value), config=value)
 
 
 def _check_config(config: Any, what: str) -> None:
@@ -190,7 +202,7 @@ def override_pairs(overrides: Mapping[str, str] | Iterable[tuple[str, str]] | No
     return tuple(sorted(pairs.items()))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Plan:
     """How one variant quantizes and what it is lowered for: its quantization, the nodes its overrides reach,
     and the accelerator (which quantizer, which TOSA specification, whether a cost is read)."""
@@ -202,10 +214,11 @@ class Plan:
 
     @classmethod
     def of(cls, quantization: Quantization, nodes: tuple[tuple[str, str], ...] = (),
-           accelerator: Accelerator = TOSA_INT) -> "Plan":
+           accelerator: Accelerator = TOSA_INT) -> Plan:
         names = sorted({v for _, v in nodes if v != FLOAT})
         # (a quantization the accelerator's TOSA specification cannot lower fails as the variant quantizes: its error)
-        return cls(quantization, nodes, tuple(quantizations.get(n) for n in names), accelerator)
+        return cls(quantization=quantization, nodes=nodes, widths=tuple(quantizations.get(n) for n in names),
+                   accelerator=accelerator)
 
     def _width(self, name: str) -> Quantization:
         return next(q for q in self.widths if q.name == name)

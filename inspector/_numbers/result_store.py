@@ -16,7 +16,8 @@ What cannot be written as data (a tensor numpy has no type for) or named stably 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable, TypeVar
+from typing import TypeVar
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -80,7 +81,7 @@ def keep_result(key: tuple, result: VariantResult, missing_only: bool = False) -
         return
     arrays, counts = packed
     steps = 1 + max((m.step for m in result.metrics), default=-1)
-    document = Comparison("", steps, "", "", (result,)).to_dict()
+    document = Comparison(target="", steps=steps, calibration="", quantization="", results=(result,)).to_dict()
     found.put(name, {"comparison": document, "outputs": counts, "log": result.log}, arrays)
 
 

@@ -12,19 +12,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._base.data import FORMAT, check_format, dataframe, json_float, read_float, read_int, read_str, renamed
-from .._rules.rules import Rule, get_rule, rule_named
+from .._base.codec import Record, codec, from_dict as _from_dict
+from .._base.data import dataframe, json_float, read_float, read_int, read_str
+from .._rules.rules import Rule, get_rule
 from .._cost.records import Cost
 from .._cost.accelerators import TOSA_INT, Accelerator, accelerator_named
-from .engines import TOSA, Engine, engine_of, engines, gap as engine_gap
+from .engines import TOSA, Engine, engine_of, gap as engine_gap
 from .measures import cost_value, in_registry_order, metrics
 from .._base.errors import InspectorError, listing, quoted
 from .._base.hashing import digest
 from .._base.display import draw
 
 
-@dataclass(frozen=True)
-class Variant:
+@dataclass(frozen=True, kw_only=True)
+class Variant(Record):
     """One configuration to quantize and run: a fold rule, carried-state markers, a quantization
     and per-node overrides.
 
@@ -36,10 +37,14 @@ class Variant:
     site id to ``"float"`` (left unquantized: it runs outside the delegate) or a quantization name.
     """
 
-    rule: Rule  # the fold rule (inspector.rules): off, upstream, state-aware, ...
+    # Variant("upstream", ...) is how users and the docs write it: the rule stays positional
+    # the fold rule (inspector.rules): off, upstream, state-aware, ... (format 1 wrote it as "policy")
+    rule: Rule = field(kw_only=False, metadata=codec(old="policy"))
     markers: tuple[str, ...] = ()  # site ids or node names marked carried_quant_state
     quantization: str | None = None  # a quantization's name; None: the comparison's
     overrides: tuple[tuple[str, str], ...] = ()  # sorted (key, "float" or quantization name)
+
+    json_derived = {"label": lambda v: v.label}  # for readers: the variant as every table names it
 
     def __post_init__(self) -> None:
         if not isinstance(self.rule, Rule):  # where a user's name for the rule enters: resolved once, here
@@ -58,12 +63,8 @@ class Variant:
             label += "+keep(" + ",".join(f"{k}={v}" for k, v in self.overrides) + ")"
         return label
 
-    def to_dict(self) -> dict:
-        return {"rule": self.rule.name, "markers": list(self.markers), "quantization": self.quantization,
-                "overrides": dict(self.overrides), "label": self.label}
 
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class QParams:
     """Per-tensor quantization parameters of one activation."""
 
@@ -71,17 +72,17 @@ class QParams:
     zero_point: int  # the integer that represents 0.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SiteOutcome:
     """What happened to one site in one variant's real quantized flow."""
 
-    site_id: str  # the stable site id (same as in ``analyze``)
+    site_id: str = field(metadata=codec(key="id"))  # the stable site id (same as in ``analyze``)
     folded_at: str | None  # "tfa", "lowering", or None when it did not fold
     conv_output: QParams | None  # calibrated qparams of the conv output in the quantized graph
     mul_output: QParams | None  # of the mul output (None once folded: the mul is gone)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Metrics:
     """Quantized vs float for one output at one step: a value per measurement (``inspector.metrics``)."""
 
@@ -112,6 +113,8 @@ class Metrics:
     mse = property(lambda self: self.value("mse"), doc="mean (q - f)^2")
     flushed_to_zero = property(lambda self: self.value("flushed"), doc="share of elements with f != 0 but q == 0")
 
+    # Written by hand: each measurement is a key of its own (a built-in's historical key: sqnr_db, ...), so the
+    # dict form is not the fields' (``values`` spreads into keys named by the registry).
     def to_dict(self) -> dict:
         """One key per measurement (a built-in's historical key: ``sqnr_db``, ``max_abs_error``, ...)."""
         return {"output": self.output, "step": self.step,
@@ -119,12 +122,12 @@ class Metrics:
                 "sqnr_per_channel_db": [json_float(v) for v in self.sqnr_per_channel_db]}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Metrics":
+    def from_dict(cls, d: dict) -> Metrics:
         """Read ``to_dict()`` back: every key but the output, the step and the per-channel SQNR is a value."""
         fixed = {"output", "step", "sqnr_per_channel_db"}
-        return cls(_int(d["output"]), _int(d["step"]),
-                   tuple((_metric_name(_str(k)), _float(v)) for k, v in d.items() if k not in fixed),
-                   tuple(_float(v) for v in d.get("sqnr_per_channel_db", ())))
+        return cls(output=_int(d["output"]), step=_int(d["step"]),
+                   values=tuple((_metric_name(_str(k)), _float(v)) for k, v in d.items() if k not in fixed),
+                   sqnr_per_channel_db=tuple(_float(v) for v in d.get("sqnr_per_channel_db", ())))
 
     def row(self) -> dict:
         """A DataFrame's row: the JSON's keys, numbers as floats."""
@@ -143,7 +146,7 @@ def _metric_name(key: str) -> str:
     return m.name if m is not None else key
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NotDelegated:
     """A node of the lowered program that runs outside the TOSA delegate."""
 
@@ -152,30 +155,36 @@ class NotDelegated:
     reason: str  # the partitioner's reason, or why it stays outside
 
 
-@dataclass(frozen=True)
-class VariantResult:
+@dataclass(frozen=True, kw_only=True)
+class VariantResult(Record):
     """The numbers of one variant."""
 
     variant: Variant  # what was run
-    folds: dict  # {"tfa": n, "lowering": n}: how many muls the pass folded per stage
+    folds: dict[str, int]  # {"tfa": n, "lowering": n}: how many muls the pass folded per stage
     sites: tuple[SiteOutcome, ...]  # per site: where it folded, qparams around it
     metrics: tuple[Metrics, ...]  # per (step, output), steps in order
     not_delegated: tuple[NotDelegated, ...]  # nodes outside the delegate
-    timings: dict  # seconds per phase of the flow (export, prepare, ..., reference)
+    timings: dict[str, float]  # seconds per phase of the flow (export, prepare, ..., reference)
     cached: bool = False  # answered from the cache
     quantization: str = "a8w8"  # the quantization it ran under (the variant's, or the comparison's)
-    spec: str = "TOSA-1.0+INT"  # the TOSA specification it was lowered for
+    spec: str = field(default="TOSA-1.0+INT", metadata=codec(key="tosa_spec"))  # the TOSA specification lowered for
     error: str | None = None  # why this variant has no numbers (the others' results stand)
-    outputs: tuple = field(default=(), repr=False, compare=False)  # quantized outputs per step (flat tuples)
-    log: str = field(default="", repr=False, compare=False)  # what the stack printed during the run (--debug)
+    # quantized outputs per step (flat tuples; not in the dict form: its digest is)
+    outputs: tuple = field(default=(), repr=False, compare=False, metadata=codec(kept=False))
+    # what the stack printed during the run (--debug)
+    log: str = field(default="", repr=False, compare=False, metadata=codec(kept=False))
     engine: Engine = TOSA  # what produced the numbers: the TOSA reference model or the simulation (engines.py)
     # per flat output, the quantization step of the converted program's last dequantize (None: not quantized)
-    output_scales: tuple = field(default=(), repr=False, compare=False)
+    output_scales: tuple = field(default=(), repr=False, compare=False, metadata=codec(kept=False))
     accelerator: Accelerator = TOSA_INT  # what it was lowered for (inspector.accelerators)
     cost: Cost | None = None  # Vela's estimate of its lowered program on that accelerator (None: no NPU, or none made)
     cost_error: str | None = None  # why an NPU variant with numbers has no cost (one line)
     # a digest of ``outputs``, kept where the outputs are not (a comparison read back from JSON or a session)
-    outputs_digest: str = field(default="", repr=False, compare=False)
+    outputs_digest: str = field(default="", repr=False, compare=False, metadata=codec(
+        value=lambda r: r.output_digest, read=lambda v: read_str(v, True) or ""))
+
+    json_order = ("variant", "engine", "quantization", "tosa_spec", "error", "folds", "sites", "metrics",
+                  "not_delegated", "timings", "cached", "accelerator", "cost", "cost_error", "outputs_digest")
 
     @property
     def output_digest(self) -> str:
@@ -243,33 +252,9 @@ class VariantResult:
     def ok(self) -> bool:
         return self.error is None
 
-    def to_dict(self) -> dict:
-        return {
-            "variant": self.variant.to_dict(),
-            "engine": self.engine.name,
-            "quantization": self.quantization,
-            "tosa_spec": self.spec,
-            "error": self.error,
-            "folds": dict(self.folds),
-            "sites": [
-                {"id": s.site_id, "folded_at": s.folded_at,
-                 "conv_output": vars(s.conv_output) if s.conv_output else None,
-                 "mul_output": vars(s.mul_output) if s.mul_output else None}
-                for s in self.sites
-            ],
-            "metrics": [m.to_dict() for m in self.metrics],
-            "not_delegated": [vars(n) for n in self.not_delegated],
-            "timings": dict(self.timings),
-            "cached": self.cached,
-            "accelerator": self.accelerator.name,
-            "cost": self.cost.to_dict() if self.cost is not None else None,
-            "cost_error": self.cost_error,
-            "outputs_digest": self.output_digest,
-        }
 
-
-@dataclass(frozen=True)
-class Comparison:
+@dataclass(frozen=True, kw_only=True)
+class Comparison(Record):
     """Every variant's quantized outputs against float, on the TOSA INT reference model (or, with the
     simulation engine, on the quantize/dequantize simulation: a preview)."""
 
@@ -277,14 +262,21 @@ class Comparison:
     steps: int  # recurrent steps run
     calibration: str  # how the quantizer was calibrated
     quantization: str  # the quantization config used
-    results: tuple[VariantResult, ...]  # one per variant, in the order asked
-    reference: tuple = field(default=(), repr=False, compare=False)  # float outputs per step (flat tuples)
+    results: tuple[VariantResult, ...] = field(metadata=codec(key="variants"))  # one per variant, in order asked
+    # float outputs per step (flat tuples; not in the dict form)
+    reference: tuple = field(default=(), repr=False, compare=False, metadata=codec(kept=False))
     # What produced it, kept to look inside later (attribution); absent in a comparison read from JSON.
-    run: "Run | None" = field(default=None, repr=False, compare=False)
+    run: Run | None = field(default=None, repr=False, compare=False, metadata=codec(kept=False))
     notes: tuple[str, ...] = ()  # what the reader must know: a fold decision a quantization changed
     engine: Engine = TOSA  # what produced every number: the TOSA reference model or the simulation (engines.py)
     accelerator: Accelerator = TOSA_INT  # what every variant was lowered for (inspector.accelerators)
-    stream: str = ""  # the stream every step was fed a frame of, in words ("" without one: the same inputs each step)
+    # the stream every step was fed a frame of, in words ("" without one: the same inputs each step; then no key)
+    stream: str = field(default="", metadata=codec(omit=True))
+
+    json_format = "saved comparison"
+    json_derived = {"rules": lambda c: _rules_of(c.results)}  # for readers: each rule's help and source
+    json_order = ("format", "target", "engine", "accelerator", "steps", "calibration", "quantization", "variants",
+                  "rules", "notes", "stream")
 
     def __post_init__(self) -> None:
         _resolve(self)
@@ -316,7 +308,7 @@ class Comparison:
         """What the engine cannot show, in one line ("" for the TOSA reference)."""
         return self.engine.note
 
-    def gap(self, other: "Comparison"):
+    def gap(self, other: Comparison):
         """How far this comparison and ``other`` (the same question, usually on the other engine) are
         apart: an ``EngineGap`` (per variant, output and step: dB and quantization steps)."""
         return engine_gap(self, other)
@@ -335,20 +327,6 @@ class Comparison:
                 out.setdefault(s.site_id, []).append(f"{r.variant.label}: {s.folded_at or 'not folded'}")
         return {k: "; ".join(v) for k, v in out.items()}
 
-    def to_dict(self) -> dict:
-        return {
-            "format": FORMAT,
-            "target": self.target,
-            "engine": self.engine.name,
-            "accelerator": self.accelerator.name,
-            "steps": self.steps,
-            "calibration": self.calibration,
-            "quantization": self.quantization,
-            "variants": [r.to_dict() for r in self.results],
-            "rules": _rules_of(self.results),
-            "notes": list(self.notes),
-            **({"stream": self.stream} if self.stream else {}),
-        }
 
     def to_dataframe(self, kind: str = "metrics"):
         """A pandas DataFrame: ``"metrics"``, one row per variant, step and output (the columns of
@@ -365,20 +343,14 @@ class Comparison:
         return f"<Comparison {self.target}: {', '.join(r.variant.label for r in self.results)}, {self.steps} step(s)>"
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Comparison":
+    def from_dict(cls, data: dict) -> Comparison:
         """Rebuild a comparison from ``to_dict()`` (raw output tensors are not kept in JSON); a comparison
         written in format 1 (each variant's rule under "policy") reads the same. The engine and accelerator
         are the registered ones the file names (an accelerator this process does not know reads as a stand-in:
         ``accelerators.accelerator_named``)."""
-        if isinstance(data, dict):
-            check_format(data, "saved comparison")
+        # Beyond the fields (the codec): errors said in one line, and every (step, output) a table reads present.
         try:
-            result = cls(_str(data["target"]), _int(data["steps"]), _str(data["calibration"]),
-                         _str(data["quantization"]), tuple(_variant_result_from_dict(v) for v in data["variants"]),
-                         notes=tuple(_str(n) for n in data.get("notes", ())),
-                         engine=_engine(data.get("engine", TOSA.name)),
-                         accelerator=_accelerator(data.get("accelerator", TOSA_INT.name)),
-                         stream=_str(data.get("stream", "")))
+            result = _from_dict(cls, data)
         except KeyError as exc:
             raise InspectorError(f"not a saved comparison: missing field {exc}") from None
         except (TypeError, ValueError, AttributeError) as exc:
@@ -421,53 +393,10 @@ def _resolve(record) -> None:
     object.__setattr__(record, "accelerator", accelerator_named(record.accelerator))
 
 
-def _engine(v) -> Engine:
-    """The registered engine a file names (ValueError on a name no engine has)."""
-    if not isinstance(v, str) or v not in engines:
-        raise ValueError(f"unknown engine {quoted(v)}")
-    return engines.get(v)
+_float, _int, _str = read_float, read_int, read_str  # the readers' short names here
 
 
-def _accelerator(v) -> Accelerator:
-    """The accelerator a file names: the registered one, or a stand-in for one this process does not know."""
-    return accelerator_named(_str(v))
-
-
-_float, _int, _str, _renamed = read_float, read_int, read_str, renamed  # the readers' short names here
-read_engine = _engine  # for the other records read back from JSON (attribution, bits)
-
-
-def _variant_result_from_dict(d: dict) -> VariantResult:
-    qp = lambda q: QParams(_float(q["scale"]), _int(q["zero_point"])) if q is not None else None  # noqa: E731
-    folds = {k: _int(d["folds"][k]) for k in ("tfa", "lowering")}
-    v = d["variant"]
-    overrides = v.get("overrides") or {}
-    if not isinstance(overrides, dict):
-        raise TypeError(f"expected overrides as an object, got {type(overrides).__name__}")
-    return VariantResult(
-        variant=Variant(rule_named(_str(_renamed(v, "rule", "policy"))), tuple(_str(m) for m in v["markers"]),
-                        _str(v.get("quantization"), True),
-                        tuple(sorted((_str(k), _str(x)) for k, x in overrides.items()))),
-        folds=folds,
-        sites=tuple(SiteOutcome(_str(s["id"]), _str(s["folded_at"], True), qp(s["conv_output"]), qp(s["mul_output"]))
-                    for s in d["sites"]),
-        metrics=tuple(Metrics.from_dict(m) for m in d["metrics"]),
-        not_delegated=tuple(NotDelegated(_str(n["node"]), _str(n["target"]), _str(n["reason"]))
-                            for n in d["not_delegated"]),
-        timings={_str(k): _float(v) for k, v in dict(d["timings"]).items()},
-        cached=bool(d.get("cached", False)),
-        quantization=_str(d.get("quantization", "a8w8")),
-        spec=_str(d.get("tosa_spec", "TOSA-1.0+INT")),
-        error=_str(d.get("error"), True),
-        engine=_engine(d.get("engine", TOSA.name)),
-        accelerator=_accelerator(d.get("accelerator", TOSA_INT.name)),
-        cost=Cost.from_dict(d["cost"]) if d.get("cost") is not None else None,
-        cost_error=_str(d.get("cost_error"), True),
-        outputs_digest=_str(d.get("outputs_digest"), True) or "",
-    )
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Run:
     """What a comparison was computed from: the model, its calibration and each variant's quantization."""
 

@@ -30,7 +30,9 @@ import torch
 from torch.fx import GraphModule, Node
 
 from .._base.cache import BoundedCache
+from .._base.codec import Record
 from .._base.errors import InspectorError
+from .._decide import stages as _stages
 from .._rules.rules import FoldLog, Rule, get_rule
 from .._targets import load as _load
 from . import compare as _compare, flow as _flow, result_store as _disk
@@ -43,14 +45,14 @@ from .variant_cache import RESULTS, base_key
 LABEL = "upstream, folded after calibration (not a 1.5.1 flow)"
 # What a result of this flow is labelled with: a rule object of its own (never registered: no picker offers it).
 FOLDED_AFTER_CALIBRATION = Rule(
-    "folded-after-calibration",
-    "the installed fold, with each folded conv's output quantized with the qparams its observer calibrated before "
+    name="folded-after-calibration",
+    help="the installed fold, with each folded conv's output quantized with the qparams its observer calibrated before "
     "the fold (the mechanism PR #21152 describes); executorch 1.5.1 never runs this flow",
-    "this project: a flow executorch 1.5.1 does not run, built to show PR #21152's mechanism")
+    source="this project: a flow executorch 1.5.1 does not run, built to show PR #21152's mechanism")
 # Its sanity check: the same flow, no observer swapped (must equal upstream's numbers bit for bit).
-UNSWAPPED = Rule("folded-after-calibration-unswapped",
-                 "the folded-after-calibration flow without the observer swap: upstream's numbers, computed again",
-                 FOLDED_AFTER_CALIBRATION.source)
+UNSWAPPED = Rule(name="folded-after-calibration-unswapped",
+                 help="the folded-after-calibration flow without the observer swap: upstream's numbers, computed again",
+                 source=FOLDED_AFTER_CALIBRATION.source)
 _VERSION = 1  # of what this module computes (a change here is another store entry)
 
 # The calibrated graphs of one target, accelerator and calibration (two prepare + calibrate runs each).
@@ -59,8 +61,8 @@ _CALIBRATED = BoundedCache(4, "graphs the observers calibrate")
 _RESULTS = BoundedCache(8, "folded-after-calibration results")
 
 
-@dataclass(frozen=True)
-class ObservedSite:
+@dataclass(frozen=True, kw_only=True)
+class ObservedSite(Record):
     """One site in the graphs the observers calibrate (upstream's and off's, one INT flow)."""
 
     site: str  # the site id
@@ -72,15 +74,8 @@ class ObservedSite:
     unfolded_range: tuple[float, float] | None  # (min, max) off's conv-output observer calibrated: the pre-fold range
     unfolded_mul_range: tuple[float, float] | None  # (min, max) of off's mul-output observer (the scaled range)
 
-    def to_dict(self) -> dict:
-        return {"site": self.site, "conv": self.conv, "mul": self.mul, "folded": self.folded,
-                "observer": self.observer,
-                "folded_range": list(self.folded_range) if self.folded_range else None,
-                "unfolded_range": list(self.unfolded_range) if self.unfolded_range else None,
-                "unfolded_mul_range": list(self.unfolded_mul_range) if self.unfolded_mul_range else None}
 
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Calibrated:
     """The graphs one INT flow's observers calibrate: with the installed fold (``upstream``) and without (``off``)."""
 
@@ -101,7 +96,7 @@ def plan_for(target: _load.Target, accelerator, quantization=None):
     """How ``upstream`` quantizes ``target`` for ``accelerator`` under ``quantization`` (a name or a registered
     quantization; default ``a8w8``), no override."""
     chosen = quantizations.get(DEFAULT if quantization is None else quantization)
-    return _compare.plan_of(target, Variant(get_rule("upstream")), chosen, accelerator)
+    return _compare.plan_of(target, Variant(rule=get_rule("upstream")), chosen, accelerator)
 
 
 def _prepared(target: _load.Target, rule: str, plan, calibration: _flow.Calibration):
@@ -181,12 +176,12 @@ def _calibrate_both(target: _load.Target, plan, calibration: _flow.Calibration) 
         before = observers_of(unfolded, conv)
         after_mul = observers_of(unfolded, mul)
         sites.append(ObservedSite(
-            site_id, conv, mul, folded=mul in folded_run.folded,
+            site=site_id, conv=conv, mul=mul, folded=mul in folded_run.folded,
             observer=watching[0].target if watching else None,
             folded_range=_range(folded, watching[0] if watching else None),
             unfolded_range=_range(unfolded, before[0] if before else None),
             unfolded_mul_range=_range(unfolded, after_mul[0] if after_mul else None)))
-    return Calibrated(plan.accelerator.name, folded, unfolded, tuple(sites))
+    return Calibrated(accelerator=plan.accelerator.name, upstream=folded, off=unfolded, sites=tuple(sites))
 
 
 def _swap(graph: Calibrated, ids: tuple[str, ...]):
@@ -222,7 +217,7 @@ def folded_after_calibration(target, accelerator, steps: int, *, copy_observers:
     site can be swapped."""
     target = _load.load(target)
     plan = plan_for(target, accelerator, quantization)
-    steps = target.steps(steps)
+    steps = _stages.steps_for(target, steps)
     chosen = _flow.choose_calibration(target, None, steps)
     graph = calibrated(target, accelerator, steps, quantization=quantization)
     ids = swappable(graph)
@@ -235,7 +230,7 @@ def folded_after_calibration(target, accelerator, steps: int, *, copy_observers:
     key = base + ("folded-after-calibration", _VERSION, copy_observers, ids, plan.identity)
     result = _RESULTS.get(key)
     if result is None and (result := _disk.load_result(key)) is not None:
-        result = replace(result, variant=Variant(rule))
+        result = replace(result, variant=Variant(rule=rule))
         _RESULTS.put(key, result)
     reference = RESULTS.reference(base)
     if reference is None:
@@ -246,7 +241,7 @@ def folded_after_calibration(target, accelerator, steps: int, *, copy_observers:
         report = (lambda phase, fraction: progress(f"{LABEL}: {phase}", fraction)) if progress else \
             (lambda phase, fraction: None)
         with _one_thread():  # as a worker process runs a variant
-            result, _ = _flow.run_variant(target, Variant(rule), chosen, plan, steps, reference, report,
+            result, _ = _flow.run_variant(target, Variant(rule=rule), chosen, plan, steps, reference, report,
                                           between=_swap(graph, ids) if copy_observers else _unchanged)
         _RESULTS.put(key, result)
         _disk.keep_result(key, result)

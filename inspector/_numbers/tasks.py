@@ -13,7 +13,8 @@ lead to the same fold decisions.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Sequence, TypeVar
+from typing import Any, TypeVar
+from collections.abc import Callable, Hashable, Sequence
 
 from .._targets import load as _load
 from .._workers import parallel as _parallel
@@ -30,7 +31,7 @@ from .._targets import pt2 as _pt2
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelTask:
     """A loaded target as it travels to a worker: enough to rebuild the same ``Target`` there."""
 
@@ -43,7 +44,7 @@ class ModelTask:
     stream: Any = None  # its stream (a _targets.streams.Stream: plain tensors), when every step has a new input
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelRun:
     """What every variant of one model shares: the model, its calibration, steps and float reference."""
 
@@ -56,7 +57,7 @@ class ModelRun:
     store: str | None = None  # the result store's folder the parent uses (None: off); the worker uses it too
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class VariantTask:
     """One variant of one model, for a worker (compare's and the sweep's)."""
 
@@ -66,7 +67,7 @@ class VariantTask:
     accelerator: Accelerator = TOSA_INT  # what it is lowered for when the worker resolves the plan
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AttributionTask:
     """One attribution of a comparison, for a worker."""
 
@@ -78,15 +79,17 @@ class AttributionTask:
 
 def model_task(target: _load.Target) -> ModelTask:
     """``target`` as a worker receives it (raises what ``torch.export.save`` raises on its program)."""
-    return ModelTask(_parallel.program_bytes(target.exported), target.name, target.source, target.inputs,
-                     tuple(target.recurrent.items()), target.key, target.stream)
+    return ModelTask(program=_parallel.program_bytes(target.exported), name=target.name, source=target.source,
+                     inputs=target.inputs,
+                     recurrent=tuple(target.recurrent.items()), key=target.key, stream=target.stream)
 
 
 def model_run(target: _load.Target, calibration, steps: int, reference, base_key: tuple,
               engine: str = TOSA.name) -> ModelRun:
     """What the variants of ``target`` share, as a worker receives it (with the result store in use
     here: a worker keeps and reads answers where its parent does, whatever its own environment says)."""
-    return ModelRun(model_task(target), calibration, steps, reference, base_key, engine, _store.where())
+    return ModelRun(model=model_task(target), calibration=calibration, steps=steps, reference=reference,
+                    base_key=base_key, engine=engine, store=_store.where())
 
 
 def group_by_decisions(items: Sequence[T], decisions_of: Callable[[T], Hashable | None]) -> list[list[T]]:
@@ -111,7 +114,8 @@ def worker_target(model: ModelTask) -> _load.Target:
     if target is None:
 
         program = _pt2.load_pt2_bytes(model.program)
-        target = _load.Target(model.name, program, model.inputs, None, dict(model.recurrent), model.source, model.key,
+        target = _load.Target(name=model.name, exported=program, inputs=model.inputs, model=None,
+                              recurrent=dict(model.recurrent), source=model.source, key=model.key,
                               stream=model.stream)
         _WORKER_TARGETS.put(model.key, target)
     return target

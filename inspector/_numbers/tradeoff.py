@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._base.data import dataframe, json_float
+from .._base.codec import Record
+from .._base.data import dataframe
 from .._base.formats import compiler
 from .._cost.records import ESTIMATE
 from .._cost.accelerators import Accelerator, accelerator_named
@@ -21,8 +22,8 @@ from .._base.errors import InspectorError
 from .._base.display import draw
 
 
-@dataclass(frozen=True)
-class VariantTrade:
+@dataclass(frozen=True, kw_only=True)
+class VariantTrade(Record):
     """One variant: its cycles and its numbers."""
 
     label: str  # the variant's label
@@ -35,14 +36,9 @@ class VariantTrade:
     saved: int | None = None  # cycles it saves against the baseline (off), when there is one
     db_change: float | None = None  # its sqnr_db minus the baseline's
 
-    def to_dict(self) -> dict:
-        return {"label": self.label, "rule": self.rule, "folded": list(self.folded), "cycles": self.cycles,
-                "npu_ops": self.npu_ops, "sqnr_db": _json(self.sqnr_db), "worst_db": _json(self.worst_db),
-                "saved": self.saved, "db_change": _json(self.db_change)}
 
-
-@dataclass(frozen=True)
-class SitePrice:
+@dataclass(frozen=True, kw_only=True)
+class SitePrice(Record):
     """What folding one site buys on the accelerator: its mul's cycles where it is not folded."""
 
     site: str  # the site id
@@ -50,12 +46,9 @@ class SitePrice:
     how: str  # where the figure comes from, in words
     folded_in: tuple[str, ...]  # the variants that fold it
 
-    def to_dict(self) -> dict:
-        return {"site": self.site, "bought": self.bought, "how": self.how, "folded_in": list(self.folded_in)}
 
-
-@dataclass(frozen=True)
-class Tradeoff:
+@dataclass(frozen=True, kw_only=True)
+class Tradeoff(Record):
     """Per variant cycles and dB, per site the cycles folding it buys: the fold's price on one accelerator."""
 
     target: str
@@ -69,6 +62,11 @@ class Tradeoff:
     npu: str = ""
     system_config: str = ""
     memory_mode: str = ""
+
+    # for readers: the compiler line and what the figures are
+    json_derived = {"compiler": lambda t: t.compiler, "estimate": lambda t: ESTIMATE}
+    json_order = ("target", "accelerator", "baseline", "vela_version", "npu", "system_config", "memory_mode",
+                  "compiler", "estimate", "variants", "sites", "notes")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "accelerator", accelerator_named(self.accelerator))  # a name: looked up once
@@ -84,13 +82,6 @@ class Tradeoff:
                 return v
         raise InspectorError(f"no variant {label_or_rule!r} in this trade-off")
 
-    def to_dict(self) -> dict:
-        return {"target": self.target, "accelerator": self.accelerator.name, "baseline": self.baseline,
-                "vela_version": self.vela_version, "npu": self.npu, "system_config": self.system_config,
-                "memory_mode": self.memory_mode, "compiler": self.compiler,
-                "estimate": ESTIMATE, "variants": [v.to_dict() for v in self.variants],
-                "sites": [s.to_dict() for s in self.sites], "notes": list(self.notes)}
-
     def to_dataframe(self, kind: str = "variants"):
         """A pandas DataFrame: ``"variants"`` or ``"sites"`` (the columns of ``to_dict()``'s lists; the variants'
         with a last column ``compiler``, the settings their cycles were made under)."""
@@ -103,10 +94,6 @@ class Tradeoff:
 
     def __repr__(self) -> str:
         return f"<Tradeoff {self.target} on {self.accelerator}: {len(self.variants)} variants, {len(self.sites)} sites>"
-
-
-def _json(v):
-    return None if v is None else json_float(v)
 
 
 def tradeoff(comparison) -> Tradeoff:
@@ -129,11 +116,13 @@ def tradeoff(comparison) -> Tradeoff:
         cycles = r.cost.cycles if r.cost is not None else None
         saved = base.cost.cycles - cycles if base is not None and cycles is not None else None
         base_db = base.worst(last).sqnr_db if base is not None else None
-        rows.append(VariantTrade(r.variant.label, r.variant.rule.name,
-                                 tuple(s.site_id for s in r.sites if s.folded_at), cycles,
-                                 r.cost.npu_ops if r.cost is not None else None,
-                                 worst_last.sqnr_db if worst_last else None, worst_any.sqnr_db if worst_any else None,
-                                 saved, (worst_last.sqnr_db - base_db) if base_db is not None and worst_last else None))
+        rows.append(VariantTrade(label=r.variant.label, rule=r.variant.rule.name,
+                                 folded=tuple(s.site_id for s in r.sites if s.folded_at), cycles=cycles,
+                                 npu_ops=r.cost.npu_ops if r.cost is not None else None,
+                                 sqnr_db=worst_last.sqnr_db if worst_last else None,
+                                 worst_db=worst_any.sqnr_db if worst_any else None,
+                                 saved=saved,
+                                 db_change=(worst_last.sqnr_db - base_db) if base_db is not None and worst_last else None))
         if r.cost is None and r.cost_error:
             notes.append(r.cost_error)
     site_ids = list(dict.fromkeys(s.site_id for r in comparison.measured for s in r.sites))
@@ -142,28 +131,34 @@ def tradeoff(comparison) -> Tradeoff:
         folded_in = tuple(r.variant.label for r in comparison.measured if any(s.site_id == site and s.folded_at
                                                                                for s in r.sites))
         if base is None:
-            prices.append(SitePrice(site, None, "no variant that folds nothing to read it in", folded_in))
+            prices.append(SitePrice(site=site, bought=None, how="no variant that folds nothing to read it in",
+                                    folded_in=folded_in))
             continue
         rows_of_mul = [layer for layer in base.cost.layers if layer.site == site and layer.role == "mul"]
         own = sum(layer.cycles for layer in rows_of_mul)
         saved = _saved_in_own_rows(site, base, [r for r in measured if r.variant.label in folded_in])
         if saved is not None and saved[0] != own:
-            prices.append(SitePrice(site, saved[0], f"its conv's and mul's rows in {base.variant.label} minus its "
+            prices.append(SitePrice(site=site, bought=saved[0],
+                                    how=f"its conv's and mul's rows in {base.variant.label} minus its "
                                                     f"conv's rows in {saved[1]}, which folds it (its mul's own rows: "
                                                     f"{own:,} cycles; Vela chains the mul into the conv's operation)",
-                                    folded_in))
+                                    folded_in=folded_in))
         elif rows_of_mul:
             same = f" (its conv's rows are the same in {saved[1]}, which folds it)" if saved is not None else ""
-            prices.append(SitePrice(site, own, f"its mul's {len(rows_of_mul)} row(s) in {base.variant.label}{same}",
-                                    folded_in))
+            prices.append(SitePrice(site=site, bought=own,
+                                    how=f"its mul's {len(rows_of_mul)} row(s) in {base.variant.label}{same}",
+                                    folded_in=folded_in))
         else:
-            prices.append(SitePrice(site, None, f"its mul has no row of its own in {base.variant.label} (Vela fused "
+            prices.append(SitePrice(site=site, bought=None,
+                                    how=f"its mul has no row of its own in {base.variant.label} (Vela fused "
                                                 "it into another operation): only the variants' totals show its "
-                                                "price", folded_in))
+                                                "price", folded_in=folded_in))
     said = (base or measured[0]).cost  # every variant was compiled under the same settings
-    return Tradeoff(comparison.target, comparison.accelerator, base.variant.label if base is not None else None,
-                    tuple(rows), tuple(prices), tuple(dict.fromkeys(notes + list(base.cost.notes if base else ()))),
-                    said.vela_version, said.npu, said.system_config, said.memory_mode)
+    return Tradeoff(target=comparison.target, accelerator=comparison.accelerator,
+                    baseline=base.variant.label if base is not None else None,
+                    variants=tuple(rows), sites=tuple(prices),
+                    notes=tuple(dict.fromkeys(notes + list(base.cost.notes if base else ()))),
+                    vela_version=said.vela_version, npu=said.npu, system_config=said.system_config, memory_mode=said.memory_mode)
 
 
 def _saved_in_own_rows(site: str, base, folding) -> tuple[int, str] | None:

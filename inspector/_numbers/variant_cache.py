@@ -20,7 +20,8 @@ process and each worker process (its own copy). Its keys are built here only:
 Decisions are predicted with the real pass on the tfa graph that a first run on the model
 captured from its own quantization pipeline (the default a8w8 quantizer, no overrides); on a
 model nothing has run on yet, or under another quantization (which can change which nodes the
-quantizer lets fold: a node kept in float is never folded), only the variant itself is a key. Storage is a ``_base/cache.py``'s ``BoundedCache``: the least recently used go first.
+quantizer lets fold: a node kept in float is never folded), only the variant itself is a key. Storage is a
+``_base/cache.py``'s ``BoundedCache``: the least recently used go first.
 
 Behind it, the result store on disk (``result_store``): a variant's result and a float reference
 this process does not have are read from there (written by another process or session), and what
@@ -47,7 +48,7 @@ def model_fingerprint(target: _load.Target) -> str:
     return target.key
 
 
-def base_key(target: _load.Target, calibrated, steps: int, engine: "str | Engine" = TOSA) -> tuple:
+def base_key(target: _load.Target, calibrated, steps: int, engine: str | Engine = TOSA) -> tuple:
     """Everything a comparison's results depend on but the variant (``calibrated``: a ``flow.Calibration``),
     the engine that computes them among it (by its name: the keys of before)."""
     return (model_fingerprint(target), _digest(target.inputs), _digest(list(calibrated.batches)),

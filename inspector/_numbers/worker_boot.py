@@ -40,10 +40,10 @@ def _warm_up() -> None:
     torch.set_num_threads(1)  # no thread pool: a fork copies the forking thread only
 
     # imported to be inherited by every worker forked from here
-    from . import flow as _flow  # noqa: F401
-    from .._targets import load as _load, pt2 as _pt2  # noqa: F401
-    from .._base import quiet as _quiet  # noqa: F401
-    from .._doors import tosa as _tosa  # noqa: F401
+    from . import flow as _flow
+    from .._targets import load as _load, pt2 as _pt2
+    from .._base import quiet as _quiet
+    from .._doors import tosa as _tosa  # noqa: F401 - imported for the forks to inherit
     from .._workers.parallel import program_bytes
     from .quantization import DEFAULT, Plan, quantizations
     from .results import Variant
@@ -64,7 +64,7 @@ def _warm_up() -> None:
         _pt2.load_pt2_bytes(program_bytes(target.exported))
         calibrated = _flow.choose_calibration(target, None, 1)
         reference = _flow.float_reference(target, 1)
-        _flow.run_variant(target, Variant("upstream"), calibrated, Plan.of(quantizations.get(DEFAULT), {}), 1,
+        _flow.run_variant(target, Variant(rule="upstream"), calibrated, Plan.of(quantizations.get(DEFAULT), {}), 1,
                           reference, lambda phase, fraction: None)
     _load.clear_targets()
     import threading  # checked after the warm-up: no thread may be left in the server

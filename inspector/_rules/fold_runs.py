@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Iterable
+from collections.abc import Iterable
 
 from torch.fx import GraphModule, Node
 
@@ -13,7 +13,7 @@ from .._base.copies import private_copy
 from .._base.errors import UnknownMarker, listing, quoted
 
 
-@dataclass
+@dataclass(kw_only=True)
 class FoldRun:
     """What one call of the wrapped pass saw and did."""
 
@@ -71,7 +71,7 @@ def unknown_marker(marker: str, stage: str, ids: Iterable[str]) -> UnknownMarker
                          f"({listing(ids) or 'no sites'}) or a node name of this graph")
 
 
-def start_run(graph_module: GraphModule, program, markers: tuple[str, ...], log: "FoldLog | None",
+def start_run(graph_module: GraphModule, program, markers: tuple[str, ...], log: FoldLog | None,
               site_ids: dict[str, str] | None = None) -> FoldRun:
     """What a wrapped pass does first on the graph it receives: a ``FoldRun`` naming its sites (found
     here unless the caller gave ``site_ids``), the pristine snapshot when ``log`` keeps them, and

@@ -20,10 +20,13 @@ import time
 from dataclasses import dataclass, field
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Callable, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 from torch.fx import GraphModule, Node
 
+from .._base import codec as _codec
+from .._base.data import read_str as _read_str
 from .._base.registry import Registry
 from .._doors import executorch as _executorch
 from .._sites import graph as _graph
@@ -34,7 +37,7 @@ from .._sites.scale import scale_summary
 from .._base.hashing import digest
 import warnings
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StateGuard:
     """A structural state guard: a mul is hidden from the pass when it reaches a state boundary."""
 
@@ -48,12 +51,13 @@ class StateGuard:
                                   top_level_markers=self.top_level_markers, memo=memo)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Skip:
     """A user's guard keeping a site from the pass: a reason code (shown as ``rule:CODE``) and why."""
 
-    code: str  # a short slug: lowercase letters, digits and dashes ("wide-scale")
-    detail: str = ""  # what about this site made the rule skip it
+    # a user's rule writes Skip("wide-scale", "why") (README, docs/rules.md): these two stay positional
+    code: str = field(kw_only=False)  # a short slug: lowercase letters, digits and dashes ("wide-scale")
+    detail: str = field(default="", kw_only=False)  # what about this site made the rule skip it
 
     def __post_init__(self) -> None:
         if not isinstance(self.code, str) or not _SLUG.fullmatch(self.code):
@@ -66,7 +70,7 @@ class Skip:
 _SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,47}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RuleContext:
     """What a user's guard is told about one site, before the pass runs (read-only)."""
 
@@ -87,7 +91,7 @@ class RuleContext:
         return bool(self.reaches)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Rule:
     """One fold rule: what decides whether the installed pass may fold a site.
 
@@ -97,12 +101,14 @@ class Rule:
     runs that class where the installed one would run. All are registered the same way
     (``register``), and nothing else in the inspector branches on a rule's name.
     """
-    name: str  # what users type: --rule NAME, analyze(rule=NAME), a variant's label
-    help: str  # one line: what the rule does
-    source: str  # where the rule comes from (the installed pass, an open upstream PR, this project, a file)
+    # Positional, the rest by keyword: a plugin written before records went keyword-only builds
+    # ``Rule(name, help, source, check=...)``, and keeps working.
+    name: str = field(kw_only=False)  # what users type: --rule NAME, analyze(rule=NAME), a variant's label
+    help: str = field(kw_only=False)  # one line: what the rule does
+    source: str = field(kw_only=False)  # where it comes from (the installed pass, an open upstream PR, a file)
     folds: bool = True  # False: the pass never runs, nothing folds
     guard: StateGuard | None = None  # muls reaching a state boundary are hidden from the pass (None: no guard)
-    check: Callable[[RuleContext], "Skip | None"] | None = field(default=None, compare=False)  # a user's guard
+    check: Callable[[RuleContext], Skip | None] | None = field(default=None, compare=False)  # a user's guard
     pass_class: type | None = field(default=None, compare=False)  # a whole pass run instead of the installed one
     origin: str = ""  # "path/to/file.py:NAME" for a rule loaded from a file ("" otherwise)
 
@@ -132,9 +138,11 @@ class Rule:
     def reach(self, graph, signature, also_marked: Iterable[Node] = (), memo=None) -> _graph.StateReach:
         """What this rule's guard reads on ``graph`` (nothing for a rule without a guard)."""
         if not self.guarded:
-            return _graph.StateReach({})
+            return _graph.StateReach(next_hop={})
         return self.guard.reach(graph, signature, also_marked, memo=memo)
 
+    # Written by hand: a rule's check and pass class are code, written by their qualified names; a rule is read
+    # back by name through the registry (codec.register), never from this dict.
     def to_dict(self) -> dict:
         return {"name": self.name, "help": self.help, "source": self.source, "folds": self.folds,
                 "guard": None if self.guard is None else {"in_place_writes": self.guard.in_place_writes,
@@ -157,10 +165,10 @@ class Rule:
     def __reduce__(self):
         return travelled, (self.name, self.origin, rule_identity(self))
 
-    def __copy__(self) -> "Rule":
+    def __copy__(self) -> Rule:
         return self  # frozen, and its guard or pass class is the user's own object
 
-    def __deepcopy__(self, memo) -> "Rule":
+    def __deepcopy__(self, memo) -> Rule:
         return self
 
     @property
@@ -170,7 +178,7 @@ class Rule:
 
     @classmethod
     def from_pass(cls, pass_class: type, *, name: str | None = None, help: str | None = None,
-                  source: str | None = None, register_it: bool = True) -> "Rule":
+                  source: str | None = None, register_it: bool = True) -> Rule:
         """A rule that runs ``pass_class`` (with the installed pass's constructor:
         ``pass_class(exported_program)`` / ``pass_class(tfa_pass=True)``) wherever the installed
         pass would run, at every stage and in a comparison's quantize -> lower flow."""
@@ -178,16 +186,24 @@ class Rule:
             raise InspectorError(f"a pass rule needs a pass class with a call(graph_module) method, "
                                  f"got {quoted(pass_class)}")
         name = name or pass_class.__name__
-        rule = cls(name, help or f"the pass class {pass_class.__qualname__} instead of the installed pass",
-                   source or f"the user's pass class {pass_class.__module__}.{pass_class.__qualname__}",
+        rule = cls(name=name, help=help or f"the pass class {pass_class.__qualname__} instead of the installed pass",
+                   source=source or f"the user's pass class {pass_class.__module__}.{pass_class.__qualname__}",
                    pass_class=pass_class)
         return register(rule, replace=True) if register_it else rule
 
 
-def rule(name: str, *, help: str = "", base: "str | Rule" = "upstream", source: str | None = None):
-    """Decorate a guard ``fn(site: RuleContext) -> None | Skip(code, detail)``: the rule ``name``,
-    which is ``base`` (default: the installed pass as it is) with ``fn`` hiding the sites it skips
-    from the installed pass's matcher. The rule is registered: every entry point offers it."""
+def rule(name: str, *, help: str = "", base: str | Rule = "upstream", source: str | None = None):
+    """Decorate a guard ``fn(site: RuleContext) -> None | Skip(code, detail)`` into the registered rule ``name``.
+
+    The rule is ``base`` with ``fn`` hiding the sites it skips from the installed pass's matcher; it is
+    registered, so every entry point (the CLI, the widget, ``compare``, sessions) offers it.
+
+    Args:
+        name: the rule's name, one word (what ``--rule`` and ``compare(variants=...)`` take).
+        help: its one-line help; default: the guard's docstring's first line.
+        base: the rule it narrows (a name or a ``Rule``); default ``upstream``, the installed pass as it is.
+        source: where it comes from, in words; default: the guard's module and name.
+    """
     def make(fn):
         if not callable(fn):
             raise InspectorError(f"inspector.rule decorates a function of a RuleContext, got {quoted(fn)}")
@@ -195,8 +211,9 @@ def rule(name: str, *, help: str = "", base: "str | Rule" = "upstream", source: 
         if parent.is_users:
             raise InspectorError(f"a guard's base is a built-in rule, not the user's rule {quoted(parent.name)}")
         where = source or f"the user's guard {getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
-        return register(Rule(name, help or (fn.__doc__ or "").strip().split("\n")[0] or f"{parent.name} and {name}",
-                               where, folds=parent.folds, guard=parent.guard, check=fn), replace=True)
+        return register(Rule(name=name,
+                             help=help or (fn.__doc__ or "").strip().split("\n")[0] or f"{parent.name} and {name}",
+                               source=where, folds=parent.folds, guard=parent.guard, check=fn), replace=True)
 
     return make
 
@@ -232,7 +249,7 @@ def _checked(rule: Rule) -> Rule:
     return rule
 
 
-def _from_file(name: str) -> "Rule | None":
+def _from_file(name: str) -> Rule | None:
     return load_rule(name) if ".py:" in name else None
 
 
@@ -247,26 +264,27 @@ def register(rule: Rule, *, replace: bool = False) -> Rule:
 
 
 _INSTALLED = f"the installed pass (executorch {_executorch.installed_version()})"  # the release this process runs
-OFF = register(Rule("off", "never fold", "this project: the fold turned off, for comparison", folds=False))
-UPSTREAM = register(Rule("upstream", "the installed pass as it is", _INSTALLED))
+OFF = register(Rule(name="off", help="never fold", source="this project: the fold turned off, for comparison",
+                    folds=False))
+UPSTREAM = register(Rule(name="upstream", help="the installed pass as it is", source=_INSTALLED))
 STATE_AWARE = register(Rule(
-    "state-aware",
-    "upstream, but skip muls that reach a BUFFER_MUTATION / USER_INPUT_MUTATION output of the graph signature "
+    name="state-aware",
+    help="upstream, but skip muls that reach a BUFFER_MUTATION / USER_INPUT_MUTATION output of the graph signature "
     "or a node marked carried_quant_state",
-    "executorch PR #21234 as proposed (an open pull request, in no release)",
+    source="executorch PR #21234 as proposed (an open pull request, in no release)",
     guard=StateGuard(top_level_markers=True)))
 STATE_AWARE_STRICT = register(Rule(
-    "state-aware-strict",
-    "state-aware, and also treat in-place writes into a buffer or an input (copy_ into a get_attr buffer, "
+    name="state-aware-strict",
+    help="state-aware, and also treat in-place writes into a buffer or an input (copy_ into a get_attr buffer, "
     "as at tfa) as state boundaries",
-    "this project's proposal", guard=StateGuard(in_place_writes=True)))
+    source="this project's proposal", guard=StateGuard(in_place_writes=True)))
 # The rules this project ships (what `demo` shows; a process may register more, users' and plugins').
 BUILT_IN = (OFF.name, UPSTREAM.name, STATE_AWARE.name, STATE_AWARE_STRICT.name)
 # What compare runs when not told: never fold, the installed pass, and the guard that sees state at tfa.
 DEFAULT_VARIANTS = (OFF.name, UPSTREAM.name, STATE_AWARE_STRICT.name)
 
 
-def get_rule(rule: "str | Rule") -> Rule:
+def get_rule(rule: str | Rule) -> Rule:
     """The registered rule ``rule`` names (a Rule is returned as it is, registered or not);
     ``"path/to/rules.py:NAME"`` imports that file (code the user chose to run) and registers NAME."""
     return rule if isinstance(rule, Rule) else rules.get(rule)
@@ -290,7 +308,7 @@ def load_rule(spec: str) -> Rule:
         rule = Rule.from_pass(obj, name=attr, source=f"the user's pass class {shown}", register_it=False)
     elif callable(obj):
         doc = (getattr(obj, "__doc__", None) or "").strip().split("\n")[0]
-        rule = Rule(attr, doc or f"upstream, and the guard {attr}", f"the user's guard {shown}",
+        rule = Rule(name=attr, help=doc or f"upstream, and the guard {attr}", source=f"the user's guard {shown}",
                       guard=UPSTREAM.guard, check=obj)
     else:
         found = sorted(n for n, v in vars(module).items() if isinstance(v, Rule) or
@@ -301,7 +319,7 @@ def load_rule(spec: str) -> Rule:
     return register(_replace(rule, origin=origin), replace=True)
 
 
-def check_rule(rule: "str | Rule") -> str:
+def check_rule(rule: str | Rule) -> str:
     """The name of the rule ``rule`` (raises one line if it names none)."""
     return get_rule(rule).name
 
@@ -342,15 +360,16 @@ def rule_skips(rule: Rule, graph, program, stage: str, cands, ids, reach: _graph
     out: dict[str, tuple[str, Skip]] = {}
     for c, site_id in zip(cands, ids):
         reaches = {k: tuple(n.name for n in reach.path(k, c.mul)) for k in reach.kinds(c.mul)}
-        context = RuleContext(site_id, stage, c.mul, c.conv, _graph.op_name(c.conv), scale_summary(c, program),
-                              program is not None, MappingProxyType(reaches),
-                              c.mul in marked or _graph.marked(c.mul), c.mul in to_output)
+        context = RuleContext(site=site_id, stage=stage, mul=c.mul, conv=c.conv, conv_op=_graph.op_name(c.conv),
+                              scale=scale_summary(c, program),
+                              has_signature=program is not None, reaches=MappingProxyType(reaches),
+                              marked=c.mul in marked or _graph.marked(c.mul), reaches_output=c.mul in to_output)
         t0 = time.perf_counter()
         try:
             answer = rule.check(context)
         except InspectorError as exc:
             raise InspectorError(f"rule {quoted(rule.name)} failed on site {site_id}: {exc}") from exc
-        except Exception as exc:  # noqa: BLE001 - the user's guard raised: one line naming it
+        except Exception as exc:  # the user's guard raised: one line naming it
             raise InspectorError(f"rule {quoted(rule.name)} raised on site {site_id}: {describe(exc)}; "
                                  "fix the guard (it must return None or inspector.Skip(code, detail))") from exc
         took = time.perf_counter() - t0
@@ -366,7 +385,7 @@ def rule_skips(rule: Rule, graph, program, stage: str, cands, ids, reach: _graph
     return out
 
 
-def rule_pass_class(rule: "str | Rule", markers: Iterable[str] = (), log: FoldLog | None = None,
+def rule_pass_class(rule: str | Rule, markers: Iterable[str] = (), log: FoldLog | None = None,
                       hidden: frozenset[str] | None = None, site_ids: dict[str, str] | None = None) -> type:
     """A subclass of the installed pass that applies ``rule`` and ``markers`` and reports to ``log``.
 
@@ -430,19 +449,19 @@ class _RuleCall:
             self.log.add(self.run)
 
 
-def guard_reach(rule: "str | Rule", graph, signature, also_marked: Iterable[Node] = ()) -> _graph.StateReach:
+def guard_reach(rule: str | Rule, graph, signature, also_marked: Iterable[Node] = ()) -> _graph.StateReach:
     """What ``rule``'s state guard reads on ``graph``: which nodes reach which state boundary
     (nothing for the rules without a guard)."""
     return get_rule(rule).reach(graph, signature, also_marked)
 
 
-def guarded_muls(rule: "str | Rule", graph, program) -> dict[Node, list[str]]:
+def guarded_muls(rule: str | Rule, graph, program) -> dict[Node, list[str]]:
     """Muls the state guard hides from the pass, with the boundary kinds each one reaches."""
     reach = guard_reach(rule, graph, program.graph_signature if program is not None else None)
     return {n: list(reach.kinds(n)) for n in graph.nodes if _graph.is_mul(n) and reach.kinds(n)}
 
 
-def run_pass(graph_module: GraphModule, program, rule: "str | Rule", markers: tuple[str, ...] = (),
+def run_pass(graph_module: GraphModule, program, rule: str | Rule, markers: tuple[str, ...] = (),
              stage: str = "", hidden: frozenset[str] | None = None,
              site_ids: dict[str, str] | None = None) -> FoldRun:
     """Run ``rule``'s pass on ``graph_module`` (rewritten in place: give it a private copy);
@@ -456,7 +475,7 @@ def run_pass(graph_module: GraphModule, program, rule: "str | Rule", markers: tu
             fold_pass(graph_module)
     except InspectorError:
         raise  # already one line: a crash on a site, or a user's rule failing
-    except Exception as exc:  # noqa: BLE001 - the installed pass raised: say where, in one line
+    except Exception as exc:  # the installed pass raised: say where, in one line
         crash = crash_behind(exc)
         if crash is not None:
             raise crash from crash.__cause__  # the pass's own error stays chained, not its wrapper
@@ -465,7 +484,7 @@ def run_pass(graph_module: GraphModule, program, rule: "str | Rule", markers: tu
     return log.runs[-1]
 
 
-def folded_site_ids(stage_graph, rule: "str | Rule", markers: tuple[str, ...] = ()) -> tuple[str, ...]:
+def folded_site_ids(stage_graph, rule: str | Rule, markers: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The ids of the sites ``rule``'s pass folds on ``stage_graph`` (a private copy is rewritten)."""
     gm, program = stage_graph.fresh_copy()
     _, unknown = resolve_markers(gm.graph, markers)
@@ -477,7 +496,7 @@ def folded_site_ids(stage_graph, rule: "str | Rule", markers: tuple[str, ...] = 
 # ---------------------------------------------------------------- rules in worker processes and files
 
 
-def rule_identity(rule: "str | Rule") -> str:
+def rule_identity(rule: str | Rule) -> str:
     """A rule's identity in a few characters (a user's rule: by its source)."""
 
     return digest(get_rule(rule).identity)[:20]
@@ -508,4 +527,8 @@ def rule_named(name: str) -> Rule:
     process does not know, a stand-in that says so (it reads and shows; it cannot run)."""
     if name in rules:
         return rules.get(name)
-    return Rule(name, "a rule this process does not know", _STAND_IN)
+    return Rule(name=name, help="a rule this process does not know", source=_STAND_IN)
+
+
+# a record's rule is written by its name, and read back as the registered one (or a stand-in)
+_codec.register(Rule, write=lambda r: r.name, read=lambda v: rule_named(_read_str(v)))

@@ -38,7 +38,7 @@ def user_pass_class(rule, markers: tuple[str, ...], log) -> type:
         def __init__(self, *args, **kwargs):
             try:
                 super().__init__(*args, **kwargs)
-            except Exception as exc:  # noqa: BLE001 - the user's class: one line naming it
+            except Exception as exc:  # the user's class: one line naming it
                 raise InspectorError(
                     f"the pass class of rule {name} does not take the installed pass's constructor "
                     f"({base.__name__}(exported_program) or {base.__name__}(tfa_pass=True)): {describe(exc)}"
@@ -52,11 +52,11 @@ def user_pass_class(rule, markers: tuple[str, ...], log) -> type:
                 result = super().call(graph_module)
             except InspectorError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - the user's pass raised: one line naming it
+            except Exception as exc:  # the user's pass raised: one line naming it
                 raise InspectorError(f"the pass of rule {name} raised: {describe(exc)}") from exc
             try:
                 graph_module.graph.lint()
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 raise InspectorError(f"the pass of rule {name} left a graph that fails graph.lint(): "
                                      f"{describe(exc)}") from exc
             run.folded = before.folded_in(graph_module, rule.name)
@@ -69,7 +69,7 @@ def user_pass_class(rule, markers: tuple[str, ...], log) -> type:
     return Run
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Snapshot:
     """The graph before a user's pass ran: enough to tell what it folded and what else it changed."""
 
@@ -79,11 +79,11 @@ class _Snapshot:
     reads: dict[str, tuple]  # conv -> (weight name, bias name)
 
     @classmethod
-    def of(cls, gm: GraphModule, cands) -> "_Snapshot":
+    def of(cls, gm: GraphModule, cands) -> _Snapshot:
         nodes = list(gm.graph.nodes)
         reads = {c.conv.name: _reads(c.conv) for c in cands}
-        return cls([n.name for n in nodes], {n.name: {u.name for u in n.users} for n in nodes},
-                   {c.mul.name: c.conv.name for c in cands}, reads)
+        return cls(names=[n.name for n in nodes], users={n.name: {u.name for u in n.users} for n in nodes},
+                   muls={c.mul.name: c.conv.name for c in cands}, reads=reads)
 
     def folded_in(self, gm: GraphModule, rule: str) -> list[str]:
         """The site muls the pass folded, in graph order; raises on a change no fold makes."""

@@ -9,7 +9,8 @@ explainer only supplies reasons, and any disagreement is reported as
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
+from collections.abc import Callable
 
 import torch
 from torch.fx import Node
@@ -19,7 +20,7 @@ from . import graph as _graph
 from .reasons import Reason, ReasonCode as R
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Context:
     """What every check may read: the graph as the pass receives it, and the rule deciding it."""
 
@@ -42,7 +43,7 @@ class Context:
         return self.program is None
 
 
-Check = Callable[[Context, _graph.Candidate], Optional[Reason]]
+Check = Callable[[Context, _graph.Candidate], Reason | None]
 
 
 def _names(nodes) -> str:
@@ -87,7 +88,8 @@ def _state_check(kind: str, code: R) -> Check:
 def skipped_by_rule(ctx, c):
     if c.mul.name in ctx.skips:
         _, skip = ctx.skips[c.mul.name]
-        return Reason(f"rule:{skip.code}", f"the rule {ctx.rule!r} keeps this site from the pass", skip.detail)
+        return Reason(code=f"rule:{skip.code}", message=f"the rule {ctx.rule!r} keeps this site from the pass",
+                      detail=skip.detail)
 
 
 def mul_op_not_matched(ctx, c):
@@ -133,7 +135,8 @@ def conv_op_not_matched(ctx, c):
         return Reason.of(R.CONV_OP_NOT_MATCHED, f"{conv.name} is {_graph.op_name(conv)}, which the pass does not list")
     name = _graph.op_name(conv)
     if name == "aten.conv2d.default" and len(conv.args) < 3:
-        return Reason.of(R.CONV_OP_NOT_MATCHED, f"{conv.name} is aten.conv2d with {len(conv.args)} args (no bias arg); the pass needs at least 3")
+        return Reason.of(R.CONV_OP_NOT_MATCHED,
+                         f"{conv.name} is aten.conv2d with {len(conv.args)} args (no bias arg); the pass needs at least 3")
     if name != "aten.conv2d.default" and len(conv.args) < 9:
         return Reason.of(R.CONV_OP_NOT_MATCHED, f"{conv.name} has {len(conv.args)} args; the pass needs 9")
 
@@ -178,7 +181,8 @@ def scale_not_float(ctx, c):
     tensor, meta = _scale_value(ctx, c)
     value = tensor if tensor is not None else meta
     if value is not None and not value.dtype.is_floating_point:
-        return Reason.of(R.SCALE_NOT_FLOAT, f"{getattr(c.scale, 'name', c.scale)} has dtype {str(value.dtype).replace('torch.', '')}")
+        return Reason.of(R.SCALE_NOT_FLOAT,
+                         f"{getattr(c.scale, 'name', c.scale)} has dtype {str(value.dtype).replace('torch.', '')}")
 
 
 def channel_broadcast(conv: Node, shape: tuple[int, ...]) -> str | None:

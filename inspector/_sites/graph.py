@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 import torch
 from torch.fx import Node
@@ -139,7 +140,7 @@ def set_marker(node: Node) -> None:
 # ---------------------------------------------------------------- candidates
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Candidate:
     """A mul whose operand is (through earlier same-conv muls, or through views and quantized values) a
     convolution."""
@@ -185,11 +186,11 @@ def candidates(graph: torch.fx.Graph) -> list[Candidate]:
                 continue
             other = operands[1 - i] if len(operands) > 1 else None
             if is_conv(operand):
-                cand = Candidate(node, operand, other, None)
+                cand = Candidate(mul=node, conv=operand, scale=other, via=None)
             elif operand in by_mul and isinstance(other, (int, float, Node)) and not (
                 isinstance(other, Node) and (is_conv(other) or other in by_mul)
             ):
-                cand = Candidate(node, by_mul[operand].conv, other, operand)
+                cand = Candidate(mul=node, conv=by_mul[operand].conv, scale=other, via=operand)
             else:
                 continue
             break
@@ -200,11 +201,11 @@ def candidates(graph: torch.fx.Graph) -> list[Candidate]:
                 other = operands[1 - i] if len(operands) > 1 else None
                 behind = _behind(operand, is_conv)
                 if behind is not None:
-                    cand = Candidate(node, behind[0], other, None, behind[1])
+                    cand = Candidate(mul=node, conv=behind[0], scale=other, via=None, path=behind[1])
                     break
                 behind = _behind(operand, by_mul.__contains__)  # an earlier site's mul, seen through them
                 if behind is not None:
-                    cand = Candidate(node, by_mul[behind[0]].conv, other, behind[0], behind[1])
+                    cand = Candidate(mul=node, conv=by_mul[behind[0]].conv, scale=other, via=behind[0], path=behind[1])
                     break
         if cand is not None:
             found.append(cand)
@@ -338,7 +339,7 @@ def value_meta(node: Any):
 # ---------------------------------------------------------------- state reachability
 
 
-@dataclass
+@dataclass(kw_only=True)
 class StateReach:
     """For each state-boundary kind, which nodes reach a boundary and the next hop towards it.
 
@@ -371,7 +372,7 @@ class StateReach:
 BUFFER, INPUT, MARKER = "feeds-buffer-mutation", "feeds-input-mutation", "marked-carried-state"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StateWrite:
     """One place where a graph writes carried state: the boundary a state path ends at."""
 
@@ -424,14 +425,15 @@ def state_writes(graph: torch.fx.Graph, signature: Any = None) -> list[StateWrit
             for spec, value in zip(signature.output_specs, output_values(graph)):
                 if isinstance(value, Node) and spec.kind in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION):
                     kind = BUFFER if spec.kind == OutputKind.BUFFER_MUTATION else INPUT
-                    writes.append(StateWrite(out, kind, str(spec.target), "signature", (value,)))
+                    writes.append(StateWrite(node=out, kind=kind, target=str(spec.target), via="signature",
+                                             sources=(value,)))
     for n in nodes:
         dest = _inplace_destination(n)
         if dest is None or dest.op not in ("get_attr", "placeholder"):
             continue
         kind = BUFFER if dest.op == "get_attr" or dest.name in buffer_inputs else INPUT
         sources = tuple(src for src in n.all_input_nodes if src is not dest)
-        writes.append(StateWrite(n, kind, str(dest.target), "in-place", sources))
+        writes.append(StateWrite(node=n, kind=kind, target=str(dest.target), via="in-place", sources=sources))
     return writes
 
 
@@ -485,7 +487,7 @@ def state_reach(
     markers: bool = True,
     also_marked: Iterable[Node] = (),
     top_level_markers: bool = False,
-    memo: "ReachMemo | None" = None,
+    memo: ReachMemo | None = None,
 ) -> StateReach:
     """Which nodes feed carried state: signature mutations, optional in-place writes, markers.
 
@@ -514,7 +516,7 @@ def state_reach(
 
 def boundary_reach(graph: torch.fx.Graph, signature: Any = None, *, in_place_writes: bool = False) -> StateReach:
     """``state_reach`` without markers: the paths to the state the graph writes (one backward sweep)."""
-    reach = StateReach({BUFFER: {}, INPUT: {}, MARKER: {}})
+    reach = StateReach(next_hop={BUFFER: {}, INPUT: {}, MARKER: {}})
     nodes = list(graph.nodes)
     for w in state_writes(graph, signature):
         if w.via == "in-place" and not in_place_writes:
@@ -559,7 +561,7 @@ def with_markers(reach: StateReach, seeds: Iterable[Node]) -> StateReach:
     boundary = dict(reach.boundary)
     for n in seeds:
         boundary[n] = f"marker on {n.name}"
-    return StateReach(next_hop, boundary, terminal)
+    return StateReach(next_hop=next_hop, boundary=boundary, terminal=terminal)
 
 
 class ReachMemo:

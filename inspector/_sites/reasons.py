@@ -9,6 +9,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from .._base.codec import Record
+
 
 class _Code(str, enum.Enum):
     """An enum whose members are ``(code, sentence)``: ``.value`` is the stable code."""
@@ -45,22 +47,28 @@ class ReasonCode(_Code):
     BIAS_NOT_FLOAT = ("bias-not-float", "the conv bias is not floating point")
     WEIGHT_SHARED = ("weight-shared", "the conv weight or bias is shared with other nodes, so it cannot be rewritten in place")
     EXPLANATION_MISMATCH = ("explanation-mismatch", "the inspector cannot explain what the installed pass did here")
-    RULE_PASS_SKIPPED = ("rule-pass-skipped", "the rule's own pass class left this site as it is, where the installed pass folds it")
+    RULE_PASS_SKIPPED = ("rule-pass-skipped",
+                         "the rule's own pass class left this site as it is, where the installed pass folds it")
 
 
 class RiskCode(_Code):
     """A warning that does not change the decision."""
 
-    WIDE_DYNAMIC_RANGE_SCALE = ("wide-dynamic-range-scale", "the scale spans a wide range, so folding widens the conv's quantization range")
-    FEEDS_CARRIED_STATE = ("feeds-carried-state", "this fold scales a value that is carried to the next step; quantization error can compound")
-    FEEDS_RECURRENT_OUTPUT = ("feeds-recurrent-output", "the mul output reaches an output the model declares as recurrent state; mark it to protect it")
-    FOLDED_WEIGHT_REUSED = ("folded-weight-reused", "two folds scale one shared weight, and the pass reuses the first scaled constant for both")
-    MARKER_IGNORED_BY_PR = ("marker-ignored-by-pr", "the carried-state marker is only in meta['custom']; executorch PR #21234 reads the top-level key and would not see it")
+    WIDE_DYNAMIC_RANGE_SCALE = ("wide-dynamic-range-scale",
+                                "the scale spans a wide range, so folding widens the conv's quantization range")
+    FEEDS_CARRIED_STATE = ("feeds-carried-state",
+                           "this fold scales a value that is carried to the next step; quantization error can compound")
+    FEEDS_RECURRENT_OUTPUT = ("feeds-recurrent-output",
+                              "the mul output reaches an output the model declares as recurrent state; mark it to protect it")
+    FOLDED_WEIGHT_REUSED = ("folded-weight-reused",
+                            "two folds scale one shared weight, and the pass reuses the first scaled constant for both")
+    MARKER_IGNORED_BY_PR = ("marker-ignored-by-pr", "the carried-state marker is only in meta['custom']; executorch PR "
+                            "#21234 reads the top-level key and would not see it")
     RULE_PASS_FOLDED = ("rule-pass-folded", "the rule's own pass class folded this site, where the installed pass leaves it")
 
 
-@dataclass(frozen=True)
-class Reason:
+@dataclass(frozen=True, kw_only=True)
+class Reason(Record):
     """One reason a site is skipped."""
 
     code: str  # stable code, a ReasonCode value (or "rule:CODE" from a user's guard)
@@ -68,15 +76,12 @@ class Reason:
     detail: str  # names the nodes involved, e.g. "conv2d has 2 users: mul, add"
 
     @classmethod
-    def of(cls, code: ReasonCode, detail: str) -> "Reason":
-        return cls(code.value, code.sentence, detail)
-
-    def to_dict(self) -> dict:
-        return {"code": self.code, "message": self.message, "detail": self.detail}
+    def of(cls, code: ReasonCode, detail: str) -> Reason:
+        return cls(code=code.value, message=code.sentence, detail=detail)
 
 
-@dataclass(frozen=True)
-class Risk:
+@dataclass(frozen=True, kw_only=True)
+class Risk(Record):
     """One warning about a site; never changes the decision."""
 
     code: str  # stable code, a RiskCode value
@@ -85,8 +90,5 @@ class Risk:
     value: float | None = None  # the measured quantity, e.g. the scale ratio
 
     @classmethod
-    def of(cls, code: RiskCode, detail: str, value: float | None = None) -> "Risk":
-        return cls(code.value, code.sentence, detail, value)
-
-    def to_dict(self) -> dict:
-        return {"code": self.code, "message": self.message, "detail": self.detail, "value": self.value}
+    def of(cls, code: RiskCode, detail: str, value: float | None = None) -> Risk:
+        return cls(code=code.value, message=code.sentence, detail=detail, value=value)

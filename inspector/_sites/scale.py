@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .._base.codec import Record
 from . import graph as _graph
 from .explain import channel_broadcast
 
 
-@dataclass(frozen=True)
-class ScaleSummary:
+@dataclass(frozen=True, kw_only=True)
+class ScaleSummary(Record):
     """What multiplies the conv output."""
 
     kind: str  # scalar (Python number) | scalar-tensor | channel | tensor | input-dependent | quantized
@@ -27,32 +28,26 @@ class ScaleSummary:
             return f"{self.kind} {self.max_abs:.4g}"
         return f"{self.kind} {list(self.shape)} |s| {self.min_abs:.3g}..{self.max_abs:.3g}"
 
-    def to_dict(self) -> dict:
-        d = dict(vars(self))
-        d["shape"] = list(self.shape)
-        if self.ratio is not None and math.isinf(self.ratio):
-            d["ratio"] = "inf"
-        return d
-
-
 
 def scale_summary(c: _graph.Candidate, program) -> ScaleSummary:
     """What multiplies the conv output of candidate ``c`` (constants read as the pass reads them)."""
     s = c.scale
     if isinstance(s, (int, float)) and not isinstance(s, bool):
         v = abs(float(s))
-        return ScaleSummary("scalar", (), f"python-{type(s).__name__}", v, v, 1.0 if v else math.inf)
+        return ScaleSummary(kind="scalar", shape=(), dtype=f"python-{type(s).__name__}", min_abs=v, max_abs=v,
+                            ratio=1.0 if v else math.inf)
     tensor = _graph.constant_tensor(s, program)
     if tensor is None and c.path:  # a constant seen through RESCALE or quantize/dequantize (lowering, INT flow)
         behind = _graph.constant_behind(s, program)
         if behind is not None:  # its integers are the quantized scale: the real values need its qparams
-            return ScaleSummary("quantized", tuple(int(d) for d in behind[0].shape),
-                                str(behind[0].dtype).replace("torch.", ""), None, None, None)
+            return ScaleSummary(kind="quantized", shape=tuple(int(d) for d in behind[0].shape),
+                                dtype=str(behind[0].dtype).replace("torch.",
+                                                                   ""), min_abs=None, max_abs=None, ratio=None)
     if tensor is None:
         meta = _graph.value_meta(s)
         shape = tuple(int(d) for d in meta.shape) if meta is not None else ()
         dtype = str(meta.dtype).replace("torch.", "") if meta is not None else "unknown"
-        return ScaleSummary("input-dependent", shape, dtype, None, None, None)
+        return ScaleSummary(kind="input-dependent", shape=shape, dtype=dtype, min_abs=None, max_abs=None, ratio=None)
     shape = tuple(int(d) for d in tensor.shape)
     dtype = str(tensor.dtype).replace("torch.", "")
     a = tensor.detach().abs().double().flatten()
@@ -64,4 +59,4 @@ def scale_summary(c: _graph.Candidate, program) -> ScaleSummary:
         kind = "channel"
     else:
         kind = "tensor"
-    return ScaleSummary(kind, shape, dtype, lo, hi, ratio)
+    return ScaleSummary(kind=kind, shape=shape, dtype=dtype, min_abs=lo, max_abs=hi, ratio=ratio)

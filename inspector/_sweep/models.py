@@ -7,7 +7,8 @@ from importlib.metadata import version
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
+from collections.abc import Iterable, Sequence
 
 from .._base.hashing import digest
 from .._base.limits import check_steps
@@ -25,7 +26,7 @@ except ModuleNotFoundError:  # Python 3.10: the same parser as the tomli backpor
     import tomli as tomllib
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelSpec:
     """One model of a sweep, as the user named it."""
 
@@ -43,6 +44,7 @@ class ModelSpec:
         return digest(FORMAT_VERSION, self.target, _content_of(self.target), self.input_shapes,
                       torch.__version__, version("executorch"), version("tosa-tools"), __version__)
 
+    # Written by hand: a spec is written as the user wrote it (its label under "target"), not as resolved.
     def to_dict(self) -> dict:
         return {"target": self.label, "input_shapes": [list(s) for s in self.input_shapes or ()] or None,
                 "steps": self.steps}
@@ -93,7 +95,7 @@ def models_from(models: Iterable[Any] = (), *, samples: bool = False,
             raise InspectorError(f"cannot sweep a {type(item).__name__}; give sample:NAME, path/to/file.py:Class, "
                                  "a .pt2 file or a .toml list (for a model object: torch.export.save it first)")
     if samples:
-        out += [ModelSpec(f"sample:{name}", f"sample:{name}") for name in sample_registry.names()]
+        out += [ModelSpec(target=f"sample:{name}", label=f"sample:{name}") for name in sample_registry.names()]
     excluded = {e.removeprefix("sample:") for e in ([exclude] if isinstance(exclude, str) else exclude)}
     if excluded:
         known = {spec.label for spec in out} | {spec.target.removeprefix("sample:") for spec in out}
@@ -161,15 +163,15 @@ def read_models_toml(path: str | os.PathLike) -> list[ModelSpec]:
 
 def _spec(target: str, label: str, shapes, steps, root: Path) -> ModelSpec:
     if target.startswith("sample:"):
-        return ModelSpec(target, label, shapes, steps)
+        return ModelSpec(target=target, label=label, input_shapes=shapes, steps=steps)
     if ".py:" in target:
         file, _, cls = target.rpartition(":")
-        return ModelSpec(f"{(root / file).resolve()}:{cls}", label, shapes, steps)
+        return ModelSpec(target=f"{(root / file).resolve()}:{cls}", label=label, input_shapes=shapes, steps=steps)
     if target.endswith(".pt2"):
-        return ModelSpec(str((root / target).resolve()), label, shapes, steps)
+        return ModelSpec(target=str((root / target).resolve()), label=label, input_shapes=shapes, steps=steps)
 
     if target in samples.names():
-        return ModelSpec(f"sample:{target}", label, shapes, steps)
+        return ModelSpec(target=f"sample:{target}", label=label, input_shapes=shapes, steps=steps)
     raise InspectorError(f"cannot tell what {quoted(target)} is; give sample:NAME, path/to/file.py:Class or a .pt2 file")
 
 

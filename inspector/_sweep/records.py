@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable
 
+from .._base.codec import Record, codec
 from .._base.errors import InspectorError
 from .._cost.accelerators import TOSA_INT, Accelerator, accelerator_named
 from .._numbers.engines import TOSA, Engine, engine_of, engines
@@ -19,7 +20,7 @@ NUMBERS_STAGE = "tfa"
 Progress = Callable[["tuple[SweepBar, ...]"], None]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SweepBar:
     """One phase's progress (the CLI draws one bar per phase)."""
 
@@ -96,8 +97,8 @@ def _mapping(value, what: str, data) -> dict:
     raise _bad(what, data)
 
 
-@dataclass(frozen=True)
-class SweepModel:
+@dataclass(frozen=True, kw_only=True)
+class SweepModel(Record):
     """One model of a sweep: whether it was analysed, and what that cost."""
 
     target: str  # the model as named: sample:NAME, file.py:Class, a .pt2 path, a TOML entry's name
@@ -105,12 +106,8 @@ class SweepModel:
     fingerprint: str | None = None  # its program's fingerprint (keys its rows and variants in the store)
     timings: dict = field(default_factory=dict)  # seconds per phase of its analysis (load, stage tfa, ...)
 
-    def to_dict(self) -> dict:
-        return {"target": self.target, "error": self.error, "fingerprint": self.fingerprint,
-                "timings": dict(self.timings)}
 
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SweepRow:
     """One model at one stage under one rule: its sites and what the rule decided at each."""
 
@@ -126,6 +123,8 @@ class SweepRow:
     error: str | None = None  # why this row has no decisions (one line)
     seconds: float | None = None  # time to decide (None on a row that failed)
 
+    # Written by hand: the store's row has keys only for what the row has (a failed row no seconds, ``where``
+    # only in the store's form), and its reader names the row in one InspectorError.
     def to_dict(self, where: bool = False) -> dict:
         """The row's JSON; ``where=True`` adds where each site is (the form the store keeps)."""
         decided = {"sites": self.sites, "folded": list(self.folded), "skipped": list(self.skipped),
@@ -137,7 +136,7 @@ class SweepRow:
                 "error": None, **({"seconds": self.seconds} if self.seconds is not None else {})}
 
     @classmethod
-    def from_dict(cls, data) -> "SweepRow":
+    def from_dict(cls, data) -> SweepRow:
         """A row as ``to_dict(where=True)`` wrote it (or a sweep of format 1, which said "policy"); InspectorError
         when it is not one."""
         if not isinstance(data, dict):
@@ -148,11 +147,12 @@ class SweepRow:
         where = _mapping(data.get("where", {}), "row", data)
         if not all(isinstance(v, dict) for v in where.values()):
             raise _bad("row", data)
-        return cls(_text(data, "target", "row"), _text(data, "stage", "row"), _text(data, "rule", "row"), sites,
-                   _texts(data.get("folded", []), "row", data), _texts(data.get("skipped", []), "row", data),
-                   {k: _texts(v, "row", data) for k, v in reasons.items()},
-                   {k: dict(v) for k, v in where.items()}, _text(data, "error", "row", optional=True),
-                   _number(data.get("seconds"), "row", data))
+        return cls(target=_text(data, "target", "row"), stage=_text(data, "stage", "row"),
+                   rule=_text(data, "rule", "row"), sites=sites, folded=_texts(data.get("folded", []), "row", data),
+                   skipped=_texts(data.get("skipped", []), "row", data),
+                   reasons={k: _texts(v, "row", data) for k, v in reasons.items()},
+                   where={k: dict(v) for k, v in where.items()}, error=_text(data, "error", "row", optional=True),
+                   seconds=_number(data.get("seconds"), "row", data))
 
 
 # The one reason code renamed with the word (format 1 of the sweep's records wrote it).
@@ -183,7 +183,7 @@ _MEASURED = ("worst_step", "max_abs_error", "last_step", "outputs", "folds", "fo
              "tosa_spec", "cached")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SweepVariant:
     """One variant of one model on the TOSA INT reference model (or the simulation): its numbers,
     or why it has none."""
@@ -223,6 +223,8 @@ class SweepVariant:
         object.__setattr__(self, "engine", engine_of(self.engine))
         object.__setattr__(self, "accelerator", accelerator_named(self.accelerator))
 
+    # Written by hand: a variant's measured keys are there only when it ran (a failed one has none, a
+    # confirmed one says so), as sweeps of format 1 to 3 wrote them; its reader names the variant in one InspectorError.
     def to_dict(self) -> dict:
         d = {"target": self.target, "stage": self.stage, "engine": self.engine.name, "variant": self.variant,
              "rule": self.rule, "markers": list(self.markers), "quantization": self.quantization,
@@ -242,7 +244,7 @@ class SweepVariant:
         return d
 
     @classmethod
-    def from_dict(cls, data) -> "SweepVariant":
+    def from_dict(cls, data) -> SweepVariant:
         """A variant as ``to_dict`` wrote it (or a sweep of format 1); InspectorError when it is not one. Its engine
         is the registered one it names; its accelerator too, or a stand-in for one this process does not know
         (``accelerators.accelerator_named``)."""
@@ -284,8 +286,8 @@ class SweepVariant:
                    cached=data["cached"], shared_with=_text(data, "shared_with", "variant", optional=True))
 
 
-@dataclass(frozen=True)
-class ChangedSite:
+@dataclass(frozen=True, kw_only=True)
+class ChangedSite(Record):
     """A site whose decision differs between a sweep's rules, at one stage of one model."""
 
     target: str  # the model
@@ -297,22 +299,12 @@ class ChangedSite:
     location: str = ""  # file:line of the mul
     # At tfa, where the quantized flow folds: rule -> its model's SQNR at the last step, and rule ->
     # that minus the baseline's (None: no numbers here)
-    sqnr_db_last: dict | None = None
-    sqnr_delta_db: dict | None = None
+    sqnr_db_last: dict | None = field(default=None, metadata=codec(omit=True))
+    sqnr_delta_db: dict | None = field(default=None, metadata=codec(omit=True))
     # On an NPU accelerator (the sweep's first that has a cost): rule -> its model's cycles (Vela's estimate),
     # and rule -> that minus the baseline's: what the rule change costs (+) or saves (-) in cycles
-    cycles: dict | None = None
-    cycles_delta: dict | None = None
-
-    def to_dict(self) -> dict:
-        d = {"target": self.target, "stage": self.stage, "site": self.site, "decisions": dict(self.decisions),
-             "reasons": {k: list(v) for k, v in self.reasons.items()}, "module": self.module,
-             "location": self.location}
-        if self.sqnr_db_last is not None:
-            d.update(sqnr_db_last=dict(self.sqnr_db_last), sqnr_delta_db=dict(self.sqnr_delta_db or {}))
-        if self.cycles is not None:
-            d.update(cycles=dict(self.cycles), cycles_delta=dict(self.cycles_delta or {}))
-        return d
+    cycles: dict | None = field(default=None, metadata=codec(omit=True))
+    cycles_delta: dict | None = field(default=None, metadata=codec(omit=True))
 
 
 def sqnr_by_rule(variants, accelerator: Accelerator | None = None) -> dict[str, dict[str, float]]:
@@ -384,7 +376,7 @@ def changed_sites(rules, rows, variants) -> tuple[ChangedSite, ...]:
                 numbers.update(cycles={p: counts.get(p) for p in order},
                                cycles_delta={p: (counts[p] - base_cycles if p in counts and base_cycles is not None
                                                  else None) for p in order[1:]})
-            out.append(ChangedSite(target, stage, site, decisions,
-                                   {p: list(mine[p].reasons.get(site, [])) for p in order},
-                                   where.get("module", ""), where.get("location", ""), **numbers))
+            out.append(ChangedSite(target=target, stage=stage, site=site, decisions=decisions,
+                                   reasons={p: list(mine[p].reasons.get(site, [])) for p in order},
+                                   module=where.get("module", ""), location=where.get("location", ""), **numbers))
     return tuple(out)

@@ -19,7 +19,7 @@ from .._numbers.engines import TOSA, Engine, engine_of
 FORMATS = ("md", "html", "json", "csv")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Sweep:
     """What a sweep found: per model, stage and rule the decisions; the sites they differ on; the
     numbers of each variant on the TOSA INT reference model."""
@@ -110,6 +110,8 @@ class Sweep:
 
     # ------------------------------------------------------------ formats
 
+    # Written by hand: the sweep's JSON contract is a report, not its fields: the changed sites and the summary
+    # computed for readers, how it ran grouped under "run" (seconds rounded); it is never read back as a Sweep.
     def to_dict(self) -> dict:
         """The JSON contract: models, rows, changed, variants (and how the sweep ran)."""
         return jsonable({

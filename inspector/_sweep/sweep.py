@@ -31,7 +31,8 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
+from collections.abc import Iterable, Sequence
 
 from .._workers import pool as _pool
 from .._base import store as _store
@@ -47,6 +48,7 @@ from .store import MODEL, ROW, VARIANT, Records, unchanged, variant_key
 from .work import MODEL_TASK, VARIANT_TASK
 from .._numbers.compare import variants_of, workers_of
 from .._numbers.engines import TOSA, Engine, engine_of
+from .._decide import stages as _stages
 from .._decide.stages import STAGES, check_stage
 from .._cost.accelerators import TOSA_INT, Accelerator, accelerator_of
 from .._advise.advise import advise
@@ -55,84 +57,131 @@ from .._targets import load as _load
 
 def sweep(
     models: Iterable[Any] = (),
+    *,
     rules: Sequence[Any] = ("upstream", "state-aware"),
     stages: Sequence[str] = ("tfa",),
-    steps: int = 0,
+    compare: bool = False,
+    steps: int | None = None,
     variants: Sequence[Any] | None = None,
     workers: int | None = None,
     executor: str = "local",
     out: str | os.PathLike | None = None,
-    *,
     samples: bool = False,
     exclude: Iterable[str] = (),
     input_shapes: Sequence[Sequence[int]] | None = None,
     ray_address: str | None = None,
     progress: Progress | None = None,
-    engine: "str | Engine" = TOSA,
+    engine: str | Engine = TOSA,
     confirm: bool = False,
     accelerators: Sequence[Any] = (TOSA_INT,),
     advise_db: float | None = None,
 ) -> Sweep:
-    """Decide every site of every model at every stage under every rule; with ``steps > 0``, also
-    run each rule (or each of ``variants``) on the TOSA INT reference model for ``steps`` steps.
+    """Decide every site of every model at every stage under every rule; with ``compare``, also run each rule
+    (or each of ``variants``) on the TOSA INT reference model.
 
-    ``models``: ``sample:NAME``, ``path/to/file.py:Class``, ``model.pt2``, a ``.toml`` list, or
-    ``ModelSpec``; ``samples=True`` adds every built-in sample; ``exclude`` drops models by name. ``rules``: rule names,
-    ``path/to/rules.py:NAME`` or ``Rule`` objects; the first is the baseline. ``workers``: worker
-    processes (default: the cores available). ``executor``: ``"local"`` or ``"ray"``
-    (``ray_address``: a running cluster; default: a local one). ``out``: the folder of the result
-    store the sweep keeps everything in (its rows, variants and models, and its variants' compare
-    results), each as it finishes, read back by the next sweep; without it, the store in use
-    (``FOLD_INSPECTOR_STORE``, else the platform's cache folder; ``off``: nothing is kept). ``progress(bars)`` receives one
-    ``SweepBar`` per phase as the work advances. ``engine="simulation"`` computes the variants'
-    numbers on the quantize/dequantize simulation instead of the TOSA reference (no lowering; each
-    variant row and the record say so, and a note what the simulation cannot show). ``confirm=True``
-    (with ``engine="simulation"``) then runs on the TOSA reference the variants of every model whose
-    decisions at tfa differ between the rules, where a reviewer of a rule change looks: their rows
-    are replaced by TOSA's and marked ``"confirmed"``; the others stay the simulation's.
-    ``accelerators``: what the variants are lowered for (``inspector.accelerators``; default ``tosa-int``); each
-    variant runs on each, and on an Ethos-U its row has Vela's cycles (``SweepVariant.cycles``), and each changed
-    site says what the rule change costs in cycles there (the first accelerator with a cost).
-    ``advise_db``: also advise (``inspector.advise``) every model that analysed on every Ethos-U among
-    ``accelerators`` within this budget: ``Sweep.advice``, and a table of what ``upstream`` and ``state-aware`` give
-    up against the advice, per model.
+    Every result is kept in the result store as it finishes and read back by the next sweep. ``confirm`` (with
+    the simulation) runs on the TOSA reference the variants of every model whose decisions at tfa differ between
+    the rules, where a reviewer of a rule change looks: their rows are marked ``"confirmed"``.
+
+    Args:
+        models: ``sample:NAME``, ``path/to/file.py:Class``, ``model.pt2``, a ``.toml`` list, or ``ModelSpec``.
+        rules: rule names, ``path/to/rules.py:NAME`` or ``Rule`` objects, the first the baseline; default
+            ``("upstream", "state-aware")``.
+        stages: the stages to decide at; default ``("tfa",)``.
+        compare: also compare each rule's (or each of ``variants``') numbers; implied by ``steps`` and
+            ``variants``; default False (decisions only).
+        steps: the steps every model's comparison runs; default: each model's own, as every verb's (a stream's
+            length, else 20 for a model that carries state, else 1); a model list's ``steps = 0`` never compares
+            that model.
+        variants: compare these variants instead of one per rule.
+        workers: worker processes; default: the cores available.
+        executor: ``"local"`` (default: worker processes) or ``"ray"`` (Ray tasks).
+        out: the folder of the result store the sweep keeps everything in; default: the store in use
+            (``FOLD_INSPECTOR_STORE``, else the platform's cache folder; ``off``: nothing is kept).
+        samples: add every built-in sample; default False.
+        exclude: drop models by name.
+        input_shapes: one example input shape per input, for every model given here without inputs.
+        ray_address: a running Ray cluster; default: a local one.
+        progress: ``progress(bars)``, one ``SweepBar`` per phase as the work advances.
+        engine: ``"tosa"`` (default) or ``"simulation"`` (no lowering; every row and a note say so).
+        confirm: with ``engine="simulation"``, confirm on TOSA where the rules decide differently; default False.
+        accelerators: what the variants are lowered for, each variant on each; default ``(tosa-int,)``. On an
+            Ethos-U a row has Vela's cycles and each changed site what the rule change costs there.
+        advise_db: also advise every model on every Ethos-U among ``accelerators`` within this budget of dB
+            (``Sweep.advice``).
     """
-
-    chosen = engine_of(engine)
-    engine = chosen.name
 
     t_start = time.perf_counter()
     specs = models_from(models, samples=samples, input_shapes=input_shapes, exclude=exclude)
-    rules = _rules(rules)
-    stage_list = _stage_list(stages)
-    if confirm and (chosen.authority or not steps or NUMBERS_STAGE not in stage_list):
-        raise InspectorError(f"confirm re-runs on the TOSA reference what a simulated sweep compared where the rules "
-                             f"decide differently at {NUMBERS_STAGE}: give engine='simulation', steps >= 1 and a stage "
-                             f"list with {NUMBERS_STAGE} (--engine simulation --steps N --stages {NUMBERS_STAGE} --confirm)")
-    if steps:
-        check_steps(steps)
-    chips = _accelerators(accelerators)
-    compare_variants = [_Job(v, chip) for chip in chips
-                        for v in (variants_of(variants, None) if variants is not None else [Variant(r) for r in rules])]
-    if not steps and variants is not None:
-        raise InspectorError("variants are compared on the TOSA reference: give steps >= 1 (--steps N or --compare)")
-    n_workers = workers_of(workers)
-    if executor not in _pool.EXECUTORS:
-        raise InspectorError(f"unknown executor {quoted(executor)}; choose one of: {', '.join(_pool.EXECUTORS)}")
+    asked = _Asked.of(rules=rules, stages=stages, compare=compare, steps=steps, variants=variants, workers=workers,
+                      executor=executor, out=out, ray_address=ray_address, progress=progress, engine=engine,
+                      confirm=confirm, accelerators=accelerators, t_start=t_start)
     root = _out_folder(out) if out is not None else _store.location()
-    npus = [c for c in chips if c.costs]
+    npus = [c for c in asked.accelerators if c.costs]
     if advise_db is not None and not npus:
         raise InspectorError("advise_db prices the fold in cycles: give an Ethos-U among the accelerators, e.g. "
                              "accelerators=('ethos-u55-128',) (--accelerators ethos-u55-128)")
     with _store.using(root):  # the sweep's store, for everything it computes here and (by its tasks) in workers
-        result = _swept(specs, rules, stage_list, steps, variants, compare_variants, workers, n_workers, executor, out,
-                        ray_address, progress, engine, confirm, t_start, chips)
+        result = _swept(specs, asked)
         if advise_db is None:
             return result
-        return _advised(result, specs, npus, advise_db, steps, workers, t_start)
+        return _advised(result, specs, npus, advise_db, asked)
 
 
-def _advised(result: Sweep, specs, npus, budget, steps, workers, t_start) -> Sweep:
+@dataclass(frozen=True, kw_only=True)
+class _Asked:
+    """What one sweep was asked, resolved once (names to registry objects, numbers checked) and handed down whole."""
+
+    rules: tuple  # the Rule objects, the first the baseline
+    stages: tuple[str, ...]  # the stages to decide at
+    numbers: bool  # compare the variants on the engine (compare=True, or steps or variants given)
+    steps: int | None  # every model's steps (None: each model's own default, ``stages.default_steps``)
+    variants: Any  # the variants as given (None: one per rule)
+    jobs: tuple  # every (variant, accelerator) to compare (``_Job``)
+    workers: int | None  # as given (a confirming sweep is asked the same)
+    n_workers: int  # the cores the tasks share
+    executor: str  # local or ray
+    out: Any  # the store's folder as given
+    ray_address: str | None  # a running Ray cluster
+    progress: Any  # progress(bars)
+    engine: Engine  # what computes the numbers
+    confirm: bool  # re-run on TOSA where the rules differ
+    accelerators: tuple[Accelerator, ...]  # what the variants are lowered for
+    t_start: float  # when the sweep began
+
+    @classmethod
+    def of(cls, *, rules, stages, compare, steps, variants, workers, executor, out, ray_address, progress, engine,
+           confirm, accelerators, t_start) -> _Asked:
+        """Every setting of one sweep resolved and checked, before anything runs."""
+        chosen = engine_of(engine)
+        rules = _rules(rules)
+        stage_list = _stage_list(stages)
+        numbers = bool(compare) or steps is not None or variants is not None
+        if confirm and (chosen.authority or not numbers or NUMBERS_STAGE not in stage_list):
+            raise InspectorError(f"confirm re-runs on the TOSA reference what a simulated sweep compared where the "
+                                 f"rules decide differently at {NUMBERS_STAGE}: give engine='simulation', compare=True "
+                                 f"and a stage list with {NUMBERS_STAGE} (--engine simulation --compare --stages "
+                                 f"{NUMBERS_STAGE} --confirm)")
+        if steps is not None:
+            check_steps(steps)
+        chips = _accelerators(accelerators)
+        jobs = [_Job(variant=v, accelerator=chip) for chip in chips
+                for v in (variants_of(variants, None) if variants is not None else [Variant(rule=r) for r in rules])]
+        if executor not in _pool.EXECUTORS:
+            raise InspectorError(f"unknown executor {quoted(executor)}; choose one of: {', '.join(_pool.EXECUTORS)}")
+        return cls(rules=tuple(rules), stages=tuple(stage_list), numbers=numbers, steps=steps, variants=variants,
+                   jobs=tuple(jobs), workers=workers, n_workers=workers_of(workers), executor=executor, out=out,
+                   ray_address=ray_address, progress=progress, engine=chosen, confirm=confirm,
+                   accelerators=tuple(chips), t_start=t_start)
+
+    def again(self) -> dict:
+        """What a confirming sweep is asked: the same, on the TOSA reference."""
+        return dict(rules=self.rules, compare=self.numbers, steps=self.steps, variants=self.variants,
+                    workers=self.workers, accelerators=self.accelerators, executor=self.executor, out=self.out,
+                    ray_address=self.ray_address, progress=self.progress)
+
+
+def _advised(result: Sweep, specs, npus, budget, asked: _Asked) -> Sweep:
     """``result`` with every analysed model advised on every Ethos-U (a model whose advice fails: a note)."""
     failed = {m.target for m in result.models if m.error}
     advice, notes = [], list(result.notes)
@@ -142,11 +191,11 @@ def _advised(result: Sweep, specs, npus, budget, steps, workers, t_start) -> Swe
         inputs = _load.random_inputs(spec.input_shapes, f"input_shape of {spec.label}") if spec.input_shapes else None
         for chip in npus:
             try:
-                advice.append(advise(spec.target, inputs, accelerator=chip, budget_db=budget,
-                                     steps=max(1, spec.steps or steps or 1), workers=workers))
+                advice.append(advise(spec.target, example_inputs=inputs, accelerator=chip, budget_db=budget,
+                                     steps=spec.steps or asked.steps, workers=asked.workers))
             except InspectorError as exc:
                 notes.append(f"no advice for {spec.label} on {chip.name}: {exc}")
-    return replace(result, advice=tuple(advice), notes=tuple(notes), seconds=time.perf_counter() - t_start)
+    return replace(result, advice=tuple(advice), notes=tuple(notes), seconds=time.perf_counter() - asked.t_start)
 
 
 def _out_folder(out) -> Path:
@@ -159,7 +208,7 @@ def _out_folder(out) -> Path:
     return root
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Job:
     """One variant of the sweep on one accelerator."""
 
@@ -189,27 +238,25 @@ def _accelerators(accelerators) -> list[Accelerator]:
     return list(found.values())
 
 
-def _swept(specs, rules, stage_list, steps, variants, compare_variants, workers, n_workers, executor, out,
-           ray_address, progress, engine, confirm, t_start, chips) -> Sweep:
+def _swept(specs, asked: _Asked) -> Sweep:
     """The sweep asked of ``sweep``, inside its result store (``_store.using``)."""
 
     store = Records(_store.store())
     notes = []
     # A rule defined in this process only (no file) cannot travel to a worker (``Rule.__reduce__``).
-    local_only = list(dict.fromkeys(r.name for r in (*rules, *(v.variant.rule for v in compare_variants))
+    local_only = list(dict.fromkeys(r.name for r in (*asked.rules, *(v.variant.rule for v in asked.jobs))
                                     if r.is_users and not r.origin))
     if local_only:
         notes.append(f"rule {listing(local_only)} lives in this process only (not in a file), so every task ran "
                      "here, one after another: save it in a file and name it path/to/rules.py:NAME to use workers")
-    state = _State(specs, rules, stage_list, steps, compare_variants, store, progress)
+    state = _State(specs, asked, store)
     state.root = _store.where()  # the folder of the store this sweep is inside (None: off)
-    state.engine = engine
-    if steps and engine_of(engine).note:
-        notes.append(engine_of(engine).note)
+    if asked.numbers and asked.engine.note:
+        notes.append(asked.engine.note)
     for spec in specs:
         state.plan(spec)
     if state.pending_models:
-        with _pool.pool_for(executor, n_workers, ray_address, inline=bool(local_only)) as pool:
+        with _pool.pool_for(asked.executor, asked.n_workers, asked.ray_address, inline=bool(local_only)) as pool:
             state.run(pool)
     notes += state.notes
     cached = sum(1 for v in state.results.values() if v.cached)
@@ -217,16 +264,15 @@ def _swept(specs, rules, stage_list, steps, variants, compare_variants, workers,
         notes.append(f"{cached} variant{'s' * (cached != 1)} answered by warm worker processes from an earlier sweep "
                      "of the same model, or from the result store (same numbers, no time spent); "
                      "inspector.clear_cache(disk=True) stops those workers and empties the store")
-    result = Sweep(tuple(r.name for r in rules), tuple(stage_list), steps, tuple(state.model_rows()), tuple(state.rows_in_order()),
-                 tuple(state.variants_in_order()), executor="inline" if local_only else executor,
-                 seconds=time.perf_counter() - t_start, reused=state.reused,
-                 out=str(out) if out is not None else None, notes=tuple(notes), engine=engine_of(engine),
-                 accelerators=tuple(chips))
-    if not confirm:
+    result = Sweep(rules=tuple(r.name for r in asked.rules), stages=asked.stages, steps=state.steps_run(),
+                   models=tuple(state.model_rows()), rows=tuple(state.rows_in_order()),
+                   variants=tuple(state.variants_in_order()), executor="inline" if local_only else asked.executor,
+                   seconds=time.perf_counter() - asked.t_start, reused=state.reused,
+                   out=str(asked.out) if asked.out is not None else None, notes=tuple(notes), engine=asked.engine,
+                   accelerators=asked.accelerators)
+    if not asked.confirm:
         return result
-    return _confirmed(result, specs, dict(rules=rules, steps=steps, variants=variants, workers=workers, accelerators=chips,
-                                          executor=executor, out=out, ray_address=ray_address, progress=progress),
-                      t_start)
+    return _confirmed(result, specs, asked.again(), asked.t_start)
 
 
 def _confirmed(simulated: Sweep, specs: list[ModelSpec], asked: dict, t_start: float) -> Sweep:
@@ -296,7 +342,7 @@ def _stage_list(stages) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Phase:
     name: str
     total: int = 0
@@ -310,17 +356,19 @@ class _Phase:
         if self.started is not None and done > 0 and self.total:
             elapsed = time.perf_counter() - self.started
             eta = max(0.0, elapsed * (self.total - done) / done)
-        return SweepBar(self.name, done, self.total, eta)
+        return SweepBar(phase=self.name, done=done, total=self.total, eta=eta)
 
 
 class _State:
     """The scheduler's book: what each model needs, what is done, what is written."""
 
-    def __init__(self, specs, rules, stages, steps, variants, store: Records, progress) -> None:
-        self.specs, self.rules, self.stages, self.steps = specs, rules, stages, steps
-        self.rule_of = {r.name: r for r in rules}
-        self.variants = variants
-        self.store, self.progress = store, progress
+    def __init__(self, specs, asked: _Asked, store: Records) -> None:
+        self.specs, self.rules, self.stages, self.steps = specs, asked.rules, asked.stages, asked.steps
+        self.numbers = asked.numbers
+        self.rule_of = {r.name: r for r in asked.rules}
+        self.variants = asked.jobs
+        self.store, self.progress = store, asked.progress
+        self.resolved: dict[str, int] = {}  # label -> the steps its model task resolved (its default unless given)
         self.models: dict[str, SweepModel] = {}  # label -> model record
         self.rows: dict[tuple, SweepRow] = {}  # (label, stage, rule) -> row
         self.results: dict[tuple, SweepVariant] = {}  # (label, variant label) -> variant row
@@ -328,20 +376,37 @@ class _State:
         self.keys: dict[str, str] = {}  # label -> content key
         self.reused = 0
         self.notes: list[str] = []
-        self.analysed = _Phase("models analysed")
-        self.compared = _Phase("variants compared")
+        self.analysed = _Phase(name="models analysed")
+        self.compared = _Phase(name="variants compared")
         self.waiting: dict[str, list] = {}  # label -> variant groups in flight
         self.need: dict[str, tuple] = {}  # label -> (rows, variants) still to compute
-        self.engine = TOSA.name  # the name of what computes the variants' numbers (in their keys in the store)
+        self.engine = asked.engine.name  # what computes the variants' numbers (in their keys in the store)
         self.root: str | None = None  # the result store's folder (None: off): every task carries it to its worker
 
     # ------------------------------------------------------------ what is already done
 
-    def _steps_of(self, spec: ModelSpec) -> int:
-        return spec.steps if (spec.steps is not None and self.steps) else self.steps
+    def _compares(self, spec: ModelSpec) -> bool:
+        return self.numbers and spec.steps != 0  # a model list's steps = 0: never compare this model
+
+    def _steps_of(self, spec: ModelSpec) -> int | None:
+        """The steps asked for ``spec``: its own (a model list's), else the sweep's; None: the model's default."""
+        return spec.steps if spec.steps else self.steps
+
+    def _steps_key(self, spec: ModelSpec):
+        """What stands for ``spec``'s steps in a store key: the number asked, or the default's rule (the model's bytes,
+        in the key already, decide the rest)."""
+        steps = self._steps_of(spec)
+        return steps if steps is not None else ("default", _stages.STEPS_HELP)
+
+    def steps_run(self) -> int:
+        """The record's steps: as asked, else the most any model ran (0: decisions only)."""
+        if not self.numbers:
+            return 0
+        ran = [*self.resolved.values(), *(v.steps for v in self.results.values() if v.steps)]
+        return self.steps if self.steps is not None else max(ran, default=1)
 
     def _variants_for(self, spec: ModelSpec) -> list:
-        return list(self.variants) if self._steps_of(spec) else []
+        return list(self.variants) if self._compares(spec) else []
 
     def plan(self, spec: ModelSpec) -> None:
         key = spec.content_key()
@@ -352,7 +417,7 @@ class _State:
         if record is not None and not record.get("error") and not unchanged(record.get("sources")):
             record = None  # a file the model was built from (a helper its file imports) changed: so may its program
         if record is not None and record.get("error"):
-            self.models[spec.label] = SweepModel(spec.label, record["error"])
+            self.models[spec.label] = SweepModel(target=spec.label, error=record["error"])
             self.reused += 1
             return
         missing_rows = list(self._all_rows(spec))
@@ -378,7 +443,8 @@ class _State:
                     still.append(v)
             missing_variants = still
             self.reused += len(found) + len(self._variants_for(spec)) - len(missing_variants)
-            self.models[spec.label] = SweepModel(spec.label, None, fingerprint, record.get("timings", {}))
+            self.models[spec.label] = SweepModel(target=spec.label, error=None, fingerprint=fingerprint,
+                                                 timings=record.get("timings", {}))
             if not missing_rows and not missing_variants:
                 return
         self.pending_models.append(spec)
@@ -434,14 +500,15 @@ class _State:
         if kind != "done":
             message = rest[0] if kind == "error" else f"the worker analysing {spec.label} died: {rest[0]}"
             message = " ".join(str(message).split())
-            self.models[spec.label] = SweepModel(spec.label, message)
+            self.models[spec.label] = SweepModel(target=spec.label, error=message)
             if kind == "error":  # the model's own failure: the same next time
                 self.store.write({"target": spec.label, "error": message}, MODEL, self.keys[spec.label])
             self.compared.total -= len(variants)
             return
         value = rest[0]
         fingerprint = value["fingerprint"]
-        self.models[spec.label] = SweepModel(spec.label, None, fingerprint, value["timings"])
+        self.models[spec.label] = SweepModel(target=spec.label, error=None, fingerprint=fingerprint,
+                                             timings=value["timings"])
         for row in value["rows"]:
             self.rows[(spec.label, row.stage, row.rule)] = row
             if row.error is None:
@@ -453,6 +520,8 @@ class _State:
         if not variants:
             return
         prepared = value["compare"]
+        if prepared is not None:
+            self.resolved[spec.label] = prepared["steps"]
         if prepared is None:
             for v in variants:
                 self._put_variant(spec, v, {"error": value["compare_error"]}, write=True)
@@ -465,7 +534,8 @@ class _State:
             first = members[0]
             self.waiting.setdefault(spec.label, []).append(members)
             pool.submit(("variant", spec.label, first.key), VARIANT_TASK,
-                        VariantTask(prepared["run"], first.variant, None, first.accelerator),
+                        VariantTask(run=prepared["run"], variant=first.variant, plan=None,
+                                    accelerator=first.accelerator),
                         # ... then the variants, biggest program first: the last to finish are short ones,
                         # so no worker idles at the end while another lowers a big model.
                         priority=1 + 1 / (1 + prepared.get("nodes", 0)))
@@ -497,7 +567,8 @@ class _State:
         row = SweepVariant.from_dict({
             "target": spec.label, "stage": NUMBERS_STAGE, "engine": self.engine, "variant": v.label,
             "rule": v.rule.name, "markers": list(v.markers), "quantization": v.quantization or "a8w8",
-            "overrides": dict(v.overrides), "steps": self._steps_of(spec), "sqnr_db_last": None,
+            "overrides": dict(v.overrides), "steps": self.resolved.get(spec.label, self._steps_of(spec) or 0),
+            "sqnr_db_last": None,
             "sqnr_db_worst": None, **data, "accelerator": job.accelerator.name})
         self.results[(spec.label, job.key)] = row
         model = self.models.get(spec.label)
@@ -508,12 +579,12 @@ class _State:
 
     def _variant_key(self, v: _Job, spec: ModelSpec) -> tuple:
         """A variant's key in the store: the engine is in it (a simulated result never answers for TOSA)."""
-        return variant_key(v.variant, self._steps_of(spec), self.engine, v.accelerator)
+        return variant_key(v.variant, self._steps_key(spec), self.engine, v.accelerator)
 
     # ------------------------------------------------------------ the tables, in the order asked
 
     def model_rows(self) -> list[SweepModel]:
-        return [self.models.get(s.label, SweepModel(s.label, "not run (interrupted)")) for s in self.specs]
+        return [self.models.get(s.label, SweepModel(target=s.label, error="not run (interrupted)")) for s in self.specs]
 
     def rows_in_order(self) -> list[SweepRow]:
         out = []

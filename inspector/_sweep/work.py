@@ -28,7 +28,7 @@ from .._numbers.measures import wanted
 from .._numbers.tasks import VariantTask, model_run, run_in_worker, worker_target
 from .._numbers.quantization import quantization_of
 from .._numbers.engines import TOSA
-from .._numbers.variant_cache import base_key, can_predict, predicted_decisions
+from .._numbers.variant_cache import base_key, predicted_decisions
 from .._base.errors import InspectorError, describe
 from .records import SweepRow
 from .._base.hashing import digest
@@ -40,7 +40,7 @@ MODEL_TASK, VARIANT_TASK = "sweep-model", "sweep-variant"
 def row_of(label: str, stage: str, rule: str, analysis, seconds: float) -> SweepRow:
     """One (model, stage, rule) row of the sweep: the sites and what the rule (named ``rule``) decided at each."""
     return SweepRow(
-        label, stage, rule, len(analysis.sites),
+        target=label, stage=stage, rule=rule, sites=len(analysis.sites),
         folded=tuple(s.id for s in analysis.sites if s.folded),
         skipped=tuple(s.id for s in analysis.sites if not s.folded),
         reasons={s.id: tuple(s.reason_codes) for s in analysis.sites if not s.folded},
@@ -75,7 +75,8 @@ def _prepare_model(payload: dict, report) -> dict:
         try:
             decider = decider_of(target, stage)
         except InspectorError as exc:
-            rows += [SweepRow(label, stage, rule.name, error=str(exc)) for s, rule in need if s == stage]
+            rows += [SweepRow(target=label, stage=stage, rule=rule.name, error=str(exc)) for s,
+                     rule in need if s == stage]
             continue
         finally:
             timings[f"stage {stage}"] = time.perf_counter() - t1
@@ -86,7 +87,7 @@ def _prepare_model(payload: dict, report) -> dict:
             try:
                 analysis = decider.decide(rule, ())
             except InspectorError as exc:
-                rows.append(SweepRow(label, stage, rule.name, error=str(exc)))
+                rows.append(SweepRow(target=label, stage=stage, rule=rule.name, error=str(exc)))
                 continue
             seconds = time.perf_counter() - t2
             timings[f"decide {stage}"] = timings.get(f"decide {stage}", 0.0) + seconds
@@ -126,7 +127,7 @@ def user_sources() -> dict[str, str]:
 
 def _for_variants(target, asked: dict, timings: dict) -> dict:
     t0 = time.perf_counter()
-    steps = asked["steps"]
+    steps = _stages.steps_for(target, asked["steps"])  # None: the model's own default, as every verb's
     _flow.check_recurrent(target)
     calibrated = _flow.choose_calibration(target, None, steps)
     reference = _flow.float_reference(target, steps)
@@ -149,10 +150,10 @@ def _for_variants(target, asked: dict, timings: dict) -> dict:
     timings["predict"] = time.perf_counter() - t1
     try:
         run = model_run(target, calibrated, steps, reference, base, engine)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise InspectorError(f"torch.export.save cannot write {target.name}'s program, so no worker can run it: "
                              f"{describe(exc)}") from exc
-    return {"run": run, "decisions": decisions, "nodes": len(target.exported.graph.nodes)}
+    return {"run": run, "decisions": decisions, "nodes": len(target.exported.graph.nodes), "steps": steps}
 
 
 @task_kind(VARIANT_TASK)

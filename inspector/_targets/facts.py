@@ -14,7 +14,8 @@ target keeps (docs/design.md, "How the core is built"):
 
 from __future__ import annotations
 
-from typing import Callable, Generic, Hashable, TypeVar
+from typing import Generic, TypeVar
+from collections.abc import Callable, Hashable
 
 from .._base.cache import BoundedCache
 

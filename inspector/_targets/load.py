@@ -38,7 +38,7 @@ SAMPLE_PREFIX = "sample:"
 INITIAL_BUFFERS: Fact[dict[str, torch.Tensor]] = Fact("initial buffers")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Target:
     """A model ready for analysis: a private export, its inputs, and a pristine eager copy."""
 
@@ -65,11 +65,9 @@ class Target:
         labelled = self.stream is not None and self.stream.labels is not None
         return tuple(dict.fromkeys([*self.task, *(("accuracy",) if labelled else ())]))
 
-    def steps(self, steps: int | None) -> int:
-        """The steps a run takes: ``steps`` as given, else the stream's length (1 without a stream); never more
-        than the stream has frames."""
-        if steps is None:
-            return len(self.stream) if self.stream is not None else 1
+    def steps(self, steps: int) -> int:
+        """``steps`` as given, never more than the stream has frames (the default when none is given is
+        ``_decide/stages.py``'s ``default_steps``: it needs to know whether the model carries state)."""
         if self.stream is not None and steps > len(self.stream):
             raise InspectorError(f"steps={steps} but the stream of {self.name} has {len(self.stream)} frames: ask for "
                                  f"at most {len(self.stream)} steps")
@@ -173,7 +171,7 @@ def import_file(file: str | os.PathLike):
         sys.modules.pop(mod_name, None)
         raise InspectorError(f"importing {path.name} called sys.exit({exc.code!r}); guard the script's own code "
                              "with `if __name__ == '__main__':`") from None
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         sys.modules.pop(mod_name, None)
         raise InspectorError(f"importing {path.name} failed: {describe(exc)}") from exc
     return module
@@ -186,7 +184,8 @@ def _from_script(spec: str, example_inputs: Any) -> Target:
     mod_name, path = module.__name__, Path(file)
     cls = getattr(module, cls_name, None)
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
-        classes = sorted(n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, nn.Module) and v.__module__ == mod_name)
+        classes = sorted(n for n, v in vars(module).items()
+                         if isinstance(v, type) and issubclass(v, nn.Module) and v.__module__ == mod_name)
         raise InspectorError(f"{path.name} has no nn.Module class {quoted(cls_name)}; found: {listing(classes) or 'none'}")
     try:
         model = cls()
@@ -198,7 +197,7 @@ def _from_script(spec: str, example_inputs: Any) -> Target:
                                  "with none: give it defaults, or build it in Python and call inspector.analyze(model)"
                                  ) from None
         raise InspectorError(f"{cls_name}() failed: {describe(exc)}") from exc
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise InspectorError(f"{cls_name}() failed: {describe(exc)}") from exc
     if example_inputs is None:
         example_inputs = getattr(module, "EXAMPLE_INPUTS", None)
@@ -249,7 +248,8 @@ def _from_module(model: nn.Module, example_inputs: Any, name: str) -> Target:
             state[key] = weights[id(value)]
     recurrent = dict(getattr(model, "RECURRENT", {}) or {})
     task = tuple(getattr(model, "METRICS", ()) or ())  # the task's own measurements (a sample's)
-    return Target(name, exported, inputs, private, recurrent, stream=stream, task=task, export=how, notes=notes)
+    return Target(name=name, exported=exported, inputs=inputs, model=private, recurrent=recurrent, stream=stream,
+                  task=task, export=how, notes=notes)
 
 
 NON_STRICT = "torch.export.export(strict=False)"  # the inspector's way: traces the Python as it runs
@@ -268,7 +268,7 @@ def _export(private: nn.Module, inputs: tuple, name: str) -> tuple[torch.export.
         first = exc
     try:
         exported = _export_once(private, inputs, strict=True)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - both exports failed: one line naming both
         raise InspectorError(
             f"torch.export failed for {name} with inputs {describe_inputs(inputs)}: "
             f"{describe(first)} (and with strict=True, as ExecuTorch's test harness exports: {describe(exc)}); "
@@ -308,7 +308,7 @@ def _from_program(program, example_inputs: Any, name: str) -> Target:
         example_inputs = stream.inputs
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
-    return Target(name, program, copy.deepcopy(tuple(example_inputs)), stream=stream)
+    return Target(name=name, exported=program, inputs=copy.deepcopy(tuple(example_inputs)), stream=stream)
 
 
 def random_inputs(shapes, what: str = "input shape") -> tuple:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from importlib.metadata import entry_points
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 from .._base.registry import Registry
 from .._base.errors import InspectorError, quoted
@@ -19,7 +19,7 @@ from .._base.errors import InspectorError, quoted
 ENTRY_POINT_GROUP = "fold_inspector.samples"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SampleEntry:
     """One registered sample."""
 
@@ -36,7 +36,7 @@ def _entry(name: str, factory: Callable, description: str = "", *, default: bool
         raise InspectorError(f"a sample name is an identifier, got {quoted(name)}")
     if default:
         _DEFAULT[:] = [name]
-    return SampleEntry(name, factory, description)
+    return SampleEntry(name=name, factory=factory, description=description)
 
 
 def _discover(registry) -> None:

@@ -14,7 +14,8 @@ import os
 import stat
 import struct
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import torch
 
@@ -24,11 +25,11 @@ from .._base.hashing import digest
 MAX_FRAMES = 100_000  # a stream longer than this is refused (each frame is a run of the reference model)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Stream:
     """Inputs in order, one tuple per step, and what a task measurement needs of each frame."""
 
-    frames: tuple  # one input tuple per step, each shaped like the first
+    frames: tuple = field(kw_only=False)  # one input tuple per step, each shaped like the first (Stream(frames, ...))
     labels: tuple | None = None  # per frame: the true class(es) as a tensor, or None where the frame has no label
     sequence: int = 0  # frames per sequence: the state starts fresh every ``sequence`` frames (0: one sequence)
     name: str = ""  # where it comes from, in words ("speech.wav, 79 frames of 512 samples")
@@ -123,7 +124,7 @@ _READ = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 @contextlib.contextmanager
-def _regular(path: "str | os.PathLike", what: str):
+def _regular(path: str | os.PathLike, what: str):
     """``path`` opened for reading (binary) if it is a regular file; anything else (a FIFO, a device, a folder, a
     socket) is one line naming what it is, before a byte is read. Yields the file and its size."""
     text = os.fspath(path)
@@ -156,7 +157,7 @@ _FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 _NPY = "a .npy array of frames"
 
 
-def read_npy(path: "str | os.PathLike", name: str = "") -> Stream:
+def read_npy(path: str | os.PathLike, name: str = "") -> Stream:
     """A stream from a ``.npy`` array (T, *input shape): frame i feeds ``array[i]`` as the model's one input, as
     float32. Read without pickles (a file from a stranger runs no code), from a regular file only (a FIFO or a
     device is refused before it is read), its header checked before its data is read. A conversion that would lose
@@ -187,7 +188,7 @@ def read_npy(path: "str | os.PathLike", name: str = "") -> Stream:
     rounded = _check_npy_values(np, array, text)
     frames = tuple((torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)),) for a in array)
     said = f", {array.dtype} rounded to float32" if rounded else ""
-    return Stream(frames, name=name or f"{text}, {len(frames)} frames{said}")
+    return Stream(frames=frames, name=name or f"{text}, {len(frames)} frames{said}")
 
 
 def _npy_header(np, f, path: str) -> tuple[tuple[int, ...], Any, int]:
@@ -245,7 +246,7 @@ def _said_array(shape: tuple[int, ...], dtype) -> str:
     return "x".join(map(str, shape)) + f" {dtype}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WavHeader:
     """What a ``.wav`` file's header says, checked against the file: 16-bit mono PCM and where its samples are."""
 
@@ -266,7 +267,7 @@ _PCM, _EXTENSIBLE = 1, 0xFFFE  # WAVE format tags: integer PCM, and the extensib
 _TAGS = {3: "IEEE float", 6: "A-law", 7: "mu-law", 0x11: "IMA ADPCM", 0x55: "MPEG layer 3"}
 
 
-def read_wav_header(path: "str | os.PathLike") -> WavHeader:
+def read_wav_header(path: str | os.PathLike) -> WavHeader:
     """The header of a ``.wav`` file, checked before any sample is read (what the CLI checks before it loads the
     model): a regular file (a FIFO or a device is refused unread), a RIFF/WAVE header that is all there, a ``fmt``
     chunk of 16-bit mono integer PCM, and a ``data`` chunk of whole samples the file really holds. Anything else
@@ -325,10 +326,10 @@ def _wav_header(f, size: int, path: str) -> WavHeader:
     if length % 2:
         raise InspectorError(f"{path}'s data chunk is {length:,} bytes: not whole 16-bit samples (the recording is "
                              "cut at an odd byte)")
-    return WavHeader(path, channels, bits, rate, body, length)
+    return WavHeader(path=path, channels=channels, bits=bits, rate=rate, offset=body, size=length)
 
 
-def read_wav(path: "str | os.PathLike", frame: tuple[int, ...], rate: int, name: str = "") -> Stream:
+def read_wav(path: str | os.PathLike, frame: tuple[int, ...], rate: int, name: str = "") -> Stream:
     """A stream from a 16-bit PCM ``.wav`` (mono) at ``rate`` Hz, cut into frames shaped ``frame`` (the model's input,
     its last dimension the samples of one call), as floats in [-1, 1); the samples after the last whole frame are
     left out. The header is checked first (``read_wav_header``: a FIFO, a device, a file cut short, a header that
@@ -355,7 +356,7 @@ def read_wav(path: "str | os.PathLike", frame: tuple[int, ...], rate: int, name:
     if whole == 0:
         raise InspectorError(f"{text} holds {len(samples)} samples, fewer than one frame of {per_frame}")
     frames = tuple((chunk.reshape(frame),) for chunk in samples[: whole * per_frame].split(per_frame))
-    return Stream(frames, name=name or f"{text}, {whole} frames of {per_frame} samples at {rate} Hz")
+    return Stream(frames=frames, name=name or f"{text}, {whole} frames of {per_frame} samples at {rate} Hz")
 
 
 def is_stream(value: Any) -> bool:
@@ -370,7 +371,7 @@ def stream_of(value: Any, name: str = "") -> Stream:
     if isinstance(value, Stream):
         return value
     if isinstance(value, list):
-        return Stream(tuple(value), name=name)
+        return Stream(frames=tuple(value), name=name)
     raise InspectorError(f"a stream is a list of input tuples (one per step), got a {type(value).__name__}")
 
 

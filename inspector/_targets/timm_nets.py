@@ -67,7 +67,7 @@ def import_timm():
     try:
         # lazy: the same import again, its C-op registrations skipped
         import timm
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise InspectorError(f"importing timm failed: {type(exc).__name__}: {exc}") from exc
     return timm
 
@@ -85,7 +85,7 @@ def build(spec: str) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...], str]:
         torch.manual_seed(WEIGHT_SEED)
         try:
             model = timm.create_model(name, pretrained=False).eval()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise InspectorError(f"timm could not build {quoted(name)}: {type(exc).__name__}: {exc}") from exc
     if size is None:
         channels, height, width = model.pretrained_cfg.get("input_size", (3, 224, 224))

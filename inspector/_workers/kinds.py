@@ -10,7 +10,7 @@ function of a layer above this one, and that no other code imports a module name
 from __future__ import annotations
 
 import importlib
-from typing import Callable
+from collections.abc import Callable
 
 from .._base.errors import InspectorError, listing, quoted
 

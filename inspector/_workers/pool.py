@@ -47,7 +47,8 @@ import traceback
 import weakref
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 from .._base.cache import also_clear
 from . import kinds as _kinds
@@ -61,7 +62,7 @@ Event = tuple
 EXECUTORS = ("local", "ray")
 
 
-@dataclass(order=True)
+@dataclass(order=True, kw_only=True)
 class _Job:
     priority: float  # lower runs first
     serial: int  # then in submission order
@@ -84,7 +85,8 @@ class _Queued:
         the cores."""
         _kinds.function_of(kind)  # an unknown kind fails here, in the caller, not in a worker
         self._serial += 1
-        heapq.heappush(self._jobs, _Job(priority, self._serial, key, kind, payload, background))
+        heapq.heappush(self._jobs, _Job(priority=priority, serial=self._serial, key=key, kind=kind, payload=payload,
+                                        background=background))
 
     def _next_job(self) -> _Job:
         return heapq.heappop(self._jobs)
@@ -206,7 +208,7 @@ def _recv(conn):
     return pickle.loads(conn.recv_bytes())
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Pickled:
     """A task's payload as its pickle: the worker reads it inside the task (``run_one``), so what cannot be
     read there (a rule that travels by its file, and the file changed) is that task's error."""
@@ -214,8 +216,8 @@ class _Pickled:
     data: bytes
 
     @classmethod
-    def of(cls, payload) -> "_Pickled":
-        return cls(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
+    def of(cls, payload) -> _Pickled:
+        return cls(data=pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 # A worker's address space may be capped (bytes beyond what it holds once torch is imported): a run that
@@ -260,7 +262,8 @@ class InlinePool(_Queued):
             job = self._next_job()
             progress: list[Event] = []
             yield run_one(job.key, job.kind, job.payload,
-                          lambda phase, fraction, key=job.key: progress.append(("progress", key, phase, fraction)))
+                          lambda phase, fraction, key=job.key, progress=progress:
+                              progress.append(("progress", key, phase, fraction)))
 
     def close(self) -> None:
         self._jobs.clear()
@@ -444,7 +447,7 @@ _OTHER_POOLS = 0  # pools of their own open now (a second sweep meanwhile): thei
 _STATUS = struct.Struct("q")  # a pid, then an exit code, on a worker's status pipe
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Server:
     """The running fork server, as the pool sees it."""
 
@@ -452,7 +455,7 @@ class _Server:
     control: socket.socket  # requests go here; closing it asks the server to stop
 
 
-_SERVER: "_Server | None" = None
+_SERVER: _Server | None = None
 
 # How the server starts: deaf to Ctrl-C (a terminal sends it to the whole group: the pool's to handle) before it
 # imports anything, then the parent's import path (a script's folder, a test's), then this module, by the name
@@ -469,7 +472,11 @@ def start_server() -> bool:
     the first worker waits for it. A comparison asked for on workers, and a widget as it opens, call
     it; a script that will compare later may call it first thing. It stops with the workers after
     IDLE_SECONDS idle, and at exit. True when this call started it (False: it was running already, or
-    this platform has none): the caller that started it may stop it unused (``stop_server(mid_warm_up=True)``)."""
+    this platform has none): the caller that started it may stop it unused (``stop_server(mid_warm_up=True)``).
+
+    Args:
+        (none)
+    """
     if not _FORK_SERVER:
         return False
 
@@ -489,7 +496,7 @@ def start_server() -> bool:
             raise
         finally:
             theirs.close()
-        _SERVER = _Server(process, ours)
+        _SERVER = _Server(process=process, control=ours)
         return True
 
 
@@ -540,7 +547,7 @@ def _forget_server() -> None:
         _SERVER = None
 
 
-def _fork_worker(child: Connection, name: str) -> "_Worker":
+def _fork_worker(child: Connection, name: str) -> _Worker:
     """A worker forked from the fork server (started here if it is not running), holding ``child``'s end of its
     pipe to the pool. Waits while the server warms up; a server that died is started again once."""
     for attempt in (1, 2):
@@ -732,9 +739,9 @@ def _worker_process(conn_fd: int) -> None:
 # calls warm up): one pool per process keeps its workers between sweeps, until they have been
 # idle for IDLE_SECONDS (FOLD_INSPECTOR_POOL_IDLE) or the process exits.
 IDLE_SECONDS = float(os.environ.get("FOLD_INSPECTOR_POOL_IDLE", "300"))
-_SHARED: "LocalPool | None" = None
+_SHARED: LocalPool | None = None
 _SHARED_LOCK = threading.Lock()
-_IDLE_TIMER: "threading.Timer | None" = None
+_IDLE_TIMER: threading.Timer | None = None
 
 
 @contextlib.contextmanager
@@ -874,7 +881,7 @@ class RayPool(_Queued):
         # the cluster is free (the same order as the local pool's: big variants first).
         try:
             self._slots = max(1, int(ray.cluster_resources().get("CPU", workers or 1)))
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - a cluster that cannot say its CPUs: as many as asked for
             self._slots = max(1, workers or 1)
 
     def _fill(self) -> None:

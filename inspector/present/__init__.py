@@ -8,6 +8,7 @@ table with ``drawing``'s functions (the one door), so nothing below it ever impo
 """
 
 from .._base.limits import MAX_STEPS, check_steps
+from .._decide.stages import STEPS_HELP, default_steps
 from . import drawing as _drawing  # noqa: F401 - imported for what it does: it fills the ground floor's drawing table
 from .explorer import ExplorerFiles
 from .render import GRAPH_SCOPES, GRAPH_VIEWS, LEGEND, STYLES, Verdicts, render, render_pair, site_kind, svg
@@ -31,7 +32,7 @@ __all__ = [
     # pages and figures
     "report_html", "figure_img", "ExplorerFiles", "advice_html", "failures_html",
     # what a form offers and checks
-    "GRAPH_VIEWS", "GRAPH_SCOPES", "MAX_STEPS", "check_steps", "quoted", "SweepBar",
+    "GRAPH_VIEWS", "GRAPH_SCOPES", "MAX_STEPS", "check_steps", "default_steps", "STEPS_HELP", "quoted", "SweepBar",
     # the accelerator a form starts at, and the engine a screen previews with (registry objects, never names)
     "TOSA_INT", "SIMULATION",
     # the one HTML escape every page and panel writes with; the one way a dB or a cycle count is written

@@ -1,7 +1,8 @@
 """The one door every record is drawn through: text, HTML, Jupyter's display, plots, pictures, pages.
 
 Records are data (``Analysis``, ``Comparison``, ``EngineGap``, ``Attribution``, ``Bits``, ``Sweep``,
-``Journey``, ``Advice``, ``Verdict``); a record's drawing method (``_repr_mimebundle_``, ``render``, ``plot``, ``to_markdown``, ...)
+``Journey``, ``Advice``, ``Verdict``); a record's drawing method (``_repr_mimebundle_``, ``render``, ``plot``,
+``to_markdown``, ...)
 is one line that hands the record to a function here. This module sits above every record
 (``tests/test_house.py`` checks that records reach the presentation through it alone); what it draws
 with is the rest of ``present``: ``tables`` (text and HTML tables), ``render`` and ``pictures``
@@ -13,7 +14,7 @@ from __future__ import annotations
 import textwrap
 
 from functools import singledispatch
-from typing import Iterable
+from collections.abc import Iterable
 
 from .._advise.records import Advice
 from .._advise.verdict_records import Verdict
@@ -152,15 +153,21 @@ def svg(analysis: Analysis, which: str = "before", **kw) -> str:
 
 
 def report(analysis: Analysis, comparison=None, *, format: str = "html", out=None, results_for=None,
-           full_traces: bool = False, advice: Advice | None = None):
-    """``analysis``'s report (html, md or json), with ``advice``'s section when given; with ``out``, written there
-    and the path returned."""
+           full_traces: bool = False, advice: Advice | None = None, widening=None):
+    """``analysis``'s report (html, md or json), with ``advice``'s section when given and ``widening``'s (an
+    ``inspector.widen`` result: which layers need more bits); with ``out``, written there and the path returned."""
     parts = None
     if advice is not None:
         parts = {"html": _advice.advice_html(advice) + _report.figure_img(_advice.plot_advice(advice)),
                  "md": _advice.advice_markdown(advice, limit=12_000), "json": advice.to_dict()}
+    wide = None
+    if widening is not None:
+        from . import widen_view as _widen  # the widening's own drawing
+
+        wide = {"html": _widen.widening_html(widening), "md": _widen.widening_markdown(widening),
+                "json": widening.to_dict()}
     written = _report.report(analysis, comparison, format=format, results_for=results_for, full_traces=full_traces,
-                             advice=parts)
+                             advice=parts, widening=wide)
     return write_text(out, written) if out is not None else written
 
 

@@ -9,6 +9,8 @@ Explorer loads as they are:
 - ``fold_decisions.json``: node data for every site's conv and mul: its decision and first reason;
 - ``state_path.json``: the nodes on a site's path to carried state, and the state writes;
 - ``error_sqnr_db.json``: with ``errors``, each node's measured SQNR (dB) from an attribution;
+- ``cycles.json``: with ``cost``, Vela's cycles per node; when ``cost`` is ``inspector.layers``'s per-layer table,
+  also ``error_entering_db.json``, the dB that enter at each layer (a layer on the CPU says Vela does not count it);
 - ``manifest.json``: what is where, and the command that opens it.
 
 ``serve(folder)`` starts Model Explorer on them (``python -m inspector explorer ... --serve``).
@@ -33,6 +35,7 @@ from typing import Any
 
 from .._sites import graph as _graph
 from .._base import quiet as _quiet
+from .._base.codec import Record
 from .._base.errors import InspectorError, quoted
 from .._base.files import write_text
 from .styles import STYLES, site_kind
@@ -43,14 +46,15 @@ DECISIONS_FILE = "fold_decisions.json"
 STATE_FILE = "state_path.json"
 ERROR_FILE = "error_sqnr_db.json"
 CYCLES_FILE = "cycles.json"  # Vela's cycles per node, for a variant with a cost
+ENTERING_FILE = "error_entering_db.json"  # per layer of inspector.layers' table, the dB entering there
 INSTALL_HINT = ("pip install 'fold-inspector[explorer]' (in a checkout, make setup installs it; or: "
                 "pip install ai-edge-model-explorer==0.1.34 ai-edge-model-explorer-adapter==0.2.1)")
 DEFAULT_PORT = 8080
 CONST_ELEMENT_LIMIT = 16  # weight values shown per constant in Model Explorer's side panel
 
 
-@dataclass(frozen=True)
-class ExplorerFiles:
+@dataclass(frozen=True, kw_only=True)
+class ExplorerFiles(Record):
     """What ``to_model_explorer`` wrote."""
 
     folder: Path
@@ -59,16 +63,15 @@ class ExplorerFiles:
     nodes: int
     graph_id: str
 
+    json_derived = {"command": lambda f: f.command}  # for readers: the shell command that opens them
+    json_order = ("folder", "graph", "graph_id", "nodes", "node_data", "command")
+
     @property
     def command(self) -> str:
         """The shell command that opens these files in Model Explorer."""
         paths = ",".join(str(p) for p in self.node_data)
         return (f"model-explorer {shlex.quote(str(self.graph))} --node_data_paths={shlex.quote(paths)} "
                 f"--no_open_in_browser")
-
-    def to_dict(self) -> dict:
-        return {"folder": str(self.folder), "graph": str(self.graph), "graph_id": self.graph_id,
-                "nodes": self.nodes, "node_data": [str(p) for p in self.node_data], "command": self.command}
 
 
 def available() -> bool:
@@ -108,7 +111,7 @@ def graph_json(analysis, which: str = "before") -> tuple[dict, int]:
     try:
         with _quiet.captured_python():  # the adapter prints progress and warnings
             graphs = Adapter(source, settings).convert()
-    except Exception as exc:  # noqa: BLE001 - the adapter is a third party's code: one line
+    except Exception as exc:  # the adapter is a third party's code: one line
         raise InspectorError(f"Model Explorer's PyTorch adapter could not convert the {analysis.stage} graph: "
                              f"{type(exc).__name__}: {exc}") from exc
     data = convert({"graphs": graphs["graphs"]})
@@ -122,7 +125,8 @@ def overlays(analysis, which: str = "before", *, errors=None, step: int | None =
     """Node data by file name (Model Explorer's GraphNodeData JSON, keyed by the FX node names of the
     ``which`` graph): decisions, the state path and, with ``errors`` (a variant of an attribution),
     the SQNR layer; with ``cost`` (a variant result's ``Cost``), Vela's cycles per node (every row a
-    node was lowered into). Nodes the graph does not have (a folded mul, after the pass) are left out."""
+    node was lowered into), or, when ``cost`` is ``inspector.layers``'s table (``Layers``), its cycles and the dB
+    entering each layer. Nodes the graph does not have (a folded mul, after the pass) are left out."""
 
     _, ndb, _, _ = load_model_explorer()
     gm, verdicts = analysis.verdicts(which, errors=errors, step=step)
@@ -163,7 +167,9 @@ def overlays(analysis, which: str = "before", *, errors=None, step: int | None =
             results=results, name=f"SQNR dB{' ' + label if label else ''}",
             gradient=[ndb.GradientItem(stop=0, bgColor="#b2182b"), ndb.GradientItem(stop=0.5, bgColor="#fee08b"),
                       ndb.GradientItem(stop=1, bgColor="#1b7837")])
-    if cost is not None:
+    if cost is not None and hasattr(cost, "ranked"):  # inspector.layers' table: cost beside error, per layer
+        out.update(_layer_overlays(ndb, gm, cost))
+    elif cost is not None:
         per_node: dict[str, int] = {}
         for layer in cost.layers:
             if layer.node is not None:
@@ -176,6 +182,40 @@ def overlays(analysis, which: str = "before", *, errors=None, step: int | None =
     for data in out.values():
         data.results = {name: r for name, r in data.results.items() if name in names}
     return {name: json.loads(data.to_json_string()) for name, data in out.items()}
+
+
+def _layer_overlays(ndb, gm, table) -> dict[str, Any]:
+    """The per-layer table's two layers: Vela's cycles and the dB entering, each on the node of ``gm`` that is the
+    layer (its own name), else on the last node made from it (a stage graph decomposes some: one node carries the
+    figure, so nothing is counted twice)."""
+    rows = {x.node: x for x in table.layers if x.node is not None}
+    at: dict[str, str] = {}
+    for n in gm.graph.nodes:
+        if n.name in rows:
+            at[n.name] = n.name
+        else:
+            source = _graph.source_name(n)
+            if source in rows and at.get(source) != source:
+                at[source] = n.name  # the last node made from it, unless the graph has the layer itself
+    cycles, entering = {}, {}
+    for layer, name in at.items():
+        x = rows[layer]
+        where = "" if name == layer else f" ({layer})"
+        if x.where == "cpu":
+            cycles[name] = ndb.NodeDataResult(value=f"CPU: Vela does not count it{where}", bgColor="#bbbbbb")
+        elif x.cycles is not None:
+            cycles[name] = ndb.NodeDataResult(value=x.cycles)
+        if x.drop_db is not None and math.isfinite(x.drop_db):
+            entering[name] = ndb.NodeDataResult(value=round(float(x.drop_db), 2))
+    return {
+        CYCLES_FILE: ndb.GraphNodeData(
+            results=cycles, name=f"cycles per layer on {table.accelerator} at {table.quantization} (Vela's estimate; "
+                                 f"{table.compiler})",
+            gradient=[ndb.GradientItem(stop=0, bgColor="#f7fbff"), ndb.GradientItem(stop=1, bgColor="#08306b")]),
+        ENTERING_FILE: ndb.GraphNodeData(
+            results=entering, name=f"dB entering (worst of {table.steps} step(s), {table.quantization})",
+            gradient=[ndb.GradientItem(stop=0, bgColor="#fff5f0"), ndb.GradientItem(stop=1, bgColor="#a50f15")]),
+    }
 
 
 def to_model_explorer(analysis, folder: str | os.PathLike, *, errors=None, step: int | None = None,
@@ -194,8 +234,9 @@ def to_model_explorer(analysis, folder: str | os.PathLike, *, errors=None, step:
     data = overlays(analysis, which, errors=errors, step=step, cost=cost)
     for name, content in data.items():
         written.append(write_text(folder / name, json.dumps(content)))
-    files = ExplorerFiles(folder.resolve(), written[0].resolve(), tuple(p.resolve() for p in written[1:]), nodes,
-                          graph["graphs"][0]["id"])
+    files = ExplorerFiles(folder=folder.resolve(), graph=written[0].resolve(),
+                          node_data=tuple(p.resolve() for p in written[1:]), nodes=nodes,
+                          graph_id=graph["graphs"][0]["id"])
     manifest = {"graph": GRAPH_FILE, "node_data": [p.name for p in files.node_data], "graph_id": files.graph_id,
                 "nodes": nodes, "sites": len(analysis.sites), "stage": analysis.stage, "rule": analysis.rule.name,
                 "markers": list(analysis.markers)}

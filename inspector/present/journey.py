@@ -73,7 +73,7 @@ def journey_html(j: Journey) -> str:
             f"<th>engine</th><th>note</th></tr>{points}</table><ul>{notes}</ul></div>")
 
 
-def journey_picture(j: Journey, step: "int | Step"):
+def journey_picture(j: Journey, step: int | Step):
     """The site's neighbourhood before and after ``step`` (a touched step or its index), drawn by the
     renderer with the site's marks: a ``graphviz.Digraph``."""
     chosen = j.steps[step] if isinstance(step, int) else step
@@ -84,7 +84,7 @@ def journey_picture(j: Journey, step: "int | Step"):
     before = replace(j.site_record, conv=names[0][0], mul=names[0][1], decision="skip", reasons=())
     after = replace(j.site_record, conv=names[1][0], mul=names[1][1], decision="skip", reasons=())
     caption = (f"{j.target}, site {j.site}, rule {j.variant}", f"step {chosen.index}: {chosen.phase} / {chosen.name}")
-    return render_pair(chosen.graph_before, chosen.graph_after, (Verdicts((before,)), Verdicts((after,))),
+    return render_pair(chosen.graph_before, chosen.graph_after, (Verdicts(sites=(before,)), Verdicts(sites=(after,))),
                        caption=caption, focus=j.site, hops=2)
 
 

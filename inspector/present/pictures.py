@@ -9,7 +9,7 @@ through (``render.focus_walk``), else from the whole graph. The renderer is neve
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from .render import WHICH, Border, Verdicts, focus_walk
 from .._base.errors import InspectorError, quoted
@@ -33,9 +33,10 @@ def picture(decider, analysis, which: str, *, errors=None, step: int | None = No
     elif which == "before" and focus is not None and errors is None:
         region = decider.pristine_region(focus, hops)
     if region is not None:
-        border = Border(region.outside_users, decider.layout.held)
+        border = Border(outside_users=region.outside_users, held=decider.layout.held)
         signature = region.program.graph_signature if region.program is not None else None
-        verdicts = Verdicts(analysis.sites, which == "after", signature, caption, marked=marked, border=border)
+        verdicts = Verdicts(sites=analysis.sites, after=which == "after", signature=signature, caption=caption,
+                            marked=marked, border=border)
         walk = focus_walk(region.graph_module, verdicts, focus, hops=hops, hide=hide)
         if all(_holds(region, step_) for step_ in walk):
             return region.graph_module, verdicts
@@ -52,7 +53,8 @@ def picture(decider, analysis, which: str, *, errors=None, step: int | None = No
     if errors is not None and hasattr(errors, "label"):
         caption += (f"coloured by SQNR of variant {errors.label}"
                     + (f" at step {step + 1}" if step is not None else ", last step"),)
-    return gm, Verdicts(analysis.sites, which == "after", signature, caption, layer, marked=marked)
+    return gm, Verdicts(sites=analysis.sites, after=which == "after", signature=signature, caption=caption,
+                        errors=layer, marked=marked)
 
 
 def _holds(region, step) -> bool:

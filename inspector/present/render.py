@@ -23,7 +23,8 @@ import hashlib
 import re
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 import graphviz
 from torch import fx
@@ -60,7 +61,7 @@ HUB_DEGREE = _graph.HUB_DEGREE  # a node with more neighbours ends a neighbourho
 # ---------------------------------------------------------------- public API
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Verdicts:
     """What the picture says about one graph: its sites, and what the graph is.
 
@@ -81,10 +82,10 @@ class Verdicts:
     # copy of this graph: the picture can then be drawn from the pristine graph, uncopied).
     marked: frozenset = frozenset()
     # Set when the graph is part of a larger one: what the picture must say about the rest.
-    border: "Border | None" = None
+    border: Border | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Border:
     """What a picture of a graph that is part of a larger one needs to know about the rest.
 
@@ -97,7 +98,7 @@ class Border:
     held: dict  # node name -> "buffer" | "input": the nodes holding carried state in the whole graph
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WalkStep:
     """One node a focused picture walks through (see ``focus_walk``)."""
 
@@ -109,7 +110,7 @@ class WalkStep:
 
 def render(
     graph,
-    verdicts: "Verdicts | Iterable | str" = (),
+    verdicts: Verdicts | Iterable | str = (),
     *,
     focus: str | None = None,
     hops: int = 2,
@@ -173,7 +174,7 @@ def render_pair(before, after, verdicts: tuple, *, caption: Iterable[str] = (), 
     return g
 
 
-def focus_walk(graph, verdicts: "Verdicts | Iterable", focus: str, *, hops: int = 2,
+def focus_walk(graph, verdicts: Verdicts | Iterable, focus: str, *, hops: int = 2,
                hide: Iterable[str] = ("constants",)) -> tuple[WalkStep, ...]:
     """The nodes a picture of ``render(graph, verdicts, focus=focus, hops=hops, hide=hide)`` walks
     through, with their depth and whether the walk goes on from them: what a caller handing a part
@@ -185,7 +186,8 @@ def focus_walk(graph, verdicts: "Verdicts | Iterable", focus: str, *, hops: int 
     facts = _classify(graph, verdicts)
     hidden = _hidden(facts, view_hide)
     depth = _neighbourhood(_seeds(facts, site), hops, hidden, facts)
-    return tuple(WalkStep(n.name, d, _walks_on(n, d, hops, facts), facts.kind[n] == "constant")
+    return tuple(WalkStep(name=n.name, depth=d, walks_on=_walks_on(n, d, hops, facts),
+                          constant=facts.kind[n] == "constant")
                  for n, d in depth.items())
 
 
@@ -199,7 +201,7 @@ def _as_verdicts(verdicts) -> Verdicts:
     if isinstance(verdicts, Verdicts):
         return verdicts
     try:
-        return Verdicts(tuple(verdicts))
+        return Verdicts(sites=tuple(verdicts))
     except TypeError:
         raise InspectorError(f"verdicts must be a Verdicts record or a sequence of sites, got {quoted(verdicts)}") from None
 
@@ -398,7 +400,7 @@ def _module_types(node: Node) -> tuple[str, str]:
 # ---------------------------------------------------------------- classify -> select -> label
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Facts:
     """Per-node facts of one graph under its verdicts (the classify step)."""
 
@@ -444,7 +446,7 @@ def _classify(graph, verdicts: Verdicts) -> _Facts:
     """What every node is: a site's conv or mul (and its verdict), a state boundary, state, input,
     constant, output, op; and which edges lie on a path to state."""
     graph = graph.graph if isinstance(graph, fx.GraphModule) else graph
-    facts = _Facts(list(graph.nodes), verdicts.after, errors=dict(verdicts.errors), trace=verdicts.trace,
+    facts = _Facts(nodes=list(graph.nodes), after=verdicts.after, errors=dict(verdicts.errors), trace=verdicts.trace,
                    marked=frozenset(verdicts.marked))
     by_name = {n.name: n for n in facts.nodes}
     for s in verdicts.sites:  # membership first: a part of a big graph holds few of the sites
@@ -510,7 +512,7 @@ def _kind(facts: _Facts, n: Node) -> str:
     return "op"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _View:
     """The classified graph and what of it to draw (the select step)."""
 
@@ -608,7 +610,7 @@ def _select(facts: _Facts, focus_site, hops: int, hide: tuple[str, ...], max_nod
             parts = [f"{k:,} {what}{'s' * (k != 1)}" for k, what in ((ins, "input"), (outs, "user")) if k]
             if parts:
                 cut[n] = "+" + ", ".join(parts) + " not shown"
-    return _View(facts, ordered, notes, cut)
+    return _View(facts=facts, shown=ordered, notes=notes, cut=cut)
 
 
 def _draw(g: graphviz.Digraph, view: _View, *, prefix: str, cluster_by_module: bool) -> None:
@@ -750,7 +752,7 @@ def _label(view: _View, n: Node, kind: str) -> tuple[str, str]:
         label.append(f"SQNR {db(error.sqnr_db)} dB")
         tip.append(f"float vs quantized: SQNR {db(error.sqnr_db)} dB"
                    + (f", max |error| {error.max_abs_error:.3g}" if hasattr(error, "max_abs_error") else "")
-                   + (f", {db(getattr(error, 'drop_db'))} dB below its inputs" if getattr(error, "drop_db", None)
+                   + (f", {db(error.drop_db)} dB below its inputs" if getattr(error, "drop_db", None)
                       else ""))
     if n in view.cut:
         label.append(view.cut[n])

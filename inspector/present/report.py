@@ -190,23 +190,27 @@ def summary(analysis, comparison=None) -> str:
 
 
 def report(analysis, comparison=None, *, format: str = "html", results_for=None, full_traces: bool = False,
-           command: str | None = None, journeys=(), advice=None) -> str:
+           command: str | None = None, journeys=(), advice=None, widening=None) -> str:
     """The report of ``analysis`` (and ``comparison``, if given) as text in ``format`` (html, md, json);
     ``journeys`` (``inspector.journey`` results) add a section each; ``advice`` (which sites should fold, drawn
-    by ``drawing``: ``{"html": ..., "md": ..., "json": ...}``) adds its section."""
+    by ``drawing``: ``{"html": ..., "md": ..., "json": ...}``) adds its section, and ``widening`` (which layers need
+    more bits, drawn the same way) its own."""
     if format not in FORMATS:
         raise InspectorError(f"unknown report format {quoted(format)}; choose one of: {', '.join(FORMATS)}")
     redact = Redactor(model_file_of(analysis.target), html=format == "html")
     command = command or reproduce_command(analysis, comparison, format)
     if format == "html":
         return redact(report_html(analysis, comparison, results_for=results_for, full_traces=full_traces,
-                                  command=command, journeys=journeys, advice=(advice or {}).get("html")))
+                                  command=command, journeys=journeys, advice=(advice or {}).get("html"),
+                                  widening=(widening or {}).get("html")))
     if format == "md":
         return redact(report_markdown(analysis, comparison, command=command, journeys=journeys,
-                                      advice=(advice or {}).get("md")))
+                                      advice=(advice or {}).get("md"), widening=(widening or {}).get("md")))
     data = report_dict(analysis, comparison, command=command, journeys=journeys)
     if advice:
         data["advice"] = advice["json"]
+    if widening:
+        data["widening"] = widening["json"]
     return json.dumps(redact.value(data), indent=2, allow_nan=False)
 
 
@@ -237,7 +241,8 @@ _BODY = """<h1>fold inspector report: {title}</h1>
 
 
 def report_html(analysis, comparison=None, *, results_for=None, full_traces: bool = False,
-                command: str | None = None, journeys=(), advice: str | None = None) -> str:
+                command: str | None = None, journeys=(), advice: str | None = None,
+                widening: str | None = None) -> str:
     """The self-contained report page. ``results_for`` is the ``(stage, rule, markers)`` the
     comparison was computed for, when that may differ from ``analysis.configuration``."""
 
@@ -265,6 +270,9 @@ def report_html(analysis, comparison=None, *, results_for=None, full_traces: boo
     if advice:  # an optional section, drawn (and escaped) by the advice's own drawing
         section = "<h2>Which sites should fold</h2>" + advice.replace("{", "{{").replace("}", "}}")
         template = template.replace("<h2>Environment</h2>", section + "\n<h2>Environment</h2>")
+    if widening:  # which layers need more bits: drawn (and escaped) by its own drawing, heading included
+        template = template.replace("<h2>Environment</h2>",
+                                    widening.replace("{", "{{").replace("}", "}}") + "\n<h2>Environment</h2>")
     body = template.format(title=escape(analysis.name), stage=escape(analysis.stage),
                         rule=escape(analysis.rule.name), source=escape(analysis.rule.source),
                         summary=escape(summary(analysis, comparison)),
@@ -277,7 +285,7 @@ def report_html(analysis, comparison=None, *, results_for=None, full_traces: boo
 
 
 def report_markdown(analysis, comparison=None, *, command: str | None = None, journeys=(),
-                    advice: str | None = None) -> str:
+                    advice: str | None = None, widening: str | None = None) -> str:
     """A GitHub comment: summary, site table, comparison table, versions, the command, details."""
     command = command or reproduce_command(analysis, comparison, "md")
     env = environment()
@@ -309,6 +317,8 @@ def report_markdown(analysis, comparison=None, *, command: str | None = None, jo
     notes = [f"- {md_code(n)}" for n in analysis.notes]
     if advice:  # which sites should fold (its own Markdown, bounded by the caller)
         blocks.append(["", advice.rstrip("\n")])
+    if widening:  # which layers need more bits (its own Markdown)
+        blocks.append(["", widening.rstrip("\n")])
     for j in journeys:  # an optional block each; the Markdown is unchanged without them
         blocks.append(["", f"<details><summary>Journey of site {md_code(j.site)} under {md_code(j.variant)}</summary>",
                        "", "```text", j.text().replace("```", "` ` `"), "```", "", "</details>"])
@@ -384,7 +394,7 @@ def comparison_markdown(comparison, limit: int | None = None) -> str:
 def fold_buys_md(t) -> list[str]:
     """The trade-off as Markdown lines: "what the fold buys" per variant and per site (Vela's estimate)."""
     variants, prices = tradeoff_rows(t), price_rows(t)
-    cell = lambda rows: [[md_code(r[c], cell=True) for c in rows[0]] for r in rows]  # noqa: E731
+    cell = lambda rows: [[md_code(r[c], cell=True) for c in rows[0]] for r in rows]
     out = ["", f"**What the fold buys on {md_code(t.accelerator)}** (cycles: {ESTIMATE})", "",
            f"Compiler: {md_code(t.compiler)}", ""]
     out += markdown_table(list(variants[0]), cell(variants)) if variants else []

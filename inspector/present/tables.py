@@ -22,7 +22,7 @@ from .markup import escape
 from .styles import STYLES, site_kind
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SiteRow:
     """What one site's row shows, in every presentation."""
 
@@ -145,7 +145,8 @@ _STYLE = (
 
 
 def analysis_html(analysis, comparison=None) -> str:
-    head = f"<b>{escape(analysis.name)}</b> stage <code>{escape(analysis.stage)}</code>, rule <code>{escape(analysis.rule.name)}</code>"
+    head = (f"<b>{escape(analysis.name)}</b> stage <code>{escape(analysis.stage)}</code>, "
+            f"rule <code>{escape(analysis.rule.name)}</code>")
     if analysis.markers:
         head += ", markers " + ", ".join(f"<code>{escape(m)}</code>" for m in analysis.markers)
     rows = site_rows(analysis, comparison)
@@ -237,7 +238,8 @@ def price_rows(t) -> list[dict[str, str]]:
 
 def tradeoff_text(t) -> str:
     lines = [f"{t.target} on {t.accelerator}: what the fold buys (cycles: {ESTIMATE})",
-             f"compiler: {t.compiler}", *text_table(tradeoff_rows(t)), "", "per site:", *(text_table(price_rows(t)) or ["(no site)"]),
+             f"compiler: {t.compiler}", *text_table(tradeoff_rows(t)), "", "per site:",
+             *(text_table(price_rows(t)) or ["(no site)"]),
              *(f"note: {n}" for n in t.notes)]
     return "\n".join(lines)
 
@@ -460,7 +462,8 @@ def _same_outputs(a, b) -> bool:
 def equal_numbers_note(comparison) -> str:
     """One line when every variant's quantized outputs are equal (bit for bit, at every step) although the variants
     fold differently, saying why as far as the run shows it ("" otherwise, or when neither the outputs nor their
-    digests were kept, as in a comparison written before digests were): where the pass folded (at tfa, before calibration) and, per site, the grids its
+    digests were kept, as in a comparison written before digests were): where the pass folded (at tfa, before
+    calibration) and, per site, the grids its
     calibrated qparams show (the folded conv on the unfolded mul's grid, the unfolded conv's grid a whole multiple
     of it)."""
     measured = comparison.measured

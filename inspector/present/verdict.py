@@ -688,5 +688,5 @@ def verdict_markdown(v: Verdict, limit: int | None = None) -> str:
     return text if len(text) <= limit else text[: max(0, limit - 2)] + "…\n"
 
 
-__all__ = ["answer", "details", "lead", "scope", "tests_point", "compiler_lines", "cost_rows", "flow_rows", "method_lines", "observer_rows",
-           "promises", "published_rows", "verdict_html", "verdict_markdown", "verdict_text"]
+__all__ = ["answer", "details", "lead", "scope", "tests_point", "compiler_lines", "cost_rows", "flow_rows", "method_lines",
+           "observer_rows", "promises", "published_rows", "verdict_html", "verdict_markdown", "verdict_text"]

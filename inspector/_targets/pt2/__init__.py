@@ -84,7 +84,7 @@ def load_pt2(path: str | os.PathLike) -> torch.export.ExportedProgram:
     except MemoryError:  # the archive, or this process's memory limit: say which could not be told apart
         raise InspectorError(f"refusing to load {shown}: out of memory while checking it (the archive is too big "
                              "for the memory this process may use)") from None
-    except Exception as exc:  # noqa: BLE001 - a shape the checks did not foresee; torch never saw it
+    except Exception as exc:  # a shape the checks did not foresee; torch never saw it
         raise InspectorError(f"refusing to load {shown}: the archive is malformed ({type(exc).__name__})") from exc
     try:
         with _no_code_from_archives():
@@ -97,7 +97,7 @@ def load_pt2(path: str | os.PathLike) -> torch.export.ExportedProgram:
             raise RuntimeError("the archive holds no program named 'model'")
     except _Refused as exc:
         raise InspectorError(_one_line(f"refusing to load {shown}: {exc}")) from None
-    except Exception as exc:  # noqa: BLE001 - any loader failure is a bad file for the user
+    except Exception as exc:  # any loader failure is a bad file for the user
         if "weights_only" in str(exc) or "Unpickl" in type(exc).__name__:
             raise InspectorError(
                 f"refusing to load {shown}: it holds pickled Python objects beyond plain tensors, "
@@ -151,7 +151,7 @@ def _no_code_from_archives():
 
     real_load = torch.load
 
-    def tensors_only(f, *args, weights_only=None, **kwargs):  # noqa: ARG001 - forced below
+    def tensors_only(f, *args, weights_only=None, **kwargs):  # forced below
         return real_load(f, *args, weights_only=True, **kwargs)
 
     with _ARCHIVE_LOCK:
@@ -175,7 +175,7 @@ def _check_archive(path: Path) -> _Checked:
     _check_directory(path)
     try:
         zf = zipfile.ZipFile(path)
-    except Exception as exc:  # noqa: BLE001 - whatever zipfile makes of a crafted file
+    except Exception as exc:  # whatever zipfile makes of a crafted file
         raise _Refusal(f"it is not a zip archive ({_q(first_line(exc))})", invalid=True) from exc
     with zf:
         _root, members = _check_names(zf.infolist())
@@ -222,7 +222,7 @@ def _check_archive(path: Path) -> _Checked:
                         for chunk in _read_chunks(zf, m):
                             w.write(chunk)
     out.seek(0)
-    return _Checked(out)
+    return _Checked(buffer=out)
 
 
 # ----------------------------------------------------------------------------- after torch's load
@@ -264,7 +264,7 @@ def _check_example_form(program: torch.export.ExportedProgram, inputs) -> None:
 
     try:
         _check_inputs_match(inputs[0], inputs[1], program.call_spec.in_spec)
-    except Exception as exc:  # noqa: BLE001 - any mismatch torch finds, in whatever form (chained: it says which)
+    except Exception as exc:  # any mismatch torch finds, in whatever form (chained: it says which)
         raise _Refusal("example inputs do not have the structure of the program's inputs", _SAMPLE_INPUTS) from exc
 
 
@@ -283,7 +283,8 @@ def _check_example_values(inputs) -> None:
         elif isinstance(value, dict):
             for k, v in value.items():
                 if not _key_ok(k):
-                    raise _Refusal(f"example input key {_q(k)} is not a plain name (it reaches generated guard code)", _SAMPLE_INPUTS)
+                    raise _Refusal(f"example input key {_q(k)} is not a plain name (it reaches generated guard code)",
+                                   _SAMPLE_INPUTS)
                 stack.append((v, depth + 1))
         elif value is None or isinstance(value, (bool, int, float)):
             pass

@@ -63,7 +63,8 @@ def check_guard(text: Any) -> None:
         if isinstance(node, ast.Constant):
             if isinstance(node.value, str):
                 raise _ExprError("a string outside an input key")
-            if not isinstance(node.value, (int, float, bool)) or (isinstance(node.value, int) and len(str(node.value)) > MAX_INT_DIGITS):
+            if not isinstance(node.value, (int, float, bool)) or (
+                    isinstance(node.value, int) and len(str(node.value)) > MAX_INT_DIGITS):
                 raise _ExprError("an unexpected constant")
             continue
         if isinstance(node, ast.Name):

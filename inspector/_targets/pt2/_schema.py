@@ -120,7 +120,7 @@ def check_operator(text: Any) -> None:
         packet = getattr(namespace, op_name)
     except AttributeError:
         return  # not registered here: torch refuses it without calling anything
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - whatever a crafted name makes torch raise: refused
         raise _ExprError("not an operator") from None
     if not isinstance(packet, torch._ops.OpOverloadPacket) or hasattr(type(packet), overload):
         raise _ExprError("not an operator")
@@ -128,7 +128,7 @@ def check_operator(text: Any) -> None:
         target = getattr(packet, overload)
     except AttributeError:
         return
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - whatever a crafted name makes torch raise: refused
         raise _ExprError("not an operator overload") from None
     if not isinstance(target, torch._ops.OpOverload):
         raise _ExprError("not an operator overload")
@@ -176,7 +176,8 @@ def _check_tree_node(node: Any, rel: str) -> None:
                 raise _Refusal("malformed pytree leaf", rel)
             continue
         if typ not in _TREE_TYPES:
-            raise _Refusal(f"pytree type {_q(typ)} is not a builtin or torch container (torch would look it up or import it)", rel)
+            raise _Refusal(f"pytree type {_q(typ)} is not a builtin or torch container "
+                           "(torch would look it up or import it)", rel)
         if typ == "collections.namedtuple":
             if not (isinstance(context, str) and _DOTTED_RE.fullmatch(context)):
                 raise _Refusal(f"namedtuple type name {_q(context)} is not a dotted name", rel)
@@ -186,14 +187,16 @@ def _check_tree_node(node: Any, rel: str) -> None:
                   and context["default_factory_name"] in _DEFAULT_FACTORIES
                   and isinstance(context["dict_context"], list) and all(map(_key_ok, context["dict_context"])))
             if not ok:
-                raise _Refusal(f"defaultdict factory {_q(json.dumps(context))} is not a builtin (torch would import its module)", rel)
+                raise _Refusal(f"defaultdict factory {_q(json.dumps(context))} is not a builtin "
+                               "(torch would import its module)", rel)
         else:
             if not isinstance(context, str):
                 raise _Refusal(f"pytree context {_q(context)} is not a JSON string", rel)
             value = _json_text(context, "pytree context", rel, limit=3)
             if typ in _DICT_TYPES:
                 if not (isinstance(value, list) and all(map(_key_ok, value))):
-                    raise _Refusal(f"dict keys {_q(context)} are not plain names or integers (an enum key makes torch import a module)", rel)
+                    raise _Refusal(f"dict keys {_q(context)} are not plain names or integers "
+                                   "(an enum key makes torch import a module)", rel)
             elif not (value is None or (isinstance(value, int) and not isinstance(value, bool))):
                 raise _Refusal(f"pytree context {_q(context)} is not plain (only keys, lengths or null are written)", rel)
         stack.extend(node["children_spec"])
@@ -265,7 +268,8 @@ class _Walker:
             extent = 0 if numel == 0 else (offset + sum((n - 1) * s for n, s in zip(sizes, strides)) + 1) * element
             available = tensor_sizes[rel]
             if extent > available or (available == 0 and numel != 0):
-                self.refuse(f"{_q(fqn)} claims {extent} bytes but its member holds {available} (torch would allocate what the JSON claims)")
+                self.refuse(f"{_q(fqn)} claims {extent} bytes but its member holds {available} "
+                            "(torch would allocate what the JSON claims)")
 
     # -- helpers
 
@@ -296,7 +300,8 @@ class _Walker:
             if not isinstance(value, int) or isinstance(value, bool):
                 self.refuse(f"{where} is not an integer")
         elif tp is float:
-            if not (isinstance(value, (int, float)) and not isinstance(value, bool)) and value not in ("Infinity", "-Infinity", "NaN"):
+            is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not is_number and value not in ("Infinity", "-Infinity", "NaN"):
                 self.refuse(f"{where} is not a number")
         elif isinstance(tp, type) and issubclass(tp, enum.Enum):
             if not isinstance(value, int) or isinstance(value, bool) or value not in {e.value for e in tp}:

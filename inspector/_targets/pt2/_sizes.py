@@ -49,7 +49,7 @@ _EXPR_TOKEN = re.compile(
 )
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class _Node:
     symbolic: bool  # contains a size symbol
     literal: int | None = None  # the value of a plain integer literal
@@ -104,7 +104,7 @@ class _ExprParser:
         if self.at("==", "!=", "<", "<=", ">", ">="):
             self.take()
             right = self.arith()
-            return _Node(left.symbolic or right.symbolic)
+            return _Node(symbolic=left.symbolic or right.symbolic)
         return left
 
     def arith(self) -> _Node:
@@ -112,7 +112,7 @@ class _ExprParser:
         while self.at("+", "-"):
             self.take()
             other = self.term()
-            node = _Node(node.symbolic or other.symbolic)
+            node = _Node(symbolic=node.symbolic or other.symbolic)
         return node
 
     def term(self) -> _Node:
@@ -120,7 +120,7 @@ class _ExprParser:
         while self.at("*", "/", "//", "%"):
             self.take()
             other = self.unary()
-            node = _Node(node.symbolic or other.symbolic)
+            node = _Node(symbolic=node.symbolic or other.symbolic)
         return node
 
     def unary(self) -> _Node:
@@ -130,7 +130,7 @@ class _ExprParser:
             node = self.unary()
             self.depth -= 1
             if node.literal is not None:
-                return _Node(node.symbolic, -node.literal if sign == "-" else node.literal)
+                return _Node(symbolic=node.symbolic, literal=-node.literal if sign == "-" else node.literal)
             return node
         return self.power()
 
@@ -150,7 +150,7 @@ class _ExprParser:
         if not base.symbolic and not exponent.symbolic:
             if base.literal is None or exponent.literal is None or abs(exponent.literal) > MAX_POW_EXPONENT:
                 raise _ExprError("a power of plain numbers that is not small")
-        return _Node(base.symbolic or exponent.symbolic)
+        return _Node(symbolic=base.symbolic or exponent.symbolic)
 
     def atom(self) -> _Node:
         kind, value = self.take()
@@ -158,7 +158,7 @@ class _ExprParser:
             digits = value.split(".")[0].split("e")[0].split("E")[0]
             if len(digits) > MAX_INT_DIGITS or len(value) > 2 * MAX_INT_DIGITS:
                 raise _ExprError("a number with too many digits")
-            return _Node(False, int(value) if value.isdigit() else None)
+            return _Node(symbolic=False, literal=int(value) if value.isdigit() else None)
         if kind == "op" and value == "(":
             self.enter()
             node = self.comparison()
@@ -169,9 +169,9 @@ class _ExprParser:
             if self.at("("):
                 return self.call(value)
             if _SYMBOL_RE.fullmatch(value):
-                return _Node(True)
+                return _Node(symbolic=True)
             if value in _EXPR_CONSTANTS:
-                return _Node(False)
+                return _Node(symbolic=False)
             raise _ExprError(f"unknown name {value!r}")
         raise _ExprError(f"unexpected {value!r}")
 
@@ -212,7 +212,7 @@ class _ExprParser:
             return self.pow_node(args[0], args[1])
         if func == "Integer" and len(args) == 1:
             return args[0]
-        return _Node(symbolic)
+        return _Node(symbolic=symbolic)
 
 
 def check_expression(text: Any) -> None:

@@ -66,7 +66,7 @@ def _kind_of(rel: str) -> tuple[str, int]:
     raise _Refusal("not a member that torch.export.save writes for a CPU program")
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class _Member:
     info: zipfile.ZipInfo
     rel: str  # path inside the root folder
@@ -74,7 +74,7 @@ class _Member:
     cap: int
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class _Checked:
     buffer: io.BytesIO  # the checked copy, for torch
 
@@ -119,7 +119,7 @@ def _check_names(infos: list[zipfile.ZipInfo]) -> tuple[str, list[_Member]]:
             raise _Refusal("encrypted member", rel)
         if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
             raise _Refusal(f"unsupported compression method {info.compress_type}", rel)
-        members.append(_Member(info, rel, kind, cap))
+        members.append(_Member(info=info, rel=rel, kind=kind, cap=cap))
     present = {m.rel for m in members}
     missing = [r for r in _REQUIRED if r not in present]
     if missing:
@@ -136,7 +136,8 @@ def _check_sizes(members: list[_Member]) -> None:
         if m.info.compress_type == zipfile.ZIP_STORED and packed != size:
             raise _Refusal("stored member whose sizes disagree", m.rel)
         if size > RATIO_FLOOR and size > MAX_RATIO * max(packed, 1):
-            raise _Refusal(f"compression ratio {size // max(packed, 1)}:1 is over the cap of {MAX_RATIO}:1 (a decompression bomb?)", m.rel)
+            raise _Refusal(f"compression ratio {size // max(packed, 1)}:1 is over the cap of {MAX_RATIO}:1 "
+                           "(a decompression bomb?)", m.rel)
         total += size
         if total > MAX_TOTAL_BYTES:
             raise _Refusal(f"members add up to more than the cap of {MAX_TOTAL_BYTES} bytes uncompressed")
@@ -171,7 +172,7 @@ def _check_directory(source: Path | bytes, rel: str | None = None) -> None:
     try:
         with (open(source, "rb") if isinstance(source, Path) else io.BytesIO(source)) as fp:
             end = zipfile._EndRecData(fp)  # the same reader zipfile uses; reads the file's tail only
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise _Refusal(f"it is not a zip archive ({_q(first_line(exc))})", rel, invalid=rel is None) from exc
     if end is None:
         raise _Refusal("it is not a zip archive (no end of central directory)", rel, invalid=rel is None)
@@ -189,7 +190,7 @@ def _check_nested_torch_save(data: bytes, rel: str) -> None:
     _check_directory(data, rel)
     try:
         inner = zipfile.ZipFile(io.BytesIO(data))
-    except Exception as exc:  # noqa: BLE001 - whatever zipfile makes of crafted bytes
+    except Exception as exc:  # whatever zipfile makes of crafted bytes
         raise _Refusal(f"example inputs are not a torch.save zip: {_q(first_line(exc))}", rel) from exc
     names: set[str] = set()
     with inner:
@@ -204,6 +205,7 @@ def _check_nested_torch_save(data: bytes, rel: str) -> None:
                 raise _Refusal(f"example inputs hold a duplicate member {_q(name)}", rel)
             names.add(name.casefold())
             if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:
-                raise _Refusal(f"example inputs hold a compressed or encrypted member {_q(name)} (torch.save never compresses)", rel)
+                raise _Refusal(f"example inputs hold a compressed or encrypted member {_q(name)} "
+                               "(torch.save never compresses)", rel)
             if info.file_size != info.compress_size or info.file_size > len(data):
                 raise _Refusal(f"example inputs member {_q(name)} claims a size its bytes do not have", rel)
