@@ -2,7 +2,8 @@
 decision-mismatch@0.55=0), against one ``compare`` of the baseline and 16-bit activations everywhere, in the same run.
 
 Each measurement runs in a fresh process into a fresh result store (cold: nothing answered from a cache). Printed:
-seconds of each, the ratio (target: at most 4x), the lowerings the search needed, its answer. docs/widen.md quotes it.
+seconds of each, the ratio (target: at most 4x), the lowerings the search needed, the seconds of each
+phase of the search, its answer. docs/widen.md quotes it.
 ``BENCH_WORKERS`` (default: the cores) is passed as ``workers``; ``BENCH_WIDEN_JSON``, a path: the search's whole
 answer (``Widening.to_json()``) is written there.
 """
@@ -22,12 +23,15 @@ FRAMES = 79
 COMPARE = ("import inspector, os; w = os.environ.get('BENCH_WORKERS'); "
            "inspector.compare('sample:silero_vad', variants=('upstream', 'upstream@a16w8'), steps=79, "
            "accelerator='ethos-u85-256', metrics=('decision-mismatch@0.55', 'sqnr'), workers=int(w) if w else None)")
-WIDEN = ("import inspector, json, os; w = os.environ.get('BENCH_WORKERS'); "
+WIDEN = ("import inspector, json, os, time; w = os.environ.get('BENCH_WORKERS'); "
+         "t0 = time.perf_counter(); phases = []; "
+         "say = lambda phase, f: phases and phases[-1][0] == phase or phases.append((phase, time.perf_counter() - t0)); "
          "r = inspector.widen('sample:silero_vad', steps=79, accelerator='ethos-u85-256', "
-         "budget='decision-mismatch@0.55=0', workers=int(w) if w else None); "
+         "budget='decision-mismatch@0.55=0', workers=int(w) if w else None, progress=say); "
          "j = os.environ.get('BENCH_WIDEN_JSON'); j and open(j, 'w').write(r.to_json()); "
          "print(json.dumps({'lowerings': r.lowerings, 'simulated': r.simulated, 'answer': r.answer(), "
-         "'baseline': r.baseline.cycles, 'pick': r.pick.cycles, 'met': r.met}))")
+         "'baseline': r.baseline.cycles, 'pick': r.pick.cycles, 'met': r.met, 'phases': phases, "
+         "'seconds': time.perf_counter() - t0}))")
 
 
 def _timed(code: str) -> tuple[float, str]:
@@ -48,6 +52,9 @@ def main() -> None:
     print(f"compare (baseline and a16w8 everywhere, {FRAMES} frames): {unit:.1f} s")
     print(f"widen (decision-mismatch@0.55=0): {seconds:.1f} s = {seconds / unit:.2f}x one compare; "
           f"{found['lowerings']} lowerings, {found['simulated']} sets on the simulation")
+    phases = found["phases"] + [["(end)", found["seconds"]]]
+    for (phase, start), (_, end) in zip(phases, phases[1:]):
+        print(f"  {end - start:7.1f} s  {phase}")
     print(found["answer"])
 
 
