@@ -78,8 +78,9 @@ class _Small(torch.nn.Module):
         self.b = torch.nn.Conv2d(8, 8, 3, padding=1)
         self.c = torch.nn.Conv2d(8, 2, 1)
         with torch.no_grad():
-            for m in (self.a, self.b, self.c):
+            for m in (self.a, self.b, self.c):  # every parameter from the seed: the same model in every process
                 m.weight.copy_(torch.randn(m.weight.shape, generator=g) * 0.3)
+                m.bias.copy_(torch.randn(m.bias.shape, generator=g) * 0.1)
             self.a.weight[5] *= 100.0
 
     def forward(self, x):
