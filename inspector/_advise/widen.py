@@ -10,8 +10,11 @@ How it works (docs/widen.md says it for users):
    up to Vela's total; a node outside the delegate is marked ``cpu``, with no cycles: Vela does not count it.
 3. **Candidates.** Attribution's entry points of the error, then the layers the table ranks by the error entering
    there, up to ``candidates`` computed nodes.
-4. **The sets.** Every assignment of each candidate to nothing, the wide quantization (``a16w8``: stays on the NPU) or
-   ``float`` (the CPU). Up to ``measure_up_to`` sets, every one is lowered, run on TOSA and priced by Vela. Beyond,
+4. **The sets.** A candidate is widened as the tensor it writes (``_group``): the node, the quantizer's pattern it
+   is fused into (a ReLU after a convolution takes the convolution's configuration) and the tensor's readers (a
+   node at ``a16w8`` reads and writes 16 bits, but a reader at 8 bits requantizes its input: widening the writer
+   alone changes nothing). Every assignment of each candidate to nothing, the wide quantization (``a16w8``: stays
+   on the NPU) or ``float`` (the CPU). Up to ``measure_up_to`` sets, every one is lowered, run on TOSA and priced by Vela. Beyond,
    every set runs on the quantize/dequantize simulation and its cycles are predicted from the two ends' rows (a layer
    at 16 bits costs what it cost in 16-bit-everywhere; a float layer costs nothing on the NPU): those points say
    ``measured: false``. The cheapest predicted sets within the budget are then lowered (at most ``CONFIRM``), or, if
@@ -30,6 +33,8 @@ import time
 from dataclasses import replace
 from typing import Any
 from collections.abc import Callable, Sequence
+
+import torch
 
 from .._base.errors import InspectorError, quoted
 from .._base.formats import db
@@ -201,7 +206,8 @@ def widen(
         wide: what a widened layer runs as on the NPU; default ``a16w8`` (16-bit activations).
         steps: steps (frames); default: the stream's length, else 1.
         calibration: the quantizer's calibration batches; default: as ``compare`` chooses.
-        candidates: how many nodes the sets are made of (entry points first, then the table's ranking); default 3.
+        candidates: how many candidates the sets are made of (entry points first, then the table's ranking), each
+            widened with the pattern it is fused into and its tensor's readers (``Widening.groups``); default 3.
         choices: what a candidate may run as; default ``("a16w8",)`` (on the NPU); add ``"float"`` to try the CPU
             (Vela does not count what runs there: a float point's cycles are the NPU's part only).
         measure_up_to: up to this many sets, every one is measured on TOSA and Vela; beyond, they are predicted
@@ -245,12 +251,25 @@ def widen(
     table = _table(loaded, base, heard.variants[0], steps)
 
     picked, why = _candidates(heard.variants[0], table, candidates)
+    order_of = {n.name: i for i, n in enumerate(loaded.exported.graph.nodes)}
     if not picked:
         notes.append("attribution names no computed node where error enters, and the table ranks none: "
                      "only the two ends were measured")
-    sets = [tuple((n, c) for n, c in zip(picked, combo) if c is not None)
-            for combo in itertools.product((None, *choices), repeat=len(picked))]
-    sets = [s for s in sets if s]
+    groups = {name: _group(loaded.exported.graph, name) for name in picked}
+    sets = []
+    for combo in itertools.product((None, *choices), repeat=len(picked)):
+        chosen: dict[str, str] = {}
+        for name, choice in zip(picked, combo):
+            for node in groups[name] if choice is not None else ():
+                if chosen.setdefault(node, choice) != choice:
+                    break  # two candidates share a node and want it two ways: not a set
+            else:
+                continue
+            break
+        else:
+            found = tuple(sorted(chosen.items(), key=lambda kv: order_of[kv[0]]))
+            if found and found not in sets:
+                sets.append(found)
 
     wide_rows = _per_node(everywhere.cost) if everywhere.cost is not None else {}
     base_rows = _per_node(base.cost)
@@ -335,7 +354,8 @@ def widen(
     _say(progress, "done", 1.0)
     return Widening(target=loaded.name, accelerator=chip.name, quantization=quantization, wide=wide, budget=text,
                     metric=metric.name, better=better, limit=limit, steps=steps, search=search,
-                    candidates=tuple(picked), why=tuple(why.items()), points=tuple(points), pick=pick,
+                    candidates=tuple(picked), why=tuple(why.items()),
+                    groups=tuple((name, groups[name]) for name in picked), points=tuple(points), pick=pick,
                     met=pick.within, lowerings=lowerings, simulated=len(simulated), layers=table, config=config,
                     seconds=time.perf_counter() - started, notes=tuple(dict.fromkeys(notes)))
 
@@ -360,6 +380,62 @@ def _candidates(variant, table: Layers, limit: int) -> tuple[list[str], dict[str
             why[x.node] = f"ranked by the table ({db(x.drop_db)} dB enter there)"
     picked = list(why)[:limit]
     return picked, {n: why[n] for n in picked}
+
+
+# What ExecuTorch's Arm quantizer annotates as one pattern (quantization_annotator.py): a convolution or linear, a
+# batch norm after a convolution, then a ReLU or hardtanh; the pattern's output is quantized once, at its last node.
+_ANCHORS = ("conv1d", "conv2d", "conv3d", "convolution", "linear")
+_FUSED_AFTER = ("batch_norm", "relu", "relu_", "hardtanh", "hardtanh_")
+# Readers that only move values (their output shares their input's quantization): the tensor's real readers are theirs.
+_MOVES = ("view", "reshape", "permute", "transpose", "t", "squeeze", "unsqueeze", "flatten", "contiguous", "clone",
+          "expand", "slice", "select", "getitem", "unflatten", "alias")
+
+
+def _name_of(node) -> str:
+    target = node.target
+    name = getattr(target, "__name__", str(target))
+    return name.split(".")[0]
+
+
+def _group(graph, name: str) -> tuple[str, ...]:
+    """The nodes widened together with ``name`` (in graph order): the pattern it is fused into, ending at the node that
+    writes the tensor, and that tensor's readers (through nodes that only move values)."""
+    nodes = {n.name: n for n in graph.nodes}
+    node = nodes.get(name)
+    if node is None or node.op != "call_function":
+        return (name,)
+
+    def only_user(n):
+        users = [u for u in n.users if u.op == "call_function"]
+        return users[0] if len(users) == 1 and len(n.users) == 1 else None
+
+    group = [node]
+    first = node
+    while _name_of(first) in _FUSED_AFTER and first.args and isinstance(first.args[0], torch.fx.Node) \
+            and first.args[0].op == "call_function" and len(first.args[0].users) == 1 \
+            and _name_of(first.args[0]) in (*_ANCHORS, "batch_norm"):
+        first = first.args[0]
+        group.insert(0, first)
+    last = node
+    while _name_of(group[0]) in _ANCHORS and (after := only_user(last)) is not None and _name_of(after) in _FUSED_AFTER:
+        last = after
+        group.append(last)
+    readers, frontier, seen = [], [last], {n.name for n in group}
+    for _ in range(4):  # a few moves deep: a reshape of a reshape of the tensor is still the tensor
+        nxt = []
+        for n in frontier:
+            for user in n.users:
+                if user.op != "call_function" or user.name in seen:
+                    continue
+                seen.add(user.name)
+                readers.append(user)
+                if _name_of(user) in _MOVES:
+                    nxt.append(user)
+        frontier = nxt
+        if not frontier:
+            break
+    order = {n.name: i for i, n in enumerate(graph.nodes)}
+    return tuple(sorted({n.name for n in (*group, *readers)}, key=order.__getitem__))
 
 
 def _per_node(cost) -> dict[str, int]:

@@ -127,6 +127,8 @@ class Widening(Record):
     config: str  # the Arm quantizer code that gives the pick (paste it)
     seconds: float
     notes: tuple[str, ...] = ()
+    # per candidate, the nodes widened with it: the pattern it is fused into and the readers of the tensor it writes
+    groups: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     json_kind = "widening"
     json_derived = {"layers": lambda w: [layer.to_dict() for layer in w.layers.layers], "answer": lambda w: w.answer()}

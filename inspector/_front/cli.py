@@ -441,7 +441,8 @@ def _widen_command(sub) -> None:
     w.add_argument("--choices", default="a16w8", metavar="Q,...",
                    help="what a candidate may run as: a16w8 (on the NPU), float (the CPU: Vela does not count it) "
                         "(default: a16w8)")
-    w.add_argument("--candidates", type=int, default=3, metavar="N", help="nodes the sets are made of (default: 3)")
+    w.add_argument("--candidates", type=int, default=3, metavar="N",
+                   help="candidates the sets are made of, each widened with its readers (default: 3)")
     w.add_argument("--steps", type=int, default=None,
                    help=f"steps (frames) to run, 1 to {MAX_STEPS} (default: {STEPS_HELP})")
     w.add_argument("--workers", type=_workers, default=None, metavar="N",

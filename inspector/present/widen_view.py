@@ -54,10 +54,16 @@ def layers_text(table: Layers) -> str:
     return "\n".join(lines + list(table.notes))
 
 
+def _with(w: Widening, name: str) -> str:
+    """``; widened with a, b``: the other nodes of a candidate's group (its pattern and its tensor's readers)."""
+    others = [n for n in dict(w.groups).get(name, ()) if n != name]
+    return f"; widened with {', '.join(others)}" if others else ""
+
+
 def widening_text(w: Widening) -> str:
     return "\n".join([w.answer() + ".", f"budget {w.budget} ({w.better} is better); search: {w.search}, "
                       f"{w.lowerings} lowering(s), {w.simulated} set(s) on the simulation; candidates: "
-                      + ", ".join(f"{n} ({why})" for n, why in w.why),
+                      + ", ".join(f"{n} ({why}{_with(w, n)})" for n, why in w.why),
                       _text_table(POINT_HEAD, points_rows(w)), "", "The quantizer configuration of the pick:",
                       w.config, *w.notes])
 
