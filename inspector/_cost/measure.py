@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from .._base.lineage import source_name
 from .._doors import vela as _vela
 from .records import MEMORIES, Cost, Layer
 
@@ -79,19 +80,7 @@ def _edge_sources(module) -> dict[str, str]:
     graph = getattr(getattr(program, "graph_module", None), "graph", None)
     if graph is None:
         return {}
-    return {n.name: _first_ancestor(n) for n in graph.nodes if n.op == "call_function"}
-
-
-def _first_ancestor(node) -> str:
-    """The end of a node's ``from_node`` chain along each last source (as ``_sites.graph.source_name`` follows it;
-    not imported: the cost sits below the sites), or its own name."""
-    chain = node.meta.get("from_node") or []
-    if not chain:
-        return node.name
-    source = chain[-1]
-    while getattr(source, "from_node", None):
-        source = source.from_node[-1]
-    return getattr(source, "name", None) or node.name
+    return {n.name: source_name(n) for n in graph.nodes if n.op == "call_function"}
 
 
 def measure(lowered, accelerator, names: Mapping[str, tuple[str, str]], outside: int = 0) -> Cost:

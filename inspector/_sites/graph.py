@@ -16,6 +16,7 @@ from torch.fx import Node
 
 from .._doors import executorch as _executorch
 from .._base.cache import FactTable, WeakCache
+from .._base.lineage import source_name as source_name  # the sites' callers read it here
 from torch.export.graph_signature import InputKind, OutputKind
 
 CARRIED_STATE_KEY = "carried_quant_state"
@@ -232,18 +233,6 @@ def module_path(node: Node) -> str:
     path = list(stack.values())[-1][0]
     # strict export spells paths L['self'].block.conv or L__self___block_conv; keep the dotted form
     return re.sub(r"^L\['self'\]\.?|^L__self__\.?", "", str(path))
-
-
-def source_name(node: Node) -> str:
-    """The name of the node of the exported program this node comes from (the first ancestor in
-    its ``from_node`` chain), or its own name: how nodes are aligned across transformed graphs."""
-    chain = node.meta.get("from_node") or []
-    if not chain:
-        return node.name
-    source = chain[-1]
-    while getattr(source, "from_node", None):
-        source = source.from_node[-1]
-    return getattr(source, "name", None) or node.name
 
 
 def original_name(node: Node) -> str:
