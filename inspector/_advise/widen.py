@@ -259,17 +259,12 @@ def widen(
     sets = []
     for combo in itertools.product((None, *choices), repeat=len(picked)):
         chosen: dict[str, str] = {}
-        for name, choice in zip(picked, combo):
-            for node in groups[name] if choice is not None else ():
-                if chosen.setdefault(node, choice) != choice:
-                    break  # two candidates share a node and want it two ways: not a set
-            else:
-                continue
-            break
-        else:
-            found = tuple(sorted(chosen.items(), key=lambda kv: order_of[kv[0]]))
-            if found and found not in sets:
-                sets.append(found)
+        pairs = [(node, choice) for name, choice in zip(picked, combo) if choice is not None for node in groups[name]]
+        if any(chosen.setdefault(node, choice) != choice for node, choice in pairs):
+            continue  # two candidates share a node and want it two ways: not a set
+        found = tuple(sorted(chosen.items(), key=lambda kv: order_of[kv[0]]))
+        if found and found not in sets:
+            sets.append(found)
 
     wide_rows = _per_node(everywhere.cost) if everywhere.cost is not None else {}
     base_rows = _per_node(base.cost)
@@ -391,12 +386,6 @@ _MOVES = ("view", "reshape", "permute", "transpose", "t", "squeeze", "unsqueeze"
           "expand", "slice", "select", "getitem", "unflatten", "alias")
 
 
-def _name_of(node) -> str:
-    target = node.target
-    name = getattr(target, "__name__", str(target))
-    return name.split(".")[0]
-
-
 def _group(graph, name: str) -> tuple[str, ...]:
     """The nodes widened together with ``name`` (in graph order): the pattern it is fused into, ending at the node that
     writes the tensor, and that tensor's readers (through nodes that only move values)."""
@@ -411,13 +400,13 @@ def _group(graph, name: str) -> tuple[str, ...]:
 
     group = [node]
     first = node
-    while _name_of(first) in _FUSED_AFTER and first.args and isinstance(first.args[0], torch.fx.Node) \
+    while _op(first) in _FUSED_AFTER and first.args and isinstance(first.args[0], torch.fx.Node) \
             and first.args[0].op == "call_function" and len(first.args[0].users) == 1 \
-            and _name_of(first.args[0]) in (*_ANCHORS, "batch_norm"):
+            and _op(first.args[0]) in (*_ANCHORS, "batch_norm"):
         first = first.args[0]
         group.insert(0, first)
     last = node
-    while _name_of(group[0]) in _ANCHORS and (after := only_user(last)) is not None and _name_of(after) in _FUSED_AFTER:
+    while _op(group[0]) in _ANCHORS and (after := only_user(last)) is not None and _op(after) in _FUSED_AFTER:
         last = after
         group.append(last)
     readers, frontier, seen = [], [last], {n.name for n in group}
@@ -429,7 +418,7 @@ def _group(graph, name: str) -> tuple[str, ...]:
                     continue
                 seen.add(user.name)
                 readers.append(user)
-                if _name_of(user) in _MOVES:
+                if _op(user) in _MOVES:
                     nxt.append(user)
         frontier = nxt
         if not frontier:
