@@ -281,7 +281,8 @@ _BLOCK = (
 def test_velas_rows_reach_the_nodes_they_come_from():
     from types import SimpleNamespace
 
-    from inspector._cost.measure import _row_source, _sources
+    from inspector._cost.measure import _sources
+    from inspector._doors.vela import layer_source
 
     edge_node = SimpleNamespace(op="call_function", name="aten_sigmoid_default",
                                 meta={"from_node": [SimpleNamespace(name="sigmoid", from_node=[])]})
@@ -289,12 +290,12 @@ def test_velas_rows_reach_the_nodes_they_come_from():
         graph=SimpleNamespace(nodes=[edge_node]))))
     sources = _sources(module, _BLOCK)
     # Vela numbers the block without its CONST_SHAPE operators: its operator 1 is the conv (the block's 2), 3 the TABLE
-    assert _row_source(_row("r", "Conv2D", 1), _BLOCK, sources) == "conv"
-    assert _row_source(_row("t", "Table", 3), _BLOCK, sources) == "sigmoid"  # through its table's edge node
-    assert _row_source(_row("m", "Mul", None), _BLOCK, sources) == "mul"  # no source id: by the tensor it writes
-    assert _row_source(_row("m", "Mul", 1), _BLOCK, sources) == "mul"  # a source id of another kind: by the tensor
+    assert layer_source(_row("r", "Conv2D", 1), _BLOCK, sources) == "conv"
+    assert layer_source(_row("t", "Table", 3), _BLOCK, sources) == "sigmoid"  # through its table's edge node
+    assert layer_source(_row("m", "Mul", None), _BLOCK, sources) == "mul"  # no source id: by the tensor it writes
+    assert layer_source(_row("m", "Mul", 1), _BLOCK, sources) == "mul"  # a source id of another kind: by the tensor
     # without the edge program, the TABLE goes to the one node its output feeds
-    assert _row_source(_row("t", "Table", 3), _BLOCK, _sources(None, _BLOCK)) == "mul"
+    assert layer_source(_row("t", "Table", 3), _BLOCK, _sources(None, _BLOCK)) == "mul"
 
 
 def test_the_records_read_back_from_their_dict_form(widening):

@@ -16,28 +16,6 @@ from .._doors import vela as _vela
 from .records import MEMORIES, Cost, Layer
 
 
-def _vela_ops(ops):
-    """The operators as Vela numbers them (its ``source_id`` - 1): the main block without its CONST_SHAPE
-    operators, which Vela's TOSA reader reads as shapes, not operations (on Silero's program, 148 of 425)."""
-    return [o for o in ops if o.op != "CONST_SHAPE"]
-
-
-def _key(name: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", name.lower())  # Vela's "DepthwiseConv2D" is TOSA's "DEPTHWISE_CONV2D"
-
-
-def _row_source(row, ops, sources: dict[int, str]) -> str | None:
-    """The exported program's node one of Vela's rows comes from: its source operator (by Vela's numbering, when
-    that operator is the kind the row names), else the operator that computes the row's tensor."""
-    numbered = _vela_ops(ops)
-    if row.tosa_index is not None and 0 <= row.tosa_index < len(numbered):
-        op = numbered[row.tosa_index]
-        if _key(op.op) == _key(row.operator):
-            return sources.get(op.index)
-    producer = next((o for o in ops if row.name in o.outputs), None)
-    return sources.get(producer.index) if producer is not None else None
-
-
 def _sources(module, ops) -> dict[int, str]:
     """Operator index -> the exported program's node it comes from.
 
@@ -110,7 +88,7 @@ def measure(lowered, accelerator, names: Mapping[str, tuple[str, str]], outside:
         for memory, n in run.memory_used_bytes().items():
             used[memory] = max(used[memory], n)  # the delegates run one after another: the largest is the peak
         for row in run.layers:
-            node = _row_source(row, ops, sources)
+            node = _vela.layer_source(row, ops, sources)
             site, role = names.get(node, (None, None)) if node is not None else (None, None)
             layers.append(Layer(delegate=index, name=row.name, operator=row.operator, target=row.target,
                                 cycles=row.op_cycles, npu_cycles=row.npu_cycles,

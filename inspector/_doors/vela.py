@@ -426,7 +426,7 @@ def delegates(lowered) -> list[bytes]:
 class TosaOp:
     """One operator of a TOSA flatbuffer's main block and the node it was lowered from."""
 
-    index: int  # position in the block (Vela's source_id - 1)
+    index: int  # position in the block (Vela's source_id - 1 counts without CONST_SHAPE: layer_source)
     op: str  # tosa-tools' name: CONV2D, RESCALE, MUL, TRANSPOSE, CONST, ...
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
@@ -460,11 +460,25 @@ def layer_nodes(delegate) -> dict[str, str]:
     return {out: o.source for o in tosa_ops(delegate) if o.source is not None for out in o.outputs}
 
 
-def layer_source(layer: VelaLayer, ops: tuple[TosaOp, ...]) -> str | None:
-    """The exported program's node one of Vela's rows comes from (by its source operator, else its tensor)."""
-    if layer.tosa_index is not None and 0 <= layer.tosa_index < len(ops):
-        return ops[layer.tosa_index].source
-    return next((o.source for o in ops if layer.name in o.outputs), None)
+def layer_source(layer: VelaLayer, ops: tuple[TosaOp, ...], sources: dict[int, str] | None = None) -> str | None:
+    """The exported program's node one of Vela's rows comes from: its source operator, when that operator is the
+    kind the row names, else the operator that computes the row's tensor. Vela numbers the operators (its
+    ``source_id`` - 1) without the main block's CONST_SHAPE operators, which its TOSA reader reads as shapes, not
+    operations (on Silero's program, 148 of 425). ``sources``: operator index -> node (default: each operator's own
+    ``source``)."""
+    if sources is None:
+        sources = {o.index: o.source for o in ops if o.source is not None}
+    numbered = [o for o in ops if o.op != "CONST_SHAPE"]
+    if layer.tosa_index is not None and 0 <= layer.tosa_index < len(numbered):
+        op = numbered[layer.tosa_index]
+        if _kind(op.op) == _kind(layer.operator):
+            return sources.get(op.index)
+    producer = next((o for o in ops if layer.name in o.outputs), None)
+    return sources.get(producer.index) if producer is not None else None
+
+
+def _kind(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())  # Vela's "DepthwiseConv2D" is TOSA's "DEPTHWISE_CONV2D"
 
 
 def _with_locations(module) -> bytes:
