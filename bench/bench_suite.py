@@ -7,8 +7,8 @@ commit the sum of every test's setup, call and teardown durations, the wall time
 the ratio of the two sums (issue 61's target: HEAD <= 0.85x of ac90f57; issue 52's, 0.80x of d561151, was accepted as
 blocked). Nothing else should run meanwhile; it takes as long as two runs of the suite.
 
-``BENCH_BASE`` (default ac90f57) names the earlier commit and ``BENCH_TARGET`` (default 0.85) the ratio to meet; ``BENCH_SUITE_ARGS`` adds pytest arguments (``-k ...``
-to try it on a part).
+``BENCH_BASE`` (default ac90f57) names the earlier commit and ``BENCH_TARGET`` (default 0.85) the ratio to meet;
+``BENCH_SUITE_ARGS`` adds pytest arguments (``-k ...`` to try it on a part).
 """
 
 from __future__ import annotations

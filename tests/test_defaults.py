@@ -156,3 +156,38 @@ def test_looking_up_an_accelerator_leaves_the_registry_unchanged():
 def test_an_unregistered_accelerator_is_still_checked():
     with pytest.raises(InspectorError, match="one word"):
         accelerator_of(Accelerator(name="two words", help="bad"))
+
+
+# The functions, besides the public verbs themselves, that turn a user's accelerator name into the registered one:
+# each is a verb's own argument reader or a name check at the edge (the command line, a session's field).
+_RESOLVERS = {
+    ("_advise/widen.py", "_npu"): "widen's accelerator argument (an NPU is required: it prices cycles)",
+    ("_advise/verdict.py", "_chips"): "verdict's list of accelerators",
+    ("_sweep/sweep.py", "_accelerators"): "sweep's list of accelerators",
+    ("_advise/marker_reach.py", "marker_reach"): "the marker-reach command's list of accelerators",
+    ("_front/cli.py", "_accelerator"): "the command line's --accelerator, checked while parsing",
+    ("_front/session.py", "accelerator"): "a session's accelerator field, checked as it is set",
+}
+
+
+def _accelerator_lookups():
+    import ast
+    from pathlib import Path
+
+    root = Path(inspector.__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef) and any(
+                    isinstance(n, ast.Call) and "accelerator_of" in (getattr(n.func, "id", None), getattr(n.func, "attr", None))
+                    for n in ast.walk(fn)):
+                yield path.relative_to(root).as_posix(), fn.name
+
+
+def test_an_accelerator_is_resolved_once_at_each_verbs_entry():
+    """Below a verb's entry every helper takes the resolved ``Accelerator`` (the stage helpers, the decider), so a
+    name is looked up in one place per call, never again further down."""
+    found = set(_accelerator_lookups())
+    assert found, "the scan found no lookup at all: it is not reading the code"
+    stray = {(path, name) for path, name in found if name not in inspector.__all__ and (path, name) not in _RESOLVERS}
+    assert not stray, f"accelerator names looked up below a verb's entry: {sorted(stray)}"
+    assert {("_decide/decide.py", "analyze"), ("_numbers/compare.py", "compare")} <= found

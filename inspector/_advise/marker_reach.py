@@ -96,6 +96,7 @@ def marker_reach(target: Any, *, sites: Iterable[str] | None = None,
     Returns one record per (flow, fold call, placement): the INT flow gives a ``tfa`` and a ``lowering`` record,
     the FP flow a ``lowering`` record.
     """
+    chips = [accelerator_of(name) for name in accelerators]  # every name checked before any work
     loaded = _load.load(target)
     found = [s.id for s in analyze(loaded, stage="aten").sites]
     chosen = tuple(found if sites is None else sites)
@@ -107,8 +108,7 @@ def marker_reach(target: Any, *, sites: Iterable[str] | None = None,
     if bad:
         raise InspectorError(f"unknown placement {listing(bad)}; known: {listing(WHERE)}")
     out: list[MarkerReach] = []
-    for name in accelerators:
-        chip = accelerator_of(name)
+    for chip in chips:
         quantized = _stages.quantized(chip)
         calls = ("tfa", "lowering") if quantized else ("lowering",)
         for placement in placements:

@@ -380,12 +380,11 @@ class Decider:
 DECIDER: Fact[Decider] = Fact("decider")
 
 
-def decider_of(target, stage: str, accelerator=None) -> Decider:
-    """The decider of ``target``'s graph at ``stage`` in ``accelerator``'s flow (default ``tosa-int``; one per
-    target, stage and accelerator, kept with the target)."""
-    key = _stages.stage_key(stage, accelerator)
-    chip = _accelerators.accelerator_of(accelerator)
-    stage_graph = _stages.stage_graph_of(target, stage, accelerator)
+def decider_of(target, stage: str, chip: _accelerators.Accelerator = _accelerators.TOSA_INT) -> Decider:
+    """The decider of ``target``'s graph at ``stage`` in ``chip``'s flow (the resolved accelerator, default
+    ``tosa-int``; one per target, stage and accelerator, kept with the target)."""
+    key = _stages.stage_key(stage, chip)
+    stage_graph = _stages.stage_graph_of(target, stage, chip)
     decider = target.facts.get(DECIDER, key, lambda: Decider(target, stage_graph, chip))
     if decider.stage_graph is not stage_graph:  # the stage graph was captured again (a compare's own run)
         decider = Decider(target, stage_graph, chip)

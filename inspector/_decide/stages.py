@@ -49,12 +49,12 @@ _EDGE_NOTE = ("edge shows the FP flow's float program before the backend's own p
               "FP flow folds)")
 
 
-def stage_note(stage: str, accelerator: str = "") -> str | None:
-    """The line every answer at ``stage`` carries: what this graph is in the flow the user ships."""
+def stage_note(stage: str, chip: _accelerators.Accelerator = _accelerators.TOSA_INT) -> str | None:
+    """The line every answer at ``stage`` carries: what this graph is in the flow the user ships (``chip``, the
+    resolved accelerator, as everywhere below: a verb resolves its accelerator once, at its entry)."""
     if stage == "edge":
         return _EDGE_NOTE
     if stage == "lowering":
-        chip = _accelerators.accelerator_of(accelerator or None)
         if quantized(chip):
             return (f"lowering on {chip.name}: the quantized graph the pass receives inside "
                     "to_edge_transform_and_lower (after convert_pt2e and re-export); its muls multiply integers, "
@@ -94,17 +94,16 @@ def steps_for(target, steps: int | None) -> int:
     return default_steps(target) if steps is None else target.steps(steps)
 
 
-def default_stage(accelerator=None) -> str:
-    """Where ``accelerator``'s flow folds: ``tfa`` for every quantized one, ``lowering`` for the FP profile."""
-    return "tfa" if quantized(_accelerators.accelerator_of(accelerator)) else "lowering"
+def default_stage(chip: _accelerators.Accelerator = _accelerators.TOSA_INT) -> str:
+    """Where ``chip``'s flow folds: ``tfa`` for every quantized accelerator, ``lowering`` for the FP profile."""
+    return "tfa" if quantized(chip) else "lowering"
 
 
-def stage_key(stage: str, accelerator=None) -> str:
+def stage_key(stage: str, chip: _accelerators.Accelerator = _accelerators.TOSA_INT) -> str:
     """The name a target keeps its graph at ``stage`` under: the stage, and for ``tfa`` and ``lowering`` the
     accelerator whose flow hands it over (``tfa@ethos-u55-128``, ``lowering@tosa-fp``; the default ``tosa-int``
     is the stage alone). ``aten`` and ``edge`` are the same graph for every accelerator."""
     check_stage(stage)
-    chip = _accelerators.accelerator_of(accelerator)
     if stage == "tfa":
         if not quantized(chip):
             raise InspectorError(f"the FP flow ({chip.name}) quantizes nothing, so transform-for-annotation never runs "
@@ -177,11 +176,10 @@ def run_graph(gm: GraphModule, program: Any, inputs: tuple):
 STAGE_GRAPH: Fact[StageGraph] = Fact("stage graph")
 
 
-def stage_graph_of(target, stage: str, accelerator=None) -> StageGraph:
-    """The stage graph of a loaded target at ``stage`` (for ``tfa`` and ``lowering``: in ``accelerator``'s flow,
+def stage_graph_of(target, stage: str, chip: _accelerators.Accelerator = _accelerators.TOSA_INT) -> StageGraph:
+    """The stage graph of a loaded target at ``stage`` (for ``tfa`` and ``lowering``: in ``chip``'s flow,
     default ``tosa-int``), built once per target and reused."""
-    key = stage_key(stage, accelerator)
-    chip = _accelerators.accelerator_of(accelerator)
+    key = stage_key(stage, chip)
     if stage == "tfa" and key != "tfa":
         return tfa_graph_for(target, key, lambda: quantizer_for(chip))
 
