@@ -3,9 +3,11 @@ parameter, and an accelerator looked up without being registered."""
 
 from __future__ import annotations
 
+import ast
 import inspect
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -171,9 +173,6 @@ _RESOLVERS = {
 
 
 def _accelerator_lookups():
-    import ast
-    from pathlib import Path
-
     root = Path(inspector.__file__).parent
     for path in sorted(root.rglob("*.py")):
         for fn in ast.walk(ast.parse(path.read_text())):
